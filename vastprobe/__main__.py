@@ -1,0 +1,3 @@
+from vastprobe.cli import main
+
+main()

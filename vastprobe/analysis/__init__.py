@@ -1,0 +1,1 @@
+"""Primitives the rules stand on: the process tree, scope, wait chains, pipe peers, progress."""

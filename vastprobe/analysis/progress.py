@@ -1,0 +1,34 @@
+"""Did a process move between the probe's two samples? CPU ticks, I/O bytes, context switches
+and state changes each count as movement."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vastprobe.model import Process, ProcIO
+
+
+@dataclass(frozen=True)
+class Progress:
+    sampled: bool  # two samples were taken of this process
+    cpu_ticks: int
+    io_bytes: int | None
+    ctxt_switches: int | None
+    state_changed: bool
+
+    @property
+    def moved(self) -> bool:
+        return bool(self.cpu_ticks or self.io_bytes or self.ctxt_switches or self.state_changed)
+
+
+def progress(p: Process) -> Progress:
+    if len(p.samples) < 2:
+        return Progress(False, 0, None, None, False)
+    a, b = p.samples[0], p.samples[-1]
+    io = None
+    if isinstance(a.io, ProcIO) and isinstance(b.io, ProcIO):
+        io = (b.io.rchar + b.io.wchar) - (a.io.rchar + a.io.wchar)
+    ctxt = None
+    if a.voluntary_ctxt is not None and b.voluntary_ctxt is not None:
+        ctxt = (b.voluntary_ctxt - a.voluntary_ctxt) + ((b.nonvoluntary_ctxt or 0) - (a.nonvoluntary_ctxt or 0))
+    return Progress(True, b.cpu_ticks - a.cpu_ticks, io, ctxt, a.state != b.state)

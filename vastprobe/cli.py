@@ -1,0 +1,284 @@
+"""The command line: options -> targets -> pipeline -> renderer -> exit code. Nothing else."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from vastprobe import __version__
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    help="Find out why a GPU host went quiet: one read-only probe per host, classified with evidence.",
+)
+
+EXIT_OK, EXIT_STALLED, EXIT_USAGE, EXIT_UNPROBED = 0, 1, 2, 3
+
+
+class OutputFormat(StrEnum):
+    table = "table"
+    json = "json"
+    ndjson = "ndjson"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"vastprobe {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    pass
+
+
+def _format(fmt: Optional[OutputFormat], json_flag: bool) -> OutputFormat:
+    if json_flag:
+        return OutputFormat.json
+    if fmt is not None:
+        return fmt
+    return OutputFormat.table if sys.stdout.isatty() else OutputFormat.json
+
+
+def exit_code(reports: list) -> int:
+    if any(r.verdict == "stalled" for r in reports):
+        return EXIT_STALLED
+    if any(r.status not in ("ok", "skipped") for r in reports):
+        return EXIT_UNPROBED
+    return EXIT_OK
+
+
+SampleOpt = Annotated[
+    float, typer.Option("--sample", min=0, max=600, help="Seconds between the probe's two samples (0 = one sample).")
+]
+PidOpt = Annotated[Optional[list[int]], typer.Option("--pid", help="Root process of interest (repeatable).")]
+MatchOpt = Annotated[Optional[list[str]], typer.Option("--match", help="Regex over command lines (repeatable).")]
+LogOpt = Annotated[Optional[list[str]], typer.Option("--log", help="Log file the workload keeps writing (repeatable).")]
+ArtOpt = Annotated[
+    Optional[list[str]], typer.Option("--artifacts", help="Remote glob to list (repeatable; default /tmp/*).")
+]
+StaleOpt = Annotated[float, typer.Option("--stale-after", min=0, help="A log not written for this long is stale.")]
+GpuOpt = Annotated[
+    Optional[bool],
+    typer.Option("--expect-gpu/--no-expect-gpu", help="Whether the workload should use GPUs (default: auto)."),
+]
+FormatOpt = Annotated[Optional[OutputFormat], typer.Option("--format", help="table on a terminal, json otherwise.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Short for --format json.")]
+TimeoutOpt = Annotated[
+    float, typer.Option("--timeout", min=1, help="Bound on one host's whole probe, connect included.")
+]
+ConnectTimeoutOpt = Annotated[
+    float, typer.Option("--connect-timeout", min=1, help="TCP connect + SSH handshake + auth bound.")
+]
+PortOpt = Annotated[Optional[int], typer.Option("-p", "--port", help="SSH port.")]
+UserOpt = Annotated[Optional[str], typer.Option("-l", "--user", help="SSH user.")]
+IdentityOpt = Annotated[Optional[list[Path]], typer.Option("-i", "--identity", help="SSH private key (repeatable).")]
+ConfigOpt = Annotated[Optional[Path], typer.Option("-F", "--ssh-config", help="ssh_config file.")]
+KnownHostsOpt = Annotated[
+    Optional[Path], typer.Option("--known-hosts", help="known_hosts file to verify host keys against.")
+]
+HostKeyOpt = Annotated[str, typer.Option("--host-key-check", help="strict | accept-new | off")]
+
+
+def _options(
+    sample: float,
+    pid: Optional[list[int]],
+    match: Optional[list[str]],
+    log: Optional[list[str]],
+    artifacts: Optional[list[str]],
+    stale_after: float,
+    expect_gpu: Optional[bool],
+    timeout: float,
+):  # -> DiagnoseOptions
+    import re
+
+    from vastprobe.pipeline import DiagnoseOptions
+    from vastprobe.probe.render import DEFAULT_ARTIFACTS, ProbeParams
+    from vastprobe.rules.base import RuleOptions
+
+    for m in match or ():
+        try:
+            re.compile(m)
+        except re.error as exc:
+            raise typer.BadParameter(f"--match {m!r}: {exc}") from exc
+    deadline = max(10, int(timeout) + 5)
+    params = ProbeParams(
+        sample=sample,
+        logs=tuple(log or ()),
+        artifacts=tuple(artifacts or DEFAULT_ARTIFACTS),
+        deadline=deadline,
+    )
+    return DiagnoseOptions(
+        params=params,
+        timeout=timeout,
+        pids=tuple(pid or ()),
+        matches=tuple(match or ()),
+        rules=RuleOptions(stale_after=stale_after, expect_gpu=expect_gpu),
+    )
+
+
+def _emit(reports: list, fmt: OutputFormat) -> None:
+    if fmt is OutputFormat.table:
+        from vastprobe.render.table import render_reports
+
+        render_reports(reports)
+        return
+    from vastprobe.render.jsonable import host_report_dict, report_document
+
+    if fmt is OutputFormat.ndjson:
+        for r in reports:
+            sys.stdout.write(json.dumps(host_report_dict(r), separators=(",", ":")) + "\n")
+    else:
+        sys.stdout.write(json.dumps(report_document(reports), indent=1) + "\n")
+    sys.stdout.flush()
+
+
+def _check_targets(targets: list[str]) -> None:
+    for t in targets:
+        if t != "local":
+            typer.echo(f"vastprobe: {t}: SSH targets are not available in this build yet; use `local`", err=True)
+
+
+@app.command()
+def diagnose(
+    targets: Annotated[list[str], typer.Argument(help="`local`, or [user@]host[:port].")],
+    sample: SampleOpt = 1.0,
+    pid: PidOpt = None,
+    match: MatchOpt = None,
+    log: LogOpt = None,
+    artifacts: ArtOpt = None,
+    stale_after: StaleOpt = 300.0,
+    expect_gpu: GpuOpt = None,
+    fmt: FormatOpt = None,
+    json_flag: JsonOpt = False,
+    timeout: TimeoutOpt = 60.0,
+    connect_timeout: ConnectTimeoutOpt = 10.0,
+    port: PortOpt = None,
+    user: UserOpt = None,
+    identity: IdentityOpt = None,
+    ssh_config: ConfigOpt = None,
+    known_hosts: KnownHostsOpt = None,
+    host_key_check: HostKeyOpt = "strict",
+) -> None:
+    """Probe each target once, classify its stall, print a report."""
+    from vastprobe.pipeline import diagnose_targets
+
+    options = _options(sample, pid, match, log, artifacts, stale_after, expect_gpu, timeout)
+    _check_targets(targets)
+    reports = diagnose_targets(targets, options)
+    _emit(reports, _format(fmt, json_flag))
+    raise typer.Exit(exit_code(reports))
+
+
+@app.command()
+def collect(
+    target: Annotated[str, typer.Argument(help="`local`, or [user@]host[:port].")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Capture file to write ('-' for stdout).")],
+    sample: SampleOpt = 1.0,
+    log: LogOpt = None,
+    artifacts: ArtOpt = None,
+    timeout: TimeoutOpt = 60.0,
+) -> None:
+    """Probe and save the raw snapshot (no rules), for `analyze` later or elsewhere."""
+    from vastprobe.capture import capture_to_dict
+    from vastprobe.pipeline import parse_capture, probe_local
+    from vastprobe.render.jsonable import to_jsonable
+
+    options = _options(sample, None, None, log, artifacts, 300.0, None, timeout)
+    _check_targets([target])
+    if target != "local":
+        raise typer.Exit(EXIT_UNPROBED)
+    cap = probe_local(target, options)
+    snap = parse_capture(cap)[0] if cap.status == "ok" else None
+    text = json.dumps(capture_to_dict(cap, to_jsonable(snap) if snap else None), indent=1) + "\n"
+    if str(output) == "-":
+        sys.stdout.write(text)
+    else:
+        tmp = output.with_name(output.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(output)
+        typer.echo(f"saved {target} ({len(cap.output)} bytes of probe output) to {output}", err=True)
+    raise typer.Exit(EXIT_OK if cap.status == "ok" else EXIT_UNPROBED)
+
+
+@app.command()
+def analyze(
+    files: Annotated[list[Path], typer.Argument(help="Capture files written by `collect`.")],
+    pid: PidOpt = None,
+    match: MatchOpt = None,
+    stale_after: StaleOpt = 300.0,
+    expect_gpu: GpuOpt = None,
+    fmt: FormatOpt = None,
+    json_flag: JsonOpt = False,
+) -> None:
+    """Run the rules on saved captures, offline."""
+    from dataclasses import replace
+
+    from vastprobe.capture import CaptureError, load_captures
+    from vastprobe.pipeline import report_from_capture
+
+    base = _options(1.0, pid, match, None, None, stale_after, expect_gpu, 60.0)
+    reports = []
+    for f in files:
+        try:
+            caps = load_captures(f)
+        except CaptureError as exc:
+            typer.echo(f"vastprobe: {exc}", err=True)
+            raise typer.Exit(EXIT_USAGE) from exc
+        for cap in caps:
+            reports.append(report_from_capture(cap, replace(base, params=cap.params)))
+    _emit(reports, _format(fmt, json_flag))
+    raise typer.Exit(exit_code(reports))
+
+
+@app.command()
+def rules(fmt: FormatOpt = None, json_flag: JsonOpt = False) -> None:
+    """The rule catalogue: slug, code, severity, one line each."""
+    from vastprobe.rules import RULES
+
+    rows = [
+        {"rule": r.meta.slug, "code": r.meta.code, "severity": r.meta.severity, "summary": r.meta.summary}
+        for r in RULES
+    ]
+    chosen = _format(fmt, json_flag)
+    if chosen is OutputFormat.table:
+        for row in rows:
+            typer.echo(f"{row['code']}  {row['rule']:<20} {row['severity']:<9} {row['summary']}")
+    elif chosen is OutputFormat.ndjson:
+        for row in rows:
+            typer.echo(json.dumps(row))
+    else:
+        typer.echo(json.dumps(rows, indent=1))
+
+
+@app.command("probe-script")
+def probe_script(
+    sample: SampleOpt = 1.0,
+    log: LogOpt = None,
+    artifacts: ArtOpt = None,
+) -> None:
+    """Print the exact script that runs on targets, for audit."""
+    options = _options(sample, None, None, log, artifacts, 300.0, None, 60.0)
+    from vastprobe.probe.render import render_script
+
+    sys.stdout.write(render_script(options.params))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,369 @@
+"""The typed snapshot of one host: all the rules see, all `collect` saves.
+
+Facts that could not be gathered are `Unavailable(reason)` values rather than a bare None,
+so a rule can tell "no OOM kill" from "the kernel log was not readable".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """A fact the probe could not get, and why."""
+
+    reason: str
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def available(value: T | Unavailable) -> T | None:
+    return None if isinstance(value, Unavailable) else value
+
+
+# ---------------------------------------------------------------- processes
+
+FdMode = Literal["r", "w", "rw", "?"]
+
+
+@dataclass(frozen=True)
+class FdEntry:
+    fd: int
+    target: str
+    mode: FdMode
+
+    @property
+    def deleted(self) -> bool:
+        return self.target.endswith(" (deleted)")
+
+    @property
+    def path(self) -> str:
+        return self.target[: -len(" (deleted)")] if self.deleted else self.target
+
+    @property
+    def pipe_inode(self) -> int | None:
+        if self.target.startswith("pipe:[") and self.target.endswith("]"):
+            return int(self.target[6:-1])
+        return None
+
+    @property
+    def is_gpu_device(self) -> bool:
+        return self.target.startswith("/dev/nvidia")
+
+
+@dataclass(frozen=True)
+class ProcIO:
+    rchar: int
+    wchar: int
+    read_bytes: int | None
+    write_bytes: int | None
+
+
+@dataclass(frozen=True)
+class ProcSample:
+    """The volatile part of a process, read once per sample."""
+
+    state: str
+    utime: int  # clock ticks
+    stime: int
+    io: ProcIO | Unavailable
+    voluntary_ctxt: int | None
+    nonvoluntary_ctxt: int | None
+
+    @property
+    def cpu_ticks(self) -> int:
+        return self.utime + self.stime
+
+
+@dataclass(frozen=True)
+class Process:
+    pid: int
+    ppid: int
+    comm: str
+    state: str  # first sample's state letter
+    pgrp: int
+    session: int
+    tty_nr: int
+    starttime: int  # ticks since boot
+    threads: int
+    rss_kb: int | None
+    hwm_kb: int | None
+    uid: int | None
+    tracer_pid: int | None
+    nspid: tuple[int, ...]
+    sig_ign: int | None
+    sig_cgt: int | None
+    cmdline: tuple[str, ...]
+    wchan: str | Unavailable  # "0" = running or not blocked
+    fds: tuple[FdEntry, ...] | Unavailable
+    fds_truncated: bool
+    memory_cgroup: str | None
+    cgroup_v2: str | None
+    samples: tuple[ProcSample, ...]  # one per probe sample, in order; may be 1
+    kernel_thread: bool
+
+    @property
+    def command(self) -> str:
+        return " ".join(self.cmdline) if self.cmdline else f"[{self.comm}]"
+
+    @property
+    def first(self) -> ProcSample:
+        return self.samples[0]
+
+    @property
+    def last(self) -> ProcSample:
+        return self.samples[-1]
+
+
+# ---------------------------------------------------------------- host
+
+
+@dataclass(frozen=True)
+class Pressure:
+    resource: str
+    some_avg10: float
+    full_avg10: float | None
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    hostname: str
+    kernel: str
+    uid: int | None
+    clk_tck: int
+    uptime: float
+    btime: int | Unavailable
+    loadavg: tuple[float, float, float] | Unavailable
+    mem_total_kb: int | None
+    mem_available_kb: int | None
+    pressure: tuple[Pressure, ...]
+    pid_max: int | None
+    own_pid_namespace: bool | Unavailable  # /proc/1 is in the probe's PID namespace
+    dmesg_restrict: int | None
+
+
+# ---------------------------------------------------------------- kernel log
+
+KernelEventKind = Literal["oom-kill", "oom-summary", "oom-invoked", "memcg-usage", "xid", "hung-task", "gpu-lost"]
+
+
+@dataclass(frozen=True)
+class KernelEvent:
+    kind: KernelEventKind
+    line: str
+    uptime: float | None  # seconds since boot, from the [secs] stamp
+    wall_time: float | None  # epoch seconds: btime + uptime
+    pid: int | None = None  # as written in the log: a host PID
+    comm: str | None = None
+    total_vm_kb: int | None = None
+    anon_rss_kb: int | None = None
+    file_rss_kb: int | None = None
+    uid: int | None = None
+    memcg: str | None = None  # oom_memcg / task_memcg
+    task_memcg: str | None = None
+    constraint: str | None = None
+    xid: int | None = None
+    pci: str | None = None
+    usage_kb: int | None = None
+    limit_kb: int | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class KernelLog:
+    readable: bool
+    source: str
+    reason: str | None  # why not readable, or a caveat
+    total_lines: int
+    events: tuple[KernelEvent, ...]
+
+
+# ---------------------------------------------------------------- cgroups
+
+
+@dataclass(frozen=True)
+class CgroupMemory:
+    version: Literal["v1", "v2"]
+    path: str  # as in /proc/PID/cgroup
+    directory: str
+    oom_kill: int | None
+    oom: int | None  # v2 "oom" events, v1 under_oom
+    limit_bytes: int | None  # None: unlimited or unknown
+    usage_bytes: int | None
+    peak_bytes: int | None
+    failcnt: int | None  # v1 failcnt, v2 "max" events
+
+
+# ---------------------------------------------------------------- GPUs
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str
+    utilization_gpu: float | None
+    utilization_memory: float | None
+    memory_used_mib: float | None
+    memory_total_mib: float | None
+    temperature_c: float | None
+    power_w: float | None
+    clock_event_reasons: int | None
+
+
+@dataclass(frozen=True)
+class GpuApp:
+    pid: int
+    process_name: str
+    used_memory_mib: float | None
+    gpu_uuid: str
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """nvidia-smi's view. `present` False means no nvidia-smi at all (not a GPU host)."""
+
+    present: bool
+    error: str | None  # nvidia-smi failed, timed out, or could not reach the driver
+    exit_code: int | None
+    samples: tuple[tuple[GpuSample, ...], ...]
+    apps: tuple[GpuApp, ...] | Unavailable
+
+
+# ---------------------------------------------------------------- files
+
+
+@dataclass(frozen=True)
+class FileStat:
+    size: int
+    mtime: int
+    inode: int
+
+
+@dataclass(frozen=True)
+class LogFile:
+    path: str
+    stats: tuple[FileStat | Unavailable, ...]  # one per sample
+    tail: str | Unavailable
+    holders: tuple[tuple[int, int, bool], ...]  # (pid, fd, deleted) of processes holding it open
+
+    @property
+    def exists(self) -> bool:
+        return bool(self.stats) and isinstance(self.stats[-1], FileStat)
+
+
+@dataclass(frozen=True)
+class Artifact:
+    path: str
+    size: int
+    mtime: int
+    kind: str
+
+
+@dataclass(frozen=True)
+class ArtifactListing:
+    pattern: str
+    matched: int
+    entries: tuple[Artifact, ...]
+    error: str | None
+
+
+@dataclass(frozen=True)
+class DiskUsage:
+    filesystem: str
+    mount: str
+    size_kb: int | None
+    used_kb: int | None
+    available_kb: int | None
+    inodes: int | None
+    inodes_used: int | None
+    inodes_free: int | None
+
+
+# ---------------------------------------------------------------- the snapshot
+
+
+@dataclass(frozen=True)
+class ProbeInfo:
+    version: str
+    shell_pid: int | None
+    shell_ppid: int | None
+    transport: str
+    sample_uptimes: tuple[float, ...]
+    complete: bool
+    deadline_hit: bool
+    truncated_sections: tuple[str, ...]
+    failed_sections: tuple[tuple[str, int], ...]  # (name, rc) that exited non-zero
+    cpu_seconds: float | None  # the probe's own user+sys on the target (shell and children)
+    output_bytes: int
+    timeout_mode: str
+
+
+@dataclass(frozen=True)
+class HostSnapshot:
+    target: str
+    host: HostFacts
+    probe: ProbeInfo
+    processes: tuple[Process, ...]
+    excluded_pids: tuple[int, ...]  # the probe's own processes and its transport
+    kernel_log: KernelLog
+    cgroups: tuple[CgroupMemory, ...]
+    gpus: GpuState
+    logs: tuple[LogFile, ...]
+    artifacts: tuple[ArtifactListing, ...]
+    disks: tuple[DiskUsage, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def sample_window(self) -> float:
+        t = self.probe.sample_uptimes
+        return t[-1] - t[0] if len(t) >= 2 else 0.0
+
+    def process(self, pid: int) -> Process | None:
+        for p in self.processes:
+            if p.pid == pid:
+                return p
+        return None
+
+
+# ---------------------------------------------------------------- reports
+
+Severity = Literal["info", "warning", "error", "critical"]
+Status = Literal["ok", "unreachable", "auth-failed", "host-key-rejected", "timeout", "probe-error", "skipped"]
+Verdict = Literal["healthy", "degraded", "stalled", "unknown"]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    source: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    code: str
+    severity: Severity
+    summary: str
+    pids: tuple[int, ...]
+    evidence: tuple[Evidence, ...]
+    hint: str | None
+    caused_by: str | None = None  # rule slug of the finding this one follows from
+
+
+@dataclass(frozen=True)
+class HostReport:
+    target: str
+    status: Status
+    error: str | None
+    verdict: Verdict
+    findings: tuple[Finding, ...]
+    snapshot: HostSnapshot | None
+    timings: dict[str, float]
+    scope: tuple[int, ...] = ()

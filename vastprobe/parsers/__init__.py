@@ -1,0 +1,1 @@
+"""One module per probe source: pure functions from section text to model values."""

@@ -1,0 +1,96 @@
+"""Host facts: the probe's `meta` and `host` sections, sample stamps and `times`."""
+
+from __future__ import annotations
+
+import re
+
+from vastprobe.model import HostFacts, Pressure, Unavailable
+from vastprobe.parsers.procfs_lines import to_int
+
+_TIMES = re.compile(r"(\d+)m([\d.]+)s")
+_NS = re.compile(r"/proc/(\w+)/ns/pid -> '?pid:\[(\d+)\]")
+
+
+def parse_meta(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.split("\n"):
+        key, sep, value = line.partition("=")
+        if sep and key.isidentifier():
+            out[key] = value
+    return out
+
+
+def parse_now(text: str) -> float | None:
+    m = re.search(r"uptime=([\d.]+)", text)
+    return float(m.group(1)) if m else None
+
+
+def parse_times(text: str) -> float | None:
+    """Total user+sys of the probe shell and its children, from the `times` builtin."""
+    values = [int(m) * 60 + float(s) for m, s in _TIMES.findall(text)]
+    return round(sum(values), 3) if values else None
+
+
+def parse_host(text: str, meta: dict[str, str]) -> HostFacts:
+    files: dict[str, list[str]] = {}
+    ns: dict[str, str] = {}
+    for line in text.split("\n"):
+        n = _NS.search(line)
+        if n:
+            ns[n.group(1)] = n.group(2)
+            continue
+        if line.startswith("/proc/") and ":" in line:
+            path, _, value = line.partition(":")
+            files.setdefault(path, []).append(value)
+
+    def first(path: str) -> str | None:
+        v = files.get(path)
+        return v[0] if v else None
+
+    uptime_text = first("/proc/uptime")
+    uptime = float(uptime_text.split()[0]) if uptime_text else 0.0
+    load_text = first("/proc/loadavg")
+    loadavg: tuple[float, float, float] | Unavailable = Unavailable("/proc/loadavg not readable")
+    if load_text:
+        a = load_text.split()
+        loadavg = (float(a[0]), float(a[1]), float(a[2]))
+    btime_text = first("/proc/stat")
+    btime: int | Unavailable = Unavailable("no btime line in /proc/stat")
+    if btime_text and btime_text.startswith("btime "):
+        btime = int(btime_text.split()[1])
+    mem: dict[str, int] = {}
+    for line in files.get("/proc/meminfo", []):
+        k, _, v = line.partition(":")
+        kb = to_int(v.split()[0]) if v.split() else None
+        if kb is not None:
+            mem[k] = kb
+    pressure = []
+    for res in ("cpu", "memory", "io"):
+        some = full = None
+        for line in files.get(f"/proc/pressure/{res}", []):
+            m = re.search(r"avg10=([\d.]+)", line)
+            if m and line.startswith("some"):
+                some = float(m.group(1))
+            elif m and line.startswith("full"):
+                full = float(m.group(1))
+        if some is not None:
+            pressure.append(Pressure(resource=res, some_avg10=some, full_avg10=full))
+    own_ns: bool | Unavailable
+    own_ns = ns["self"] == ns["1"] if "self" in ns and "1" in ns else Unavailable("/proc/1/ns/pid not readable")
+    pid_max = first("/proc/sys/kernel/pid_max")
+    restrict = first("/proc/sys/kernel/dmesg_restrict")
+    return HostFacts(
+        hostname=meta.get("hostname", ""),
+        kernel=meta.get("kernel", ""),
+        uid=to_int(meta.get("uid", "")),
+        clk_tck=to_int(meta.get("clk_tck", "")) or 100,
+        uptime=uptime,
+        btime=btime,
+        loadavg=loadavg,
+        mem_total_kb=mem.get("MemTotal"),
+        mem_available_kb=mem.get("MemAvailable"),
+        pressure=tuple(pressure),
+        pid_max=to_int(pid_max) if pid_max else None,
+        own_pid_namespace=own_ns,
+        dmesg_restrict=to_int(restrict) if restrict else None,
+    )

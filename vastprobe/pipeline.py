@@ -1,0 +1,111 @@
+"""target -> transport -> raw output -> snapshot -> findings -> HostReport. Nothing here prints."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from vastprobe.analysis.scope import compute_scope
+from vastprobe.capture import Capture
+from vastprobe.model import Evidence, Finding, HostReport, HostSnapshot
+from vastprobe.parsers.snapshot import build_snapshot
+from vastprobe.probe.render import MAX_TOTAL_OUTPUT, ProbeParams, render_script
+from vastprobe.probe.sections import split_sections
+from vastprobe.rules.base import RuleOptions
+from vastprobe.rules.engine import run_rules, verdict
+
+
+@dataclass(frozen=True)
+class DiagnoseOptions:
+    params: ProbeParams = field(default_factory=ProbeParams)
+    timeout: float = 60.0
+    pids: tuple[int, ...] = ()
+    matches: tuple[str, ...] = ()
+    rules: RuleOptions = field(default_factory=RuleOptions)
+
+
+def probe_local(target: str, options: DiagnoseOptions) -> Capture:
+    from vastprobe.transport.local import run_local
+
+    script = render_script(options.params)
+    res = run_local(script, MAX_TOTAL_OUTPUT, options.timeout)
+    return Capture(
+        target=target,
+        transport="local",
+        status=res.status,
+        error=res.error,
+        output=res.output,
+        truncated=res.truncated,
+        params=options.params,
+        timings=res.timings,
+    )
+
+
+def parse_capture(capture: Capture) -> tuple[HostSnapshot | None, str | None]:
+    """The snapshot, or why the output is not a probe's output."""
+    out = split_sections(capture.output, capture.params.boundary)
+    if not out.framed:
+        head = capture.output[:120].decode("utf-8", "replace")
+        return None, f"the target's output is not the probe's framing (first bytes: {head!r})"
+    snap = build_snapshot(out, capture.params, capture.target, capture.transport, len(capture.output))
+    if capture.truncated:
+        snap = _note(snap, f"output cap of {MAX_TOTAL_OUTPUT} bytes reached; reading stopped")
+    return snap, None
+
+
+def _note(snap: HostSnapshot, note: str) -> HostSnapshot:
+    from dataclasses import replace
+
+    return replace(snap, notes=(*snap.notes, note))
+
+
+def report_from_capture(capture: Capture, options: DiagnoseOptions) -> HostReport:
+    timings = dict(capture.timings)
+    if capture.status != "ok":
+        return HostReport(capture.target, capture.status, capture.error, "unknown", (), None, timings)
+    t0 = time.monotonic()
+    snap, err = parse_capture(capture)
+    if snap is None:
+        return HostReport(capture.target, "probe-error", err, "unknown", (), None, timings)
+    scope = compute_scope(snap, options.pids, options.matches)
+    findings = run_rules(snap, scope, options.rules)
+    findings = (*findings, *_probe_findings(snap))
+    timings["analysis"] = round(time.monotonic() - t0, 4)
+    return HostReport(capture.target, "ok", None, verdict(findings), findings, snap, timings, scope)
+
+
+def _probe_findings(snap: HostSnapshot) -> tuple[Finding, ...]:
+    """What the probe itself could not see is worth saying, never worth alarming."""
+    p = snap.probe
+    if p.complete and not p.truncated_sections and not snap.notes:
+        return ()
+    ev = [Evidence("probe", f"section cut short: {n}") for n in p.truncated_sections]
+    ev += [Evidence("probe", n) for n in snap.notes]
+    if not p.complete:
+        ev.append(Evidence("probe", "the probe did not reach its end" + (" (deadline)" if p.deadline_hit else "")))
+    return (
+        Finding(
+            rule="probe-incomplete",
+            code="VP900",
+            severity="info",
+            summary="part of the probe's output is missing; findings rest on what arrived",
+            pids=(),
+            evidence=tuple(ev),
+            hint="raise --timeout, or narrow the scope with --pid/--match",
+        ),
+    )
+
+
+def diagnose_targets(targets: Sequence[str], options: DiagnoseOptions) -> list[HostReport]:
+    reports = []
+    for target in targets:
+        if target == "local":
+            reports.append(report_from_capture(probe_local(target, options), options))
+        else:
+            reports.append(
+                HostReport(
+                    target, "probe-error", "SSH targets are not supported by this build yet", "unknown", (), None, {}
+                )
+            )
+    return reports

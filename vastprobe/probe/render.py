@@ -1,0 +1,90 @@
+"""Builds the probe script with its parameters; every parameter reaches the shell quoted."""
+
+from __future__ import annotations
+
+import os.path
+import re
+import secrets
+from dataclasses import dataclass, field
+from importlib import resources
+
+from vastprobe import __version__
+
+#: Cap on each per-process section (stat, status, fd, ...), in bytes.
+MAX_PROC_SECTION = 8 * 1024 * 1024
+#: Cap on the whole probe output read from one host, in bytes.
+MAX_TOTAL_OUTPUT = 32 * 1024 * 1024
+DEFAULT_ARTIFACTS = ("/tmp/*",)
+
+_NUMBER = re.compile(r"^[0-9]+(\.[0-9]+)?$")
+
+
+def shell_quote(value: str) -> str:
+    """Single-quote for POSIX sh: nothing inside is expanded, a quote is spliced in."""
+    if "\0" in value:
+        raise ValueError("a probe parameter cannot contain a NUL byte")
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
+@dataclass(frozen=True)
+class ProbeParams:
+    """What one probe run looks at; all of it is data on the remote side."""
+
+    sample: float = 1.0
+    logs: tuple[str, ...] = ()
+    artifacts: tuple[str, ...] = DEFAULT_ARTIFACTS
+    deadline: int = 60
+    nvidia_smi_timeout: int = 8
+    max_fd_per_process: int = 256
+    max_artifacts: int = 200
+    log_tail_bytes: int = 4096
+    boundary: str = field(default_factory=lambda: secrets.token_hex(16))
+
+
+def _number(value: float | int) -> str:
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    if not _NUMBER.match(text):
+        raise ValueError(f"not a non-negative number: {value!r}")
+    return text
+
+
+def _each(name: str, items: tuple[str, ...], indexed: bool = True) -> str:
+    """A shell function that calls its arguments once per item: the sh stand-in for a list."""
+    calls = [
+        f'\t"$@" {i} {shell_quote(item)}' if indexed else f'\t"$@" {shell_quote(item)}' for i, item in enumerate(items)
+    ]
+    if not indexed:
+        return f'{name}() {{\n\t"$@" {" ".join(shell_quote(i) for i in items)}\n}}'
+    return f"{name}() {{\n" + ("\n".join(calls) if calls else "\t:") + "\n}"
+
+
+def log_dirs(logs: tuple[str, ...]) -> tuple[str, ...]:
+    seen: dict[str, None] = {}
+    for log in logs:
+        seen.setdefault(os.path.dirname(log) or ".", None)
+    return tuple(seen)
+
+
+def script_template() -> str:
+    return resources.files("vastprobe.probe").joinpath("script.sh").read_text(encoding="utf-8")
+
+
+def render_script(params: ProbeParams) -> str:
+    if not re.fullmatch(r"[0-9a-f]{16,64}", params.boundary):
+        raise ValueError("boundary must be hex")
+    lines = [
+        f"VP_B={shell_quote(params.boundary)}",
+        f"VP_VERSION={shell_quote(__version__)}",
+        f"VP_SAMPLE={shell_quote(_number(params.sample))}",
+        f"VP_DEADLINE={shell_quote(_number(int(params.deadline)))}",
+        f"VP_NVSMI_T={shell_quote(_number(int(params.nvidia_smi_timeout)))}",
+        f"VP_MAXPROC={shell_quote(_number(MAX_PROC_SECTION))}",
+        f"VP_MAXFD={shell_quote(_number(int(params.max_fd_per_process)))}",
+        f"VP_MAXART={shell_quote(_number(int(params.max_artifacts)))}",
+        f"VP_TAIL={shell_quote(_number(int(params.log_tail_bytes)))}",
+        "VP_GPU_HUNG=0",
+        _each("vp_each_log", params.logs),
+        _each("vp_each_glob", params.artifacts),
+        _each("vp_dfdirs", log_dirs(params.logs), indexed=False),
+    ]
+    return script_template().replace("#@PARAMS@", "\n".join(lines), 1)

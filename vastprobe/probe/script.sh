@@ -1,0 +1,317 @@
+# vastprobe probe: one read-only pass over /proc, the kernel log, cgroups, GPUs and logs.
+# POSIX sh (dash, bash, BusyBox ash). It writes no file, sends no signal to anything but its
+# own watchdog and process group, and forks a fixed number of commands however many
+# processes the target runs: each /proc source is read for every PID by one command.
+# Output is framed: "\n@@<boundary>@@ <name>\n" ... "\n@@rc=<status>\n" "\n@@<boundary>@@ /<name>\n".
+# A section that lacks its rc line was cut by its size cap (or by the deadline).
+LC_ALL=C
+export LC_ALL
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
+export PATH
+
+# ---- parameters, rendered by vastprobe (every value single-quoted) ----
+#@PARAMS@
+# ---- end of parameters ----
+
+vp_has() { command -v "$1" >/dev/null 2>&1; }
+
+if timeout 5 true >/dev/null 2>&1; then
+	VP_TMO=new
+elif timeout -t 5 true >/dev/null 2>&1; then
+	VP_TMO=old
+else
+	VP_TMO=none
+fi
+
+# tmo SECONDS CMD...: run CMD, killed after SECONDS when a timeout command exists.
+tmo() {
+	vp_t=$1
+	shift
+	case $VP_TMO in
+	new) timeout -s KILL "$vp_t" "$@" ;;
+	old) timeout -s KILL -t "$vp_t" "$@" ;;
+	*) "$@" ;;
+	esac
+}
+
+# sec NAME MAXBYTES CMD...: one framed section, stderr folded in, capped at MAXBYTES.
+sec() {
+	vp_n=$1
+	vp_max=$2
+	shift 2
+	printf '\n@@%s@@ %s\n' "$VP_B" "$vp_n"
+	{
+		"$@"
+		printf '\n@@rc=%s\n' "$?"
+	} 2>&1 | head -c "$vp_max"
+	printf '\n@@%s@@ /%s\n' "$VP_B" "$vp_n"
+}
+
+if echo | grep -a '' >/dev/null 2>&1; then VP_GA=-a; else VP_GA=; fi
+
+vp_meta() {
+	vp_os=
+	vp_host=
+	read -r vp_os </proc/sys/kernel/osrelease 2>/dev/null
+	read -r vp_host </proc/sys/kernel/hostname 2>/dev/null
+	printf 'version=%s\n' "$VP_VERSION"
+	printf 'shell_pid=%s\nshell_ppid=%s\n' "$$" "$PPID"
+	printf 'kernel=%s\nhostname=%s\ntimeout=%s\n' "$vp_os" "$vp_host" "$VP_TMO"
+	printf 'clk_tck=%s\n' "$(getconf CLK_TCK 2>/dev/null || od -An -tu8 /proc/self/auxv 2>/dev/null | awk '$1 == 17 { print $2; exit }')"
+	printf 'uid=%s\n' "$(id -u 2>/dev/null)"
+}
+
+vp_host() {
+	grep -H '' /proc/uptime /proc/loadavg /proc/meminfo /proc/sys/kernel/pid_max \
+		/proc/sys/kernel/dmesg_restrict /proc/pressure/cpu /proc/pressure/memory /proc/pressure/io
+	grep -H '^btime ' /proc/stat
+	ls -ln /proc/self/ns/pid /proc/1/ns/pid
+	grep -E ' - (cgroup2?|proc) ' /proc/self/mountinfo
+}
+
+vp_now() {
+	vp_up=
+	read -r vp_up vp_idle </proc/uptime 2>/dev/null
+	printf 'uptime=%s\n' "$vp_up"
+}
+
+vp_stat() { tmo 20 grep $VP_GA -H '' /proc/[0-9]*/stat; }
+vp_status_full() {
+	tmo 20 grep -H -E '^(Name|State|Tgid|PPid|TracerPid|Uid|Threads|VmRSS|VmHWM|NSpid|SigIgn|SigCgt|voluntary_ctxt_switches|nonvoluntary_ctxt_switches):' /proc/[0-9]*/status
+}
+vp_status_brief() {
+	tmo 20 grep -H -E '^(State|voluntary_ctxt_switches|nonvoluntary_ctxt_switches):' /proc/[0-9]*/status
+}
+vp_io() { tmo 20 grep -H -E '^(rchar|wchar|read_bytes|write_bytes):' /proc/[0-9]*/io; }
+vp_wchan() { tmo 20 grep $VP_GA -H '' /proc/[0-9]*/wchan; }
+vp_children() { tmo 20 grep -H '' /proc/[0-9]*/task/*/children; }
+
+# argv records, NUL -> newline (a newline inside an argument becomes \036), at most 64
+# arguments of 1024 bytes per process.
+vp_cmdline() {
+	tmo 20 grep $VP_GA -H -z '' /proc/[0-9]*/cmdline | tr '\000\n' '\n\036' |
+		awk '{ i = index($0, ":"); f = substr($0, 1, i - 1); if (++c[f] <= 64) print substr($0, 1, 1100) }'
+}
+
+vp_cgroup() { tmo 20 grep -H -E '^0::|^[0-9]+:([^:]*,)?memory(,[^:]*)?:' /proc/[0-9]*/cgroup; }
+
+# fd links (the link mode tells read end from write end), at most VP_MAXFD per process.
+vp_fd() {
+	tmo 20 ls -ln /proc/[0-9]*/fd 2>&1 |
+		awk -v max="$VP_MAXFD" '/^\/proc\/[0-9]+\/fd:$/ { n = 0; print; next }
+			/^total / || /^$/ { next }
+			{ if (++n <= max) print; else if (n == max + 1) print "@@more" }'
+}
+
+# Memory cgroups of every process: "M<TAB>v1|v2<TAB>cgroup path<TAB>directory" lines.
+vp_cgmap() {
+	awk -v max=64 '
+	FILENAME == "/proc/self/mountinfo" {
+		for (i = 7; i <= NF; i++) if ($i == "-") break
+		if ($(i + 1) == "cgroup2") { v2m = $5; v2r = $4 }
+		else if ($(i + 1) == "cgroup" && ("," $(i + 3) ",") ~ /,memory,/) { v1m = $5; v1r = $4 }
+		next
+	}
+	{
+		a = index($0, ":"); rest = substr($0, a + 1); b = index(rest, ":")
+		ctl = substr(rest, 1, b - 1); p = substr(rest, b + 1)
+		if (ctl == "" && v2m != "") { v = "v2"; m = v2m; r = v2r }
+		else if (("," ctl ",") ~ /,memory,/ && v1m != "") { v = "v1"; m = v1m; r = v1r }
+		else next
+		rel = p
+		if (r != "/" && index(p, r) == 1) rel = substr(p, length(r) + 1)
+		if (rel == "/") rel = ""
+		k = v "\t" p
+		if (k in seen || n >= max) next
+		seen[k] = 1; n++
+		print "M\t" v "\t" p "\t" m rel
+	}' /proc/self/mountinfo /proc/[0-9]*/cgroup 2>/dev/null
+}
+
+vp_cgmem() {
+	vp_files=$(printf '%s\n' "$vp_cgmap_out" | awk -F '\t' '
+		$1 == "M" && $2 == "v1" { n = split("oom_control failcnt max_usage_in_bytes limit_in_bytes usage_in_bytes", f, " ")
+			for (i = 1; i <= n; i++) print $4 "/memory." f[i] }
+		$1 == "M" && $2 == "v2" { n = split("events max high peak current", f, " ")
+			for (i = 1; i <= n; i++) print $4 "/memory." f[i] }')
+	[ -n "$vp_files" ] || return 0
+	vp_ifs=$IFS
+	IFS='
+'
+	set -f
+	tmo 10 grep -s -H '' $vp_files
+	vp_rc=$?
+	set +f
+	IFS=$vp_ifs
+	return $vp_rc
+}
+
+VP_KPAT='invoked oom-killer|oom-kill:|Kill(ed)? process|oom_reaper|Out of memory|Memory cgroup out of memory|memory: usage|Task in .* killed|NVRM: Xid|SXid|fallen off the bus|blocked for more than|GPU is lost'
+
+# The last 400 matching kernel-log lines, plus how many lines the log had at all.
+vp_kfilter() {
+	awk -v pat="$VP_KPAT" '
+		NR <= 2 && /(dmesg|klogctl).*(not permitted|denied|failed)/ { print "@@err " $0 }
+		$0 ~ pat { buf[n % 400] = $0; n++ }
+		END { s = n > 400 ? n - 400 : 0; for (i = s; i < n; i++) print buf[i % 400]; print "@@lines " NR }'
+}
+
+vp_kmsg() {
+	printf '@@source dmesg\n'
+	tmo 10 dmesg 2>&1 | vp_kfilter
+}
+
+vp_kmsg_fallback() {
+	if vp_has journalctl; then
+		printf '@@source journalctl\n'
+		tmo 10 journalctl -k -b --no-pager -o short-monotonic 2>&1 | tail -n 20000 | vp_kfilter
+	fi
+	for vp_f in /var/log/kern.log /var/log/messages; do
+		if [ -r "$vp_f" ]; then
+			printf '@@source %s\n' "$vp_f"
+			tmo 10 tail -c 4000000 "$vp_f" | vp_kfilter
+		fi
+	done
+}
+
+VP_GPUQ=index,uuid,name,pci.bus_id,utilization.gpu,utilization.memory,memory.used,memory.total,temperature.gpu,power.draw
+vp_gpu() {
+	if ! vp_has nvidia-smi; then
+		printf '@@absent\n'
+		return 0
+	fi
+	if [ "$VP_GPU_HUNG" = 1 ]; then
+		printf '@@skipped an earlier nvidia-smi call timed out\n'
+		return 0
+	fi
+	tmo "$VP_NVSMI_T" nvidia-smi --query-gpu="$VP_GPUQ,clocks_event_reasons.active" --format=csv,noheader,nounits
+	vp_rc=$?
+	if [ "$vp_rc" -eq 2 ]; then
+		tmo "$VP_NVSMI_T" nvidia-smi --query-gpu="$VP_GPUQ,clocks_throttle_reasons.active" --format=csv,noheader,nounits
+		vp_rc=$?
+	fi
+	return $vp_rc
+}
+
+vp_gpuapps() {
+	vp_has nvidia-smi || {
+		printf '@@absent\n'
+		return 0
+	}
+	[ "$VP_GPU_HUNG" != 1 ] || {
+		printf '@@skipped an earlier nvidia-smi call timed out\n'
+		return 0
+	}
+	tmo "$VP_NVSMI_T" nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv,noheader,nounits
+}
+
+# logstat PATH: "<size> <mtime> <inode>" or the reason it cannot be stat'ed.
+vp_logstat() { stat -L -c '%s %Y %i' -- "$1"; }
+vp_logstats() { vp_each_log vp_logstat_one; }
+vp_logstat_one() {
+	printf '@@log %s\n' "$1"
+	vp_logstat "$2"
+}
+vp_logtail() { tail -c "$VP_TAIL" -- "$1"; }
+
+vp_df() {
+	vp_dfdirs tmo 5 df -P /tmp
+	printf '@@inodes\n'
+	vp_dfdirs tmo 5 df -P -i /tmp
+}
+
+# glob PATTERN: the first VP_MAXART matches as "<size> <mtime> <type>|<name>".
+vp_glob() {
+	vp_ifs=$IFS
+	IFS=
+	set -- $1
+	IFS=$vp_ifs
+	if [ ! -e "$1" ] && [ ! -L "$1" ]; then
+		printf '@@nomatch\n'
+		return 0
+	fi
+	printf '@@count %s\n' "$#"
+	tmo 5 stat -c '%s %Y %F|%n' -- "$@" | head -n "$VP_MAXART"
+}
+
+
+# Whole seconds since boot, without a fork.
+vp_secs() {
+	vp_u=0
+	read -r vp_u vp_i </proc/uptime 2>/dev/null
+	vp_u=${vp_u%.*}
+}
+
+# nvidia-smi on a lost GPU blocks until its timeout: after one such call, skip the rest.
+vp_gpu_sec() {
+	vp_secs
+	vp_g0=$vp_u
+	sec "$1" 65536 "$2"
+	vp_secs
+	if [ $((vp_u - vp_g0)) -ge $((VP_NVSMI_T - 1)) ]; then VP_GPU_HUNG=1; fi
+}
+
+vp_main() {
+	vp_wd=
+	if [ "${VP_DEADLINE:-0}" -gt 0 ]; then
+		(
+			trap 'kill "$vp_s" 2>/dev/null; exit 0' TERM
+			sleep "$VP_DEADLINE" &
+			vp_s=$!
+			wait "$vp_s"
+			printf '\n@@%s@@ deadline\n' "$VP_B"
+			kill -KILL 0 2>/dev/null
+		) &
+		vp_wd=$!
+	fi
+	sec meta 65536 vp_meta
+	sec host 262144 vp_host
+	sec s0.now 256 vp_now
+	sec s0.stat "$VP_MAXPROC" vp_stat
+	sec s0.status "$VP_MAXPROC" vp_status_full
+	sec s0.io "$VP_MAXPROC" vp_io
+	vp_gpu_sec s0.gpu vp_gpu
+	sec s0.logs 65536 vp_logstats
+	vp_sl=
+	if [ "$VP_SAMPLE" != 0 ]; then
+		sleep "$VP_SAMPLE" &
+		vp_sl=$!
+	fi
+	sec wchan "$VP_MAXPROC" vp_wchan
+	sec cmdline "$VP_MAXPROC" vp_cmdline
+	sec children "$VP_MAXPROC" vp_children
+	sec cgroup "$VP_MAXPROC" vp_cgroup
+	sec fd "$VP_MAXPROC" vp_fd
+	vp_cgmap_out=$(vp_cgmap)
+	sec cgmap 65536 printf '%s\n' "$vp_cgmap_out"
+	sec cgmem 262144 vp_cgmem
+	vp_k=$(vp_kmsg)
+	sec kmsg 262144 printf '%s\n' "$vp_k"
+	case $vp_k in
+	*"@@err "* | *"@@lines 0") sec kmsg.fallback 262144 vp_kmsg_fallback ;;
+	esac
+	vp_gpu_sec gpuapps vp_gpuapps
+	vp_each_log vp_logtail_sec
+	sec df 65536 vp_df
+	vp_each_glob vp_glob_sec
+	if [ -n "$vp_sl" ]; then
+		wait "$vp_sl"
+		sec s1.now 256 vp_now
+		sec s1.stat "$VP_MAXPROC" vp_stat
+		sec s1.status "$VP_MAXPROC" vp_status_brief
+		sec s1.io "$VP_MAXPROC" vp_io
+		vp_gpu_sec s1.gpu vp_gpu
+		sec s1.logs 65536 vp_logstats
+	fi
+	# times must run in this shell, not in a section's subshell, to count the whole probe.
+	printf '\n@@%s@@ times\n' "$VP_B"
+	times
+	printf '\n@@rc=0\n\n@@%s@@ /times\n' "$VP_B"
+	if [ -n "$vp_wd" ]; then kill "$vp_wd" 2>/dev/null; fi
+	printf '\n@@%s@@ end\n' "$VP_B"
+}
+
+vp_logtail_sec() { sec "log.$1" "$((VP_TAIL + 256))" vp_logtail "$2"; }
+vp_glob_sec() { sec "art.$1" 65536 vp_glob "$2"; }
+
+vp_main </dev/null

@@ -1,0 +1,72 @@
+"""Splits the probe's framed output into sections; a cut or missing section is a fact."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_RC = re.compile(r"\n@@rc=(-?\d+)\n?$")
+
+
+@dataclass(frozen=True)
+class RawSection:
+    name: str
+    text: str
+    rc: int | None  # None: the section was cut before its status line (size cap or deadline)
+
+    @property
+    def truncated(self) -> bool:
+        return self.rc is None
+
+
+@dataclass(frozen=True)
+class ProbeOutput:
+    sections: dict[str, RawSection]
+    complete: bool  # the probe reached its end marker
+    deadline_hit: bool
+    framed: bool  # at least one section carried our boundary
+
+    def get(self, name: str) -> RawSection | None:
+        return self.sections.get(name)
+
+
+def decode(data: bytes) -> str:
+    """Remote bytes are not guaranteed UTF-8; keep every byte recoverable."""
+    return data.decode("utf-8", errors="surrogateescape")
+
+
+def split_sections(data: bytes | str, boundary: str) -> ProbeOutput:
+    text = decode(data) if isinstance(data, bytes) else data
+    marker = f"\n@@{boundary}@@ "
+    parts = ("\n" + text).split(marker)
+    sections: dict[str, RawSection] = {}
+    complete = deadline = False
+    open_name: str | None = None
+    open_body = ""
+    for part in parts[1:]:
+        head, _, body = part.partition("\n")
+        head = head.strip()
+        if head == "end":
+            complete = True
+            continue
+        if head == "deadline":
+            deadline = True
+            continue
+        if head.startswith("/"):
+            if open_name is not None and head[1:] == open_name:
+                sections[open_name] = _section(open_name, open_body)
+            open_name = None
+            continue
+        if open_name is not None:  # a start without an end: the previous one was cut
+            sections[open_name] = _section(open_name, open_body, cut=True)
+        open_name, open_body = head, body
+    if open_name is not None:
+        sections[open_name] = _section(open_name, open_body, cut=True)
+    return ProbeOutput(sections=sections, complete=complete, deadline_hit=deadline, framed=len(parts) > 1)
+
+
+def _section(name: str, body: str, cut: bool = False) -> RawSection:
+    m = None if cut else _RC.search(body)
+    if m is None:
+        return RawSection(name=name, text=body, rc=None)
+    return RawSection(name=name, text=body[: m.start()], rc=int(m.group(1)))

@@ -1,0 +1,1 @@
+"""Renderers: JSON/NDJSON (no rich import) and the terminal table."""

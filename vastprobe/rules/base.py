@@ -1,0 +1,95 @@
+"""What a rule is: metadata that never changes meaning, and a pure check over a snapshot."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import cached_property
+
+from vastprobe.analysis.pipes import PipeTable
+from vastprobe.analysis.progress import Progress, progress
+from vastprobe.analysis.tree import ProcessTree
+from vastprobe.model import Evidence, Finding, HostSnapshot, Process, Severity, available
+
+
+@dataclass(frozen=True)
+class RuleMeta:
+    slug: str  # kebab-case, stable
+    code: str  # VPnnn, never reused
+    severity: Severity  # the default; a check may raise or lower it per finding
+    summary: str
+
+    def finding(
+        self,
+        summary: str,
+        pids: Iterable[int] = (),
+        evidence: Iterable[Evidence] = (),
+        hint: str | None = None,
+        severity: Severity | None = None,
+        caused_by: str | None = None,
+    ) -> Finding:
+        return Finding(
+            rule=self.slug,
+            code=self.code,
+            severity=severity or self.severity,
+            summary=summary,
+            pids=tuple(pids),
+            evidence=tuple(evidence),
+            hint=hint,
+            caused_by=caused_by,
+        )
+
+
+@dataclass(frozen=True)
+class RuleOptions:
+    stale_after: float = 300.0
+    expect_gpu: bool | None = None  # None: decide from the snapshot
+
+
+class Context:
+    """One snapshot with the derived views every rule needs, computed once."""
+
+    def __init__(self, snapshot: HostSnapshot, scope: tuple[int, ...], options: RuleOptions) -> None:
+        self.snapshot = snapshot
+        self.scope = frozenset(scope)
+        self.options = options
+
+    @cached_property
+    def tree(self) -> ProcessTree:
+        return ProcessTree(self.snapshot)
+
+    @cached_property
+    def pipes(self) -> PipeTable:
+        return PipeTable(self.snapshot)
+
+    @cached_property
+    def progress(self) -> dict[int, Progress]:
+        return {p.pid: progress(p) for p in self.snapshot.processes}
+
+    def in_scope(self) -> list[Process]:
+        return [p for p in self.snapshot.processes if p.pid in self.scope]
+
+    @cached_property
+    def now(self) -> float | None:
+        """The target's wall clock at the last sample (its own clock: log mtimes use it)."""
+        btime = available(self.snapshot.host.btime)
+        ups = self.snapshot.probe.sample_uptimes
+        if btime is None or not ups:
+            return None
+        return btime + ups[-1]
+
+    def start_wall(self, p: Process) -> float | None:
+        btime = available(self.snapshot.host.btime)
+        if btime is None:
+            return None
+        return btime + p.starttime / self.snapshot.host.clk_tck
+
+    def proc_label(self, pid: int) -> str:
+        p = self.tree.by_pid.get(pid)
+        return f"{pid} ({p.comm})" if p else str(pid)
+
+
+@dataclass(frozen=True)
+class Rule:
+    meta: RuleMeta
+    check: Callable[[Context], Iterable[Finding]]

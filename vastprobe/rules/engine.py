@@ -1,0 +1,40 @@
+"""Runs every rule over a snapshot and turns the findings into a verdict.
+
+Severity policy: `error` and `critical` mean the job cannot finish by itself (stalled);
+`warning` means it may be at risk (degraded); `info` is context only.
+"""
+
+from __future__ import annotations
+
+from vastprobe.model import Evidence, Finding, HostSnapshot, Verdict
+from vastprobe.rules import RULES
+from vastprobe.rules.base import Context, RuleOptions
+
+SEVERITY_ORDER = {"info": 0, "warning": 1, "error": 2, "critical": 3}
+
+
+def run_rules(snapshot: HostSnapshot, scope: tuple[int, ...], options: RuleOptions) -> tuple[Finding, ...]:
+    ctx = Context(snapshot, scope, options)
+    findings: list[Finding] = []
+    for rule in RULES:
+        try:
+            findings.extend(rule.check(ctx))
+        except Exception as exc:  # a broken rule must not hide the others' findings
+            findings.append(
+                rule.meta.finding(
+                    f"rule {rule.meta.slug} failed on this snapshot: {type(exc).__name__}",
+                    evidence=[Evidence("vastprobe", repr(exc))],
+                    hint="please report this with `vastprobe collect`'s capture",
+                    severity="info",
+                )
+            )
+    return tuple(sorted(findings, key=lambda f: (-SEVERITY_ORDER[f.severity], f.code)))
+
+
+def verdict(findings: tuple[Finding, ...]) -> Verdict:
+    worst = max((SEVERITY_ORDER[f.severity] for f in findings), default=0)
+    if worst >= SEVERITY_ORDER["error"]:
+        return "stalled"
+    if worst == SEVERITY_ORDER["warning"]:
+        return "degraded"
+    return "healthy"
