@@ -1,0 +1,73 @@
+"""Shared test helpers: run the real probe on this machine, and poll for process states."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from vastprobe.model import HostSnapshot
+from vastprobe.parsers.snapshot import build_snapshot
+from vastprobe.probe.render import ProbeParams, render_script
+from vastprobe.probe.sections import split_sections
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_probe_raw(params: ProbeParams, shell: list[str] | None = None, env: dict[str, str] | None = None) -> bytes:
+    script = render_script(params)
+    proc = subprocess.run(
+        [*(shell or ["/bin/sh"]), "-s"],
+        input=script.encode(),
+        capture_output=True,
+        timeout=60,
+        env=env,
+        start_new_session=True,
+    )
+    return proc.stdout + proc.stderr
+
+
+def local_snapshot(params: ProbeParams | None = None, shell: list[str] | None = None) -> HostSnapshot:
+    params = params or ProbeParams(sample=0.3)
+    raw = run_probe_raw(params, shell)
+    out = split_sections(raw, params.boundary)
+    return build_snapshot(out, params, "local", "local", len(raw))
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def proc_state(pid: int) -> str | None:
+    try:
+        data = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return data[data.rindex(")") + 2]
+
+
+def proc_wchan(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return ""
+
+
+def children_of(pid: int) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                data = Path(f"/proc/{d}/stat").read_text()
+            except OSError:
+                continue
+            if int(data[data.rindex(")") + 2 :].split()[1]) == pid:
+                out.append(int(d))
+    return out

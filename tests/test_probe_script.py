@@ -1,0 +1,134 @@
+"""The probe script itself: portable sh, read-only, quoted parameters, framed and bounded."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import run_probe_raw
+from vastprobe.parsers.snapshot import build_snapshot
+from vastprobe.probe.render import ProbeParams, render_script, shell_quote
+from vastprobe.probe.sections import split_sections
+
+EXPECTED = {
+    "meta", "host", "s0.now", "s0.stat", "s0.status", "s0.io", "s0.gpu", "s0.logs", "wchan", "cmdline",
+    "children", "cgroup", "fd", "cgmap", "cgmem", "kmsg", "gpuapps", "df", "art.0",
+    "s1.now", "s1.stat", "s1.status", "s1.io", "s1.gpu", "s1.logs", "times",
+}  # fmt: skip
+
+SHELLS = {
+    "dash": ["dash"],
+    "bash": ["bash", "--posix"],
+    "busybox": ["busybox", "sh"],
+}
+
+
+def _shell(name: str) -> list[str]:
+    cmd = SHELLS[name]
+    if shutil.which(cmd[0]) is None:
+        pytest.skip(f"{cmd[0]} is not installed (apt-get install {cmd[0]})")
+    return cmd
+
+
+@pytest.mark.parametrize("name", sorted(SHELLS))
+def test_script_parses(name: str) -> None:
+    shell = _shell(name)
+    script = render_script(ProbeParams(logs=("/tmp/a b", "/x/'q'"), artifacts=("/tmp/*",)))
+    check = ["busybox", "sh", "-n"] if name == "busybox" else [shell[0], "-n"]
+    proc = subprocess.run(check, input=script.encode(), capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("name", sorted(SHELLS))
+def test_script_runs_under_each_shell(name: str, tmp_path: Path) -> None:
+    shell = _shell(name)
+    log = tmp_path / "job.log"
+    log.write_text("step 1\nstep 2\n")
+    params = ProbeParams(sample=0.2, logs=(str(log),), artifacts=(str(tmp_path / "*"),))
+    raw = run_probe_raw(params, shell)
+    out = split_sections(raw, params.boundary)
+    assert out.complete, raw[-500:]
+    assert EXPECTED <= set(out.sections), EXPECTED - set(out.sections)
+    assert not [n for n, s in out.sections.items() if s.truncated]
+    snap = build_snapshot(out, params, "local", "local", len(raw))
+    assert len(snap.processes) > 3
+    assert snap.probe.sample_uptimes[1] > snap.probe.sample_uptimes[0]
+    assert snap.logs[0].exists and snap.logs[0].tail == "step 1\nstep 2\n"
+    assert [a.path for a in snap.artifacts[0].entries] == [str(log)]
+
+
+def test_busybox_applets_alone(tmp_path: Path) -> None:
+    """A target with nothing but BusyBox: every command the script runs is an applet."""
+    if shutil.which("busybox") is None:
+        pytest.skip("busybox is not installed")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    applets = subprocess.run(["busybox", "--list"], capture_output=True, text=True).stdout.split()
+    for a in applets:
+        (bindir / a).symlink_to(shutil.which("busybox"))  # type: ignore[arg-type]
+    params = ProbeParams(sample=0.2)
+    script = render_script(params).replace(
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH", f"PATH={bindir}"
+    )
+    proc = subprocess.run([str(bindir / "sh"), "-s"], input=script.encode(), capture_output=True, timeout=60)
+    out = split_sections(proc.stdout, params.boundary)
+    assert out.complete
+    snap = build_snapshot(out, params, "local", "local", len(proc.stdout))
+    assert snap.probe.timeout_mode == "new"
+    assert snap.host.clk_tck == 100  # from /proc/self/auxv: BusyBox has no getconf
+    me = snap.process(snap.probe.shell_pid or -1)
+    assert me is not None and me.comm == "sh"
+    assert any(p.fds for p in snap.processes if not isinstance(p.fds, type(None)))
+
+
+def test_parameters_are_data_not_code(tmp_path: Path) -> None:
+    canary = tmp_path / "pwned"
+    evil = f"/tmp/x'; touch {canary}; echo '$(touch {canary})`touch {canary}`\"$HOME\""
+    params = ProbeParams(sample=0, logs=(evil,), artifacts=(evil + "*",))
+    raw = run_probe_raw(params)
+    assert not canary.exists()
+    snap = build_snapshot(split_sections(raw, params.boundary), params, "local", "local", len(raw))
+    assert snap.logs[0].path == evil
+    assert not snap.logs[0].exists
+
+
+def test_shell_quote_round_trips() -> None:
+    for value in ["", "a b", "it's", "$(x)", "`y`", '"', "\\", "\n"]:
+        out = subprocess.run(["sh", "-c", f"printf %s {shell_quote(value)}"], capture_output=True, text=True).stdout
+        assert out == value
+
+
+def test_probe_writes_nothing(tmp_path: Path) -> None:
+    """Run the probe under strace and check no call opens a file for writing or unlinks one."""
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    params = ProbeParams(sample=0.1, logs=(str(tmp_path / "l"),))
+    trace = tmp_path / "trace"
+    subprocess.run(
+        ["strace", "-f", "-qq", "-o", str(trace), "-e", "trace=openat,open,creat,unlink,unlinkat,rename,renameat,mkdir",
+         "dash", "-s"],
+        input=render_script(params).encode(),
+        capture_output=True,
+        timeout=60,
+    )  # fmt: skip
+    bad = []
+    for line in trace.read_text().splitlines():
+        if any(c in line for c in ("creat(", "unlink", "rename", "mkdir(")):
+            bad.append(line)
+        elif "openat(" in line and ("O_WRONLY" in line or "O_RDWR" in line):
+            if "/dev/null" not in line and "/dev/tty" not in line:
+                bad.append(line)
+    assert not bad, bad[:5]
+
+
+def test_output_sections_are_capped() -> None:
+    params = ProbeParams(sample=0)
+    script = render_script(params).replace("VP_MAXPROC='8388608'", "VP_MAXPROC='2000'")
+    proc = subprocess.run(["sh", "-s"], input=script.encode(), capture_output=True, timeout=60)
+    out = split_sections(proc.stdout, params.boundary)
+    stat = out.sections["s0.stat"]
+    assert stat.truncated and len(stat.text.encode()) <= 2000
+    assert out.complete
