@@ -1,0 +1,91 @@
+"""The CLI as a user runs it: a real subprocess, real exit codes, real output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+VP = [sys.executable, "-m", "vastprobe"]
+
+
+def run(*args: str, **kw) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*VP, *args], capture_output=True, text=True, timeout=120, **kw)
+
+
+def test_version() -> None:
+    r = run("--version")
+    assert r.returncode == 0 and r.stdout.startswith("vastprobe ")
+
+
+def test_diagnose_local_json() -> None:
+    r = run("diagnose", "local", "--format", "json", "--sample", "0.2")
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == "vastprobe.report/1"
+    host = doc["hosts"][0]
+    assert host["status"] == "ok" and host["target"] == "local"
+    assert host["verdict"] in ("healthy", "degraded", "stalled")
+    assert r.returncode == (1 if host["verdict"] == "stalled" else 0)
+    assert set(host) >= {"target", "status", "error", "verdict", "findings", "snapshot", "timings"}
+    assert host["snapshot"]["processes"]
+
+
+def test_diagnose_json_is_default_off_a_terminal() -> None:
+    r = run("diagnose", "local", "--sample", "0")
+    assert json.loads(r.stdout)["schema"] == "vastprobe.report/1"
+
+
+def test_diagnose_local_table() -> None:
+    r = run("diagnose", "local", "--format", "table", "--sample", "0.2")
+    assert r.returncode in (0, 1), r.stderr
+    assert "local" in r.stdout and "processes in scope" in r.stdout
+
+
+def test_usage_error_exits_2() -> None:
+    assert run("diagnose").returncode == 2
+    assert run("diagnose", "local", "--format", "yaml").returncode == 2
+    assert run("diagnose", "local", "--match", "(").returncode == 2
+
+
+def test_collect_analyze_round_trip(tmp_path: Path) -> None:
+    cap = tmp_path / "s.json"
+    r = run("collect", "local", "-o", str(cap), "--sample", "0.2")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(cap.read_text())
+    assert data["schema"] == "vastprobe.capture/1" and data["raw_b64"]
+    a = run("analyze", str(cap), "--format", "json")
+    doc = json.loads(a.stdout)
+    host = doc["hosts"][0]
+    assert host["status"] == "ok"
+    # analyze re-parses the raw bytes: the same processes as the capture's own snapshot
+    assert [p["pid"] for p in host["snapshot"]["processes"]] == [p["pid"] for p in data["snapshot"]["processes"]]
+
+
+def test_analyze_rejects_non_capture(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "something-else"}')
+    assert run("analyze", str(bad)).returncode == 2
+
+
+def test_probe_script_prints_portable_sh() -> None:
+    r = run("probe-script", "--log", "/tmp/it's here.log")
+    assert r.returncode == 0
+    assert "'/tmp/it'\\''s here.log'" in r.stdout
+    assert subprocess.run(["dash", "-n"], input=r.stdout, text=True).returncode == 0
+
+
+def test_hostile_names_do_not_reach_the_terminal(tmp_path: Path) -> None:
+    """A process whose argv holds an escape sequence and rich markup is shown inert."""
+    evil = "\x1b]0;pwned\x07[bold red]X[/bold red]\x1b[2J"
+    p = subprocess.Popen(["sh", "-c", "sleep 120", evil])
+    try:
+        r = run("diagnose", "local", "--format", "table", "--sample", "0", "--pid", str(p.pid))
+        assert "\x1b" not in r.stdout
+        assert "\\x1b]0;pwned\\x07[bold red]X[/bold red]" in r.stdout
+        j = run("diagnose", "local", "--format", "json", "--sample", "0", "--pid", str(p.pid))
+        doc = json.loads(j.stdout)
+        argv = next(x for x in doc["hosts"][0]["snapshot"]["processes"] if x["pid"] == p.pid)["cmdline"]
+        assert argv[-1] == evil
+    finally:
+        p.kill()
