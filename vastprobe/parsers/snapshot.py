@@ -115,9 +115,15 @@ def _excluded(
             if r.ppid in excluded and pid not in excluded:
                 excluded.add(pid)
                 changed = True
+    # BusyBox `timeout` leaves a watcher process (its own session) for each bounded command.
+    for pid, r in procs.items():
+        argv = cmdlines.get(pid, ())
+        if r.comm == "timeout" and ("KILL" in argv or list(argv[1:]) in (["1", "true"], ["-t", "1", "true"])):
+            excluded.add(pid)
     if transport == "local":
-        if shell_ppid:
-            excluded.add(shell_ppid)
+        parent = cmdlines.get(shell_ppid or -1, ())
+        if "vastprobe" in {a.rsplit("/", 1)[-1] for a in parent[:3]}:
+            excluded.add(shell_ppid or -1)
         return excluded
     cur: int | None = shell_ppid
     while cur and cur in procs and cur > 1:

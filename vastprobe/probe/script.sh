@@ -15,9 +15,9 @@ export PATH
 
 vp_has() { command -v "$1" >/dev/null 2>&1; }
 
-if timeout 5 true >/dev/null 2>&1; then
+if timeout 1 true >/dev/null 2>&1; then
 	VP_TMO=new
-elif timeout -t 5 true >/dev/null 2>&1; then
+elif timeout -t 1 true >/dev/null 2>&1; then
 	VP_TMO=old
 else
 	VP_TMO=none

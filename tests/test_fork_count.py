@@ -1,0 +1,58 @@
+"""The probe's fork count must not grow with the number of processes on the target."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from vastprobe.probe.render import ProbeParams, render_script
+
+FORK = re.compile(r"^(clone3?|fork|vfork)\(.*= (\d+)$")
+
+
+def count_forks(tmp: Path) -> int:
+    trace = tmp / "trace"
+    trace.mkdir(exist_ok=True)
+    for old in trace.iterdir():
+        old.unlink()
+    params = ProbeParams(sample=0.1, logs=("/tmp/x.log",))
+    subprocess.run(
+        ["strace", "-ff", "-qq", "-o", str(trace / "t"), "-e", "trace=clone,clone3,fork,vfork", "dash", "-s"],
+        input=render_script(params).encode(),
+        capture_output=True,
+        timeout=120,
+        start_new_session=True,
+    )
+    # one file per process (-ff), so no call is split across lines by another's output;
+    # a fork that succeeded returns the child's pid (> 0) in the parent
+    lines = [line for f in trace.iterdir() for line in f.read_text().splitlines()]
+    return sum(1 for line in lines if (m := FORK.search(line)) and int(m.group(2)) > 0)
+
+
+def spawn(n: int) -> list[subprocess.Popen[bytes]]:
+    return [subprocess.Popen(["sleep", "600"]) for _ in range(n)]
+
+
+def test_forks_do_not_grow_with_processes(tmp_path: Path) -> None:
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed (apt-get install strace)")
+    few = spawn(10)
+    try:
+        a = count_forks(tmp_path)
+    finally:
+        for p in few:
+            p.kill()
+            p.wait()
+    many = spawn(600)
+    try:
+        b = count_forks(tmp_path)
+    finally:
+        for p in many:
+            p.kill()
+            p.wait()
+    assert a > 20  # the trace saw the probe's commands at all
+    assert a == b, f"{a} forks with 10 extra processes, {b} with 600"
