@@ -14,9 +14,8 @@ from vastprobe.probe.render import ProbeParams, render_script, shell_quote
 from vastprobe.probe.sections import split_sections
 
 EXPECTED = {
-    "meta", "host", "s0.now", "s0.stat", "s0.status", "s0.io", "s0.gpu", "s0.logs", "wchan", "cmdline",
-    "children", "cgroup", "fd", "cgmap", "cgmem", "kmsg", "gpuapps", "df", "art.0",
-    "s1.now", "s1.stat", "s1.status", "s1.io", "s1.gpu", "s1.logs", "times",
+    "meta", "clk", "host", "s0.now", "s0.proc", "s0.gpu", "s0.logs", "cmdline", "fd", "cgmap", "cgmem",
+    "kmsg", "gpuapps", "df", "art.0", "s1.now", "s1.proc", "s1.gpu", "s1.logs", "times",
 }  # fmt: skip
 
 SHELLS = {
@@ -129,6 +128,27 @@ def test_output_sections_are_capped() -> None:
     script = render_script(params).replace("VP_MAXPROC='8388608'", "VP_MAXPROC='2000'")
     proc = subprocess.run(["sh", "-s"], input=script.encode(), capture_output=True, timeout=60)
     out = split_sections(proc.stdout, params.boundary)
-    stat = out.sections["s0.stat"]
+    stat = out.sections["s0.proc"]
     assert stat.truncated and len(stat.text.encode()) <= 2000
     assert out.complete
+
+
+def test_hostile_comm_survives_the_probe() -> None:
+    """comm may hold spaces, parentheses and a newline: the stat record is cut at the last ')'."""
+    import sys
+    import time
+
+    from tests.helpers import local_snapshot
+
+    code = "open('/proc/self/comm','w').write('x) R 1 (y\\nz'); import time; print('ok', flush=True); time.sleep(60)"
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ok"
+        snap = local_snapshot(ProbeParams(sample=0))
+        proc = snap.process(p.pid)
+        assert proc is not None
+        assert proc.comm == "x) R 1 (y\nz"
+        assert proc.state == "S" and proc.ppid > 1
+        del time
+    finally:
+        p.kill()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_ERROR = re.compile(r"^(?:grep|ls|cat|awk): .*?/proc/(\d+)/[^:]*: (.*)$")
+_ERROR = re.compile(r"^(?:grep|ls|cat|awk): .*?/proc/(\d+)/([^:]*): (.*)$")
+_ANY_PROC = re.compile(r"^/proc/\d+/")
 
 
 @dataclass(frozen=True)
@@ -16,8 +17,8 @@ class PerPid:
 
 
 def group_by_pid(text: str, filename: str) -> PerPid:
-    """Lines `/proc/<pid>/<filename>:<content>`; a line without the prefix continues the previous
-    record (a comm holding a newline splits a stat record in two)."""
+    """Lines `/proc/<pid>/<filename>:<content>`; other files' lines are skipped; a line without any
+    /proc prefix continues the previous record (a comm holding a newline splits a stat record)."""
     prefix = re.compile(r"^/proc/(\d+)/" + re.escape(filename) + ":")
     out = PerPid()
     last: int | None = None
@@ -29,7 +30,11 @@ def group_by_pid(text: str, filename: str) -> PerPid:
             continue
         e = _ERROR.match(line)
         if e:
-            out.errors[int(e.group(1))] = e.group(2)
+            if e.group(2).rstrip("'") == filename:
+                out.errors[int(e.group(1))] = e.group(3)
+            last = None
+            continue
+        if _ANY_PROC.match(line):  # another file's line, in a section that greps several
             last = None
             continue
         if last is not None and line:

@@ -140,18 +140,19 @@ def _excluded(
 def build_snapshot(
     out: ProbeOutput, params: ProbeParams, target: str, transport: str, output_bytes: int
 ) -> HostSnapshot:
-    meta = host.parse_meta(_text(out, "meta"))
+    meta = host.parse_meta(_text(out, "meta") + "\n" + _text(out, "clk"))
     facts = host.parse_host(_text(out, "host"), meta)
     btime = available(facts.btime)
 
-    stats = [proc_stat.parse_stat_section(_text(out, f"{p}.stat"))[0] for p in _SAMPLE_PREFIXES]
-    statuses = [proc_status.parse_status_section(_text(out, f"{p}.status"))[0] for p in _SAMPLE_PREFIXES]
-    ios = [proc_io.parse_io_section(_text(out, f"{p}.io")) for p in _SAMPLE_PREFIXES]
-    wchans, _ = wchan.parse_wchan_section(_text(out, "wchan"))
+    proc_texts = [_text(out, f"{p}.proc") for p in _SAMPLE_PREFIXES]
+    stats = [proc_stat.parse_stat_section(t)[0] for t in proc_texts]
+    statuses = [proc_status.parse_status_section(t)[0] for t in proc_texts]
+    ios = [proc_io.parse_io_section(t) for t in proc_texts]
+    wchans, _ = wchan.parse_wchan_section(proc_texts[0])
     cmdlines = cmdline.parse_cmdline_section(_text(out, "cmdline"))
-    cgroups_by_pid = cgroup.parse_proc_cgroup_section(_text(out, "cgroup"))
+    cgroups_by_pid = cgroup.parse_proc_cgroup_section(proc_texts[0])
     fd_table = fd.parse_fd_section(_text(out, "fd"))
-    wchan_ok = out.get("wchan") is not None
+    wchan_ok = out.get("s0.proc") is not None
     fd_ok = out.get("fd") is not None
 
     shell_pid = int(meta["shell_pid"]) if meta.get("shell_pid", "").isdigit() else None
@@ -208,7 +209,7 @@ def build_snapshot(
                 sig_ign=status.sig_ign if status else None,
                 sig_cgt=status.sig_cgt if status else None,
                 cmdline=cmdlines.get(pid, ()),
-                wchan=w if w is not None else Unavailable("wchan not readable" if wchan_ok else _missing(out, "wchan")),
+                wchan=w if w is not None else Unavailable("wchan not readable" if wchan_ok else _missing(out, "s0.proc")),
                 fds=fd_value,
                 fds_truncated=pid in fd_table.truncated,
                 memory_cgroup=v1,

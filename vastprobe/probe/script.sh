@@ -15,6 +15,15 @@ export PATH
 
 vp_has() { command -v "$1" >/dev/null 2>&1; }
 
+# secn NAME CMD...: a section whose output the script bounds itself; runs in this shell, no fork.
+secn() {
+	vp_n=$1
+	shift
+	printf '\n@@%s@@ %s\n' "$VP_B" "$vp_n"
+	"$@" 2>&1
+	printf '\n@@rc=%s\n\n@@%s@@ /%s\n' "$?" "$VP_B" "$vp_n"
+}
+
 if timeout 1 true >/dev/null 2>&1; then
 	VP_TMO=new
 elif timeout -t 1 true >/dev/null 2>&1; then
@@ -47,18 +56,23 @@ sec() {
 	printf '\n@@%s@@ /%s\n' "$VP_B" "$vp_n"
 }
 
-if echo | grep -a '' >/dev/null 2>&1; then VP_GA=-a; else VP_GA=; fi
-
 vp_meta() {
 	vp_os=
 	vp_host=
+	vp_uid=
 	read -r vp_os </proc/sys/kernel/osrelease 2>/dev/null
 	read -r vp_host </proc/sys/kernel/hostname 2>/dev/null
+	while read -r vp_k vp_v vp_rest; do
+		case $vp_k in Uid:) vp_uid=$vp_v ;; esac
+	done </proc/self/status
 	printf 'version=%s\n' "$VP_VERSION"
 	printf 'shell_pid=%s\nshell_ppid=%s\n' "$$" "$PPID"
-	printf 'kernel=%s\nhostname=%s\ntimeout=%s\n' "$vp_os" "$vp_host" "$VP_TMO"
+	printf 'kernel=%s\nhostname=%s\ntimeout=%s\nuid=%s\n' "$vp_os" "$vp_host" "$VP_TMO" "$vp_uid"
+}
+
+# CLK_TCK: BusyBox has no getconf; AT_CLKTCK (auxv type 17) says the same.
+vp_clk() {
 	printf 'clk_tck=%s\n' "$(getconf CLK_TCK 2>/dev/null || od -An -tu8 /proc/self/auxv 2>/dev/null | awk '$1 == 17 { print $2; exit }')"
-	printf 'uid=%s\n' "$(id -u 2>/dev/null)"
 }
 
 vp_host() {
@@ -75,29 +89,26 @@ vp_now() {
 	printf 'uptime=%s\n' "$vp_up"
 }
 
-vp_stat() { tmo 20 grep $VP_GA -H '' /proc/[0-9]*/stat; }
-vp_status_full() {
-	tmo 20 grep -H -E '^(Name|State|Tgid|PPid|TracerPid|Uid|Threads|VmRSS|VmHWM|NSpid|SigIgn|SigCgt|voluntary_ctxt_switches|nonvoluntary_ctxt_switches):' /proc/[0-9]*/status
+# One grep per sample reads every per-process file it needs for all PIDs at once; the pattern
+# keeps stat records (and the tail of one whose comm holds a newline), the status fields we use,
+# io counters, the wchan symbol and the memory/v2 lines of cgroup.
+VP_STATUS_KEYS='Name|State|Tgid|PPid|TracerPid|Uid|Threads|VmRSS|VmHWM|NSpid|SigIgn|SigCgt|voluntary_ctxt_switches|nonvoluntary_ctxt_switches'
+VP_PROC_PAT="^([0-9]+ \\(|0::|[0-9]+:([^:]*,)?memory(,[^:]*)?:|[A-Za-z_][A-Za-z_0-9.]*\$|0\$|(rchar|wchar|read_bytes|write_bytes|$VP_STATUS_KEYS):)|\\) [A-Za-z] -?[0-9]"
+vp_proc_full() {
+	grep -H -E "$VP_PROC_PAT" /proc/[0-9]*/stat /proc/[0-9]*/status /proc/[0-9]*/io /proc/[0-9]*/wchan /proc/[0-9]*/cgroup
 }
-vp_status_brief() {
-	tmo 20 grep -H -E '^(State|voluntary_ctxt_switches|nonvoluntary_ctxt_switches):' /proc/[0-9]*/status
-}
-vp_io() { tmo 20 grep -H -E '^(rchar|wchar|read_bytes|write_bytes):' /proc/[0-9]*/io; }
-vp_wchan() { tmo 20 grep $VP_GA -H '' /proc/[0-9]*/wchan; }
-vp_children() { tmo 20 grep -H '' /proc/[0-9]*/task/*/children; }
+vp_proc_brief() { grep -H -E "$VP_PROC_PAT" /proc/[0-9]*/stat /proc/[0-9]*/io; }
 
 # argv records, NUL -> newline (a newline inside an argument becomes \036), at most 64
 # arguments of 1024 bytes per process.
 vp_cmdline() {
-	tmo 20 grep $VP_GA -H -z '' /proc/[0-9]*/cmdline | tr '\000\n' '\n\036' |
+	tmo 20 grep -H -z '' /proc/[0-9]*/cmdline | tr '\000\n' '\n\036' |
 		awk '{ i = index($0, ":"); f = substr($0, 1, i - 1); if (++c[f] <= 64) print substr($0, 1, 1100) }'
 }
 
-vp_cgroup() { tmo 20 grep -H -E '^0::|^[0-9]+:([^:]*,)?memory(,[^:]*)?:' /proc/[0-9]*/cgroup; }
-
 # fd links (the link mode tells read end from write end), at most VP_MAXFD per process.
 vp_fd() {
-	tmo 20 ls -ln /proc/[0-9]*/fd 2>&1 |
+	ls -ln /proc/[0-9]*/fd 2>&1 |
 		awk -v max="$VP_MAXFD" '/^\/proc\/[0-9]+\/fd:$/ { n = 0; print; next }
 			/^total / || /^$/ { next }
 			{ if (++n <= max) print; else if (n == max + 1) print "@@more" }'
@@ -264,29 +275,25 @@ vp_main() {
 		) &
 		vp_wd=$!
 	fi
-	sec meta 65536 vp_meta
+	secn meta vp_meta
+	sec clk 256 vp_clk
 	sec host 262144 vp_host
-	sec s0.now 256 vp_now
-	sec s0.stat "$VP_MAXPROC" vp_stat
-	sec s0.status "$VP_MAXPROC" vp_status_full
-	sec s0.io "$VP_MAXPROC" vp_io
+	secn s0.now vp_now
+	sec s0.proc "$VP_MAXPROC" vp_proc_full
 	vp_gpu_sec s0.gpu vp_gpu
-	sec s0.logs 65536 vp_logstats
+	secn s0.logs vp_logstats
 	vp_sl=
 	if [ "$VP_SAMPLE" != 0 ]; then
 		sleep "$VP_SAMPLE" &
 		vp_sl=$!
 	fi
-	sec wchan "$VP_MAXPROC" vp_wchan
 	sec cmdline "$VP_MAXPROC" vp_cmdline
-	sec children "$VP_MAXPROC" vp_children
-	sec cgroup "$VP_MAXPROC" vp_cgroup
 	sec fd "$VP_MAXPROC" vp_fd
 	vp_cgmap_out=$(vp_cgmap)
-	sec cgmap 65536 printf '%s\n' "$vp_cgmap_out"
+	secn cgmap printf '%s\n' "$vp_cgmap_out"
 	sec cgmem 262144 vp_cgmem
 	vp_k=$(vp_kmsg)
-	sec kmsg 262144 printf '%s\n' "$vp_k"
+	secn kmsg printf '%s\n' "$vp_k"
 	case $vp_k in
 	*"@@err "* | *"@@lines 0") sec kmsg.fallback 262144 vp_kmsg_fallback ;;
 	esac
@@ -296,12 +303,10 @@ vp_main() {
 	vp_each_glob vp_glob_sec
 	if [ -n "$vp_sl" ]; then
 		wait "$vp_sl"
-		sec s1.now 256 vp_now
-		sec s1.stat "$VP_MAXPROC" vp_stat
-		sec s1.status "$VP_MAXPROC" vp_status_brief
-		sec s1.io "$VP_MAXPROC" vp_io
+		secn s1.now vp_now
+		sec s1.proc "$VP_MAXPROC" vp_proc_brief
 		vp_gpu_sec s1.gpu vp_gpu
-		sec s1.logs 65536 vp_logstats
+		secn s1.logs vp_logstats
 	fi
 	# times must run in this shell, not in a section's subshell, to count the whole probe.
 	printf '\n@@%s@@ times\n' "$VP_B"
