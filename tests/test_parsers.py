@@ -5,7 +5,20 @@ from __future__ import annotations
 import pytest
 
 from vastprobe.model import FileStat, Unavailable
-from vastprobe.parsers import cgroup, cmdline, df, fd, files, host, kmsg, nvidia_smi, proc_io, proc_stat, proc_status, wchan
+from vastprobe.parsers import (
+    cgroup,
+    cmdline,
+    df,
+    fd,
+    files,
+    host,
+    kmsg,
+    nvidia_smi,
+    proc_io,
+    proc_stat,
+    proc_status,
+    wchan,
+)
 
 STAT_TAIL = "S 1 5270 5270 0 -1 4194304 100 0 0 0 7 3 0 0 20 0 2 0 4242 1000 50 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0"
 
@@ -23,7 +36,9 @@ def test_stat_section_joins_split_records() -> None:
     assert "No such file" in errors[99]
 
 
-@pytest.mark.parametrize("bad", ["", "garbage", "12 (x) Q 1 2 3", "12 (x) S a b c d e f g h i j k l m n o p q r s t u v"])
+@pytest.mark.parametrize(
+    "bad", ["", "garbage", "12 (x) Q 1 2 3", "12 (x) S a b c d e f g h i j k l m n o p q r s t u v"]
+)
 def test_stat_rejects_garbage(bad: str) -> None:
     with pytest.raises(ValueError):
         proc_stat.parse_stat(bad)
@@ -63,7 +78,9 @@ def test_cmdline_keeps_argument_boundaries() -> None:
 
 
 def test_io_and_wchan() -> None:
-    io, err = proc_io.parse_io_section("/proc/3/io:rchar: 10\n/proc/3/io:wchar: 20\ngrep: /proc/1/io: Permission denied")
+    io, err = proc_io.parse_io_section(
+        "/proc/3/io:rchar: 10\n/proc/3/io:wchar: 20\ngrep: /proc/1/io: Permission denied"
+    )
     assert io[3].rchar == 10 and io[3].write_bytes is None and "Permission" in err[1]
     w, _ = wchan.parse_wchan_section("/proc/3/wchan:sigsuspend.isra.0\n/proc/4/wchan:0")
     assert wchan.wchan_family(w[3]) == "sigsuspend" and w[4] == "0"
@@ -117,7 +134,7 @@ def test_unreadable_kernel_log_is_said_not_silent() -> None:
 def test_nvidia_smi_placeholders_are_absent_not_zero() -> None:
     rows, other = nvidia_smi.parse_gpu_query(
         "0, GPU-1, NVIDIA H200, 00000000:18:00.0, [N/A], 0, 143771, 143771, 29, [Not Supported], 0x0000000000000001\n"
-        "Field \"x\" is not a valid field to query.\n"
+        'Field "x" is not a valid field to query.\n'
     )
     assert rows[0].utilization_gpu is None and rows[0].utilization_memory == 0 and rows[0].power_w is None
     assert rows[0].clock_event_reasons == 1 and other
@@ -140,8 +157,17 @@ def test_cgroup_v2_counters() -> None:
         ]
     )
     (g,) = cgroup.parse_cgmem(m, c)
-    assert (g.version, g.oom_kill, g.oom, g.failcnt, g.limit_bytes, g.peak_bytes) == ("v2", 1, 2, 12, 1073741824, 1073700000)
-    assert cgroup.parse_proc_cgroup_section("/proc/1/cgroup:0::/job\n/proc/1/cgroup:4:memory:/vpt") == {1: ("/vpt", "/job")}
+    assert (g.version, g.oom_kill, g.oom, g.failcnt, g.limit_bytes, g.peak_bytes) == (
+        "v2",
+        1,
+        2,
+        12,
+        1073741824,
+        1073700000,
+    )
+    assert cgroup.parse_proc_cgroup_section("/proc/1/cgroup:0::/job\n/proc/1/cgroup:4:memory:/vpt") == {
+        1: ("/vpt", "/job")
+    }
 
 
 def test_logstats_and_artifacts() -> None:

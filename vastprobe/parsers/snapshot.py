@@ -128,8 +128,8 @@ def _excluded(
     cur: int | None = shell_ppid
     while cur and cur in procs and cur > 1:
         r = procs[cur]
-        argv = " ".join(cmdlines.get(cur, ()))
-        session_like = r.comm.startswith("sshd") and ("@" in argv or "[priv]" in argv or r.comm != "sshd")
+        joined = " ".join(cmdlines.get(cur, ()))
+        session_like = r.comm.startswith("sshd") and ("@" in joined or "[priv]" in joined or r.comm != "sshd")
         if not session_like:
             break
         excluded.add(cur)
@@ -209,7 +209,9 @@ def build_snapshot(
                 sig_ign=status.sig_ign if status else None,
                 sig_cgt=status.sig_cgt if status else None,
                 cmdline=cmdlines.get(pid, ()),
-                wchan=w if w is not None else Unavailable("wchan not readable" if wchan_ok else _missing(out, "s0.proc")),
+                wchan=w
+                if w is not None
+                else Unavailable("wchan not readable" if wchan_ok else _missing(out, "s0.proc")),
                 fds=fd_value,
                 fds_truncated=pid in fd_table.truncated,
                 memory_cgroup=v1,

@@ -49,15 +49,15 @@ def _render_host(console: Console, r: HostReport) -> None:
     if snap is None:
         return
     table = Table(title=Text(f"processes in scope ({len(r.scope)})"), show_edge=False, pad_edge=False)
-    for col, just in (
-        ("pid", "right"),
-        ("ppid", "right"),
-        ("st", "left"),
-        ("wchan", "left"),
-        ("cpu Δ", "right"),
-        ("command", "left"),
+    for col, just, width in (
+        ("pid", "right", 7),
+        ("ppid", "right", 7),
+        ("st", "left", 2),
+        ("wchan", "left", 20),
+        ("cpu Δ", "right", 7),
     ):
-        table.add_column(col, justify=just, no_wrap=True, overflow="ellipsis")  # type: ignore[arg-type]
+        table.add_column(col, justify=just, no_wrap=True, width=width)  # type: ignore[arg-type]
+    table.add_column("command", no_wrap=True, overflow="ellipsis")
     scope = set(r.scope)
     for p in snap.processes:
         if p.pid not in scope:

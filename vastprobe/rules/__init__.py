@@ -1,10 +1,41 @@
-"""The rule registry: one module per rule, each exporting RULE."""
+"""The rule registry: one module per rule, each exporting RULE. Codes are never reused: a retired
+rule keeps its code in RETIRED."""
 
 from __future__ import annotations
 
+from vastprobe.rules import (
+    d_state,
+    disk_full,
+    do_wait_orphan,
+    gpu_driver_error,
+    gpu_xid,
+    idle_gpu,
+    missing_logs,
+    oom_killed_child,
+    stopped_child,
+    zombie_child,
+)
 from vastprobe.rules.base import Rule
 
-RULES: tuple[Rule, ...] = ()
+RULES: tuple[Rule, ...] = tuple(
+    m.RULE
+    for m in (
+        do_wait_orphan,
+        oom_killed_child,
+        idle_gpu,
+        missing_logs,
+        stopped_child,
+        zombie_child,
+        gpu_xid,
+        gpu_driver_error,
+        d_state,
+        disk_full,
+    )
+)
+#: Codes of rules that were removed; never hand them out again.
+RETIRED: dict[str, str] = {}
+#: Codes used outside the rule modules (findings about the probe itself).
+RESERVED = {"VP900": "probe-incomplete"}
 
 
 def rule_by_slug(slug: str) -> Rule | None:

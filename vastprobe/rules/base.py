@@ -6,6 +6,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
+from vastprobe.analysis.logs import LogHealth, log_health
+from vastprobe.analysis.oom import OomMatch, match_oom_kills
 from vastprobe.analysis.pipes import PipeTable
 from vastprobe.analysis.progress import Progress, progress
 from vastprobe.analysis.tree import ProcessTree
@@ -65,6 +67,18 @@ class Context:
     @cached_property
     def progress(self) -> dict[int, Progress]:
         return {p.pid: progress(p) for p in self.snapshot.processes}
+
+    @cached_property
+    def oom_matches(self) -> list[OomMatch]:
+        return match_oom_kills(self.snapshot, self.scope, self.tree)
+
+    @cached_property
+    def log_healths(self) -> list[LogHealth]:
+        return [log_health(log, self.now, self.options.stale_after) for log in self.snapshot.logs]
+
+    @property
+    def two_samples(self) -> bool:
+        return len(self.snapshot.probe.sample_uptimes) >= 2
 
     def in_scope(self) -> list[Process]:
         return [p for p in self.snapshot.processes if p.pid in self.scope]

@@ -1,0 +1,58 @@
+"""Health of the logs the workload is expected to keep writing (`--log`)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from vastprobe.model import FileStat, LogFile, Unavailable
+
+LogState = Literal["ok", "absent", "empty", "stale", "deleted-open", "unknown"]
+
+FATAL = re.compile(
+    r"(Killed|out of memory|OutOfMemory|CUDA error|CUDA_ERROR|panic|Traceback \(most recent call last\)|"
+    r"Segmentation fault|core dumped|FATAL|Fatal error|Aborted|illegal memory access)",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class LogHealth:
+    log: LogFile
+    state: LogState
+    age: float | None  # seconds since last write, on the target's clock
+    grew: bool  # size changed between the probe's samples
+    fatal_lines: tuple[str, ...]
+    writers: tuple[int, ...]  # pids holding it open for writing (deleted or not)
+
+
+def log_health(log: LogFile, now: float | None, stale_after: float) -> LogHealth:
+    stats = [s for s in log.stats if isinstance(s, FileStat)]
+    grew = len(stats) >= 2 and stats[-1].size != stats[0].size
+    tail = log.tail if isinstance(log.tail, str) else ""
+    fatal = tuple(line.strip()[:300] for line in tail.splitlines()[-50:] if FATAL.search(line))[-5:]
+    writers = tuple(pid for pid, _fd, _deleted in log.holders)
+    deleted_holders = [h for h in log.holders if h[2]]
+    age = None
+    if stats and now is not None:
+        age = max(0.0, now - stats[-1].mtime)
+    state: LogState
+    if not stats:
+        last = log.stats[-1] if log.stats else None
+        reason = last.reason if isinstance(last, Unavailable) else ""
+        if deleted_holders:
+            state = "deleted-open"
+        elif "No such file" in reason or "can't" in reason or not reason:
+            state = "absent"
+        else:
+            state = "unknown"
+    elif grew:
+        state = "ok"
+    elif stats[-1].size == 0:
+        state = "empty"
+    elif age is not None and age > stale_after:
+        state = "stale"
+    else:
+        state = "ok"
+    return LogHealth(log, state, age, grew, fatal, writers)

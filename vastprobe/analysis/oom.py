@@ -1,0 +1,60 @@
+"""OOM kills matched to the watched processes.
+
+Kernel-log PIDs are host PIDs, so inside a container a victim is matched by cgroup (`task_memcg`)
+and name, and by time: a kill from before a process started cannot be that process's loss."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vastprobe.analysis.tree import ProcessTree
+from vastprobe.analysis.waitchain import waits_on_children
+from vastprobe.model import HostSnapshot, KernelEvent, Process, available
+
+
+@dataclass(frozen=True)
+class OomMatch:
+    event: KernelEvent
+    loser: int | None  # the in-scope process that most likely lost the victim
+    how: str  # how the loser was chosen
+    relevant: bool  # happened while a watched process was alive; False = context only
+
+
+def start_wall(snapshot: HostSnapshot, p: Process) -> float | None:
+    btime = available(snapshot.host.btime)
+    return None if btime is None else btime + p.starttime / snapshot.host.clk_tck
+
+
+def match_oom_kills(snapshot: HostSnapshot, scope: frozenset[int], tree: ProcessTree) -> list[OomMatch]:
+    kills = [e for e in snapshot.kernel_log.events if e.kind == "oom-kill"]
+    if not kills:
+        return []
+    watched = [p for p in snapshot.processes if p.pid in scope and not p.kernel_thread and p.state != "Z"]
+    out = []
+    for ev in kills:
+        when = ev.wall_time
+
+        def alive_before(p: Process, when: float | None = when) -> bool:
+            s = start_wall(snapshot, p)
+            return when is None or s is None or s <= when
+
+        earlier = [p for p in watched if alive_before(p)]
+        if not earlier:
+            out.append(OomMatch(ev, None, "the kill happened before every watched process started", False))
+            continue
+        by_cgroup = [p for p in earlier if ev.task_memcg and ev.task_memcg in (p.memory_cgroup, p.cgroup_v2)]
+        by_name = [p for p in earlier if ev.comm and any(ev.comm in a for a in p.cmdline[:4])]
+        waiters = [p for p in earlier if waits_on_children(p, tree)]
+        for pool, how in (
+            ([p for p in by_cgroup if waits_on_children(p, tree)], "waits on children in the victim's memory cgroup"),
+            (by_name, "its command line names the victim"),
+            (by_cgroup, "in the victim's memory cgroup"),
+            (waiters, "waits on children and was running when the victim died"),
+        ):
+            if pool:
+                loser = max(pool, key=lambda p: (p.starttime, p.pid))  # the closest parent: started last
+                out.append(OomMatch(ev, loser.pid, how, True))
+                break
+        else:
+            out.append(OomMatch(ev, None, "no watched process could be tied to the victim", True))
+    return out

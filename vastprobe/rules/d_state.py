@@ -1,0 +1,32 @@
+"""VP109 d-state: a watched process in uninterruptible sleep (D) for the whole window: block I/O,
+NFS/FUSE, or a driver call (NVIDIA). It cannot be killed until the call returns."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from vastprobe.analysis.wchan_families import NVIDIA_PREFIXES, family
+from vastprobe.model import Evidence, Finding, Unavailable
+from vastprobe.rules.base import Context, Rule, RuleMeta
+
+META = RuleMeta("d-state", "VP109", "error", "a watched process is stuck in uninterruptible sleep (D)")
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    for p in ctx.in_scope():
+        if not p.samples or any(s.state != "D" for s in p.samples):
+            continue
+        w = "" if isinstance(p.wchan, Unavailable) else family(p.wchan)
+        nvidia = w.startswith(NVIDIA_PREFIXES)
+        ev = [Evidence("/proc/stat", f"state D in {len(p.samples)} sample(s) over {ctx.snapshot.sample_window:.1f}s")]
+        ev.append(Evidence("/proc/wchan", w or "unknown"))
+        hint = (
+            "blocked inside the NVIDIA driver: check `nvidia-smi` and the kernel log for Xid errors; a GPU reset or reboot may be needed"
+            if nvidia
+            else "blocked in the kernel (disk, NFS/FUSE, driver): check the kernel log for hung-task lines and the storage it uses"
+        )
+        sev = "error" if ctx.two_samples else "warning"
+        yield META.finding(f"{p.comm} ({p.pid}) is in uninterruptible sleep in {w or '?'}", [p.pid], ev, hint, sev)  # type: ignore[arg-type]
+
+
+RULE = Rule(META, check)

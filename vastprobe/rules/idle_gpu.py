@@ -1,0 +1,46 @@
+"""VP103 idle-gpu: GPUs near 0% in every sample while the workload should be using them. Memory
+held with no kernels running means a hung GPU job; nothing on the GPU means the GPU work never
+started or died."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from vastprobe.analysis.gpu import IDLE_UTIL, gpu_expected, gpu_holders, idle_gpus
+from vastprobe.model import Evidence, Finding
+from vastprobe.rules.base import Context, Rule, RuleMeta
+
+META = RuleMeta("idle-gpu", "VP103", "error", "GPUs idle while the workload should be using them")
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    g = ctx.snapshot.gpus
+    if not g.present or g.error is not None or not g.samples:
+        return  # no GPU, no nvidia-smi, or a driver error (that is gpu-driver-error's)
+    expected, why = gpu_expected(ctx.snapshot, ctx.scope, ctx.options.expect_gpu)
+    if not expected:
+        return
+    holders = gpu_holders(ctx.snapshot, ctx.scope)
+    for idle in idle_gpus(ctx.snapshot):
+        ev = [
+            Evidence(
+                "nvidia-smi",
+                f"GPU {idle.index} ({idle.name}) utilization {list(idle.utilizations)}% over {len(idle.utilizations)} sample(s)",
+            ),
+            Evidence("expected", why),
+        ]
+        if idle.memory_used_mib is not None:
+            ev.append(Evidence("nvidia-smi", f"memory used {idle.memory_used_mib:.0f} MiB"))
+        if idle.allocated:
+            summary = (
+                f"GPU {idle.index} holds {idle.memory_used_mib:.0f} MiB but runs no kernels (below {IDLE_UTIL:.0f}%)"
+            )
+            hint = "a context is alive but idle: the job is blocked before its GPU work (see the wait chain) or hung in the driver"
+        else:
+            summary = f"GPU {idle.index} has nothing on it while the workload should be using it"
+            hint = "the GPU work never started or died: check for OOM kills, crashed children and the job's log"
+        sev = "error" if len(idle.utilizations) >= 2 else "warning"  # one 0% reading is weak evidence
+        yield META.finding(summary, holders, ev, hint, sev)  # type: ignore[arg-type]
+
+
+RULE = Rule(META, check)

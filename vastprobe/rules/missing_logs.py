@@ -1,0 +1,63 @@
+"""VP104 missing-logs: an expected `--log` that is absent, empty, silent for `--stale-after`, or
+deleted while a process still writes into it. "The logs simply stop" is how stalls look from
+outside; fatal lines in the tail are evidence too."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from vastprobe.analysis.logs import LogHealth
+from vastprobe.model import Evidence, Finding, Severity
+from vastprobe.rules.base import Context, Rule, RuleMeta
+
+META = RuleMeta("missing-logs", "VP104", "error", "an expected log is missing, silent or deleted while still open")
+
+
+def _finding(ctx: Context, h: LogHealth) -> Finding | None:
+    path = h.log.path
+    ev: list[Evidence] = []
+    sev: Severity
+    if h.state == "ok":
+        if not h.fatal_lines:
+            return None
+        ev += [Evidence(f"tail of {path}", line) for line in h.fatal_lines]
+        return META.finding(f"{path} is being written but ends in fatal-looking lines", h.writers, ev,
+                            "read the log's tail; the job may be retrying or about to exit", "warning")  # fmt: skip
+    if h.state == "absent":
+        sev, summary = "warning", f"{path} does not exist"
+        hint = "check the path; if the job should have created it by now, it never started or writes elsewhere"
+    elif h.state == "deleted-open":
+        names = ", ".join(ctx.proc_label(pid) for pid in h.writers)
+        sev, summary = "warning", f"{path} was deleted while {names} still hold(s) it open"
+        hint = "the writer keeps writing into the deleted file: read it via /proc/<pid>/fd/<n>, and stop whatever deletes it"
+        ev += [Evidence("/proc/fd", f"pid {pid} fd {fd} -> {path} (deleted)") for pid, fd, d in h.log.holders if d]
+    elif h.state == "empty":
+        sev = "error" if h.age is not None and h.age > ctx.options.stale_after else "info"
+        summary = f"{path} is empty" + (f" after {h.age:.0f}s" if h.age is not None else "")
+        hint = "the job started but never logged: check its stdout redirection and whether it is blocked before its first line"
+    elif h.state == "stale":
+        sev, summary = (
+            "error",
+            f"{path} has not been written for {h.age:.0f}s (over --stale-after {ctx.options.stale_after:.0f}s)",
+        )
+        hint = "the job stopped logging: see the other findings for why it stopped"
+    else:
+        return None
+    if h.age is not None:
+        ev.append(
+            Evidence(
+                "stat", f"last written {h.age:.0f}s before the probe; size unchanged over the window: {not h.grew}"
+            )
+        )
+    ev += [Evidence(f"tail of {path}", line) for line in h.fatal_lines]
+    return META.finding(summary, h.writers, ev, hint, sev)
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    for h in ctx.log_healths:
+        f = _finding(ctx, h)
+        if f is not None:
+            yield f
+
+
+RULE = Rule(META, check)

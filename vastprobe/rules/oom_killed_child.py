@@ -1,0 +1,90 @@
+"""VP102 oom-killed-child: the OOM killer took a process from the job. The parent often just
+waits on, and nothing in the job's own logs says why."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from vastprobe.model import Evidence, Finding
+from vastprobe.rules.base import Context, Rule, RuleMeta
+
+META = RuleMeta("oom-killed-child", "VP102", "error", "the kernel's OOM killer killed a process of the job")
+
+
+def _when(wall: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(wall)) if wall else "at an unknown time"
+
+
+def _mib(kb: int | None) -> str:
+    return f"{kb / 1024:.0f} MiB" if kb is not None else "?"
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    snap = ctx.snapshot
+    for m in ctx.oom_matches:
+        e = m.event
+        rss = (e.anon_rss_kb or 0) + (e.file_rss_kb or 0) if e.anon_rss_kb is not None else None
+        ev = [Evidence("kernel log", e.line[:400])]
+        ev.append(
+            Evidence(
+                "victim", f"{e.comm} (host pid {e.pid}), {_mib(rss)} resident at death, killed {_when(e.wall_time)}"
+            )
+        )
+        limit = f"memory cgroup limit {_mib(e.limit_kb)} ({e.memcg or e.task_memcg})" if e.limit_kb else None
+        if limit is None:
+            cg = next((c for c in snap.cgroups if e.task_memcg and c.path == e.task_memcg), None)
+            if cg is not None and cg.limit_bytes:
+                limit = f"memory cgroup limit {cg.limit_bytes // 2**20} MiB ({cg.path})"
+            elif e.constraint and "MEMCG" not in e.constraint:
+                limit = f"the whole machine ran out of memory ({e.constraint})"
+        if limit:
+            ev.append(Evidence("limit", limit))
+        if m.loser is not None:
+            ev.append(Evidence("lost by", f"{ctx.proc_label(m.loser)}: {m.how}"))
+        if not m.relevant:
+            ev.append(Evidence("timing", m.how))
+        summary = f"{e.comm} was OOM-killed {_when(e.wall_time)}" + (
+            f"; {ctx.proc_label(m.loser)} lost it" if m.loser else ""
+        )
+        sev = "error" if m.relevant and m.loser is not None else ("warning" if m.relevant else "info")
+        yield META.finding(
+            summary,
+            [m.loser] if m.loser else [],
+            ev,
+            "give the job more memory (or a smaller batch), and make its parent notice a child killed by SIGKILL (exit 137)",
+            sev,  # type: ignore[arg-type]
+        )
+    yield from _from_cgroups(ctx)
+
+
+def _from_cgroups(ctx: Context) -> Iterator[Finding]:
+    """cgroup oom_kill counters: the only witness when the kernel log is not readable."""
+    snap = ctx.snapshot
+    watched_paths = {p.memory_cgroup for p in ctx.in_scope()} | {p.cgroup_v2 for p in ctx.in_scope()}
+    logged = sum(1 for m in ctx.oom_matches if m.relevant)
+    for cg in snap.cgroups:
+        if not cg.oom_kill or cg.path not in watched_paths:
+            continue
+        if snap.kernel_log.readable and logged:
+            continue  # the log's lines already say it, with names and times
+        members = [p.pid for p in ctx.in_scope() if cg.path in (p.memory_cgroup, p.cgroup_v2)]
+        ev = [
+            Evidence(
+                f"{cg.directory}/memory.{'oom_control' if cg.version == 'v1' else 'events'}", f"oom_kill {cg.oom_kill}"
+            )
+        ]
+        if cg.limit_bytes:
+            ev.append(Evidence("limit", f"{cg.limit_bytes // 2**20} MiB; peak {((cg.peak_bytes or 0) // 2**20)} MiB"))
+        why = snap.kernel_log.reason if not snap.kernel_log.readable else "the kernel log no longer holds the lines"
+        ev.append(Evidence("kernel log", f"not usable: {why}"))
+        yield META.finding(
+            f"memory cgroup {cg.path} counts {cg.oom_kill} OOM kill(s); when and which process is unknown",
+            members[:1],
+            ev,
+            "the counter only grows: compare it with the next sweep to date the kill; give the job more memory",
+            "warning",
+        )
+
+
+RULE = Rule(META, check)

@@ -1,0 +1,38 @@
+"""VP106 zombie-child: exited children nobody reaps. The parent is not calling wait(); in a
+container a PID 1 that does not reap lets zombies pile up until the PID limit."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from vastprobe.model import Evidence, Finding
+from vastprobe.rules.base import Context, Rule, RuleMeta
+
+META = RuleMeta("zombie-child", "VP106", "warning", "exited children are not being reaped by their parent")
+SIGCHLD_BIT = 1 << 16
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    by_parent: dict[int, list[int]] = {}
+    for p in ctx.snapshot.processes:
+        if p.samples and all(s.state == "Z" for s in p.samples) and (p.pid in ctx.scope or p.ppid in ctx.scope):
+            by_parent.setdefault(p.ppid, []).append(p.pid)
+    for ppid, zombies in sorted(by_parent.items()):
+        parent = ctx.tree.by_pid.get(ppid)
+        pname = parent.comm if parent else "?"
+        ev = [Evidence("/proc/stat", f"zombies {zombies[:20]} (state Z), parent {ppid} ({pname})")]
+        init_in_container = ppid == 1 and ctx.snapshot.host.own_pid_namespace is True
+        if parent is not None:
+            ev.append(Evidence("parent", f"state {parent.state}, wchan {parent.wchan}"))
+            if parent.sig_cgt is not None and not parent.sig_cgt & SIGCHLD_BIT:
+                ev.append(Evidence("/proc/status", f"{pname} does not catch SIGCHLD (SigCgt {parent.sig_cgt:#x})"))
+        if init_in_container:
+            summary = f"PID 1 ({pname}) does not reap {len(zombies)} exited process(es)"
+            hint = "run the container with an init that reaps (tini, dumb-init, `docker run --init`)"
+        else:
+            summary = f"{pname} ({ppid}) leaves {len(zombies)} exited child(ren) unreaped"
+            hint = f"{pname} is not calling wait(); if it is stuck, its children's exit is lost on it"
+        yield META.finding(summary, [ppid, *zombies], ev, hint)
+
+
+RULE = Rule(META, check)
