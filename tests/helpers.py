@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -71,3 +73,10 @@ def children_of(pid: int) -> list[int]:
             if int(data[data.rindex(")") + 2 :].split()[1]) == pid:
                 out.append(int(d))
     return out
+
+
+def vastprobe_json(*args: str, timeout: float = 120) -> tuple[int, dict]:
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", *args],
+                       capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    assert r.stdout, r.stderr
+    return r.returncode, json.loads(r.stdout)["hosts"][0]

@@ -57,7 +57,8 @@ def _render_host(console: Console, r: HostReport) -> None:
         ("cpu Δ", "right", 7),
     ):
         table.add_column(col, justify=just, no_wrap=True, width=width)  # type: ignore[arg-type]
-    table.add_column("command", no_wrap=True, overflow="ellipsis")
+    table.add_column("command", no_wrap=True)
+    room = max(20, console.width - (7 + 7 + 2 + 20 + 7) - 6 * 3)  # the fixed columns and separators
     scope = set(r.scope)
     for p in snap.processes:
         if p.pid not in scope:
@@ -71,7 +72,7 @@ def _render_host(console: Console, r: HostReport) -> None:
             Text(p.state),
             Text(safe(wchan, 28)),
             Text(cpu),
-            Text(safe(p.command, 120)),
+            Text(safe(p.command, room)),
         )
     console.print(table)
     console.print()

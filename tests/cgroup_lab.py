@@ -1,0 +1,51 @@
+"""A small memory cgroup for real OOM kills in tests (root only; v1 or v2)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+V1 = Path("/sys/fs/cgroup/memory")
+V2 = Path("/sys/fs/cgroup")
+
+
+class MemoryCgroup:
+    def __init__(self, limit_bytes: int) -> None:
+        if os.geteuid() != 0:
+            pytest.skip("real OOM kills need root to create a memory cgroup")
+        name = f"vastprobe-test-{uuid.uuid4().hex[:8]}"
+        if (V1 / "memory.limit_in_bytes").exists() and os.access(V1, os.W_OK):
+            self.version = "v1"
+            self.path = V1 / name
+            self.path.mkdir()
+            (self.path / "memory.limit_in_bytes").write_text(str(limit_bytes))
+        elif (V2 / "cgroup.controllers").exists() and "memory" in (V2 / "cgroup.subtree_control").read_text():
+            self.version = "v2"
+            self.path = V2 / name
+            self.path.mkdir()
+            (self.path / "memory.max").write_text(str(limit_bytes))
+            (self.path / "memory.swap.max").write_text("0")
+        else:
+            pytest.skip("no writable memory cgroup controller (v1 at /sys/fs/cgroup/memory, or v2 with memory enabled)")
+        self.name = "/" + name
+
+    @property
+    def procs_file(self) -> Path:
+        return self.path / "cgroup.procs"
+
+    def oom_kills(self) -> int:
+        f = self.path / ("memory.oom_control" if self.version == "v1" else "memory.events")
+        for line in f.read_text().splitlines():
+            k, _, v = line.partition(" ")
+            if k == "oom_kill":
+                return int(v)
+        return 0
+
+    def remove(self) -> None:
+        try:
+            self.path.rmdir()
+        except OSError:
+            pass

@@ -1,0 +1,45 @@
+"""missing-logs: absent, stale, deleted while open; a fresh log is fine."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import vastprobe_json, wait_for
+
+WRITER = "import sys, time\nf = open(sys.argv[1], 'a')\nwhile True:\n    f.write('tick\\n'); f.flush(); time.sleep(0.05)\n"
+
+
+def test_log_deleted_while_open(tmp_path: Path, reap) -> None:
+    log = tmp_path / "run.log"
+    p = subprocess.Popen([sys.executable, "-c", WRITER, str(log)], start_new_session=True)
+    reap.append(p)
+    wait_for(lambda: log.exists() and log.stat().st_size > 0, what="log written")
+    log.unlink()
+    rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.3", "--log", str(log))
+    f = next(f for f in host["findings"] if f["rule"] == "missing-logs")
+    assert "deleted" in f["summary"] and str(p.pid) in f["summary"] and f["pids"] == [p.pid]
+
+
+def test_absent_and_stale_logs(tmp_path: Path) -> None:
+    stale = tmp_path / "stale.log"
+    stale.write_text("last words: CUDA error: an illegal memory access was encountered\n")
+    os.utime(stale, (1000, 1000))
+    rc, host = vastprobe_json("--pid", "1", "--sample", "0", "--log", str(tmp_path / "nope.log"), "--log", str(stale))
+    found = {f["summary"]: f for f in host["findings"] if f["rule"] == "missing-logs"}
+    absent = next(f for s, f in found.items() if "does not exist" in s)
+    assert absent["severity"] == "warning"
+    old = next(f for s, f in found.items() if "has not been written" in s)
+    assert old["severity"] == "error" and any("CUDA error" in e["detail"] for e in old["evidence"])
+    assert rc == 1
+
+
+def test_fresh_log_is_healthy(tmp_path: Path, reap) -> None:
+    log = tmp_path / "run.log"
+    p = subprocess.Popen([sys.executable, "-c", WRITER, str(log)], start_new_session=True)
+    reap.append(p)
+    wait_for(lambda: log.exists() and log.stat().st_size > 0, what="log written")
+    rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.3", "--log", str(log))
+    assert host["verdict"] == "healthy" and rc == 0, host["findings"]
