@@ -31,7 +31,7 @@ def test_tee_held_open_by_orphaned_sleep(tmp_path: Path, reap) -> None:
 def test_shell_waiting_on_busy_command_is_healthy(tmp_path: Path, reap) -> None:
     log = tmp_path / "work.log"
     busy = f"import time\nwhile True:\n    open({str(log)!r}, 'a').write('tick\\n'); sum(range(200000))\n"
-    p = subprocess.Popen(["bash", "-c", f"{sys.executable} -c \"{busy}\"; echo end"], start_new_session=True)
+    p = subprocess.Popen(["bash", "-c", f'{sys.executable} -c "{busy}"; echo end'], start_new_session=True)
     reap.append(p)
     wait_for(lambda: log.exists() and log.stat().st_size > 100, what="worker writing")
     rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.5", "--log", str(log))

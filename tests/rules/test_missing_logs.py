@@ -9,7 +9,9 @@ from pathlib import Path
 
 from tests.helpers import vastprobe_json, wait_for
 
-WRITER = "import sys, time\nf = open(sys.argv[1], 'a')\nwhile True:\n    f.write('tick\\n'); f.flush(); time.sleep(0.05)\n"
+WRITER = (
+    "import sys, time\nf = open(sys.argv[1], 'a')\nwhile True:\n    f.write('tick\\n'); f.flush(); time.sleep(0.05)\n"
+)
 
 
 def test_log_deleted_while_open(tmp_path: Path, reap) -> None:

@@ -30,7 +30,9 @@ echo "client exited $?"
 wait
 """
     )
-    (tmp_path / "entrypoint.sh").write_text(f"#!/bin/bash\nbash {tmp_path}/benchmark.sh > {tmp_path}/bench.log 2>&1\necho done\n")
+    (tmp_path / "entrypoint.sh").write_text(
+        f"#!/bin/bash\nbash {tmp_path}/benchmark.sh > {tmp_path}/bench.log 2>&1\necho done\n"
+    )
     p = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "bash", str(tmp_path / "entrypoint.sh")],
                          start_new_session=True)  # fmt: skip
     reap.append(p)

@@ -35,8 +35,10 @@ def match_oom_kills(snapshot: HostSnapshot, scope: frozenset[int], tree: Process
         when = ev.wall_time
 
         def alive_before(p: Process, when: float | None = when) -> bool:
+            # starttime is truncated to clock ticks: a process that started within one tick after
+            # the kill would look older than it; count it as younger (context, not blame)
             s = start_wall(snapshot, p)
-            return when is None or s is None or s <= when
+            return when is None or s is None or s + 1 / snapshot.host.clk_tck <= when
 
         earlier = [p for p in watched if alive_before(p)]
         if not earlier:

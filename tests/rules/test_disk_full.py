@@ -1,0 +1,42 @@
+"""disk-full on a real, really full filesystem: a 1 MiB tmpfs the test mounts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import vastprobe_json
+
+
+@pytest.fixture
+def tiny_fs(tmp_path: Path):
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)]).returncode:
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)])
+
+
+def test_full_filesystem_of_a_log(tiny_fs: Path) -> None:
+    log = tiny_fs / "job.log"
+    with open(log, "wb") as f:
+        try:
+            f.write(b"x" * (2 * 1024 * 1024))
+        except OSError:
+            pass
+    rc, host = vastprobe_json("--pid", "1", "--sample", "0", "--log", str(log), "--stale-after", "100000")
+    f = next(f for f in host["findings"] if f["rule"] == "disk-full")
+    assert f["severity"] == "error" and str(tiny_fs) in f["summary"] and rc == 1
+
+
+def test_roomy_filesystem_is_fine(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text("ok\n")
+    rc, host = vastprobe_json("--pid", "1", "--sample", "0", "--log", str(log))
+    assert not [f for f in host["findings"] if f["rule"] == "disk-full"]
