@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from collections.abc import Iterator
 
@@ -15,12 +16,8 @@ def reap() -> Iterator[list[subprocess.Popen]]:
     import signal
 
     for p in procs:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
+        with contextlib.suppress(ProcessLookupError):
             p.kill()
-        except ProcessLookupError:
-            pass
         p.wait()

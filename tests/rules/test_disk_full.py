@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 from pathlib import Path
@@ -25,11 +26,8 @@ def tiny_fs(tmp_path: Path):
 
 def test_full_filesystem_of_a_log(tiny_fs: Path) -> None:
     log = tiny_fs / "job.log"
-    with open(log, "wb") as f:
-        try:
-            f.write(b"x" * (2 * 1024 * 1024))
-        except OSError:
-            pass
+    with open(log, "wb") as f, contextlib.suppress(OSError):
+        f.write(b"x" * (2 * 1024 * 1024))
     rc, host = vastprobe_json("--pid", "1", "--sample", "0", "--log", str(log), "--stale-after", "100000")
     f = next(f for f in host["findings"] if f["rule"] == "disk-full")
     assert f["severity"] == "error" and str(tiny_fs) in f["summary"] and rc == 1
@@ -38,5 +36,5 @@ def test_full_filesystem_of_a_log(tiny_fs: Path) -> None:
 def test_roomy_filesystem_is_fine(tmp_path: Path) -> None:
     log = tmp_path / "job.log"
     log.write_text("ok\n")
-    rc, host = vastprobe_json("--pid", "1", "--sample", "0", "--log", str(log))
+    _rc, host = vastprobe_json("--pid", "1", "--sample", "0", "--log", str(log))
     assert not [f for f in host["findings"] if f["rule"] == "disk-full"]

@@ -55,7 +55,7 @@ def test_memory_held_no_kernels_is_hung() -> None:
 
 
 def test_busy_gpu_is_fine() -> None:
-    rc, host = diagnose("busy", "--sample", "0.3", "--pid", "1", "--expect-gpu")
+    _rc, host = diagnose("busy", "--sample", "0.3", "--pid", "1", "--expect-gpu")
     assert not [f for f in host["findings"] if f["rule"].startswith(("idle-gpu", "gpu-"))]
 
 

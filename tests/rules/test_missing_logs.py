@@ -20,7 +20,7 @@ def test_log_deleted_while_open(tmp_path: Path, reap) -> None:
     reap.append(p)
     wait_for(lambda: log.exists() and log.stat().st_size > 0, what="log written")
     log.unlink()
-    rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.3", "--log", str(log))
+    _rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.3", "--log", str(log))
     f = next(f for f in host["findings"] if f["rule"] == "missing-logs")
     assert "deleted" in f["summary"] and str(p.pid) in f["summary"] and f["pids"] == [p.pid]
 

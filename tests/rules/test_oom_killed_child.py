@@ -42,7 +42,7 @@ def test_kill_during_the_job_names_the_parent_that_lost_it(reap) -> None:
         p = subprocess.Popen(["bash", "-c", script], start_new_session=True)
         reap.append(p)
         wait_for(lambda: cg.oom_kills() >= 1, timeout=30, what="OOM kill")
-        rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.3")
+        _rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.3")
         f = next(f for f in host["findings"] if f["rule"] == "oom-killed-child")
         assert f["severity"] == "error" and f["pids"] == [p.pid]
         details = " ".join(e["detail"] for e in f["evidence"])
