@@ -22,7 +22,21 @@ def _mib(kb: int | None) -> str:
 
 def check(ctx: Context) -> Iterator[Finding]:
     snap = ctx.snapshot
+    context = [m for m in ctx.oom_matches if not m.relevant]
+    if context:
+        last = context[-1].event
+        names = sorted({m.event.comm or "?" for m in context})
+        yield META.finding(
+            f"{len(context)} OOM kill(s) before the watched processes started (latest: {last.comm} {_when(last.wall_time)})",
+            [],
+            [Evidence("kernel log", m.event.line[:400]) for m in context[-3:]]
+            + [Evidence("timing", f"victims {names[:10]}: context, not the cause")],
+            "nothing to do for the watched job; the host had memory trouble earlier",
+            "info",
+        )
     for m in ctx.oom_matches:
+        if not m.relevant:
+            continue
         e = m.event
         rss = (e.anon_rss_kb or 0) + (e.file_rss_kb or 0) if e.anon_rss_kb is not None else None
         ev = [Evidence("kernel log", e.line[:400])]
@@ -42,12 +56,10 @@ def check(ctx: Context) -> Iterator[Finding]:
             ev.append(Evidence("limit", limit))
         if m.loser is not None:
             ev.append(Evidence("lost by", f"{ctx.proc_label(m.loser)}: {m.how}"))
-        if not m.relevant:
-            ev.append(Evidence("timing", m.how))
         summary = f"{e.comm} was OOM-killed {_when(e.wall_time)}" + (
             f"; {ctx.proc_label(m.loser)} lost it" if m.loser else ""
         )
-        sev = "error" if m.relevant and m.loser is not None else ("warning" if m.relevant else "info")
+        sev = "error" if m.loser is not None else "warning"
         yield META.finding(
             summary,
             [m.loser] if m.loser else [],
