@@ -127,6 +127,11 @@ def test_unreadable_kernel_log_is_said_not_silent() -> None:
         "@@source dmesg\n@@err dmesg: read kernel buffer failed: Operation not permitted\n@@lines 1\n", None, None
     )
     assert not log.readable and "not permitted" in (log.reason or "")
+    fallback = "@@source journalctl\n@@err No journal files were found.\n@@err -- No entries --\n@@lines 2\n"
+    both = kmsg.parse_kmsg_sections(
+        "@@source dmesg\n@@err dmesg: klogctl: Operation not permitted\n@@lines 1\n", fallback, None
+    )
+    assert not both.readable and "journalctl" in (both.reason or "")
     empty = kmsg.parse_kmsg_sections("@@source dmesg\n@@lines 0\n", None, None)
     assert not empty.readable and "empty" in (empty.reason or "")
 

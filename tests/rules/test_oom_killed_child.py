@@ -49,3 +49,32 @@ def test_kill_during_the_job_names_the_parent_that_lost_it(reap) -> None:
         assert "40 MiB" in details and cg.name in details and "resident at death" in details
     finally:
         cg.remove()
+
+
+def test_unreadable_kernel_log_falls_back_to_cgroup_counters(reap) -> None:
+    """Like a container without CAP_SYSLOG: dmesg is refused, the cgroup's counter still tells."""
+    import shutil
+
+    import pytest
+
+    if shutil.which("setpriv") is None:
+        pytest.skip("needs setpriv (util-linux) to drop CAP_SYSLOG")
+    cg = MemoryCgroup(40 * 1024 * 1024)
+    try:
+        job = f"echo $$ > {cg.procs_file}; sleep 1000 & {sys.executable} -c '{HOG}'; wait"
+        p = subprocess.Popen(["bash", "-c", job], start_new_session=True)
+        reap.append(p)
+        wait_for(lambda: cg.oom_kills() >= 1, timeout=30, what="OOM kill")
+        import json
+
+        drop = ["setpriv", "--bounding-set=-syslog,-sys_admin", "--inh-caps=-syslog,-sys_admin"]
+        r = subprocess.run([*drop, sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json",
+                            "--pid", str(p.pid), "--sample", "0.2"], capture_output=True, text=True, timeout=120)  # fmt: skip
+        host = json.loads(r.stdout)["hosts"][0]
+        assert host["snapshot"]["kernel_log"]["readable"] is False
+        assert "not permitted" in host["snapshot"]["kernel_log"]["reason"]
+        f = next(f for f in host["findings"] if f["rule"] == "oom-killed-child")
+        assert f["severity"] == "warning" and cg.name in f["summary"] and "1 OOM kill" in f["summary"]
+        assert any("not usable" in e["detail"] for e in f["evidence"])
+    finally:
+        cg.remove()

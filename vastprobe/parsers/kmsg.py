@@ -32,7 +32,7 @@ _XID = re.compile(
 )
 _HUNG = re.compile(r"INFO: task (.*):(\d+) blocked for more than (\d+) seconds")
 _LOST = re.compile(r"(GPU at PCI:\S+ has fallen off the bus|GPU is lost)")
-_ERR_WORDS = re.compile(r"not permitted|denied|failed", re.I)
+_ERR_WORDS = re.compile(r"not permitted|denied|failed|No journal files|No entries", re.I)
 
 
 def _wall(uptime: float | None, btime: int | None) -> float | None:
@@ -139,7 +139,7 @@ def parse_kmsg_sections(primary: str | None, fallback: str | None, btime: int | 
         )
     reasons = []
     for source, lines, err, total in chunks:
-        if err and total <= 2 and _ERR_WORDS.search(err):
+        if err and total <= 3 and _ERR_WORDS.search(err):
             reasons.append(f"{source}: {err}")
             continue
         if total == 0:

@@ -162,7 +162,7 @@ VP_KPAT='invoked oom-killer|oom-kill:|Kill(ed)? process|oom_reaper|Out of memory
 # The last 400 matching kernel-log lines, plus how many lines the log had at all.
 vp_kfilter() {
 	awk -v pat="$VP_KPAT" '
-		NR <= 2 && /(dmesg|klogctl).*(not permitted|denied|failed)/ { print "@@err " $0 }
+		NR <= 3 && /(not permitted|denied|failed|No journal files|No entries)/ { print "@@err " $0 }
 		$0 ~ pat { buf[n % 400] = $0; n++ }
 		END { s = n > 400 ? n - 400 : 0; for (i = s; i < n; i++) print buf[i % 400]; print "@@lines " NR }'
 }
