@@ -141,14 +141,44 @@ def _emit(reports: list, fmt: OutputFormat) -> None:
         for r in reports:
             sys.stdout.write(json.dumps(host_report_dict(r), separators=(",", ":")) + "\n")
     else:
-        sys.stdout.write(json.dumps(report_document(reports), indent=1) + "\n")
+        indent = 1 if sys.stdout.isatty() else None  # compact for pipes: smaller and faster
+        sys.stdout.write(json.dumps(report_document(reports), indent=indent) + "\n")
     sys.stdout.flush()
 
 
-def _check_targets(targets: list[str]) -> None:
+def _ssh_options(
+    port: Optional[int],
+    user: Optional[str],
+    identity: Optional[list[Path]],
+    ssh_config: Optional[Path],
+    known_hosts: Optional[Path],
+    host_key_check: str,
+    connect_timeout: float,
+    timeout: float,
+    targets: list[str],
+):  # -> SshOptions, or None when every target is local
+    if host_key_check not in ("strict", "accept-new", "off"):
+        raise typer.BadParameter(f"--host-key-check must be strict, accept-new or off, not {host_key_check!r}")
+    if all(t == "local" for t in targets):
+        return None
+    from vastprobe.transport.ssh import SshOptions, TargetError, parse_target
+
     for t in targets:
         if t != "local":
-            typer.echo(f"vastprobe: {t}: SSH targets are not available in this build yet; use `local`", err=True)
+            try:
+                parse_target(t)
+            except TargetError as exc:
+                raise typer.BadParameter(str(exc)) from exc
+    return SshOptions(
+        port=port,
+        user=user,
+        identities=tuple(str(p.expanduser()) for p in identity or ()),
+        ssh_config=str(ssh_config) if ssh_config else None,
+        known_hosts=str(known_hosts) if known_hosts else None,
+        host_key_check=host_key_check,  # type: ignore[arg-type]
+        connect_timeout=min(connect_timeout, timeout),
+        timeout=timeout,
+    )
 
 
 @app.command()
@@ -173,11 +203,13 @@ def diagnose(
     host_key_check: HostKeyOpt = "strict",
 ) -> None:
     """Probe each target once, classify its stall, print a report."""
+    from dataclasses import replace
+
     from vastprobe.pipeline import diagnose_targets
 
     options = _options(sample, pid, match, log, artifacts, stale_after, expect_gpu, timeout)
-    _check_targets(targets)
-    reports = diagnose_targets(targets, options)
+    ssh = _ssh_options(port, user, identity, ssh_config, known_hosts, host_key_check, connect_timeout, timeout, targets)
+    reports = diagnose_targets(targets, replace(options, ssh=ssh))
     _emit(reports, _format(fmt, json_flag))
     raise typer.Exit(exit_code(reports))
 
@@ -190,17 +222,28 @@ def collect(
     log: LogOpt = None,
     artifacts: ArtOpt = None,
     timeout: TimeoutOpt = 60.0,
+    connect_timeout: ConnectTimeoutOpt = 10.0,
+    port: PortOpt = None,
+    user: UserOpt = None,
+    identity: IdentityOpt = None,
+    ssh_config: ConfigOpt = None,
+    known_hosts: KnownHostsOpt = None,
+    host_key_check: HostKeyOpt = "strict",
 ) -> None:
     """Probe and save the raw snapshot (no rules), for `analyze` later or elsewhere."""
+    from dataclasses import replace
+
     from vastprobe.capture import capture_to_dict
-    from vastprobe.pipeline import parse_capture, probe_local
+    from vastprobe.pipeline import collect_target, parse_capture
     from vastprobe.render.jsonable import to_jsonable
 
     options = _options(sample, None, None, log, artifacts, 300.0, None, timeout)
-    _check_targets([target])
-    if target != "local":
-        raise typer.Exit(EXIT_UNPROBED)
-    cap = probe_local(target, options)
+    ssh = _ssh_options(
+        port, user, identity, ssh_config, known_hosts, host_key_check, connect_timeout, timeout, [target]
+    )
+    cap = collect_target(target, replace(options, ssh=ssh))
+    if cap.status != "ok":
+        typer.echo(f"vastprobe: {cap.error}", err=True)
     snap = parse_capture(cap)[0] if cap.status == "ok" else None
     text = json.dumps(capture_to_dict(cap, to_jsonable(snap) if snap else None), indent=1) + "\n"
     if str(output) == "-":

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from vastprobe.analysis.scope import compute_scope
 from vastprobe.capture import Capture
@@ -23,6 +25,7 @@ class DiagnoseOptions:
     pids: tuple[int, ...] = ()
     matches: tuple[str, ...] = ()
     rules: RuleOptions = field(default_factory=RuleOptions)
+    ssh: Any = None  # transport.ssh.SshOptions; typed loosely so `local` never imports asyncssh
 
 
 def probe_local(target: str, options: DiagnoseOptions) -> Capture:
@@ -40,6 +43,29 @@ def probe_local(target: str, options: DiagnoseOptions) -> Capture:
         params=options.params,
         timings=res.timings,
     )
+
+
+async def probe_ssh(target: str, options: DiagnoseOptions) -> Capture:
+    from vastprobe.transport.ssh import SshOptions, run_ssh
+
+    ssh = options.ssh or SshOptions(timeout=options.timeout)
+    res = await run_ssh(target, render_script(options.params), MAX_TOTAL_OUTPUT, ssh)
+    return Capture(
+        target=target,
+        transport="ssh",
+        status=res.status,
+        error=res.error,
+        output=res.output,
+        truncated=res.truncated,
+        params=options.params,
+        timings=res.timings,
+    )
+
+
+async def probe_any(target: str, options: DiagnoseOptions) -> Capture:
+    if target == "local":
+        return await asyncio.to_thread(probe_local, target, options)
+    return await probe_ssh(target, options)
 
 
 def parse_capture(capture: Capture) -> tuple[HostSnapshot | None, str | None]:
@@ -97,15 +123,17 @@ def _probe_findings(snap: HostSnapshot) -> tuple[Finding, ...]:
     )
 
 
+async def _diagnose_all(targets: Sequence[str], options: DiagnoseOptions) -> list[HostReport]:
+    async def one(target: str) -> HostReport:
+        return report_from_capture(await probe_any(target, options), options)
+
+    return list(await asyncio.gather(*(one(t) for t in targets)))
+
+
 def diagnose_targets(targets: Sequence[str], options: DiagnoseOptions) -> list[HostReport]:
-    reports = []
-    for target in targets:
-        if target == "local":
-            reports.append(report_from_capture(probe_local(target, options), options))
-        else:
-            reports.append(
-                HostReport(
-                    target, "probe-error", "SSH targets are not supported by this build yet", "unknown", (), None, {}
-                )
-            )
-    return reports
+    """Every target at once; one failing target never affects another."""
+    return asyncio.run(_diagnose_all(targets, options))
+
+
+def collect_target(target: str, options: DiagnoseOptions) -> Capture:
+    return asyncio.run(probe_any(target, options))

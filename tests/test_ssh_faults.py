@@ -1,0 +1,89 @@
+"""Faults a real sshd cannot easily give, from asyncssh's in-process server on 127.0.0.1:
+a connection dropped mid-output, a slow drip of bytes, a signal exit."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import asyncssh
+import pytest
+
+from vastprobe.transport.ssh import SshOptions, run_ssh
+
+Handler = Callable[[asyncssh.SSHServerProcess], Awaitable[None]]
+
+
+class NoAuth(asyncssh.SSHServer):
+    def begin_auth(self, username: str) -> bool:
+        return False
+
+
+async def serve(handler: Handler) -> asyncssh.SSHAcceptor:
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    return await asyncssh.listen("127.0.0.1", 0, server_host_keys=[key], server_factory=NoAuth,
+                                 process_factory=handler, encoding=None)  # fmt: skip
+
+
+def opts(timeout: float = 10) -> SshOptions:
+    return SshOptions(
+        host_key_check="off", timeout=timeout, connect_timeout=5, extra={"client_keys": None, "agent_path": None}
+    )
+
+
+async def run_against(handler: Handler, timeout: float = 10):
+    srv = await serve(handler)
+    try:
+        return await run_ssh(f"root@127.0.0.1:{srv.get_port()}", "echo hi\n", 1 << 20, opts(timeout))
+    finally:
+        srv.close()
+        await srv.wait_closed()
+
+
+@pytest.mark.asyncio
+async def test_disconnect_mid_output() -> None:
+    async def handler(process: asyncssh.SSHServerProcess) -> None:
+        process.stdout.write(b"\n@@" + b"ab" * 16 + b"@@ meta\npartial")
+        await asyncio.sleep(0.1)
+        process.channel.get_connection().abort()
+
+    res = await run_against(handler)
+    assert res.status == "probe-error" and "connection was lost" in (res.error or "")
+
+
+@pytest.mark.asyncio
+async def test_slow_drip_ends_at_the_timeout() -> None:
+    async def handler(process: asyncssh.SSHServerProcess) -> None:
+        for _ in range(600):
+            process.stdout.write(b".")
+            await asyncio.sleep(0.5)
+
+    t0 = time.monotonic()
+    res = await run_against(handler, timeout=2)
+    assert res.status == "timeout" and time.monotonic() - t0 < 6
+
+
+@pytest.mark.asyncio
+async def test_killed_by_signal_still_returns_output() -> None:
+    async def handler(process: asyncssh.SSHServerProcess) -> None:
+        process.stdout.write(b"some bytes")
+        process.exit_with_signal("KILL")
+
+    res = await run_against(handler)
+    assert res.status == "ok" and res.output == b"some bytes"
+
+
+@pytest.mark.asyncio
+async def test_auth_refused_by_server() -> None:
+    class Closed(asyncssh.SSHServer):
+        def begin_auth(self, username: str) -> bool:
+            return True  # demands auth, accepts none
+
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    srv = await asyncssh.listen("127.0.0.1", 0, server_host_keys=[key], server_factory=Closed)
+    try:
+        res = await run_ssh(f"root@127.0.0.1:{srv.get_port()}", "echo\n", 1 << 20, opts())
+        assert res.status == "auth-failed"
+    finally:
+        srv.close()

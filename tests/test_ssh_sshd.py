@@ -1,0 +1,217 @@
+"""The SSH transport against a real OpenSSH sshd on 127.0.0.1: the fault matrix."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import children_of, wait_for
+from tests.sshd import free_port, keygen, start_sshd
+
+
+def vp(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> tuple[int, dict, str]:
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "--format", "json", *args],
+                       capture_output=True, text=True, timeout=timeout, env=env)  # fmt: skip
+    assert r.stdout, r.stderr
+    return r.returncode, json.loads(r.stdout)["hosts"][0], r.stderr
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    s = start_sshd(tmp_path_factory.mktemp("sshd"))
+    yield s
+    s.stop()
+
+
+def test_ok(sshd) -> None:
+    rc, host, _ = vp(sshd.target, "-i", str(sshd.user_key), "--known-hosts", str(sshd.known_hosts), "--sample", "0.2")
+    assert host["status"] == "ok", host["error"]
+    assert host["snapshot"]["probe"]["transport"] == "ssh"
+    assert rc in (0, 1)
+    # the sshd session processes that ran the probe are not in scope
+    excluded = set(host["snapshot"]["excluded_pids"])
+    sessions = [
+        p for p in host["snapshot"]["processes"] if p["comm"].startswith("sshd") and "@" in " ".join(p["cmdline"])
+    ]
+    assert sessions and all(p["pid"] in excluded for p in sessions)
+
+
+def test_same_findings_as_local(sshd, tmp_path: Path) -> None:
+    p = subprocess.Popen(["sh", "-c", "sleep 1000 & wait"], start_new_session=True)
+    try:
+        wait_for(lambda: len(children_of(p.pid)) == 1, what="child")
+        child = children_of(p.pid)[0]
+        os.kill(child, 19)
+        wait_for(lambda: Path(f"/proc/{child}/stat").read_text().split(") ")[1][0] == "T", what="stopped")
+        common = ["--pid", str(p.pid), "--sample", "0.3"]
+        rc_l, local, _ = vp("local", *common)
+        rc_s, remote, _ = vp(sshd.target, "-i", str(sshd.user_key), "--known-hosts", str(sshd.known_hosts), *common)
+        assert remote["status"] == "ok"
+        key = lambda h: sorted((f["rule"], f["severity"], tuple(f["pids"])) for f in h["findings"])  # noqa: E731
+        assert key(local) == key(remote) and ("stopped-child", "error", (child,)) in key(remote)
+        assert rc_l == rc_s == 1
+    finally:
+        os.killpg(p.pid, 9)
+        p.wait()
+
+
+def test_wrong_key_is_auth_failed(sshd, tmp_path: Path) -> None:
+    other = keygen(tmp_path / "other")
+    rc, host, _ = vp(sshd.target, "-i", str(other), "--known-hosts", str(sshd.known_hosts))
+    assert host["status"] == "auth-failed" and "permission denied" in host["error"] and rc == 3
+
+
+def test_encrypted_key_never_prompts(sshd, tmp_path: Path) -> None:
+    enc = tmp_path / "enc"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "secret", "-f", str(enc)], check=True)
+    rc, host, _ = vp(sshd.target, "-i", str(enc), "--known-hosts", str(sshd.known_hosts), timeout=30)
+    assert host["status"] == "auth-failed" and rc == 3
+
+
+def test_unknown_host_key_strict_then_accept_new(sshd, tmp_path: Path) -> None:
+    kh = tmp_path / "known_hosts"
+    rc, host, _ = vp(sshd.target, "-i", str(sshd.user_key), "--known-hosts", str(kh))
+    assert host["status"] == "host-key-rejected" and rc == 3
+    assert not kh.exists()
+    rc, host, _ = vp(
+        sshd.target,
+        "-i",
+        str(sshd.user_key),
+        "--known-hosts",
+        str(kh),
+        "--host-key-check",
+        "accept-new",
+        "--sample",
+        "0",
+    )
+    assert host["status"] == "ok"
+    assert f"[127.0.0.1]:{sshd.port} ssh-ed25519 " in kh.read_text()
+    rc, host, _ = vp(sshd.target, "-i", str(sshd.user_key), "--known-hosts", str(kh), "--sample", "0")
+    assert host["status"] == "ok"  # now known: strict accepts it
+
+
+def test_changed_host_key_rejected_even_under_accept_new(sshd, tmp_path: Path) -> None:
+    kh = tmp_path / "known_hosts"
+    wrong = keygen(tmp_path / "wrong")
+    pub = Path(str(wrong) + ".pub").read_text().split()
+    kh.write_text(f"[127.0.0.1]:{sshd.port} {pub[0]} {pub[1]}\n")
+    _rc, host, _ = vp(sshd.target, "-i", str(sshd.user_key), "--known-hosts", str(kh), "--host-key-check", "accept-new")
+    assert host["status"] == "host-key-rejected" and "changed" in host["error"]
+    assert len(kh.read_text().splitlines()) == 1
+
+
+def test_off_says_so_loudly(sshd, tmp_path: Path) -> None:
+    _rc, host, err = vp(
+        sshd.target,
+        "-i",
+        str(sshd.user_key),
+        "--known-hosts",
+        str(tmp_path / "none"),
+        "--host-key-check",
+        "off",
+        "--sample",
+        "0",
+    )
+    assert host["status"] == "ok" and "host key checking is OFF" in err
+
+
+def test_closed_port_is_unreachable_fast() -> None:
+    t0 = time.monotonic()
+    rc, host, _ = vp(f"root@127.0.0.1:{free_port()}", "--connect-timeout", "3")
+    assert host["status"] == "unreachable" and "refused" in host["error"] and rc == 3
+    assert time.monotonic() - t0 < 10
+
+
+def test_hanging_force_command_times_out(tmp_path: Path) -> None:
+    s = start_sshd(tmp_path / "hang", force_command="sleep 600")
+    try:
+        t0 = time.monotonic()
+        rc, host, _ = vp(s.target, "-i", str(s.user_key), "--known-hosts", str(s.known_hosts), "--timeout", "3")
+        assert host["status"] == "timeout" and "--timeout 3" in host["error"] and rc == 3
+        assert time.monotonic() - t0 < 15
+    finally:
+        s.stop()
+
+
+def test_random_bytes_are_probe_error(tmp_path: Path) -> None:
+    s = start_sshd(tmp_path / "garbage", force_command="head -c 4096 /dev/urandom")
+    try:
+        rc, host, _ = vp(s.target, "-i", str(s.user_key), "--known-hosts", str(s.known_hosts))
+        assert host["status"] == "probe-error" and "framing" in host["error"] and rc == 3
+    finally:
+        s.stop()
+
+
+def test_huge_output_is_capped_and_marked(tmp_path: Path) -> None:
+    """A target that never stops talking: reading stops at the cap and the report says so."""
+    import asyncio
+
+    from vastprobe.transport.ssh import SshOptions, run_ssh
+
+    s = start_sshd(tmp_path / "huge", force_command="cat /dev/zero")
+    try:
+        opts = SshOptions(identities=(str(s.user_key),), known_hosts=str(s.known_hosts), timeout=30)
+        t0 = time.monotonic()
+        res = asyncio.run(run_ssh(s.target, "echo hi\n", 1024 * 1024, opts))
+        assert res.status == "ok" and res.truncated and len(res.output) == 1024 * 1024
+        assert time.monotonic() - t0 < 20
+    finally:
+        s.stop()
+
+
+def test_proxyjump_through_a_second_sshd(tmp_path: Path) -> None:
+    user_key = keygen(tmp_path / "user")
+    jump = start_sshd(tmp_path / "jump", user_key=user_key, log_level="DEBUG1")
+    inner = start_sshd(tmp_path / "inner", user_key=user_key, address="127.0.0.2")
+    try:
+        kh = tmp_path / "known_hosts"
+        kh.write_text(jump.known_hosts.read_text() + inner.known_hosts.read_text())
+        cfg = tmp_path / "ssh_config"
+        cfg.write_text(
+            f"Host inner\n  HostName 127.0.0.2\n  Port {inner.port}\n  User root\n  ProxyJump root@127.0.0.1:{jump.port}\n"
+        )
+        # the inner sshd only listens on 127.0.0.2; the jump host reaches it for us
+        _rc, host, _ = vp("inner", "-F", str(cfg), "-i", str(user_key), "--known-hosts", str(kh), "--sample", "0")
+        assert host["status"] == "ok", host["error"]
+        assert jump.log is not None and "direct-tcpip" in jump.log.read_text()  # the jump host carried it
+    finally:
+        jump.stop()
+        inner.stop()
+
+
+def test_ssh_config_alias(sshd, tmp_path: Path) -> None:
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(
+        f"Host gpu-box\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User root\n  IdentityFile {sshd.user_key}\n"
+    )
+    _rc, host, _ = vp("gpu-box", "-F", str(cfg), "--known-hosts", str(sshd.known_hosts), "--sample", "0")
+    assert host["status"] == "ok", host["error"] and host["target"] == "gpu-box"
+
+
+def test_targets_run_concurrently_and_independently(sshd) -> None:
+    dead = f"root@127.0.0.1:{free_port()}"
+    _rc, _, _ = vp(sshd.target, "-i", str(sshd.user_key), "--known-hosts", str(sshd.known_hosts), "--sample", "0")
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "--format", "json", sshd.target, dead, "local",
+                        "-i", str(sshd.user_key), "--known-hosts", str(sshd.known_hosts), "--sample", "0"],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    hosts = json.loads(r.stdout)["hosts"]
+    assert [h["status"] for h in hosts] == ["ok", "unreachable", "ok"]
+    assert r.returncode in (1, 3)
+
+
+def test_port_and_user_options_and_healthy_exit_0(sshd) -> None:
+    p = subprocess.Popen(["sleep", "1000"])
+    try:
+        rc, host, _ = vp("127.0.0.1", "-p", str(sshd.port), "-l", "root", "-i", str(sshd.user_key),
+                         "--known-hosts", str(sshd.known_hosts), "--pid", str(p.pid), "--sample", "0.2")  # fmt: skip
+        assert host["status"] == "ok" and host["verdict"] == "healthy" and rc == 0
+        assert host["scope"] == [p.pid]
+    finally:
+        p.kill()
+        p.wait()
