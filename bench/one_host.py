@@ -110,7 +110,7 @@ def main() -> None:
                 ),
             }
             results: dict[str, list[tuple[float, float, int]]] = {k: [] for k in ways}
-            for name, (cmd, stdin) in ways.items():  # warm caches once
+            for cmd, stdin in ways.values():  # warm caches once
                 measure(cmd, stdin)
             for _ in range(args.runs):
                 for name, (cmd, stdin) in ways.items():
