@@ -11,7 +11,9 @@ import pytest
 
 
 def imported(*args: str) -> set[str]:
-    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "vastprobe", *args], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "vastprobe", *args], capture_output=True, text=True, timeout=120
+    )
     return {m.group(1) for m in re.finditer(r"\|\s+([\w.]+)\s*$", r.stderr, re.M)}
 
 
@@ -27,7 +29,11 @@ def test_json_and_local_paths_stay_light(args: tuple[str, ...]) -> None:
 
 def test_analyze_stays_light(tmp_path: Path) -> None:
     cap = tmp_path / "c.json"
-    subprocess.run([sys.executable, "-m", "vastprobe", "collect", "local", "-o", str(cap), "--sample", "0"], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "vastprobe", "collect", "local", "-o", str(cap), "--sample", "0"],
+        check=True,
+        capture_output=True,
+    )
     mods = imported("analyze", str(cap), "--format", "json")
     assert "asyncssh" not in mods and "rich" not in mods
 

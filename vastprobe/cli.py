@@ -214,6 +214,114 @@ def diagnose(
     raise typer.Exit(exit_code(reports))
 
 
+def _read_inventory(inventory: str) -> list:
+    from vastprobe.targets import InventoryError, parse_inventory, parse_plain
+
+    try:
+        if inventory == "-":
+            return parse_inventory(sys.stdin.read())
+        path = Path(inventory)
+        if path.exists():
+            return parse_inventory(path.read_text(encoding="utf-8"))
+        return parse_plain(inventory.replace(",", " ") if "[" not in inventory else inventory)
+    except (InventoryError, OSError, UnicodeDecodeError) as exc:
+        raise typer.BadParameter(f"{inventory}: {exc}") from exc
+
+
+@app.command()
+def sweep(
+    inventory: Annotated[
+        str, typer.Argument(help="Inventory file ('-' for stdin), or targets/ranges like 'gpu[01-16]'.")
+    ],
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, max=4096, help="Hosts probed at once.")] = 32,
+    output: Annotated[Optional[Path], typer.Option("--output", help="Also write the report here (atomically).")] = None,
+    prom: Annotated[
+        Optional[Path], typer.Option("--prom", help="Prometheus textfile-collector file to write (atomically).")
+    ] = None,
+    sample: SampleOpt = 1.0,
+    pid: PidOpt = None,
+    match: MatchOpt = None,
+    log: LogOpt = None,
+    artifacts: ArtOpt = None,
+    stale_after: StaleOpt = 300.0,
+    expect_gpu: GpuOpt = None,
+    fmt: FormatOpt = None,
+    json_flag: JsonOpt = False,
+    timeout: TimeoutOpt = 60.0,
+    connect_timeout: ConnectTimeoutOpt = 10.0,
+    port: PortOpt = None,
+    user: UserOpt = None,
+    identity: IdentityOpt = None,
+    ssh_config: ConfigOpt = None,
+    known_hosts: KnownHostsOpt = None,
+    host_key_check: HostKeyOpt = "strict",
+) -> None:
+    """The same diagnosis over a fleet: bounded concurrency, results streamed as hosts finish."""
+    import asyncio
+    import io
+    from dataclasses import replace
+
+    from vastprobe.sweep import plan, progress_printer
+    from vastprobe.sweep import sweep as run_sweep
+
+    entries = _read_inventory(inventory)
+    if not entries:
+        raise typer.BadParameter(f"{inventory}: no targets")
+    options = _options(sample, pid, match, log, artifacts, stale_after, expect_gpu, timeout)
+    probed = [e.target for e in entries if e.skip is None]
+    ssh = _ssh_options(
+        port, user, identity, ssh_config, known_hosts, host_key_check, connect_timeout, timeout, probed or ["local"]
+    )
+    options = replace(options, ssh=ssh)
+    p = plan(len(probed), concurrency, timeout)
+    if p.warning:
+        typer.echo(f"vastprobe: warning: {p.warning}", err=True)
+    chosen = _format(fmt, json_flag)
+    from vastprobe.render.jsonable import host_report_dict, report_document
+
+    tick = progress_printer(len(entries))
+    done: list = []
+
+    def on_report(r) -> None:
+        done.append(r)
+        if chosen is OutputFormat.ndjson:
+            sys.stdout.write(json.dumps(host_report_dict(r), separators=(",", ":")) + "\n")
+            sys.stdout.flush()
+        if tick is not None:
+            tick(r)
+
+    interrupted = False
+    try:
+        asyncio.run(run_sweep(entries, options, p.concurrency, on_report))
+    except KeyboardInterrupt:
+        interrupted = True
+        typer.echo(f"\nvastprobe: interrupted; {len(done)} of {len(entries)} hosts finished", err=True)
+    reports = done
+    if chosen is OutputFormat.json:
+        sys.stdout.write(json.dumps(report_document(reports), indent=1 if sys.stdout.isatty() else None) + "\n")
+    elif chosen is OutputFormat.table:
+        from vastprobe.render.summary import render_summary
+
+        render_summary(reports, sys.stdout)
+    from vastprobe.render.prometheus import render_prometheus, write_atomic
+
+    if output is not None:
+        if chosen is OutputFormat.ndjson:
+            text = "".join(json.dumps(host_report_dict(r), separators=(",", ":")) + "\n" for r in reports)
+        elif chosen is OutputFormat.json:
+            text = json.dumps(report_document(reports)) + "\n"
+        else:
+            from vastprobe.render.summary import render_summary
+
+            buf = io.StringIO()
+            render_summary(reports, buf)
+            text = buf.getvalue()
+        write_atomic(output, text)
+    if prom is not None and not interrupted:
+        write_atomic(prom, render_prometheus(reports))
+    raise typer.Exit(exit_code(reports))
+
+
 @app.command()
 def collect(
     target: Annotated[str, typer.Argument(help="`local`, or [user@]host[:port].")],

@@ -367,3 +367,4 @@ class HostReport:
     snapshot: HostSnapshot | None
     timings: dict[str, float]
     scope: tuple[int, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)  # from the inventory: vast.ai instance id, label

@@ -60,6 +60,7 @@ def host_report_dict(r: HostReport) -> dict[str, Any]:
         "scope": list(r.scope),
         "snapshot": to_jsonable(r.snapshot) if r.snapshot is not None else None,
         "timings": r.timings,
+        **({"labels": r.labels} if r.labels else {}),
     }
 
 

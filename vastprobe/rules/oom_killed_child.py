@@ -34,8 +34,20 @@ def check(ctx: Context) -> Iterator[Finding]:
             "nothing to do for the watched job; the host had memory trouble earlier",
             "info",
         )
+    unmatched = [m for m in ctx.oom_matches if m.relevant and m.loser is None]
+    if unmatched:
+        last = unmatched[-1].event
+        names = sorted({m.event.comm or "?" for m in unmatched})
+        yield META.finding(
+            f"{len(unmatched)} OOM kill(s) while the watched processes ran, not tied to any of them (latest: {last.comm} {_when(last.wall_time)})",
+            [],
+            [Evidence("kernel log", m.event.line[:400]) for m in unmatched[-3:]]
+            + [Evidence("victims", ", ".join(names[:20]))],
+            "the host is short of memory; check whether the job spawned these processes",
+            "warning",
+        )
     for m in ctx.oom_matches:
-        if not m.relevant:
+        if not m.relevant or m.loser is None:
             continue
         e = m.event
         rss = (e.anon_rss_kb or 0) + (e.file_rss_kb or 0) if e.anon_rss_kb is not None else None
@@ -59,13 +71,11 @@ def check(ctx: Context) -> Iterator[Finding]:
         summary = f"{e.comm} was OOM-killed {_when(e.wall_time)}" + (
             f"; {ctx.proc_label(m.loser)} lost it" if m.loser else ""
         )
-        sev = "error" if m.loser is not None else "warning"
         yield META.finding(
             summary,
             [m.loser] if m.loser else [],
             ev,
             "give the job more memory (or a smaller batch), and make its parent notice a child killed by SIGKILL (exit 137)",
-            sev,  # type: ignore[arg-type]
         )
     yield from _from_cgroups(ctx)
 

@@ -1,0 +1,78 @@
+"""A node_exporter textfile-collector file: `vastprobe_`-prefixed gauges, no PIDs as labels,
+written atomically (a temp file in the same directory, then rename)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from vastprobe.model import HostReport
+
+METRICS = {
+    "vastprobe_host_up": "Whether the last sweep probed the host (1) or could not (0); skipped hosts are absent.",
+    "vastprobe_host_stalled": "Whether the host's verdict was stalled (1) in the last sweep.",
+    "vastprobe_findings": "Findings on the host in the last sweep, by rule and severity.",
+    "vastprobe_probe_duration_seconds": "Seconds the last probe of the host took, connect included.",
+    "vastprobe_last_sweep_timestamp_seconds": "Unix time the last sweep finished.",
+    "vastprobe_sweep_hosts": "Hosts in the last sweep, by status.",
+}
+
+
+def _esc(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(**kv: str) -> str:
+    return "{" + ",".join(f'{k}="{_esc(v)}"' for k, v in kv.items()) + "}"
+
+
+def render_prometheus(reports: list[HostReport], now: float | None = None) -> str:
+    lines: list[str] = []
+
+    def head(name: str) -> None:
+        lines.append(f"# HELP {name} {METRICS[name]}")
+        lines.append(f"# TYPE {name} gauge")
+
+    probed = [r for r in reports if r.status != "skipped"]
+    head("vastprobe_host_up")
+    for r in probed:
+        lines.append(f"vastprobe_host_up{_labels(target=r.target, status=r.status)} {int(r.status == 'ok')}")
+    head("vastprobe_host_stalled")
+    for r in probed:
+        lines.append(f"vastprobe_host_stalled{_labels(target=r.target)} {int(r.verdict == 'stalled')}")
+    head("vastprobe_findings")
+    for r in probed:
+        counts = Counter((f.rule, f.severity) for f in r.findings)
+        for (rule, sev), n in sorted(counts.items()):
+            lines.append(f"vastprobe_findings{_labels(target=r.target, rule=rule, severity=sev)} {n}")
+    head("vastprobe_probe_duration_seconds")
+    for r in probed:
+        total = sum(v for k, v in r.timings.items() if k in ("connect", "probe"))
+        lines.append(f"vastprobe_probe_duration_seconds{_labels(target=r.target)} {total:.3f}")
+    head("vastprobe_sweep_hosts")
+    for status, n in sorted(Counter(r.status for r in reports).items()):
+        lines.append(f"vastprobe_sweep_hosts{_labels(status=status)} {n}")
+    head("vastprobe_last_sweep_timestamp_seconds")
+    lines.append(f"vastprobe_last_sweep_timestamp_seconds {now if now is not None else time.time():.3f}")
+    return "\n".join(lines) + "\n"
+
+
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Readers (node_exporter, cron consumers) see the old file or the new one, never half of one."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

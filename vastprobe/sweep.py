@@ -1,0 +1,97 @@
+"""Fleet sweeps: bounded concurrency, one deadline per host, results streamed as hosts finish.
+
+Wall time is bounded by about ceil(N / concurrency) x --timeout, since every host, however
+broken, ends at its own deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import resource
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from vastprobe.model import HostReport
+from vastprobe.pipeline import DiagnoseOptions, probe_any, report_from_capture
+from vastprobe.targets import InventoryEntry
+
+FDS_PER_HOST = 4  # socket, and a little slack for a jump host and pipes
+FDS_RESERVED = 64
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    concurrency: int
+    warning: str | None
+    bound_seconds: float
+
+
+def plan(n_targets: int, concurrency: int, timeout: float) -> SweepPlan:
+    """Lower the concurrency when the open-file limit cannot carry it, rather than fail midway."""
+    warning = None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    room = max(1, (soft - FDS_RESERVED) // FDS_PER_HOST) if soft != resource.RLIM_INFINITY else concurrency
+    if concurrency > room:
+        if hard == resource.RLIM_INFINITY or hard > soft:
+            try:
+                want = min(
+                    hard if hard != resource.RLIM_INFINITY else 1 << 20, FDS_RESERVED + concurrency * FDS_PER_HOST
+                )
+                resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+                room = (want - FDS_RESERVED) // FDS_PER_HOST
+            except (ValueError, OSError):
+                pass
+        if concurrency > room:
+            warning = f"--concurrency {concurrency} lowered to {room}: the open-file limit is {soft} (ulimit -n)"
+            concurrency = room
+    concurrency = max(1, min(concurrency, max(1, n_targets)))
+    return SweepPlan(concurrency, warning, math.ceil(max(1, n_targets) / concurrency) * timeout)
+
+
+def skipped_report(entry: InventoryEntry) -> HostReport:
+    return HostReport(entry.target, "skipped", entry.skip, "unknown", (), None, {}, labels=entry.labels)
+
+
+async def sweep(
+    entries: list[InventoryEntry],
+    options: DiagnoseOptions,
+    concurrency: int,
+    on_report: Callable[[HostReport], None],
+) -> list[HostReport]:
+    """Probe every entry; `on_report` is called as each host finishes (for streaming). Cancelling
+    the sweep (Ctrl-C) returns nothing more; the caller keeps what `on_report` already saw."""
+    sem = asyncio.Semaphore(concurrency)
+    reports: list[HostReport] = []
+
+    async def one(entry: InventoryEntry) -> None:
+        if entry.skip is not None:
+            r = skipped_report(entry)
+        else:
+            async with sem:
+                cap = await probe_any(entry.target, options)
+            r = report_from_capture(cap, options)
+            if entry.labels:
+                r = replace(r, labels=entry.labels)
+        reports.append(r)
+        on_report(r)
+
+    await asyncio.gather(*(one(e) for e in entries))
+    return reports
+
+
+def progress_printer(total: int) -> Callable[[HostReport], None] | None:
+    """A one-line counter on stderr when it is a terminal; nothing in cron."""
+    if not sys.stderr.isatty():
+        return None
+    done = {"n": 0, "bad": 0}
+
+    def tick(r: HostReport) -> None:
+        done["n"] += 1
+        done["bad"] += r.status not in ("ok", "skipped")
+        sys.stderr.write(f"\r{done['n']}/{total} hosts done, {done['bad']} not probed ")
+        if done["n"] == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    return tick
