@@ -46,7 +46,7 @@ class Sshd:
 
 
 def start_sshd(d: Path, force_command: str | None = None, user_key: Path | None = None, extra: str = "",
-               address: str = "127.0.0.1", log_level: str = "ERROR") -> Sshd:  # fmt: skip
+               address: str = "127.0.0.1", log_level: str = "ERROR", addresses: list[str] | None = None) -> Sshd:  # fmt: skip
     if not Path(SSHD).exists() or os.geteuid() != 0:
         pytest.skip("needs root and OpenSSH sshd (apt-get install openssh-server)")
     d.mkdir(parents=True, exist_ok=True)
@@ -58,8 +58,9 @@ def start_sshd(d: Path, force_command: str | None = None, user_key: Path | None 
     auth.chmod(0o600)
     port = free_port()
     conf = d / "sshd_config"
+    listen = addresses or [address]
     lines = [
-        f"ListenAddress {address}",
+        *(f"ListenAddress {a}" for a in listen),
         f"Port {port}",
         f"HostKey {host_key}",
         f"AuthorizedKeysFile {auth}",
@@ -83,7 +84,7 @@ def start_sshd(d: Path, force_command: str | None = None, user_key: Path | None 
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
-            with socket.create_connection((address, port), timeout=0.5) as s:
+            with socket.create_connection((listen[0], port), timeout=0.5) as s:
                 if s.recv(4).startswith(b"SSH-"):
                     break
         except OSError:
@@ -95,5 +96,5 @@ def start_sshd(d: Path, force_command: str | None = None, user_key: Path | None 
         raise RuntimeError("sshd did not start")
     known = d / "known_hosts"
     pub = Path(str(host_key) + ".pub").read_text().split()
-    known.write_text(f"[{address}]:{port} {pub[0]} {pub[1]}\n")
-    return Sshd(port, host_key, user_key, known, proc, address, log)
+    known.write_text("".join(f"[{a}]:{port} {pub[0]} {pub[1]}\n" for a in listen))
+    return Sshd(port, host_key, user_key, known, proc, listen[0], log)

@@ -28,7 +28,7 @@ def summary_lines(reports: list[HostReport]) -> list[str]:
         by_verdict[r.verdict].append(r.target)
     out = [
         f"{len(reports)} hosts: "
-        + ", ".join(f"{len(v)} {k}" for k, v in sorted(by_status.items(), key=lambda kv: -len(kv[1])))
+        + ", ".join(f"{len(v)} {k}" for k, v in sorted(by_status.items(), key=lambda kv: (-len(kv[1]), kv[0])))
     ]
     for verdict in sorted(by_verdict, key=lambda v: VERDICT_ORDER[v]):
         out.append(f"{verdict.upper()} ({len(by_verdict[verdict])}): {_hosts(sorted(by_verdict[verdict]))}")

@@ -1,0 +1,87 @@
+"""`vastprobe sweep` over a loopback fleet of real sshd processes plus dead ports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.sshd import free_port, keygen, start_sshd
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    d = tmp_path_factory.mktemp("fleet")
+    key = keygen(d / "user")
+    a = start_sshd(d / "a", user_key=key, addresses=[f"127.0.0.{i}" for i in range(1, 17)])  # 16 per sshd
+    b = start_sshd(d / "b", user_key=key, addresses=[f"127.0.0.{i}" for i in range(17, 21)])
+    kh = d / "known_hosts"
+    kh.write_text(a.known_hosts.read_text() + b.known_hosts.read_text())
+    live = [f"root@127.0.0.{i}:{a.port}" for i in range(1, 17)] + [f"root@127.0.0.{i}:{b.port}" for i in range(17, 21)]
+    yield {"live": live, "key": key, "known_hosts": kh, "a": a, "b": b}
+    a.stop()
+    b.stop()
+
+
+def sweep(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "vastprobe", "sweep", *args], input=stdin, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_forty_targets_twenty_dead(fleet, tmp_path: Path) -> None:
+    dead = [f"root@127.0.0.1:{free_port()}" for _ in range(20)]
+    inv = tmp_path / "hosts.txt"
+    inv.write_text("# loopback fleet\n" + "\n".join(fleet["live"] + dead) + "\n")
+    out = tmp_path / "sweep.ndjson"
+    r = sweep(str(inv), "--format", "ndjson", "-i", str(fleet["key"]), "--known-hosts", str(fleet["known_hosts"]),
+              "--sample", "0", "--pid", "1", "--output", str(out))  # fmt: skip
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(rows) == 40
+    statuses = sorted(row["status"] for row in rows)
+    assert statuses.count("ok") == 20 and statuses.count("unreachable") == 20, [
+        row["error"] for row in rows if row["status"] != "ok"
+    ][:3]
+    assert {row["target"] for row in rows} == set(fleet["live"] + dead)
+    assert r.returncode == 3
+    assert len(out.read_text().splitlines()) == 40
+
+
+def test_vast_inventory(fleet, tmp_path: Path) -> None:
+    port = fleet["a"].port
+    data = [
+        {"id": 101, "label": "direct", "actual_status": "running", "public_ipaddr": "127.0.0.3",
+         "ports": {"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(port)}]}, "ssh_host": "127.0.0.9", "ssh_port": 1},
+        {"id": 102, "label": "proxy", "actual_status": "running", "ssh_host": "127.0.0.4", "ssh_port": port - 1,
+         "image_runtype": "jupyter_direc"},
+        {"id": 103, "label": "gone", "actual_status": "exited", "ssh_host": "127.0.0.5", "ssh_port": port},
+    ]  # fmt: skip
+    r = sweep("-", "--format", "json", "-i", str(fleet["key"]), "--known-hosts", str(fleet["known_hosts"]), "--sample", "0",
+              "--pid", "1", stdin=json.dumps(data))  # fmt: skip
+    hosts = {h["labels"]["label"]: h for h in json.loads(r.stdout)["hosts"]}
+    assert hosts["direct"]["status"] == "ok" and hosts["direct"]["target"] == f"root@127.0.0.3:{port}"
+    assert hosts["proxy"]["status"] == "ok" and hosts["proxy"]["target"] == f"root@127.0.0.4:{port}"
+    assert hosts["gone"]["status"] == "skipped" and "exited" in hosts["gone"]["error"]
+    assert hosts["gone"]["labels"]["instance_id"] == "103"
+    assert r.returncode in (0, 1)  # skipped rows do not make it 3
+
+
+def test_prometheus_textfile(fleet, tmp_path: Path) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    prom = tmp_path / "vastprobe.prom"
+    dead = f"root@127.0.0.1:{free_port()}"
+    r = sweep(f"{fleet['live'][0]},{dead}", "--format", "table", "-i", str(fleet["key"]), "--known-hosts",
+              str(fleet["known_hosts"]), "--sample", "0", "--pid", "1", "--prom", str(prom))  # fmt: skip
+    assert r.returncode == 3
+    families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
+    up = {s.labels["target"]: s.value for s in families["vastprobe_host_up"].samples}
+    assert up == {fleet["live"][0]: 1.0, dead: 0.0}
+    assert families["vastprobe_last_sweep_timestamp_seconds"].samples[0].value > 1.7e9
+    assert "vastprobe_host_stalled" in families and "vastprobe_probe_duration_seconds" in families
+    assert not any("pid" in s.labels for f in families.values() for s in f.samples)
+    assert oct(prom.stat().st_mode & 0o777) == "0o644"
+    assert "2 hosts: 1 ok, 1 unreachable" in r.stdout, r.stdout  # the summary table
