@@ -21,7 +21,11 @@ def fleet(tmp_path_factory):
     kh = d / "known_hosts"
     kh.write_text(a.known_hosts.read_text() + b.known_hosts.read_text())
     live = [f"root@127.0.0.{i}:{a.port}" for i in range(1, 17)] + [f"root@127.0.0.{i}:{b.port}" for i in range(17, 21)]
-    yield {"live": live, "key": key, "known_hosts": kh, "a": a, "b": b}
+    # the process every probe watches: a quiet sleep of our own, not PID 1 (whose tree is the whole machine)
+    watched = subprocess.Popen(["sleep", "3600"])
+    yield {"live": live, "key": key, "known_hosts": kh, "a": a, "b": b, "pid": str(watched.pid)}
+    watched.kill()
+    watched.wait()
     a.stop()
     b.stop()
 
@@ -38,7 +42,7 @@ def test_forty_targets_twenty_dead(fleet, tmp_path: Path) -> None:
     inv.write_text("# loopback fleet\n" + "\n".join(fleet["live"] + dead) + "\n")
     out = tmp_path / "sweep.ndjson"
     r = sweep(str(inv), "--format", "ndjson", "-i", str(fleet["key"]), "--known-hosts", str(fleet["known_hosts"]),
-              "--sample", "0", "--pid", "1", "--output", str(out))  # fmt: skip
+              "--sample", "0", "--pid", fleet["pid"], "--output", str(out))  # fmt: skip
     rows = [json.loads(line) for line in r.stdout.splitlines()]
     assert len(rows) == 40
     statuses = sorted(row["status"] for row in rows)
@@ -46,7 +50,8 @@ def test_forty_targets_twenty_dead(fleet, tmp_path: Path) -> None:
         row["error"] for row in rows if row["status"] != "ok"
     ][:3]
     assert {row["target"] for row in rows} == set(fleet["live"] + dead)
-    assert r.returncode == 3
+    stalled = [(row["target"], row["findings"]) for row in rows if row["verdict"] == "stalled"]
+    assert r.returncode == 3, stalled
     assert len(out.read_text().splitlines()) == 40
 
 
@@ -60,7 +65,7 @@ def test_vast_inventory(fleet, tmp_path: Path) -> None:
         {"id": 103, "label": "gone", "actual_status": "exited", "ssh_host": "127.0.0.5", "ssh_port": port},
     ]  # fmt: skip
     r = sweep("-", "--format", "json", "-i", str(fleet["key"]), "--known-hosts", str(fleet["known_hosts"]), "--sample", "0",
-              "--pid", "1", stdin=json.dumps(data))  # fmt: skip
+              "--pid", fleet["pid"], stdin=json.dumps(data))  # fmt: skip
     hosts = {h["labels"]["label"]: h for h in json.loads(r.stdout)["hosts"]}
     assert hosts["direct"]["status"] == "ok" and hosts["direct"]["target"] == f"root@127.0.0.3:{port}"
     assert hosts["proxy"]["status"] == "ok" and hosts["proxy"]["target"] == f"root@127.0.0.4:{port}"
@@ -75,7 +80,7 @@ def test_prometheus_textfile(fleet, tmp_path: Path) -> None:
     prom = tmp_path / "vastprobe.prom"
     dead = f"root@127.0.0.1:{free_port()}"
     r = sweep(f"{fleet['live'][0]},{dead}", "--format", "table", "-i", str(fleet["key"]), "--known-hosts",
-              str(fleet["known_hosts"]), "--sample", "0", "--pid", "1", "--prom", str(prom))  # fmt: skip
+              str(fleet["known_hosts"]), "--sample", "0", "--pid", fleet["pid"], "--prom", str(prom))  # fmt: skip
     assert r.returncode == 3
     families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
     up = {s.labels["target"]: s.value for s in families["vastprobe_host_up"].samples}
@@ -85,3 +90,24 @@ def test_prometheus_textfile(fleet, tmp_path: Path) -> None:
     assert not any("pid" in s.labels for f in families.values() for s in f.samples)
     assert oct(prom.stat().st_mode & 0o777) == "0o644"
     assert "2 hosts: 1 ok, 1 unreachable" in r.stdout, r.stdout  # the summary table
+
+
+def test_ctrl_c_prints_what_finished(tmp_path: Path) -> None:
+    import signal
+
+    hang = start_sshd(tmp_path / "hang", force_command="sleep 600")
+    try:
+        dead = f"root@127.0.0.1:{free_port()}"
+        p = subprocess.Popen([sys.executable, "-m", "vastprobe", "sweep", f"{dead},{hang.target}", "--format", "ndjson",
+                              "-i", str(hang.user_key), "--known-hosts", str(hang.known_hosts), "--timeout", "120"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        assert p.stdout is not None
+        first = json.loads(p.stdout.readline())  # the dead host streams out first
+        assert first["status"] == "unreachable"
+        p.send_signal(signal.SIGINT)
+        rest, err = p.communicate(timeout=30)
+        assert rest == ""
+        assert "interrupted; 1 of 2 hosts finished" in err
+        assert p.returncode == 3
+    finally:
+        hang.stop()

@@ -30,7 +30,7 @@ class Capture:
     captured_at: float = field(default_factory=time.time)
 
 
-def capture_to_dict(c: Capture, snapshot: dict[str, Any] | None) -> dict[str, Any]:
+def capture_to_dict(c: Capture, snapshot: Any) -> dict[str, Any]:
     return {
         "schema": CAPTURE_SCHEMA,
         "vastprobe_version": __version__,

@@ -135,14 +135,14 @@ def _emit(reports: list, fmt: OutputFormat) -> None:
 
         render_reports(reports)
         return
-    from vastprobe.render.jsonable import host_report_dict, report_document
+    from vastprobe.render.jsonable import dumps, host_report_dict, report_document
 
     if fmt is OutputFormat.ndjson:
         for r in reports:
-            sys.stdout.write(json.dumps(host_report_dict(r), separators=(",", ":")) + "\n")
+            sys.stdout.write(dumps(host_report_dict(r)) + "\n")
     else:
         indent = 1 if sys.stdout.isatty() else None  # compact for pipes: smaller and faster
-        sys.stdout.write(json.dumps(report_document(reports), indent=indent) + "\n")
+        sys.stdout.write(dumps(report_document(reports), indent=indent) + "\n")
     sys.stdout.flush()
 
 
@@ -277,7 +277,7 @@ def sweep(
     if p.warning:
         typer.echo(f"vastprobe: warning: {p.warning}", err=True)
     chosen = _format(fmt, json_flag)
-    from vastprobe.render.jsonable import host_report_dict, report_document
+    from vastprobe.render.jsonable import dumps, host_report_dict, report_document
 
     tick = progress_printer(len(entries))
     done: list = []
@@ -285,7 +285,7 @@ def sweep(
     def on_report(r) -> None:
         done.append(r)
         if chosen is OutputFormat.ndjson:
-            sys.stdout.write(json.dumps(host_report_dict(r), separators=(",", ":")) + "\n")
+            sys.stdout.write(dumps(host_report_dict(r)) + "\n")
             sys.stdout.flush()
         if tick is not None:
             tick(r)
@@ -298,7 +298,7 @@ def sweep(
         typer.echo(f"\nvastprobe: interrupted; {len(done)} of {len(entries)} hosts finished", err=True)
     reports = done
     if chosen is OutputFormat.json:
-        sys.stdout.write(json.dumps(report_document(reports), indent=1 if sys.stdout.isatty() else None) + "\n")
+        sys.stdout.write(dumps(report_document(reports), indent=1 if sys.stdout.isatty() else None) + "\n")
     elif chosen is OutputFormat.table:
         from vastprobe.render.summary import render_summary
 
@@ -307,9 +307,9 @@ def sweep(
 
     if output is not None:
         if chosen is OutputFormat.ndjson:
-            text = "".join(json.dumps(host_report_dict(r), separators=(",", ":")) + "\n" for r in reports)
+            text = "".join(dumps(host_report_dict(r)) + "\n" for r in reports)
         elif chosen is OutputFormat.json:
-            text = json.dumps(report_document(reports)) + "\n"
+            text = dumps(report_document(reports)) + "\n"
         else:
             from vastprobe.render.summary import render_summary
 
@@ -343,7 +343,7 @@ def collect(
 
     from vastprobe.capture import capture_to_dict
     from vastprobe.pipeline import collect_target, parse_capture
-    from vastprobe.render.jsonable import to_jsonable
+    from vastprobe.render.jsonable import dumps
 
     options = _options(sample, None, None, log, artifacts, 300.0, None, timeout)
     ssh = _ssh_options(
@@ -353,7 +353,7 @@ def collect(
     if cap.status != "ok":
         typer.echo(f"vastprobe: {cap.error}", err=True)
     snap = parse_capture(cap)[0] if cap.status == "ok" else None
-    text = json.dumps(capture_to_dict(cap, to_jsonable(snap) if snap else None), indent=1) + "\n"
+    text = dumps(capture_to_dict(cap, snap), indent=1) + "\n"
     if str(output) == "-":
         sys.stdout.write(text)
     else:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 _ERROR = re.compile(r"^(?:grep|ls|cat|awk): .*?/proc/(\d+)/([^:]*): (.*)$")
-_ANY_PROC = re.compile(r"^/proc/\d+/")
 
 
 @dataclass(frozen=True)
@@ -17,30 +17,44 @@ class PerPid:
 
 
 def group_by_pid(text: str, filename: str) -> PerPid:
-    """Lines `/proc/<pid>/<filename>:<content>`; other files' lines are skipped; a line without any
-    /proc prefix continues the previous record (a comm holding a newline splits a stat record)."""
-    prefix = re.compile(r"^/proc/(\d+)/" + re.escape(filename) + ":")
-    out = PerPid()
-    last: int | None = None
+    """Lines `/proc/<pid>/<filename>:<content>` of one file; see split_by_file."""
+    return split_by_file(text).get(filename) or PerPid()
+
+
+_LINE = re.compile(r"^/proc/(\d+)/([^:/]+):")
+
+
+@lru_cache(maxsize=8)
+def split_by_file(text: str) -> dict[str, PerPid]:
+    """One pass over a section that greps several /proc files, grouped by file name, then PID.
+    A line without a /proc prefix continues the previous record (a comm holding a newline splits
+    a stat record). Cached: several parsers read the same section."""
+    out: dict[str, PerPid] = {}
+    last: list[str] | None = None
     for line in text.split("\n"):
-        m = prefix.match(line)
-        if m:
-            last = int(m.group(1))
-            out.lines.setdefault(last, []).append(line[m.end() :])
-            continue
-        e = _ERROR.match(line)
-        if e:
-            if e.group(2).rstrip("'") == filename:
-                out.errors[int(e.group(1))] = e.group(3)
-            last = None
-            continue
-        if _ANY_PROC.match(line):  # another file's line, in a section that greps several
-            last = None
-            continue
+        if line.startswith("/proc/"):
+            m = _LINE.match(line)
+            if m:
+                group = out.get(m.group(2))
+                if group is None:
+                    group = out[m.group(2)] = PerPid()
+                last = group.lines.setdefault(int(m.group(1)), [])
+                last.append(line[m.end() :])
+                continue
+        elif line.startswith(("grep: ", "ls: ", "cat: ", "awk: ")):
+            e = _ERROR.match(line)
+            if e:
+                name = e.group(2).rstrip("'")
+                group = out.get(name)
+                if group is None:
+                    group = out[name] = PerPid()
+                group.errors[int(e.group(1))] = e.group(3)
+                last = None
+                continue
         if last is not None and line:
-            out.lines[last][-1] += "\n" + line
+            last[-1] += "\n" + line
         elif line:
-            out.other.append(line)
+            out.setdefault("", PerPid()).other.append(line)
     return out
 
 

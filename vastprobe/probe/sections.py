@@ -31,8 +31,9 @@ class ProbeOutput:
 
 
 def decode(data: bytes) -> str:
-    """Remote bytes are not guaranteed UTF-8; keep every byte recoverable."""
-    return data.decode("utf-8", errors="surrogateescape")
+    """Remote bytes are not guaranteed UTF-8: undecodable bytes become U+FFFD, so every string
+    downstream is valid text (JSON, terminal). The exact bytes stay in `collect`'s capture."""
+    return data.decode("utf-8", errors="replace")
 
 
 def split_sections(data: bytes | str, boundary: str) -> ProbeOutput:

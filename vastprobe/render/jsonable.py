@@ -1,9 +1,11 @@
-"""Dataclasses to JSON-ready values. Remote strings may hold undecodable bytes (kept as
-surrogates while parsing); here they become U+FFFD so every consumer gets valid UTF-8."""
+"""Reports and snapshots to JSON. Snapshots hold ~100k values per host in a sweep, so the C
+encoder walks them and only dataclasses go through `_default`. Strings need no cleaning: remote
+bytes were decoded with errors="replace" (probe/sections.py)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from typing import Any
 
@@ -11,57 +13,62 @@ from vastprobe.model import HostReport, Unavailable
 
 SCHEMA = "vastprobe.report/1"
 
+_FIELDS: dict[type, tuple[str, ...]] = {}
 
-def _clean(s: str) -> str:
-    try:
-        s.encode("utf-8")
-        return s
-    except UnicodeEncodeError:
-        return s.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, Unavailable):
+        return {"unavailable": obj.reason}
+    cls = type(obj)
+    names = _FIELDS.get(cls)
+    if names is None:
+        if not dataclasses.is_dataclass(obj):
+            if isinstance(obj, (set, frozenset)):
+                return sorted(obj)
+            return str(obj)
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(obj))
+    return {name: getattr(obj, name) for name in names}
+
+
+def dumps(obj: Any, indent: int | None = None) -> str:
+    if indent is None:
+        return json.dumps(obj, default=_default, separators=(",", ":"))
+    return json.dumps(obj, default=_default, indent=indent)
 
 
 def to_jsonable(obj: Any) -> Any:
-    if isinstance(obj, str):
-        return _clean(obj)
-    if obj is None or isinstance(obj, (bool, int, float)):
-        return obj
-    if isinstance(obj, Unavailable):
-        return {"unavailable": _clean(obj.reason)}
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        return [to_jsonable(v) for v in obj]
-    return _clean(str(obj))
+    """Plain dicts and lists, for tests and for embedding in other documents."""
+    return json.loads(dumps(obj))
 
 
 def host_report_dict(r: HostReport) -> dict[str, Any]:
     findings = []
     for f in r.findings:
-        d = {
+        d: dict[str, Any] = {
             "rule": f.rule,
             "code": f.code,
             "severity": f.severity,
-            "summary": _clean(f.summary),
+            "summary": f.summary,
             "pids": list(f.pids),
-            "evidence": [{"source": _clean(e.source), "detail": _clean(e.detail)} for e in f.evidence],
+            "evidence": [{"source": e.source, "detail": e.detail} for e in f.evidence],
             "hint": f.hint,
         }
         if f.caused_by:
             d["caused_by"] = f.caused_by
         findings.append(d)
-    return {
-        "target": _clean(r.target),
+    out: dict[str, Any] = {
+        "target": r.target,
         "status": r.status,
-        "error": _clean(r.error) if r.error else None,
+        "error": r.error,
         "verdict": r.verdict,
         "findings": findings,
         "scope": list(r.scope),
-        "snapshot": to_jsonable(r.snapshot) if r.snapshot is not None else None,
+        "snapshot": r.snapshot,
         "timings": r.timings,
-        **({"labels": r.labels} if r.labels else {}),
     }
+    if r.labels:
+        out["labels"] = r.labels
+    return out
 
 
 def report_document(reports: list[HostReport]) -> dict[str, Any]:
