@@ -8,7 +8,7 @@ Both run the same probe script (`vastprobe probe-script --sample 0`) on the same
 sshd listens on up to 16 loopback addresses, so two sshd processes serve 24 hosts) at the same
 concurrency (32), alternating, --rounds times. Reported: the controller's CPU (user+sys of its
 whole process tree, RUSAGE_CHILDREN: pssh's ssh children included; sshd's side is not), wall time
-and peak RSS of its largest process (ru_maxrss). Then one vastprobe sweep of --big targets (the
+and peak RSS of its largest process (GNU time's %M, per run). Then one vastprobe sweep of --big targets (the
 live hosts plus dead loopback ports) for its time, its bound and peak RSS.
 """
 
@@ -34,15 +34,19 @@ TIMEOUT = 60
 
 
 def run(cmd: list[str], stdin: bytes | None = None, out: Path | None = None) -> tuple[float, float, float, int]:
-    """(wall s, CPU s, peak RSS MiB of the largest child, exit code)"""
+    """(wall s, CPU s of the process tree, peak RSS MiB of its largest process, exit code).
+    GNU time's %M is the largest ru_maxrss of the command and the children it waited for."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    with open(out or "/dev/null", "wb") as f:
-        r = subprocess.run(cmd, input=stdin, stdout=f, stderr=subprocess.DEVNULL)
-    wall = time.perf_counter() - t0
+    with tempfile.NamedTemporaryFile("r") as rss_file:
+        t0 = time.perf_counter()
+        with open(out or "/dev/null", "wb") as f:
+            r = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss_file.name, *cmd], input=stdin, stdout=f,
+                               stderr=subprocess.DEVNULL)  # fmt: skip
+        wall = time.perf_counter() - t0
+        rss_kb = int(rss_file.read().split()[-1])
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu, after.ru_maxrss / 1024, r.returncode
+    return wall, cpu, rss_kb / 1024, r.returncode
 
 
 def main() -> None:

@@ -30,15 +30,17 @@ def match_oom_kills(snapshot: HostSnapshot, scope: frozenset[int], tree: Process
     if not kills:
         return []
     watched = [p for p in snapshot.processes if p.pid in scope and not p.kernel_thread and p.state != "Z"]
+    # starttime is truncated to clock ticks: a process that started within one tick after the kill
+    # would look older than it; count it as younger (context, not blame)
+    tick = 1 / snapshot.host.clk_tck
+    starts = {p.pid: start_wall(snapshot, p) for p in watched}
     out = []
     for ev in kills:
         when = ev.wall_time
 
         def alive_before(p: Process, when: float | None = when) -> bool:
-            # starttime is truncated to clock ticks: a process that started within one tick after
-            # the kill would look older than it; count it as younger (context, not blame)
-            s = start_wall(snapshot, p)
-            return when is None or s is None or s + 1 / snapshot.host.clk_tck <= when
+            s = starts[p.pid]
+            return when is None or s is None or s + tick <= when
 
         earlier = [p for p in watched if alive_before(p)]
         if not earlier:

@@ -21,9 +21,6 @@ def group_by_pid(text: str, filename: str) -> PerPid:
     return split_by_file(text).get(filename) or PerPid()
 
 
-_LINE = re.compile(r"^/proc/(\d+)/([^:/]+):")
-
-
 @lru_cache(maxsize=8)
 def split_by_file(text: str) -> dict[str, PerPid]:
     """One pass over a section that greps several /proc files, grouped by file name, then PID.
@@ -33,13 +30,16 @@ def split_by_file(text: str) -> dict[str, PerPid]:
     last: list[str] | None = None
     for line in text.split("\n"):
         if line.startswith("/proc/"):
-            m = _LINE.match(line)
-            if m:
-                group = out.get(m.group(2))
+            # "/proc/<pid>/<file>:<content>", split by hand: this loop runs for every line of the
+            # biggest section, on every host of a sweep
+            head, sep, content = line.partition(":")
+            parts = head.split("/")
+            if sep and len(parts) == 4 and parts[2].isdigit():
+                group = out.get(parts[3])
                 if group is None:
-                    group = out[m.group(2)] = PerPid()
-                last = group.lines.setdefault(int(m.group(1)), [])
-                last.append(line[m.end() :])
+                    group = out[parts[3]] = PerPid()
+                last = group.lines.setdefault(int(parts[2]), [])
+                last.append(content)
                 continue
         elif line.startswith(("grep: ", "ls: ", "cat: ", "awk: ")):
             e = _ERROR.match(line)
