@@ -111,3 +111,11 @@ def test_ctrl_c_prints_what_finished(tmp_path: Path) -> None:
         assert p.returncode == 3
     finally:
         hang.stop()
+
+
+def test_concurrency_lowered_to_what_the_fd_limit_carries(tmp_path: Path) -> None:
+    dead = ",".join(f"root@127.0.0.1:{free_port()}" for _ in range(12))
+    r = subprocess.run(["bash", "-c", f'ulimit -n 100 && exec "$0" -m vastprobe sweep {dead} --concurrency 64 --format ndjson',
+                        sys.executable], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert "--concurrency 64 lowered to 9" in r.stderr and "ulimit -n" in r.stderr
+    assert len(r.stdout.splitlines()) == 12 and r.returncode == 3
