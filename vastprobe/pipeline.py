@@ -16,6 +16,7 @@ from vastprobe.probe.render import MAX_TOTAL_OUTPUT, ProbeParams, render_script
 from vastprobe.probe.sections import split_sections
 from vastprobe.rules.base import RuleOptions
 from vastprobe.rules.engine import run_rules, verdict
+from vastprobe.transport.base import TransportResult
 
 
 @dataclass(frozen=True)
@@ -28,14 +29,10 @@ class DiagnoseOptions:
     ssh: Any = None  # transport.ssh.SshOptions; typed loosely so `local` never imports asyncssh
 
 
-def probe_local(target: str, options: DiagnoseOptions) -> Capture:
-    from vastprobe.transport.local import run_local
-
-    script = render_script(options.params)
-    res = run_local(script, MAX_TOTAL_OUTPUT, options.timeout)
+def _capture(target: str, transport: str, res: TransportResult, options: DiagnoseOptions) -> Capture:
     return Capture(
         target=target,
-        transport="local",
+        transport=transport,
         status=res.status,
         error=res.error,
         output=res.output,
@@ -43,6 +40,13 @@ def probe_local(target: str, options: DiagnoseOptions) -> Capture:
         params=options.params,
         timings=res.timings,
     )
+
+
+def probe_local(target: str, options: DiagnoseOptions) -> Capture:
+    from vastprobe.transport.local import run_local
+
+    res = run_local(render_script(options.params), MAX_TOTAL_OUTPUT, options.timeout)
+    return _capture(target, "local", res, options)
 
 
 async def probe_ssh(target: str, options: DiagnoseOptions) -> Capture:
@@ -50,16 +54,7 @@ async def probe_ssh(target: str, options: DiagnoseOptions) -> Capture:
 
     ssh = options.ssh or SshOptions(timeout=options.timeout)
     res = await run_ssh(target, render_script(options.params), MAX_TOTAL_OUTPUT, ssh)
-    return Capture(
-        target=target,
-        transport="ssh",
-        status=res.status,
-        error=res.error,
-        output=res.output,
-        truncated=res.truncated,
-        params=options.params,
-        timings=res.timings,
-    )
+    return _capture(target, "ssh", res, options)
 
 
 async def probe_any(target: str, options: DiagnoseOptions) -> Capture:

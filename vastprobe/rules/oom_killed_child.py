@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from vastprobe.model import Evidence, Finding
+from vastprobe.analysis.oom import OomMatch
+from vastprobe.model import Evidence, Finding, Severity
 from vastprobe.rules.base import Context, Rule, RuleMeta
 
 META = RuleMeta("oom-killed-child", "VP102", "error", "the kernel's OOM killer killed a process of the job")
@@ -20,32 +21,42 @@ def _mib(kb: int | None) -> str:
     return f"{kb / 1024:.0f} MiB" if kb is not None else "?"
 
 
+def _folded(
+    matches: list[OomMatch], when: str, source: str, note: str, hint: str, severity: Severity
+) -> Iterator[Finding]:
+    """Kills that blame no watched process: one finding for all of them, not one each."""
+    if not matches:
+        return
+    last = matches[-1].event
+    names = ", ".join(sorted({m.event.comm or "?" for m in matches})[:20])
+    yield META.finding(
+        f"{len(matches)} OOM kill(s) {when} (latest: {last.comm} {_when(last.wall_time)})",
+        [],
+        [Evidence("kernel log", m.event.line[:400]) for m in matches[-3:]]
+        + [Evidence(source, f"victims {names}" + (f": {note}" if note else ""))],
+        hint,
+        severity,
+    )
+
+
 def check(ctx: Context) -> Iterator[Finding]:
     snap = ctx.snapshot
-    context = [m for m in ctx.oom_matches if not m.relevant]
-    if context:
-        last = context[-1].event
-        names = sorted({m.event.comm or "?" for m in context})
-        yield META.finding(
-            f"{len(context)} OOM kill(s) before the watched processes started (latest: {last.comm} {_when(last.wall_time)})",
-            [],
-            [Evidence("kernel log", m.event.line[:400]) for m in context[-3:]]
-            + [Evidence("timing", f"victims {names[:10]}: context, not the cause")],
-            "nothing to do for the watched job; the host had memory trouble earlier",
-            "info",
-        )
-    unmatched = [m for m in ctx.oom_matches if m.relevant and m.loser is None]
-    if unmatched:
-        last = unmatched[-1].event
-        names = sorted({m.event.comm or "?" for m in unmatched})
-        yield META.finding(
-            f"{len(unmatched)} OOM kill(s) while the watched processes ran, not tied to any of them (latest: {last.comm} {_when(last.wall_time)})",
-            [],
-            [Evidence("kernel log", m.event.line[:400]) for m in unmatched[-3:]]
-            + [Evidence("victims", ", ".join(names[:20]))],
-            "the host is short of memory; check whether the job spawned these processes",
-            "warning",
-        )
+    yield from _folded(
+        [m for m in ctx.oom_matches if not m.relevant],
+        "before the watched processes started",
+        "timing",
+        "context, not the cause",
+        "nothing to do for the watched job; the host had memory trouble earlier",
+        "info",
+    )
+    yield from _folded(
+        [m for m in ctx.oom_matches if m.relevant and m.loser is None],
+        "while the watched processes ran, not tied to any of them",
+        "victims",
+        "",
+        "the host is short of memory; check whether the job spawned these processes",
+        "warning",
+    )
     for m in ctx.oom_matches:
         if not m.relevant or m.loser is None:
             continue
