@@ -92,3 +92,13 @@ def test_hostile_names_do_not_reach_the_terminal(tmp_path: Path) -> None:
         assert argv[-1] == evil
     finally:
         p.kill()
+
+
+def test_rules_catalogue_and_explain() -> None:
+    r = run("rules", "--format", "json")
+    rows = json.loads(r.stdout)
+    assert r.returncode == 0 and len(rows) >= 8
+    assert all(set(row) == {"rule", "code", "severity", "summary"} for row in rows)
+    e = run("rules", "VP102")
+    assert e.returncode == 0 and e.stdout.startswith("VP102 oom-killed-child (error)")
+    assert run("rules", "no-such-rule").returncode == 2

@@ -395,9 +395,22 @@ def analyze(
 
 
 @app.command()
-def rules(fmt: FormatOpt = None, json_flag: JsonOpt = False) -> None:
-    """The rule catalogue: slug, code, severity, one line each."""
-    from vastprobe.rules import RULES
+def rules(
+    name: Annotated[Optional[str], typer.Argument(help="A slug or code: explain that rule.")] = None,
+    fmt: FormatOpt = None,
+    json_flag: JsonOpt = False,
+) -> None:
+    """The rule catalogue: slug, code, severity, one line each; with a name, what that rule does."""
+    from vastprobe.rules import RULES, find_rule
+
+    if name is not None:
+        rule = find_rule(name)
+        if rule is None:
+            raise typer.BadParameter(f"no rule {name!r}; `vastprobe rules` lists them")
+        doc = sys.modules[rule.check.__module__].__doc__ or ""
+        m = rule.meta
+        typer.echo(f"{m.code} {m.slug} ({m.severity}): {m.summary}\n\n{doc.strip()}")
+        return
 
     rows = [
         {"rule": r.meta.slug, "code": r.meta.code, "severity": r.meta.severity, "summary": r.meta.summary}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from vastprobe.model import (
     ArtifactListing,
-    FileStat,
     GpuApp,
     GpuSample,
     GpuState,
@@ -288,6 +287,3 @@ def build_snapshot(
         artifacts=tuple(listings),
         disks=tuple(df.parse_df(_text(out, "df"))),
     )
-
-
-__all__ = ["FileStat", "build_snapshot"]

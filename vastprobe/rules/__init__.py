@@ -38,5 +38,6 @@ RETIRED: dict[str, str] = {}
 RESERVED = {"VP900": "probe-incomplete"}
 
 
-def rule_by_slug(slug: str) -> Rule | None:
-    return next((r for r in RULES if r.meta.slug == slug), None)
+def find_rule(name: str) -> Rule | None:
+    """By slug or by code (`do-wait-orphan`, `VP101`)."""
+    return next((r for r in RULES if name in (r.meta.slug, r.meta.code) or name.upper() == r.meta.code), None)

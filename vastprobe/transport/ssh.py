@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import os
 import re
 import socket
 import sys
@@ -335,9 +334,3 @@ async def run_ssh(target_text: str, script: str, cap: int, opts: SshOptions) -> 
     finally:
         for c in reversed(conns):
             c.abort()
-
-
-def default_identities_exist() -> bool:
-    return any(Path(f"~/.ssh/{n}").expanduser().exists() for n in ("id_ed25519", "id_ecdsa", "id_rsa")) or bool(
-        os.environ.get("SSH_AUTH_SOCK")
-    )
