@@ -8,6 +8,7 @@ import time
 from typing import IO
 
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
@@ -60,7 +61,7 @@ def _finding(console: Console, f: Finding, snap: HostSnapshot | None) -> None:
                 else:  # an orphan writer: not in the chain's tree
                     tree.add(Text("holds the pipe: ", style="yellow") + _proc_line(snap, p))
             console.print(Text("      wait chain:"))
-            console.print(tree, style="", overflow="ellipsis", crop=True, new_line_start=False)
+            console.print(Padding(tree, (0, 0, 0, 8)), overflow="ellipsis", crop=True)
     for e in f.evidence:
         if f.rule == "do-wait-orphan" and e.source == "wait chain":
             continue
