@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vastprobe.analysis.scope import compute_scope
@@ -76,8 +76,6 @@ def parse_capture(capture: Capture) -> tuple[HostSnapshot | None, str | None]:
 
 
 def _note(snap: HostSnapshot, note: str) -> HostSnapshot:
-    from dataclasses import replace
-
     return replace(snap, notes=(*snap.notes, note))
 
 
@@ -90,7 +88,8 @@ def report_from_capture(capture: Capture, options: DiagnoseOptions) -> HostRepor
     if snap is None:
         return HostReport(capture.target, "probe-error", err, "unknown", (), None, timings)
     scope = compute_scope(snap, options.pids, options.matches)
-    findings = run_rules(snap, scope, options.rules)
+    rule_options = replace(options.rules, explicit_scope=bool(options.pids or options.matches))
+    findings = run_rules(snap, scope, rule_options)
     findings = (*findings, *_probe_findings(snap))
     timings["analysis"] = round(time.monotonic() - t0, 4)
     return HostReport(capture.target, "ok", None, verdict(findings), findings, snap, timings, scope)

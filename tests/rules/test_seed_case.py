@@ -41,6 +41,10 @@ wait
     wait_for(lambda: cg.oom_kills() >= 1, timeout=30, what="the bench client OOM-killed")
     wait_for(lambda: any(proc_wchan(c).startswith(("do_wait", "sigsuspend")) for c in children_of(entry)),
              what="benchmark.sh waiting")  # fmt: skip
+    bench = children_of(entry)[0]
+    wait_for(
+        lambda: any(proc_wchan(c) == "inet_csk_accept" for c in children_of(bench)), what="daemon idle in accept()"
+    )
     yield entry, children_of(entry)[0], cg
     cg.remove()
 
@@ -63,3 +67,52 @@ def test_seed_case(seed) -> None:
     assert wait["pids"][:2] == [entry, bench] and len(wait["pids"]) == 3  # entrypoint -> benchmark.sh -> daemon
     assert wait["caused_by"] == "oom-killed-child"
     assert "idle-gpu" not in rules
+
+
+def test_seed_case_seen_from_inside_the_container(seed) -> None:
+    """How an operator sees it on vast.ai: the probe runs inside the container's PID namespace,
+    with no --pid at all. No kernel threads are visible, so the scope is the job."""
+    import shutil
+
+    from tests.helpers import run_probe_raw
+    from vastprobe.analysis.scope import compute_scope
+    from vastprobe.parsers.snapshot import build_snapshot
+    from vastprobe.probe.render import ProbeParams
+    from vastprobe.probe.sections import split_sections
+    from vastprobe.rules.base import RuleOptions
+    from vastprobe.rules.engine import run_rules, verdict
+
+    if shutil.which("nsenter") is None:
+        pytest.skip("needs nsenter (util-linux)")
+    entry, _bench, _cg = seed
+    params = ProbeParams(sample=1)
+    raw = run_probe_raw(params, ["nsenter", f"--target={entry}", "--pid", "--mount", "--", "sh"])
+    snap = build_snapshot(split_sections(raw, params.boundary), params, "container", "local", len(raw))
+    init = snap.process(1)
+    assert init is not None and "entrypoint.sh" in " ".join(init.cmdline)  # we really are inside
+    assert not any(p.kernel_thread for p in snap.processes)
+    findings = run_rules(snap, compute_scope(snap), RuleOptions())
+    errors = {f.rule for f in findings if f.severity == "error"}
+    assert {"oom-killed-child", "do-wait-orphan"} <= errors
+    assert verdict(findings) == "stalled"
+
+
+def test_default_scope_on_a_host_does_not_blame_idle_shells(reap) -> None:
+    """On a whole host (kernel threads visible), an OOM kill tied to no watched process by cgroup
+    or name must not turn every idle waiting shell into a stall."""
+    p = subprocess.Popen(["bash", "-c", "sleep 1000 & wait"], start_new_session=True)
+    reap.append(p)
+    wait_for(lambda: len(children_of(p.pid)) == 1, what="idle shell")
+    cg = MemoryCgroup(40 * 1024 * 1024)
+    try:
+        r = subprocess.run(
+            ["sh", "-c", f"echo $$ > {cg.procs_file}; exec {sys.executable} -c 'b = bytearray(200 << 20)'"]
+        )
+        assert r.returncode == -9
+        _rc, host = vastprobe_json("--sample", "0.3")
+        blamed = [f for f in host["findings"] if f["severity"] in ("error", "critical") and p.pid in f["pids"]]
+        assert not blamed, blamed
+        ooms = [f for f in host["findings"] if f["rule"] == "oom-killed-child"]
+        assert ooms and all(f["severity"] in ("info", "warning") for f in ooms)
+    finally:
+        cg.remove()

@@ -25,7 +25,16 @@ def start_wall(snapshot: HostSnapshot, p: Process) -> float | None:
     return None if btime is None else btime + p.starttime / snapshot.host.clk_tck
 
 
-def match_oom_kills(snapshot: HostSnapshot, scope: frozenset[int], tree: ProcessTree) -> list[OomMatch]:
+def job_is_bounded(snapshot: HostSnapshot, explicit_scope: bool) -> bool:
+    """Whether "a waiting process that was alive when the victim died" may be blamed without a
+    cgroup or name match: only when the scope is the job — named by --pid/--match, or a container
+    (a PID namespace shows no kernel threads). On a whole host that would blame any idle shell."""
+    return explicit_scope or not any(p.kernel_thread for p in snapshot.processes)
+
+
+def match_oom_kills(
+    snapshot: HostSnapshot, scope: frozenset[int], tree: ProcessTree, explicit_scope: bool = False
+) -> list[OomMatch]:
     kills = [e for e in snapshot.kernel_log.events if e.kind == "oom-kill"]
     if not kills:
         return []
@@ -47,11 +56,14 @@ def match_oom_kills(snapshot: HostSnapshot, scope: frozenset[int], tree: Process
             out.append(OomMatch(ev, None, "the kill happened before every watched process started", False))
             continue
         by_cgroup = [p for p in earlier if ev.task_memcg and ev.task_memcg in (p.memory_cgroup, p.cgroup_v2)]
-        by_name = [p for p in earlier if ev.comm and any(ev.comm in a for a in p.cmdline[:4])]
-        waiters = [p for p in earlier if waits_on_children(p, tree)]
+        # a wrapper that names the victim's program in its arguments (timeout, nohup, srun, mpirun);
+        # comm is the program's file name cut to 15 bytes
+        by_name = [p for p in earlier if ev.comm and any(a.rsplit("/", 1)[-1][:15] == ev.comm for a in p.cmdline[1:8])]
+        bounded = job_is_bounded(snapshot, explicit_scope)
+        waiters = [p for p in earlier if bounded and waits_on_children(p, tree)]
         for pool, how in (
             ([p for p in by_cgroup if waits_on_children(p, tree)], "waits on children in the victim's memory cgroup"),
-            (by_name, "its command line names the victim"),
+            (by_name, "its command line runs the victim's program"),
             (by_cgroup, "in the victim's memory cgroup"),
             (waiters, "waits on children and was running when the victim died"),
         ):

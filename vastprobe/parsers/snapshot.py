@@ -216,7 +216,8 @@ def build_snapshot(
                 memory_cgroup=v1,
                 cgroup_v2=v2,
                 samples=tuple(samples),
-                kernel_thread=bool(rec.flags & proc_stat.PF_KTHREAD) or rec.pid == 2 or rec.ppid == 2,
+                # the flag, not "pid 2 or its children": inside a PID namespace pid 2 is a user process
+                kernel_thread=bool(rec.flags & proc_stat.PF_KTHREAD),
             )
         )
 

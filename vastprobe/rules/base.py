@@ -46,6 +46,7 @@ class RuleMeta:
 class RuleOptions:
     stale_after: float = 300.0
     expect_gpu: bool | None = None  # None: decide from the snapshot
+    explicit_scope: bool = False  # --pid/--match named the job
 
 
 class Context:
@@ -70,7 +71,7 @@ class Context:
 
     @cached_property
     def oom_matches(self) -> list[OomMatch]:
-        return match_oom_kills(self.snapshot, self.scope, self.tree)
+        return match_oom_kills(self.snapshot, self.scope, self.tree, self.options.explicit_scope)
 
     @cached_property
     def log_healths(self) -> list[LogHealth]:

@@ -46,7 +46,7 @@ def _stall_evidence(ctx: Context, chain_pids: set[int], waiter: Process) -> tupl
     ev: list[Evidence] = []
     cause = None
     for m in ctx.oom_matches:
-        if m.relevant and (m.loser is None or m.loser in chain_pids or ctx.tree.in_subtree(m.loser, waiter.pid)):
+        if m.loser is not None and (m.loser in chain_pids or ctx.tree.in_subtree(m.loser, waiter.pid)):
             ev.append(Evidence("oom-killed-child", f"{m.event.comm} was OOM-killed; {m.how}"))
             cause = "oom-killed-child"
     for h in ctx.log_healths:
