@@ -215,3 +215,25 @@ def test_port_and_user_options_and_healthy_exit_0(sshd) -> None:
     finally:
         p.kill()
         p.wait()
+
+
+def test_ssh_agent_when_present(sshd, tmp_path: Path) -> None:
+    """No -i: the key comes from a real ssh-agent named by SSH_AUTH_SOCK."""
+    import shutil
+
+    if shutil.which("ssh-agent") is None:
+        pytest.skip("needs ssh-agent (openssh-client)")
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        wait_for(sock.exists, what="agent socket")
+        env = {**os.environ, "SSH_AUTH_SOCK": str(sock), "HOME": str(tmp_path)}  # no ~/.ssh keys to fall back on
+        subprocess.run(["ssh-add", "-q", str(sshd.user_key)], env=env, check=True, capture_output=True)
+        _rc, host, _ = vp(sshd.target, "--known-hosts", str(sshd.known_hosts), "--sample", "0", env=env)
+        assert host["status"] == "ok", host["error"]
+        env.pop("SSH_AUTH_SOCK")
+        _rc, host, _ = vp(sshd.target, "--known-hosts", str(sshd.known_hosts), "--sample", "0", env=env)
+        assert host["status"] == "auth-failed"
+    finally:
+        agent.kill()
+        agent.wait()

@@ -81,15 +81,18 @@ async def sweep(
 
 
 def progress_printer(total: int) -> Callable[[HostReport], None] | None:
-    """A one-line counter on stderr when it is a terminal; nothing in cron."""
+    """A progress bar on stderr when it is a terminal; nothing in cron."""
     if not sys.stderr.isatty():
         return None
     done = {"n": 0, "bad": 0}
+    width = 30
 
     def tick(r: HostReport) -> None:
         done["n"] += 1
         done["bad"] += r.status not in ("ok", "skipped")
-        sys.stderr.write(f"\r{done['n']}/{total} hosts done, {done['bad']} not probed ")
+        filled = width * done["n"] // max(1, total)
+        bar = "#" * filled + "." * (width - filled)
+        sys.stderr.write(f"\r[{bar}] {done['n']}/{total} hosts, {done['bad']} not probed ")
         if done["n"] == total:
             sys.stderr.write("\n")
         sys.stderr.flush()

@@ -32,21 +32,28 @@ def summary_lines(reports: list[HostReport]) -> list[str]:
     ]
     for verdict in sorted(by_verdict, key=lambda v: VERDICT_ORDER[v]):
         out.append(f"{verdict.upper()} ({len(by_verdict[verdict])}): {_hosts(sorted(by_verdict[verdict]))}")
-    rows: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
+    # findings that differ only in numbers (pids, sizes, times) fold into one row; the row shows
+    # the text itself when every host said exactly the same
+    rows: dict[tuple[str, str, str, str], list[tuple[str, str]]] = defaultdict(list)
     for r in reports:
         for f in r.findings:
-            rows[(f.severity, f.code, f.rule, _NUM.sub("N", f.summary))].append(r.target)
-    for (sev, code, rule, summary), hosts in sorted(
-        rows.items(), key=lambda kv: (-SEVERITY_ORDER[kv[0][0]], -len(kv[1]), kv[0][1])
+            rows[(f.severity, f.code, f.rule, _NUM.sub("N", f.summary))].append((r.target, f.summary))
+    for (sev, code, rule, folded), seen in sorted(
+        rows.items(), key=lambda kv: (-SEVERITY_ORDER[kv[0][0]], -len({t for t, _ in kv[1]}), kv[0][1])
     ):
-        uniq = sorted(set(hosts))
-        out.append(f"  {sev:<8} {code} {rule}: {safe(summary, 160)}  [{len(uniq)}: {_hosts(uniq)}]")
-    failures: dict[tuple[str, str], list[str]] = defaultdict(list)
+        hosts = sorted({t for t, _ in seen})
+        texts = {text for _, text in seen}
+        shown = next(iter(texts)) if len(texts) == 1 else folded
+        out.append(f"  {sev:<8} {code} {rule}: {safe(shown, 160)}  [{len(hosts)}: {_hosts(hosts)}]")
+    failures: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
     for r in reports:
-        if r.status not in ("ok",) and r.error:
-            failures[(r.status, _NUM.sub("N", r.error.replace(r.target, "HOST")))].append(r.target)
-    for (status, err), hosts in sorted(failures.items(), key=lambda kv: -len(kv[1])):
-        out.append(f"  {status}: {safe(err, 160)}  [{len(hosts)}: {_hosts(sorted(hosts))}]")
+        if r.status != "ok" and r.error:
+            text = r.error.replace(r.target, "HOST")
+            failures[(r.status, _NUM.sub("N", text))].append((r.target, text))
+    for (status, folded), seen in sorted(failures.items(), key=lambda kv: -len(kv[1])):
+        texts = {text for _, text in seen}
+        shown = next(iter(texts)) if len(texts) == 1 else folded
+        out.append(f"  {status}: {safe(shown, 160)}  [{len(seen)}: {_hosts(sorted(t for t, _ in seen))}]")
     return out
 
 
