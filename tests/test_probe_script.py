@@ -14,7 +14,7 @@ from vastprobe.probe.render import ProbeParams, render_script, shell_quote
 from vastprobe.probe.sections import split_sections
 
 EXPECTED = {
-    "meta", "clk", "host", "s0.now", "s0.proc", "s0.gpu", "s0.logs", "cmdline", "fd", "cgmap", "cgmem",
+    "meta", "host", "s0.now", "s0.proc", "s0.gpu", "s0.logs", "cmdline", "fd", "cgmap", "cgmem",
     "kmsg", "gpuapps", "df", "art.0", "s1.now", "s1.proc", "s1.gpu", "s1.logs", "times",
 }  # fmt: skip
 

@@ -68,6 +68,7 @@ vp_meta() {
 	printf 'version=%s\n' "$VP_VERSION"
 	printf 'shell_pid=%s\nshell_ppid=%s\n' "$$" "$PPID"
 	printf 'kernel=%s\nhostname=%s\ntimeout=%s\nuid=%s\n' "$vp_os" "$vp_host" "$VP_TMO" "$vp_uid"
+	vp_clk
 }
 
 # CLK_TCK: BusyBox has no getconf; AT_CLKTCK (auxv type 17) says the same.
@@ -136,21 +137,25 @@ vp_cgmap() {
 		if (k in seen || n >= max) next
 		seen[k] = 1; n++
 		print "M\t" v "\t" p "\t" m rel
+		nf = split(v == "v1" ? "oom_control failcnt max_usage_in_bytes limit_in_bytes usage_in_bytes" : "events max high peak current", f, " ")
+		for (i = 1; i <= nf; i++) print "F\t" m rel "/memory." f[i]
 	}' /proc/self/mountinfo /proc/[0-9]*/cgroup 2>/dev/null
 }
 
+# The counters of every memory cgroup in the map ("F<TAB>file" lines), picked out by a builtin loop.
 vp_cgmem() {
-	vp_files=$(printf '%s\n' "$vp_cgmap_out" | awk -F '\t' '
-		$1 == "M" && $2 == "v1" { n = split("oom_control failcnt max_usage_in_bytes limit_in_bytes usage_in_bytes", f, " ")
-			for (i = 1; i <= n; i++) print $4 "/memory." f[i] }
-		$1 == "M" && $2 == "v2" { n = split("events max high peak current", f, " ")
-			for (i = 1; i <= n; i++) print $4 "/memory." f[i] }')
-	[ -n "$vp_files" ] || return 0
+	vp_files=
 	vp_ifs=$IFS
 	IFS='
 '
 	set -f
-	tmo 10 grep -s -H '' $vp_files
+	for vp_l in $vp_cgmap_out; do
+		case $vp_l in "F	"*) vp_files="$vp_files
+${vp_l#F	}" ;; esac
+	done
+	if [ -n "$vp_files" ]; then
+		grep -s -H '' $vp_files
+	fi
 	vp_rc=$?
 	set +f
 	IFS=$vp_ifs
@@ -169,7 +174,7 @@ vp_kfilter() {
 
 vp_kmsg() {
 	printf '@@source dmesg\n'
-	tmo 10 dmesg 2>&1 | vp_kfilter
+	dmesg 2>&1 | vp_kfilter
 }
 
 vp_kmsg_fallback() {
@@ -255,6 +260,10 @@ vp_secs() {
 
 # nvidia-smi on a lost GPU blocks until its timeout: after one such call, skip the rest.
 vp_gpu_sec() {
+	if ! vp_has nvidia-smi; then
+		secn "$1" printf '@@absent\n'
+		return 0
+	fi
 	vp_secs
 	vp_g0=$vp_u
 	sec "$1" 65536 "$2"
@@ -276,7 +285,6 @@ vp_main() {
 		vp_wd=$!
 	fi
 	secn meta vp_meta
-	sec clk 256 vp_clk
 	sec host 262144 vp_host
 	secn s0.now vp_now
 	sec s0.proc "$VP_MAXPROC" vp_proc_full
