@@ -206,7 +206,12 @@ def diagnose(
     from dataclasses import replace
 
     from vastprobe.pipeline import diagnose_targets
+    from vastprobe.targets import InventoryError, expand_ranges
 
+    try:
+        targets = [t for text in targets for t in expand_ranges(text)]  # gpu[01-04]
+    except InventoryError as exc:
+        raise typer.BadParameter(str(exc)) from exc
     options = _options(sample, pid, match, log, artifacts, stale_after, expect_gpu, timeout)
     ssh = _ssh_options(port, user, identity, ssh_config, known_hosts, host_key_check, connect_timeout, timeout, targets)
     reports = diagnose_targets(targets, replace(options, ssh=ssh))
