@@ -62,3 +62,30 @@ def test_idle_wait_with_a_stale_log_is_a_stall(tmp_path: Path, reap) -> None:
     rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.5", "--log", str(log), "--stale-after", "60")
     rules = {f["rule"] for f in host["findings"]}
     assert {"do-wait-orphan", "missing-logs"} <= rules and rc == 1
+
+
+def test_command_substitution_held_open_by_an_orphan(reap) -> None:
+    """`x=$(sh -c 'sleep 1000 & echo hi')`: bash reads the substitution to EOF, which never comes."""
+    p = subprocess.Popen(["bash", "-c", "x=$(sh -c 'sleep 1000 & echo hi'); echo done"], start_new_session=True,
+                         stdout=subprocess.DEVNULL)  # fmt: skip
+    reap.append(p)
+    wait_for(lambda: proc_wchan(p.pid).endswith("pipe_read"), what="bash reading the substitution")
+    rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.3")
+    f = next(f for f in host["findings"] if f["rule"] == "do-wait-orphan")
+    assert f["severity"] == "error" and f["pids"][0] == p.pid and rc == 1
+    orphan = f["pids"][1]
+    assert Path(f"/proc/{orphan}/cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", b"1000"]
+    assert "waits for EOF" in f["summary"]
+
+
+def test_live_producer_pipeline_is_not_an_orphan_trap(tmp_path: Path, reap) -> None:
+    """`producer | consumer` where the producer keeps writing: no finding."""
+    prod = "import time\nwhile True:\n    print('x', flush=True); time.sleep(0.02)\n"
+    script = tmp_path / "producer.py"
+    script.write_text(prod)
+    p = subprocess.Popen(["bash", "-c", f"{sys.executable} {script} | cat > /dev/null"], start_new_session=True)
+    reap.append(p)
+    wait_for(lambda: len(children_of(p.pid)) == 2, what="pipeline started")
+    rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.3")
+    assert rc == 0
+    assert not [f for f in host["findings"] if f["severity"] in ("error", "critical")], host["findings"]

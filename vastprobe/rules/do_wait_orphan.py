@@ -79,6 +79,42 @@ def _chain_text(ctx: Context, chain: WaitChain) -> str:
 
 
 def check(ctx: Context) -> Iterator[Finding]:
+    reported: set[int] = set()
+    for f in _waiter_findings(ctx):
+        reported.update(f.pids)
+        yield f
+    yield from _orphan_pipe_readers(ctx, reported)
+
+
+def _orphan_pipe_readers(ctx: Context, reported: set[int]) -> Iterator[Finding]:
+    """The same trap without a wait: a process reads, to EOF, a pipe that only an orphan still holds
+    (`x=$(sh -c 'daemon & echo ready')` in an entrypoint). Only orphans count here (re-parented to
+    PID 1), and only when the reader made no progress, so a pipeline's live producer never does."""
+    for p in ctx.in_scope():
+        if p.pid in reported or p.state != "S" or waits_on_children(p, ctx.tree):
+            continue
+        if ctx.two_samples and ctx.progress[p.pid].moved:
+            continue
+        for ino, fd, writers in _pipe_orphans(ctx, p, p):
+            if not all(ctx.tree.by_pid[w].ppid <= 1 for w in writers):
+                continue
+            names = ", ".join(ctx.proc_label(w) for w in writers)
+            ev = [Evidence("/proc/wchan", f"{p.pid} ({p.comm}) blocked in {p.wchan}")]
+            ev.append(Evidence("/proc/fd", f"{p.pid} ({p.comm}) reads pipe:[{ino}] on fd {fd}"))
+            ev += [
+                Evidence("/proc/fd", f"pipe:[{ino}] writer {w} ({ctx.tree.by_pid[w].comm}), re-parented to PID 1")
+                for w in writers
+            ]
+            yield META.finding(
+                f"{p.comm} ({p.pid}) waits for EOF on a pipe held open only by the orphan {names}",
+                [p.pid, *writers],
+                ev,
+                f"the orphan inherited the pipe and will never close it: kill {names}; redirect background jobs' output (`cmd > log 2>&1 &`)",
+            )
+            break
+
+
+def _waiter_findings(ctx: Context) -> Iterator[Finding]:
     for waiter in _top_waiters(ctx):
         for chain in wait_chains(waiter, ctx.tree):
             end = ctx.tree.by_pid[chain.end]
