@@ -62,3 +62,27 @@ def test_d_state_parent_of_a_vfork_child(tmp_path: Path, reap) -> None:
     f = next(f for f in host["findings"] if f["rule"] == "d-state")
     assert f["pids"] == [p.pid] and f["severity"] == "error" and rc == 1
     assert any(e["source"] == "/proc/wchan" and e["detail"] == "kernel_clone" for e in f["evidence"])
+
+
+def test_d_state_that_moves_is_slow_not_stuck() -> None:
+    """A process seen in D in both samples whose I/O counters moved is doing heavy I/O."""
+    import dataclasses
+
+    from tests.helpers import local_snapshot
+    from vastprobe.model import ProcIO
+    from vastprobe.probe.render import ProbeParams
+    from vastprobe.rules.base import RuleOptions
+    from vastprobe.rules.engine import run_rules
+
+    snap = local_snapshot(ProbeParams(sample=0.1))
+    p = next(
+        p for p in snap.processes if len(p.samples) == 2 and not p.kernel_thread and p.pid not in snap.excluded_pids
+    )
+    io0, io1 = ProcIO(100, 100, 0, 0), ProcIO(100, 5_000_000, 0, 4_096_000)
+    base = dataclasses.replace(p.samples[0], state="D", utime=7, stime=3, io=io0)
+    moving = dataclasses.replace(p, state="D", samples=(base, dataclasses.replace(base, io=io1)))
+    stuck = dataclasses.replace(p, state="D", samples=(base, base))
+    for proc, flagged in ((moving, False), (stuck, True)):
+        s = dataclasses.replace(snap, processes=tuple(proc if x.pid == p.pid else x for x in snap.processes))
+        found = [f for f in run_rules(s, (p.pid,), RuleOptions()) if f.rule == "d-state"]
+        assert bool(found) == flagged

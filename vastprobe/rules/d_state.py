@@ -16,6 +16,9 @@ def check(ctx: Context) -> Iterator[Finding]:
     for p in ctx.in_scope():
         if not p.samples or any(s.state != "D" for s in p.samples):
             continue
+        pr = ctx.progress[p.pid]
+        if pr.sampled and (pr.cpu_ticks or pr.io_bytes):
+            continue  # D in both samples but moving: heavy I/O, slow rather than stuck
         w = "" if isinstance(p.wchan, Unavailable) else family(p.wchan)
         nvidia = w.startswith(NVIDIA_PREFIXES)
         ev = [Evidence("/proc/stat", f"state D in {len(p.samples)} sample(s) over {ctx.snapshot.sample_window:.1f}s")]
