@@ -237,3 +237,20 @@ def test_ssh_agent_when_present(sshd, tmp_path: Path) -> None:
     finally:
         agent.kill()
         agent.wait()
+
+
+def test_collect_over_ssh_then_analyze(sshd, tmp_path: Path) -> None:
+    cap = tmp_path / "remote.json"
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "collect", sshd.target, "-o", str(cap), "-i", str(sshd.user_key),
+                        "--known-hosts", str(sshd.known_hosts), "--sample", "0"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    data = json.loads(cap.read_text())
+    assert data["transport"] == "ssh" and data["status"] == "ok"
+    a = subprocess.run(
+        [sys.executable, "-m", "vastprobe", "analyze", str(cap), "--format", "json"], capture_output=True, text=True
+    )
+    host = json.loads(a.stdout)["hosts"][0]
+    assert host["status"] == "ok" and host["snapshot"]["probe"]["transport"] == "ssh"
+    dead = subprocess.run([sys.executable, "-m", "vastprobe", "collect", f"root@127.0.0.1:{free_port()}", "-o",
+                           str(tmp_path / "dead.json")], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert dead.returncode == 3 and "refused" in dead.stderr
