@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -33,26 +35,23 @@ def count_forks(tmp: Path) -> int:
     return sum(1 for line in lines if (m := FORK.search(line)) and int(m.group(2)) > 0)
 
 
-def spawn(n: int) -> list[subprocess.Popen[bytes]]:
-    return [subprocess.Popen(["sleep", "600"]) for _ in range(n)]
+@contextmanager
+def extra_processes(n: int) -> Iterator[None]:
+    procs = [subprocess.Popen(["sleep", "600"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 def test_forks_do_not_grow_with_processes(tmp_path: Path) -> None:
     if shutil.which("strace") is None:
         pytest.skip("strace is not installed (apt-get install strace)")
-    few = spawn(10)
-    try:
+    with extra_processes(10):
         a = count_forks(tmp_path)
-    finally:
-        for p in few:
-            p.kill()
-            p.wait()
-    many = spawn(600)
-    try:
+    with extra_processes(600):
         b = count_forks(tmp_path)
-    finally:
-        for p in many:
-            p.kill()
-            p.wait()
     assert a > 20  # the trace saw the probe's commands at all
     assert a == b, f"{a} forks with 10 extra processes, {b} with 600"
