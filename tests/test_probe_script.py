@@ -151,3 +151,26 @@ def test_hostile_comm_survives_the_probe() -> None:
         del time
     finally:
         p.kill()
+
+
+def test_argument_list_too_long_falls_back_to_one_grep_per_file(tmp_path: Path) -> None:
+    """With ~1700 processes the five-file list passes exec's 128 KiB floor (set with a small stack
+    limit), the one-file lists do not: the probe must still read every process."""
+    from tests.helpers import run_probe_raw
+
+    sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(1700)]
+    try:
+        params = ProbeParams(sample=0)
+        raw = run_probe_raw(params, ["bash", "-c", 'ulimit -s 256 && exec dash "$@"', "probe"])
+        out = split_sections(raw, params.boundary)
+        text = out.sections["s0.proc"].text
+        assert "Argument list too long" in text  # the fast path really failed here
+        snap = build_snapshot(out, params, "local", "local", len(raw))
+        seen = {p.pid for p in snap.processes}
+        assert {p.pid for p in sleepers} <= seen
+        assert all(snap.process(p.pid).wchan != "" for p in sleepers[:5])  # type: ignore[union-attr]
+    finally:
+        for p in sleepers:
+            p.kill()
+        for p in sleepers:
+            p.wait()

@@ -95,10 +95,21 @@ vp_now() {
 # io counters, the wchan symbol and the memory/v2 lines of cgroup.
 VP_STATUS_KEYS='Name|State|Tgid|PPid|TracerPid|Uid|Threads|VmRSS|VmHWM|NSpid|SigIgn|SigCgt|voluntary_ctxt_switches|nonvoluntary_ctxt_switches'
 VP_PROC_PAT="^([0-9]+ \\(|0::|[0-9]+:([^:]*,)?memory(,[^:]*)?:|[A-Za-z_][A-Za-z_0-9.]*\$|0\$|(rchar|wchar|read_bytes|write_bytes|$VP_STATUS_KEYS):)|\\) [A-Za-z] -?[0-9]"
-vp_proc_full() {
-	grep -H -E "$VP_PROC_PAT" /proc/[0-9]*/stat /proc/[0-9]*/status /proc/[0-9]*/io /proc/[0-9]*/wchan /proc/[0-9]*/cgroup
+vp_proc_full() { vp_proc_grep stat status io wchan cgroup; }
+vp_proc_brief() { vp_proc_grep stat io; }
+
+# vp_proc_grep FILE...: one grep over those files of every process; when that argument list is
+# too long for exec (status 126: tens of thousands of processes), one grep per file instead.
+vp_proc_grep() {
+	vp_list=
+	for vp_f; do vp_list="$vp_list /proc/[0-9]*/$vp_f"; done
+	grep -H -E "$VP_PROC_PAT" $vp_list
+	vp_rc=$?
+	[ "$vp_rc" -lt 126 ] && return "$vp_rc"
+	for vp_f; do
+		grep -H -E "$VP_PROC_PAT" /proc/[0-9]*/$vp_f
+	done
 }
-vp_proc_brief() { grep -H -E "$VP_PROC_PAT" /proc/[0-9]*/stat /proc/[0-9]*/io; }
 
 # argv records, NUL -> newline (a newline inside an argument becomes \036), at most 64
 # arguments of 1024 bytes per process.
