@@ -356,7 +356,9 @@ def collect(
     )
     cap = collect_target(target, replace(options, ssh=ssh))
     if cap.status != "ok":
-        typer.echo(f"vastprobe: {cap.error}", err=True)
+        from vastprobe.render.safe import safe
+
+        typer.echo(f"vastprobe: {safe(cap.error or '')}", err=True)  # the server's words may hold escapes
     snap = parse_capture(cap)[0] if cap.status == "ok" else None
     text = dumps(capture_to_dict(cap, snap), indent=1) + "\n"
     if str(output) == "-":
