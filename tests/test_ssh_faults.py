@@ -87,3 +87,31 @@ async def test_auth_refused_by_server() -> None:
         assert res.status == "auth-failed"
     finally:
         srv.close()
+
+
+@pytest.mark.asyncio
+async def test_hostile_disconnect_reason_is_inert_on_the_terminal() -> None:
+    import io
+
+    from vastprobe.model import HostReport
+    from vastprobe.render.table import render_reports
+
+    evil = "\x1b]0;owned\x07[bold]x[/bold]\x1b[2J"
+
+    class Hostile(asyncssh.SSHServer):
+        def begin_auth(self, username: str) -> bool:
+            return False
+
+        def session_requested(self) -> bool:
+            raise asyncssh.ChannelOpenError(asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED, evil)
+
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    srv = await asyncssh.listen("127.0.0.1", 0, server_host_keys=[key], server_factory=Hostile)
+    try:
+        res = await run_ssh(f"root@127.0.0.1:{srv.get_port()}", "echo\n", 1 << 20, opts())
+    finally:
+        srv.close()
+    assert res.status != "ok" and res.error and "\x1b" in res.error, res  # the server's words, verbatim
+    buf = io.StringIO()
+    render_reports([HostReport("t", res.status, res.error, "unknown", (), None, {})], file=buf)
+    assert "\x1b" not in buf.getvalue() and "\\x1b]0;owned\\x07[bold]x[/bold]" in buf.getvalue()
