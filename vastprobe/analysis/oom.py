@@ -43,6 +43,21 @@ def match_oom_kills(
     # would look older than it; count it as younger (context, not blame)
     tick = 1 / snapshot.host.clk_tck
     starts = {p.pid: start_wall(snapshot, p) for p in watched}
+    # indexes built once: a host's log can hold hundreds of kills, a host hundreds of processes
+    by_cgroup_index: dict[str, list[Process]] = {}
+    by_name_index: dict[str, list[Process]] = {}
+    for p in watched:
+        for path in {p.memory_cgroup, p.cgroup_v2} - {None}:
+            by_cgroup_index.setdefault(path, []).append(p)  # type: ignore[arg-type]
+        # a wrapper that names the victim's program in its arguments (timeout, nohup, srun,
+        # mpirun); comm is the program's file name cut to 15 bytes
+        for name in {a.rsplit("/", 1)[-1][:15] for a in p.cmdline[1:8]}:
+            by_name_index.setdefault(name, []).append(p)
+    known = [t for t in starts.values() if t is not None]
+    unknown_start = len(known) < len(starts)
+    earliest = min(known) if known else None
+    waiting = {p.pid for p in watched if waits_on_children(p, tree)}
+    bounded = job_is_bounded(snapshot, explicit_scope)
     out = []
     for ev in kills:
         when = ev.wall_time
@@ -51,18 +66,14 @@ def match_oom_kills(
             s = starts[p.pid]
             return when is None or s is None or s + tick <= when
 
-        earlier = [p for p in watched if alive_before(p)]
-        if not earlier:
+        if not (when is None or unknown_start or (earliest is not None and earliest + tick <= when)):
             out.append(OomMatch(ev, None, "the kill happened before every watched process started", False))
             continue
-        by_cgroup = [p for p in earlier if ev.task_memcg and ev.task_memcg in (p.memory_cgroup, p.cgroup_v2)]
-        # a wrapper that names the victim's program in its arguments (timeout, nohup, srun, mpirun);
-        # comm is the program's file name cut to 15 bytes
-        by_name = [p for p in earlier if ev.comm and any(a.rsplit("/", 1)[-1][:15] == ev.comm for a in p.cmdline[1:8])]
-        bounded = job_is_bounded(snapshot, explicit_scope)
-        waiters = [p for p in earlier if bounded and waits_on_children(p, tree)]
+        by_cgroup = [p for p in by_cgroup_index.get(ev.task_memcg or "", []) if alive_before(p)]
+        by_name = [p for p in by_name_index.get(ev.comm or "", []) if alive_before(p)] if ev.comm else []
+        waiters = [p for p in watched if p.pid in waiting and alive_before(p)] if bounded else []
         for pool, how in (
-            ([p for p in by_cgroup if waits_on_children(p, tree)], "waits on children in the victim's memory cgroup"),
+            ([p for p in by_cgroup if p.pid in waiting], "waits on children in the victim's memory cgroup"),
             (by_name, "its command line runs the victim's program"),
             (by_cgroup, "in the victim's memory cgroup"),
             (waiters, "waits on children and was running when the victim died"),
