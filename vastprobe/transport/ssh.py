@@ -31,15 +31,6 @@ HostKeyPolicy = Literal["strict", "accept-new", "off"]
 _TARGET = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^:@\s\[\]]+))(?::(?P<port>\d{1,5}))?$")
 
 
-_CIPHERS = [
-    "aes128-gcm@openssh.com",
-    "aes256-gcm@openssh.com",
-    "chacha20-poly1305@openssh.com",
-    "aes128-ctr",
-    "aes256-ctr",
-]
-
-
 class TargetError(ValueError):
     pass
 
@@ -232,9 +223,6 @@ async def _connect(r: Resolved, opts: SshOptions, tunnel: Any = None) -> asyncss
         connect_timeout=opts.connect_timeout,
         login_timeout=opts.connect_timeout,
         gss_host=None,
-        # AES-GCM first: asyncssh's chacha20-poly1305 builds a cipher context per packet, which
-        # costs the controller ~10 ms of CPU per host in a sweep; any server still picks from all
-        encryption_algs=_CIPHERS,
         passphrase=None,
         ignore_encrypted=True,
         password=None,
