@@ -8,10 +8,12 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vastprobe import __version__
-from vastprobe.model import Status
+
+if TYPE_CHECKING:
+    from vastprobe.model import Status
 from vastprobe.probe.render import ProbeParams
 
 CAPTURE_SCHEMA = "vastprobe.capture/1"

@@ -104,9 +104,9 @@ def _options(
 ):  # -> DiagnoseOptions
     import re
 
+    from vastprobe.options import RuleOptions
     from vastprobe.pipeline import DiagnoseOptions
     from vastprobe.probe.render import DEFAULT_ARTIFACTS, ProbeParams
-    from vastprobe.rules.base import RuleOptions
 
     for m in match or ():
         try:
@@ -296,6 +296,10 @@ def sweep(
             tick(r)
 
     interrupted = False
+    if probed and any(t != "local" for t in probed):
+        from vastprobe.pipeline import warm_analysis
+
+        warm_analysis()
     try:
         asyncio.run(run_sweep(entries, options, p.concurrency, on_report))
     except KeyboardInterrupt:

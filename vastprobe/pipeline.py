@@ -3,20 +3,39 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vastprobe.analysis.scope import compute_scope
 from vastprobe.capture import Capture
-from vastprobe.model import Evidence, Finding, HostReport, HostSnapshot
-from vastprobe.parsers.snapshot import build_snapshot
+from vastprobe.options import RuleOptions
 from vastprobe.probe.render import MAX_TOTAL_OUTPUT, ProbeParams, render_script
 from vastprobe.probe.sections import split_sections
-from vastprobe.rules.base import RuleOptions
-from vastprobe.rules.engine import run_rules, verdict
 from vastprobe.transport.base import TransportResult
+
+if TYPE_CHECKING:
+    from vastprobe.model import Finding, HostReport, HostSnapshot
+
+#: What turns raw output into a report. Imported lazily: while SSH probes wait on the network, a
+#: background thread imports these (warm_analysis), so their ~70 ms overlap the wait.
+ANALYSIS_MODULES = (
+    "vastprobe.parsers.snapshot",
+    "vastprobe.analysis.scope",
+    "vastprobe.rules.engine",
+    "vastprobe.render.jsonable",
+)
+
+
+def warm_analysis() -> None:
+    import importlib
+
+    def load() -> None:
+        for name in ANALYSIS_MODULES:
+            importlib.import_module(name)
+
+    threading.Thread(target=load, name="vastprobe-warm-imports", daemon=True).start()
 
 
 @dataclass(frozen=True)
@@ -65,6 +84,8 @@ async def probe_any(target: str, options: DiagnoseOptions) -> Capture:
 
 def parse_capture(capture: Capture) -> tuple[HostSnapshot | None, str | None]:
     """The snapshot, or why the output is not a probe's output."""
+    from vastprobe.parsers.snapshot import build_snapshot
+
     out = split_sections(capture.output, capture.params.boundary)
     if not out.framed:
         head = capture.output[:120].decode("utf-8", "replace")
@@ -80,6 +101,10 @@ def _note(snap: HostSnapshot, note: str) -> HostSnapshot:
 
 
 def report_from_capture(capture: Capture, options: DiagnoseOptions) -> HostReport:
+    from vastprobe.analysis.scope import compute_scope
+    from vastprobe.model import HostReport
+    from vastprobe.rules.engine import run_rules, verdict
+
     timings = dict(capture.timings)
     if capture.status != "ok":
         return HostReport(capture.target, capture.status, capture.error, "unknown", (), None, timings)
@@ -97,6 +122,8 @@ def report_from_capture(capture: Capture, options: DiagnoseOptions) -> HostRepor
 
 def _probe_findings(snap: HostSnapshot) -> tuple[Finding, ...]:
     """What the probe itself could not see is worth saying, never worth alarming."""
+    from vastprobe.model import Evidence, Finding
+
     p = snap.probe
     if p.complete and not p.truncated_sections and not snap.notes:
         return ()
@@ -126,8 +153,12 @@ async def _diagnose_all(targets: Sequence[str], options: DiagnoseOptions) -> lis
 
 def diagnose_targets(targets: Sequence[str], options: DiagnoseOptions) -> list[HostReport]:
     """Every target at once; one failing target never affects another."""
+    if any(t != "local" for t in targets):
+        warm_analysis()
     return asyncio.run(_diagnose_all(targets, options))
 
 
 def collect_target(target: str, options: DiagnoseOptions) -> Capture:
+    if target != "local":
+        warm_analysis()
     return asyncio.run(probe_any(target, options))

@@ -12,6 +12,9 @@ from vastprobe.analysis.pipes import PipeTable
 from vastprobe.analysis.progress import Progress, progress
 from vastprobe.analysis.tree import ProcessTree
 from vastprobe.model import Evidence, Finding, HostSnapshot, Process, Severity, available
+from vastprobe.options import RuleOptions
+
+__all__ = ["Context", "Rule", "RuleMeta", "RuleOptions"]
 
 
 @dataclass(frozen=True)
@@ -40,13 +43,6 @@ class RuleMeta:
             hint=hint,
             caused_by=caused_by,
         )
-
-
-@dataclass(frozen=True)
-class RuleOptions:
-    stale_after: float = 300.0
-    expect_gpu: bool | None = None  # None: decide from the snapshot
-    explicit_scope: bool = False  # --pid/--match named the job
 
 
 class Context:

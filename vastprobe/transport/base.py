@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from vastprobe.model import Status
+if TYPE_CHECKING:
+    from vastprobe.model import Status
 
 
 @dataclass(frozen=True)

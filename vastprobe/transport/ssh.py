@@ -19,12 +19,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import asyncssh
 from asyncssh.config import SSHClientConfig
 
-from vastprobe.model import Status
+if TYPE_CHECKING:
+    from vastprobe.model import Status
 from vastprobe.transport.base import TransportResult
 
 HostKeyPolicy = Literal["strict", "accept-new", "off"]
