@@ -91,9 +91,9 @@ vp_now() {
 }
 
 # One grep per sample reads every per-process file it needs for all PIDs at once; the pattern
-# keeps stat records (and the tail of one whose comm holds a newline), the status fields we use,
+# keeps stat records (and the tail of one whose comm holds a newline), the status fields stat lacks,
 # io counters, the wchan symbol and the memory/v2 lines of cgroup.
-VP_STATUS_KEYS='Name|State|Tgid|PPid|TracerPid|Uid|Threads|VmRSS|VmHWM|NSpid|SigIgn|SigCgt|voluntary_ctxt_switches|nonvoluntary_ctxt_switches'
+VP_STATUS_KEYS='TracerPid|Uid|VmRSS|VmHWM|NSpid|SigIgn|SigCgt|voluntary_ctxt_switches|nonvoluntary_ctxt_switches'
 VP_PROC_PAT="^([0-9]+ \\(|0::|[0-9]+:([^:]*,)?memory(,[^:]*)?:|[A-Za-z_][A-Za-z_0-9.]*\$|0\$|(rchar|wchar|read_bytes|write_bytes|$VP_STATUS_KEYS):)|\\) [A-Za-z] -?[0-9]"
 vp_proc_full() { vp_proc_grep stat status io wchan cgroup; }
 vp_proc_brief() { vp_proc_grep stat io; }

@@ -18,6 +18,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -193,6 +194,23 @@ def _describe(exc: BaseException, where: str, r: Resolved, opts: SshOptions, pha
     return ProbeFailure("probe-error", f"{where}: {type(exc).__name__}: {exc}")
 
 
+def _file_key(path: Path) -> tuple[str, int, int]:
+    st = path.stat()
+    return (str(path), st.st_mtime_ns, st.st_size)
+
+
+# A sweep connects to hundreds of hosts with the same key and known_hosts: parse each file once
+# (keyed by mtime and size, so accept-new's appends are seen).
+@lru_cache(maxsize=32)
+def _load_known_hosts(key: tuple[str, int, int]) -> asyncssh.SSHKnownHosts:
+    return asyncssh.read_known_hosts(key[0])
+
+
+@lru_cache(maxsize=32)
+def _load_key(key: tuple[str, int, int]) -> asyncssh.SSHKey:
+    return asyncssh.read_private_key(key[0])  # an encrypted key raises: we never ask for passphrases
+
+
 def _known_hosts_path(opts: SshOptions) -> Path:
     return Path(opts.known_hosts).expanduser() if opts.known_hosts else Path("~/.ssh/known_hosts").expanduser()
 
@@ -203,7 +221,7 @@ async def _connect(r: Resolved, opts: SshOptions, tunnel: Any = None) -> asyncss
     if opts.host_key_check == "off":
         known = None
     elif kh.exists():
-        known = str(kh)
+        known = _load_known_hosts(_file_key(kh))
     else:
         known = ([], [], [])  # trust nothing; accept-new may still record
     # only accept-new needs to know whether known_hosts has *any* key for this host
@@ -214,7 +232,7 @@ async def _connect(r: Resolved, opts: SshOptions, tunnel: Any = None) -> asyncss
         missing = [k for k in r.identities if not Path(k).exists()]
         if missing and len(missing) == len(r.identities):
             raise asyncssh.KeyImportError(f"identity file not found: {missing[0]}")
-        keys = [k for k in r.identities if Path(k).exists()]
+        keys = [_load_key(_file_key(Path(k))) for k in r.identities if Path(k).exists()]
     kwargs: dict[str, Any] = dict(
         port=r.port,
         username=r.user,
