@@ -2,10 +2,10 @@
 
 Run by hand (not in CI), as root, with openssh-server and pssh installed (Debian: apt-get install pssh):
 
-    .venv/bin/python bench/fleet.py [--live 24] [--rounds 3] [--big 1000]
+    .venv/bin/python bench/fleet.py [--live 32] [--rounds 7] [--big 1000]
 
 Both run the same probe script (`vastprobe probe-script --sample 0`) on the same live hosts (one
-sshd listens on up to 16 loopback addresses, so two sshd processes serve 24 hosts) at the same
+sshd listens on up to 16 loopback addresses, so two sshd processes serve 32 hosts) at the same
 concurrency (32), alternating, --rounds times. Reported: the controller's CPU (user+sys of its
 whole process tree, RUSAGE_CHILDREN: pssh's ssh children included; sshd's side is not), wall time
 and peak RSS of its largest process (GNU time's %M, per run). Then one vastprobe sweep of --big targets (the
@@ -51,8 +51,8 @@ def run(cmd: list[str], stdin: bytes | None = None, out: Path | None = None) -> 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--live", type=int, default=24)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--live", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--big", type=int, default=1000)
     args = ap.parse_args()
     py = sys.executable
