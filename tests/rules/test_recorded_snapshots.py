@@ -14,7 +14,7 @@ from vastprobe.rules.engine import run_rules
 FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures" / "procfs"
 
 
-@pytest.mark.parametrize("case", ["pidns-unshare", "busybox-pidns"])
+@pytest.mark.parametrize("case", ["pidns-unshare", "busybox-pidns", "pidns-current"])
 def test_container_workload(case: str) -> None:
     snap = parse_fixture(FIXTURES / case)
     findings = run_rules(snap, compute_scope(snap), RuleOptions(stale_after=10**9))
