@@ -102,6 +102,7 @@ def _note(snap: HostSnapshot, note: str) -> HostSnapshot:
 
 def report_from_capture(capture: Capture, options: DiagnoseOptions) -> HostReport:
     from vastprobe.analysis.scope import compute_scope
+    from vastprobe.analysis.tree import ProcessTree
     from vastprobe.model import HostReport
     from vastprobe.rules.engine import run_rules, verdict
 
@@ -112,9 +113,10 @@ def report_from_capture(capture: Capture, options: DiagnoseOptions) -> HostRepor
     snap, err = parse_capture(capture)
     if snap is None:
         return HostReport(capture.target, "probe-error", err, "unknown", (), None, timings)
-    scope = compute_scope(snap, options.pids, options.matches)
+    tree = ProcessTree(snap)
+    scope = compute_scope(snap, options.pids, options.matches, tree)
     rule_options = replace(options.rules, explicit_scope=bool(options.pids or options.matches))
-    findings = run_rules(snap, scope, rule_options)
+    findings = run_rules(snap, scope, rule_options, tree)
     findings = (*findings, *_probe_findings(snap))
     timings["analysis"] = round(time.monotonic() - t0, 4)
     return HostReport(capture.target, "ok", None, verdict(findings), findings, snap, timings, scope)

@@ -27,6 +27,3 @@ class PipeTable:
 
     def writers(self, inode: int, besides: int | None = None) -> list[PipeEnd]:
         return [e for e in self.ends.get(inode, []) if e.mode in ("w", "rw") and e.pid != besides]
-
-    def readers(self, inode: int, besides: int | None = None) -> list[PipeEnd]:
-        return [e for e in self.ends.get(inode, []) if e.mode in ("r", "rw") and e.pid != besides]

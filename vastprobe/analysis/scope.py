@@ -10,8 +10,10 @@ from vastprobe.analysis.tree import ProcessTree
 from vastprobe.model import HostSnapshot
 
 
-def compute_scope(snapshot: HostSnapshot, pids: Sequence[int] = (), matches: Sequence[str] = ()) -> tuple[int, ...]:
-    tree = ProcessTree(snapshot)
+def compute_scope(
+    snapshot: HostSnapshot, pids: Sequence[int] = (), matches: Sequence[str] = (), tree: ProcessTree | None = None
+) -> tuple[int, ...]:
+    tree = tree or ProcessTree(snapshot)
     excluded = set(snapshot.excluded_pids)
     candidates = [p for p in snapshot.processes if not p.kernel_thread and p.pid not in excluded]
     if not pids and not matches:

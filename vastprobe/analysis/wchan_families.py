@@ -19,8 +19,6 @@ WAIT_CHILD = frozenset(
     }
 )
 PIPE_READ = frozenset({"pipe_read", "anon_pipe_read", "pipe_wait_readable"})
-PIPE_WRITE = frozenset({"pipe_write", "anon_pipe_write", "pipe_wait_writable"})
-SLEEP = frozenset({"hrtimer_nanosleep", "do_nanosleep", "clock_nanosleep"})
 NVIDIA_PREFIXES = ("uvm_", "nvidia_", "nv_", "os_")
 
 
@@ -34,7 +32,3 @@ def is_child_wait(wchan: str) -> bool:
 
 def is_pipe_read(wchan: str) -> bool:
     return family(wchan) in PIPE_READ
-
-
-def is_pipe_write(wchan: str) -> bool:
-    return family(wchan) in PIPE_WRITE

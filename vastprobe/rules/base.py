@@ -48,14 +48,13 @@ class RuleMeta:
 class Context:
     """One snapshot with the derived views every rule needs, computed once."""
 
-    def __init__(self, snapshot: HostSnapshot, scope: tuple[int, ...], options: RuleOptions) -> None:
+    def __init__(
+        self, snapshot: HostSnapshot, scope: tuple[int, ...], options: RuleOptions, tree: ProcessTree | None = None
+    ) -> None:
         self.snapshot = snapshot
         self.scope = frozenset(scope)
         self.options = options
-
-    @cached_property
-    def tree(self) -> ProcessTree:
-        return ProcessTree(self.snapshot)
+        self.tree = tree or ProcessTree(snapshot)
 
     @cached_property
     def pipes(self) -> PipeTable:

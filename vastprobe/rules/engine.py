@@ -6,6 +6,7 @@ Severity policy: `error` and `critical` mean the job cannot finish by itself (st
 
 from __future__ import annotations
 
+from vastprobe.analysis.tree import ProcessTree
 from vastprobe.model import Evidence, Finding, HostSnapshot, Verdict
 from vastprobe.rules import RULES
 from vastprobe.rules.base import Context, RuleOptions
@@ -13,8 +14,10 @@ from vastprobe.rules.base import Context, RuleOptions
 SEVERITY_ORDER = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 
 
-def run_rules(snapshot: HostSnapshot, scope: tuple[int, ...], options: RuleOptions) -> tuple[Finding, ...]:
-    ctx = Context(snapshot, scope, options)
+def run_rules(
+    snapshot: HostSnapshot, scope: tuple[int, ...], options: RuleOptions, tree: ProcessTree | None = None
+) -> tuple[Finding, ...]:
+    ctx = Context(snapshot, scope, options, tree)
     findings: list[Finding] = []
     for rule in RULES:
         try:
