@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,5 +47,29 @@ class MemoryCgroup:
         return 0
 
     def remove(self) -> None:
+        """Kill what is still inside (rmdir fails on a populated cgroup), then remove it."""
+        import signal
+        import time
+
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                pids = [int(x) for x in self.procs_file.read_text().split()]
+            except OSError:
+                return
+            if not pids:
+                break
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.02)
         with contextlib.suppress(OSError):
             self.path.rmdir()
+
+
+@pytest.fixture
+def memcg() -> Iterator[MemoryCgroup]:
+    """A 40 MiB memory cgroup, emptied and removed after the test."""
+    cg = MemoryCgroup(40 * 1024 * 1024)
+    yield cg
+    cg.remove()

@@ -6,6 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.cgroup_lab import memcg  # noqa: F401  (a fixture, used by name)
+
 
 @pytest.fixture
 def reap() -> Iterator[list[subprocess.Popen]]:

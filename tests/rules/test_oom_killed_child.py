@@ -18,40 +18,34 @@ def oom_kill_now(cg: MemoryCgroup) -> None:
     wait_for(lambda: cg.oom_kills() > before, what="oom_kill counter")
 
 
-def test_kill_older_than_the_watched_processes_is_context(reap) -> None:
-    cg = MemoryCgroup(40 * 1024 * 1024)
-    try:
-        oom_kill_now(cg)
-        p = subprocess.Popen(["bash", "-c", "sleep 1000 & wait"], start_new_session=True)
-        reap.append(p)
-        wait_for(lambda: len(children_of(p.pid)) == 1, what="watched job started")
-        rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.3")
-        ooms = [f for f in host["findings"] if f["rule"] == "oom-killed-child"]
-        assert ooms and all(f["severity"] == "info" for f in ooms), [
-            (f["summary"], f["evidence"], host["scope"]) for f in ooms if f["severity"] != "info"
-        ]
-        assert host["verdict"] == "healthy" and rc == 0
-    finally:
-        cg.remove()
+def test_kill_older_than_the_watched_processes_is_context(reap, memcg: MemoryCgroup) -> None:
+    cg = memcg
+    oom_kill_now(cg)
+    p = subprocess.Popen(["bash", "-c", "sleep 1000 & wait"], start_new_session=True)
+    reap.append(p)
+    wait_for(lambda: len(children_of(p.pid)) == 1, what="watched job started")
+    rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.3")
+    ooms = [f for f in host["findings"] if f["rule"] == "oom-killed-child"]
+    assert ooms and all(f["severity"] == "info" for f in ooms), [
+        (f["summary"], f["evidence"], host["scope"]) for f in ooms if f["severity"] != "info"
+    ]
+    assert host["verdict"] == "healthy" and rc == 0
 
 
-def test_kill_during_the_job_names_the_parent_that_lost_it(reap) -> None:
-    cg = MemoryCgroup(40 * 1024 * 1024)
-    try:
-        script = f"sleep 1000 & sh -c 'echo $$ > {cg.procs_file}; exec {sys.executable} -c \"{HOG}\"'; wait"
-        p = subprocess.Popen(["bash", "-c", script], start_new_session=True)
-        reap.append(p)
-        wait_for(lambda: cg.oom_kills() >= 1, timeout=30, what="OOM kill")
-        _rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.3")
-        f = next(f for f in host["findings"] if f["rule"] == "oom-killed-child")
-        assert f["severity"] == "error" and f["pids"] == [p.pid]
-        details = " ".join(e["detail"] for e in f["evidence"])
-        assert "40 MiB" in details and cg.name in details and "resident at death" in details
-    finally:
-        cg.remove()
+def test_kill_during_the_job_names_the_parent_that_lost_it(reap, memcg: MemoryCgroup) -> None:
+    cg = memcg
+    script = f"sleep 1000 & sh -c 'echo $$ > {cg.procs_file}; exec {sys.executable} -c \"{HOG}\"'; wait"
+    p = subprocess.Popen(["bash", "-c", script], start_new_session=True)
+    reap.append(p)
+    wait_for(lambda: cg.oom_kills() >= 1, timeout=30, what="OOM kill")
+    _rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.3")
+    f = next(f for f in host["findings"] if f["rule"] == "oom-killed-child")
+    assert f["severity"] == "error" and f["pids"] == [p.pid]
+    details = " ".join(e["detail"] for e in f["evidence"])
+    assert "40 MiB" in details and cg.name in details and "resident at death" in details
 
 
-def test_unreadable_kernel_log_falls_back_to_cgroup_counters(reap) -> None:
+def test_unreadable_kernel_log_falls_back_to_cgroup_counters(reap, memcg: MemoryCgroup) -> None:
     """Like a container without CAP_SYSLOG: dmesg is refused, the cgroup's counter still tells."""
     import shutil
 
@@ -59,22 +53,19 @@ def test_unreadable_kernel_log_falls_back_to_cgroup_counters(reap) -> None:
 
     if shutil.which("setpriv") is None:
         pytest.skip("needs setpriv (util-linux) to drop CAP_SYSLOG")
-    cg = MemoryCgroup(40 * 1024 * 1024)
-    try:
-        job = f"echo $$ > {cg.procs_file}; sleep 1000 & {sys.executable} -c '{HOG}'; wait"
-        p = subprocess.Popen(["bash", "-c", job], start_new_session=True)
-        reap.append(p)
-        wait_for(lambda: cg.oom_kills() >= 1, timeout=30, what="OOM kill")
-        import json
+    cg = memcg
+    job = f"echo $$ > {cg.procs_file}; sleep 1000 & {sys.executable} -c '{HOG}'; wait"
+    p = subprocess.Popen(["bash", "-c", job], start_new_session=True)
+    reap.append(p)
+    wait_for(lambda: cg.oom_kills() >= 1, timeout=30, what="OOM kill")
+    import json
 
-        drop = ["setpriv", "--bounding-set=-syslog,-sys_admin", "--inh-caps=-syslog,-sys_admin"]
-        r = subprocess.run([*drop, sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json",
-                            "--pid", str(p.pid), "--sample", "0.2"], capture_output=True, text=True, timeout=120)  # fmt: skip
-        host = json.loads(r.stdout)["hosts"][0]
-        assert host["snapshot"]["kernel_log"]["readable"] is False
-        assert "not permitted" in host["snapshot"]["kernel_log"]["reason"]
-        f = next(f for f in host["findings"] if f["rule"] == "oom-killed-child")
-        assert f["severity"] == "warning" and cg.name in f["summary"] and "1 OOM kill" in f["summary"]
-        assert any("not usable" in e["detail"] for e in f["evidence"])
-    finally:
-        cg.remove()
+    drop = ["setpriv", "--bounding-set=-syslog,-sys_admin", "--inh-caps=-syslog,-sys_admin"]
+    r = subprocess.run([*drop, sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json",
+                        "--pid", str(p.pid), "--sample", "0.2"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    host = json.loads(r.stdout)["hosts"][0]
+    assert host["snapshot"]["kernel_log"]["readable"] is False
+    assert "not permitted" in host["snapshot"]["kernel_log"]["reason"]
+    f = next(f for f in host["findings"] if f["rule"] == "oom-killed-child")
+    assert f["severity"] == "warning" and cg.name in f["summary"] and "1 OOM kill" in f["summary"]
+    assert any("not usable" in e["detail"] for e in f["evidence"])

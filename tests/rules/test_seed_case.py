@@ -97,22 +97,17 @@ def test_seed_case_seen_from_inside_the_container(seed) -> None:
     assert verdict(findings) == "stalled"
 
 
-def test_default_scope_on_a_host_does_not_blame_idle_shells(reap) -> None:
+def test_default_scope_on_a_host_does_not_blame_idle_shells(reap, memcg: MemoryCgroup) -> None:
     """On a whole host (kernel threads visible), an OOM kill tied to no watched process by cgroup
     or name must not turn every idle waiting shell into a stall."""
     p = subprocess.Popen(["bash", "-c", "sleep 1000 & wait"], start_new_session=True)
     reap.append(p)
     wait_for(lambda: len(children_of(p.pid)) == 1, what="idle shell")
-    cg = MemoryCgroup(40 * 1024 * 1024)
-    try:
-        r = subprocess.run(
-            ["sh", "-c", f"echo $$ > {cg.procs_file}; exec {sys.executable} -c 'b = bytearray(200 << 20)'"]
-        )
-        assert r.returncode == -9
-        _rc, host = vastprobe_json("--sample", "0.3")
-        blamed = [f for f in host["findings"] if f["severity"] in ("error", "critical") and p.pid in f["pids"]]
-        assert not blamed, blamed
-        ooms = [f for f in host["findings"] if f["rule"] == "oom-killed-child"]
-        assert ooms and all(f["severity"] in ("info", "warning") for f in ooms)
-    finally:
-        cg.remove()
+    cg = memcg
+    r = subprocess.run(["sh", "-c", f"echo $$ > {cg.procs_file}; exec {sys.executable} -c 'b = bytearray(200 << 20)'"])
+    assert r.returncode == -9
+    _rc, host = vastprobe_json("--sample", "0.3")
+    blamed = [f for f in host["findings"] if f["severity"] in ("error", "critical") and p.pid in f["pids"]]
+    assert not blamed, blamed
+    ooms = [f for f in host["findings"] if f["rule"] == "oom-killed-child"]
+    assert ooms and all(f["severity"] in ("info", "warning") for f in ooms)
