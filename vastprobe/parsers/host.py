@@ -31,7 +31,21 @@ def parse_times(text: str) -> float | None:
     return round(sum(values), 3) if values else None
 
 
-def parse_host(text: str, meta: dict[str, str]) -> HostFacts:
+# USER_HZ is 100 on every architecture Linux runs GPUs on; 1024 was alpha and ia64.
+_CLK_TCK_CANDIDATES = (100, 250, 300, 1000, 1024)
+
+
+def infer_clk_tck(shell_starttime: int | None, uptime: float | None) -> int:
+    """Ticks per second from the probe shell's start time against the uptime read just after it:
+    the probe no longer forks getconf for this. Too early after boot to tell: 100."""
+    if shell_starttime is None or not uptime or uptime < 2:
+        return 100
+    ratio = shell_starttime / uptime
+    return min(_CLK_TCK_CANDIDATES, key=lambda c: abs(c - ratio))
+
+
+def parse_host(text: str, meta: dict[str, str], clk_tck: int | None = None) -> HostFacts:
+    """`clk_tck` is used when the meta section lacks it (probes since 0.1 infer it)."""
     files: dict[str, list[str]] = {}
     ns: dict[str, str] = {}
     for line in text.split("\n"):
@@ -76,14 +90,20 @@ def parse_host(text: str, meta: dict[str, str]) -> HostFacts:
         if some is not None:
             pressure.append(Pressure(resource=res, some_avg10=some, full_avg10=full))
     own_ns: bool | Unavailable
-    own_ns = ns["self"] == ns["1"] if "self" in ns and "1" in ns else Unavailable("/proc/1/ns/pid not readable")
+    if meta.get("selfpid", "").isdigit() and meta.get("shell_pid", "").isdigit():
+        # /proc names the probe shell by the PID it has in its own namespace: /proc is that namespace's.
+        own_ns = meta["selfpid"] == meta["shell_pid"]
+    elif "self" in ns and "1" in ns:  # captures of older probes: the two ns/pid links
+        own_ns = ns["self"] == ns["1"]
+    else:
+        own_ns = Unavailable("/proc/self/stat not readable" if "selfpid" in meta else "/proc/1/ns/pid not readable")
     pid_max = first("/proc/sys/kernel/pid_max")
     restrict = first("/proc/sys/kernel/dmesg_restrict")
     return HostFacts(
         hostname=meta.get("hostname", ""),
         kernel=meta.get("kernel", ""),
         uid=to_int(meta.get("uid", "")),
-        clk_tck=to_int(meta.get("clk_tck", "")) or 100,
+        clk_tck=to_int(meta.get("clk_tck", "")) or clk_tck or 100,
         uptime=uptime,
         btime=btime,
         loadavg=loadavg,

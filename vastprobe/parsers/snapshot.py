@@ -140,11 +140,14 @@ def build_snapshot(
     out: ProbeOutput, params: ProbeParams, target: str, transport: str, output_bytes: int
 ) -> HostSnapshot:
     meta = host.parse_meta(_text(out, "meta") + "\n" + _text(out, "clk"))
-    facts = host.parse_host(_text(out, "host"), meta)
-    btime = available(facts.btime)
-
     proc_texts = [_text(out, f"{p}.proc") for p in _SAMPLE_PREFIXES]
     stats = [proc_stat.parse_stat_section(t)[0] for t in proc_texts]
+    shell_pid = int(meta["shell_pid"]) if meta.get("shell_pid", "").isdigit() else None
+    shell_stat = stats[0].get(shell_pid) if shell_pid is not None else None
+    clk_tck = host.infer_clk_tck(shell_stat.starttime if shell_stat else None, host.parse_now(_text(out, "s0.now")))
+    facts = host.parse_host(_text(out, "host"), meta, clk_tck)
+    btime = available(facts.btime)
+
     statuses = [proc_status.parse_status_section(t)[0] for t in proc_texts]
     ios = [proc_io.parse_io_section(t) for t in proc_texts]
     wchans, _ = wchan.parse_wchan_section(proc_texts[0])
@@ -154,7 +157,6 @@ def build_snapshot(
     wchan_ok = out.get("s0.proc") is not None
     fd_ok = out.get("fd") is not None
 
-    shell_pid = int(meta["shell_pid"]) if meta.get("shell_pid", "").isdigit() else None
     shell_ppid = int(meta["shell_ppid"]) if meta.get("shell_ppid", "").isdigit() else None
     excluded = _excluded(stats[0], cmdlines, shell_pid, shell_ppid, transport)
 

@@ -4,6 +4,8 @@
 # processes the target runs: each /proc source is read for every PID by one command.
 # Output is framed: "\n@@<boundary>@@ <name>\n" ... "\n@@rc=<status>\n" "\n@@<boundary>@@ /<name>\n".
 # A section that lacks its rc line was cut by its size cap (or by the deadline).
+# Forks cost about a millisecond each on small VMs, so every section is bounded by the command
+# that makes it (grep patterns, awk limits, tail -c, head -n) rather than by a `head -c` of its own.
 LC_ALL=C
 export LC_ALL
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
@@ -15,22 +17,39 @@ export PATH
 
 vp_has() { command -v "$1" >/dev/null 2>&1; }
 
-# secn NAME CMD...: a section whose output the script bounds itself; runs in this shell, no fork.
+# secn NAME CMD...: a section whose output its command bounds; runs in this shell, no fork.
+# The command's status is left in vp_rc.
 secn() {
 	vp_n=$1
 	shift
 	printf '\n@@%s@@ %s\n' "$VP_B" "$vp_n"
 	"$@" 2>&1
-	printf '\n@@rc=%s\n\n@@%s@@ /%s\n' "$?" "$VP_B" "$vp_n"
+	vp_rc=$?
+	printf '\n@@rc=%s\n\n@@%s@@ /%s\n' "$vp_rc" "$VP_B" "$vp_n"
 }
 
-if timeout 1 true >/dev/null 2>&1; then
-	VP_TMO=new
-elif timeout -t 1 true >/dev/null 2>&1; then
-	VP_TMO=old
-else
+# Which timeout syntax works, found without a fork where we can: a timeout that is a regular
+# file is coreutils'; a symlink may be BusyBox, whose releases before 1.30 want -t SECONDS.
+vp_tmo_detect() {
 	VP_TMO=none
-fi
+	vp_ifs=$IFS
+	IFS=:
+	set -f
+	for vp_d in $PATH; do
+		[ -x "$vp_d/timeout" ] || continue
+		if [ ! -h "$vp_d/timeout" ]; then
+			VP_TMO=new
+		elif timeout 1 true >/dev/null 2>&1; then
+			VP_TMO=new
+		elif timeout -t 1 true >/dev/null 2>&1; then
+			VP_TMO=old
+		fi
+		break
+	done
+	set +f
+	IFS=$vp_ifs
+}
+vp_tmo_detect
 
 # tmo SECONDS CMD...: run CMD, killed after SECONDS when a timeout command exists.
 tmo() {
@@ -56,32 +75,31 @@ sec() {
 	printf '\n@@%s@@ /%s\n' "$VP_B" "$vp_n"
 }
 
+# Builtins only. selfpid is our PID as /proc names it: equal to $$ when /proc is our PID
+# namespace's. CLK_TCK is not asked (getconf costs two forks): the client derives it from this
+# shell's start time in ticks against the uptime.
 vp_meta() {
 	vp_os=
 	vp_host=
 	vp_uid=
+	vp_self=
 	read -r vp_os </proc/sys/kernel/osrelease 2>/dev/null
 	read -r vp_host </proc/sys/kernel/hostname 2>/dev/null
+	read -r vp_self vp_rest </proc/self/stat 2>/dev/null
 	while read -r vp_k vp_v vp_rest; do
 		case $vp_k in Uid:) vp_uid=$vp_v ;; esac
 	done </proc/self/status
 	printf 'version=%s\n' "$VP_VERSION"
-	printf 'shell_pid=%s\nshell_ppid=%s\n' "$$" "$PPID"
+	printf 'shell_pid=%s\nshell_ppid=%s\nselfpid=%s\n' "$$" "$PPID" "$vp_self"
 	printf 'kernel=%s\nhostname=%s\ntimeout=%s\nuid=%s\n' "$vp_os" "$vp_host" "$VP_TMO" "$vp_uid"
-	vp_clk
 }
 
-# CLK_TCK: BusyBox has no getconf; AT_CLKTCK (auxv type 17) says the same.
-vp_clk() {
-	printf 'clk_tck=%s\n' "$(getconf CLK_TCK 2>/dev/null || od -An -tu8 /proc/self/auxv 2>/dev/null | awk '$1 == 17 { print $2; exit }')"
-}
-
+# One grep: every line of the small files (they start with a digit, a capital or some/full),
+# and of /proc/stat (lines start lower-case) only btime.
 vp_host() {
-	grep -H '' /proc/uptime /proc/loadavg /proc/meminfo /proc/sys/kernel/pid_max \
-		/proc/sys/kernel/dmesg_restrict /proc/pressure/cpu /proc/pressure/memory /proc/pressure/io
-	grep -H '^btime ' /proc/stat
-	ls -ln /proc/self/ns/pid /proc/1/ns/pid
-	grep -E ' - (cgroup2?|proc) ' /proc/self/mountinfo
+	grep -H -E '^(btime |[0-9A-Z]|some |full )' /proc/uptime /proc/loadavg /proc/meminfo \
+		/proc/sys/kernel/pid_max /proc/sys/kernel/dmesg_restrict /proc/stat \
+		/proc/pressure/cpu /proc/pressure/memory /proc/pressure/io
 }
 
 vp_now() {
@@ -90,53 +108,62 @@ vp_now() {
 	printf 'uptime=%s\n' "$vp_up"
 }
 
+# The per-process file lists, from one readdir of /proc. A glob like /proc/[0-9]*/stat would
+# stat every path it matches, which costs a third as much as reading the files.
+vp_lists() {
+	set -- /proc/[0-9]*
+	vp_dirs=$*
+	vp_l0=$(printf '%s/stat ' "$@" && printf '%s/status ' "$@" && printf '%s/io ' "$@" &&
+		printf '%s/wchan ' "$@" && printf '%s/cgroup ' "$@")
+	vp_lcmd=$(printf '%s/cmdline ' "$@")
+	vp_lfd=$(printf '%s/fd ' "$@")
+	vp_l1=
+	if [ "$VP_SAMPLE" != 0 ]; then vp_l1=$(printf '%s/stat ' "$@" && printf '%s/io ' "$@"); fi
+}
+
 # One grep per sample reads every per-process file it needs for all PIDs at once; the pattern
 # keeps stat records (and the tail of one whose comm holds a newline), the status fields stat lacks,
 # io counters, the wchan symbol and the memory/v2 lines of cgroup.
 VP_STATUS_KEYS='TracerPid|Uid|VmRSS|VmHWM|NSpid|SigIgn|SigCgt|voluntary_ctxt_switches|nonvoluntary_ctxt_switches'
 VP_PROC_PAT="^([0-9]+ \\(|0::|[0-9]+:([^:]*,)?memory(,[^:]*)?:|[A-Za-z_][A-Za-z_0-9.]*\$|0\$|(rchar|wchar|read_bytes|write_bytes|$VP_STATUS_KEYS):)|\\) [A-Za-z] -?[0-9]"
-vp_proc_full() { vp_proc_grep stat status io wchan cgroup; }
-vp_proc_brief() { vp_proc_grep stat io; }
 
-# vp_proc_grep FILE...: one grep over those files of every process; when that argument list is
-# too long for exec (status 126: tens of thousands of processes), one grep per file instead.
+# vp_proc_grep LIST FILE...: one grep over LIST; when that argument list is too long for exec
+# (status 126: tens of thousands of processes), one grep per FILE kind instead.
 vp_proc_grep() {
-	vp_list=
-	for vp_f; do vp_list="$vp_list /proc/[0-9]*/$vp_f"; done
+	vp_list=$1
+	shift
 	grep -H -E "$VP_PROC_PAT" $vp_list
 	vp_rc=$?
 	[ "$vp_rc" -lt 126 ] && return "$vp_rc"
 	for vp_f; do
-		grep -H -E "$VP_PROC_PAT" /proc/[0-9]*/$vp_f
+		grep -H -E "$VP_PROC_PAT" $(printf "%s/$vp_f " $vp_dirs)
 	done
 }
 
-# argv records, NUL -> newline (a newline inside an argument becomes \036), at most 64
-# arguments of 1024 bytes per process.
-vp_cmdline() {
-	tmo 20 grep -H -z '' /proc/[0-9]*/cmdline | tr '\000\n' '\n\036' |
-		awk '{ i = index($0, ":"); f = substr($0, 1, i - 1); if (++c[f] <= 64) print substr($0, 1, 1100) }'
-}
+# Awk that stops a section at CAP bytes: it marks the cut with a "cut" frame line.
+VP_CAP_AWK='function out(line) {
+	if (cut) return
+	n += length(line) + 1
+	if (n > cap) { cut = 1; printf "\n@@%s@@ cut\n", B } else print line
+}'
 
-# fd links (the link mode tells read end from write end), at most VP_MAXFD per process.
-vp_fd() {
-	ls -ln /proc/[0-9]*/fd 2>&1 |
-		awk -v max="$VP_MAXFD" '/^\/proc\/[0-9]+\/fd:$/ { n = 0; print; next }
-			/^total / || /^$/ { next }
-			{ if (++n <= max) print; else if (n == max + 1) print "@@more" }'
-}
-
-# Memory cgroups of every process: "M<TAB>v1|v2<TAB>cgroup path<TAB>directory" lines.
-vp_cgmap() {
-	awk -v max=64 '
+# s0.proc, then the cgmap and cgmem sections from the same read: the awk passes the grep's
+# lines through (capped) and keeps the memory-cgroup ones, so no cgroup file is read twice.
+# Memory cgroups become "M<TAB>v1|v2<TAB>cgroup path<TAB>directory" lines (at most 64), each
+# with the counter files it has ("F<TAB>file"), which the awk then reads itself.
+vp_s0() {
+	printf '\n@@%s@@ s0.proc\n' "$VP_B"
+	vp_proc_grep "$vp_l0" stat status io wchan cgroup 2>&1 | awk -v B="$VP_B" -v cap="$VP_MAXPROC" -v max=64 "$VP_CAP_AWK"'
 	FILENAME == "/proc/self/mountinfo" {
 		for (i = 7; i <= NF; i++) if ($i == "-") break
 		if ($(i + 1) == "cgroup2") { v2m = $5; v2r = $4 }
 		else if ($(i + 1) == "cgroup" && ("," $(i + 3) ",") ~ /,memory,/) { v1m = $5; v1r = $4 }
 		next
 	}
-	{
-		a = index($0, ":"); rest = substr($0, a + 1); b = index(rest, ":")
+	{ out($0) }
+	/^\/proc\/[0-9]+\/cgroup:/ && n_cg < max {
+		line = substr($0, index($0, "/cgroup:") + 8)
+		a = index(line, ":"); rest = substr(line, a + 1); b = index(rest, ":")
 		ctl = substr(rest, 1, b - 1); p = substr(rest, b + 1)
 		if (ctl == "" && v2m != "") { v = "v2"; m = v2m; r = v2r }
 		else if (("," ctl ",") ~ /,memory,/ && v1m != "") { v = "v1"; m = v1m; r = v1r }
@@ -145,32 +172,51 @@ vp_cgmap() {
 		if (r != "/" && index(p, r) == 1) rel = substr(p, length(r) + 1)
 		if (rel == "/") rel = ""
 		k = v "\t" p
-		if (k in seen || n >= max) next
-		seen[k] = 1; n++
-		print "M\t" v "\t" p "\t" m rel
-		nf = split(v == "v1" ? "oom_control failcnt max_usage_in_bytes limit_in_bytes usage_in_bytes" : "events max high peak current", f, " ")
-		for (i = 1; i <= nf; i++) print "F\t" m rel "/memory." f[i]
-	}' /proc/self/mountinfo /proc/[0-9]*/cgroup 2>/dev/null
+		if (k in seen) next
+		seen[k] = 1
+		cg[++n_cg] = "M\t" v "\t" p "\t" m rel
+		dir[n_cg] = m rel
+		ver[n_cg] = v
+	}
+	END {
+		if (!cut) printf "\n@@rc=0\n"
+		printf "\n@@%s@@ /s0.proc\n\n@@%s@@ cgmap\n", B, B
+		for (i = 1; i <= n_cg; i++) {
+			print cg[i]
+			nf = split(ver[i] == "v1" ? "oom_control failcnt max_usage_in_bytes limit_in_bytes usage_in_bytes" : "events max high peak current", f, " ")
+			for (j = 1; j <= nf; j++) print "F\t" dir[i] "/memory." f[j]
+		}
+		printf "\n@@rc=0\n\n@@%s@@ /cgmap\n\n@@%s@@ cgmem\n", B, B
+		got = 0
+		for (i = 1; i <= n_cg; i++) {
+			nf = split(ver[i] == "v1" ? "oom_control failcnt max_usage_in_bytes limit_in_bytes usage_in_bytes" : "events max high peak current", f, " ")
+			for (j = 1; j <= nf; j++) {
+				file = dir[i] "/memory." f[j]
+				while ((getline l < file) > 0) { print file ":" l; got = 1 }
+				close(file)
+			}
+		}
+		printf "\n@@rc=%d\n\n@@%s@@ /cgmem\n", got ? 0 : 1, B
+	}' /proc/self/mountinfo -
 }
 
-# The counters of every memory cgroup in the map ("F<TAB>file" lines), picked out by a builtin loop.
-vp_cgmem() {
-	vp_files=
-	vp_ifs=$IFS
-	IFS='
-'
-	set -f
-	for vp_l in $vp_cgmap_out; do
-		case $vp_l in "F	"*) vp_files="$vp_files
-${vp_l#F	}" ;; esac
-	done
-	if [ -n "$vp_files" ]; then
-		grep -s -H '' $vp_files
-	fi
-	vp_rc=$?
-	set +f
-	IFS=$vp_ifs
-	return $vp_rc
+vp_s1() { vp_proc_grep "$vp_l1" stat io 2>&1 | awk -v B="$VP_B" -v cap="$VP_MAXPROC" "$VP_CAP_AWK"'{ out($0) }'; }
+
+# argv records, NUL -> newline (a newline inside an argument becomes \036), at most 64
+# arguments of 1024 bytes per process.
+vp_cmdline() {
+	tmo 20 grep -H -z '' $vp_lcmd | tr '\000\n' '\n\036' |
+		awk -v B="$VP_B" -v cap="$VP_MAXPROC" "$VP_CAP_AWK"'
+		{ i = index($0, ":"); f = substr($0, 1, i - 1); if (++c[f] <= 64) out(substr($0, 1, 1100)) }'
+}
+
+# fd links (the link mode tells read end from write end), at most VP_MAXFD per process.
+vp_fd() {
+	ls -ln $vp_lfd 2>&1 |
+		awk -v B="$VP_B" -v cap="$VP_MAXPROC" -v max="$VP_MAXFD" "$VP_CAP_AWK"'
+			/^\/proc\/[0-9]+\/fd:$/ { k = 0; out($0); next }
+			/^total / || /^$/ { next }
+			{ if (++k <= max) out($0); else if (k == max + 1) out("@@more") }'
 }
 
 VP_KPAT='invoked oom-killer|oom-kill:|Kill(ed)? process|oom_reaper|Out of memory|Memory cgroup out of memory|memory: usage|Task in .* killed|NVRM: Xid|SXid|fallen off the bus|blocked for more than|GPU is lost'
@@ -296,9 +342,10 @@ vp_main() {
 		vp_wd=$!
 	fi
 	secn meta vp_meta
-	sec host 262144 vp_host
+	secn host vp_host
+	vp_lists
 	secn s0.now vp_now
-	sec s0.proc "$VP_MAXPROC" vp_proc_full
+	vp_s0
 	vp_gpu_sec s0.gpu vp_gpu
 	secn s0.logs vp_logstats
 	vp_sl=
@@ -306,24 +353,21 @@ vp_main() {
 		sleep "$VP_SAMPLE" &
 		vp_sl=$!
 	fi
-	sec cmdline "$VP_MAXPROC" vp_cmdline
-	sec fd "$VP_MAXPROC" vp_fd
-	vp_cgmap_out=$(vp_cgmap)
-	secn cgmap printf '%s\n' "$vp_cgmap_out"
-	sec cgmem 262144 vp_cgmem
+	secn cmdline vp_cmdline
+	secn fd vp_fd
 	vp_k=$(vp_kmsg)
 	secn kmsg printf '%s\n' "$vp_k"
 	case $vp_k in
-	*"@@err "* | *"@@lines 0") sec kmsg.fallback 262144 vp_kmsg_fallback ;;
+	*"@@err "* | *"@@lines 0") secn kmsg.fallback vp_kmsg_fallback ;;
 	esac
 	vp_gpu_sec gpuapps vp_gpuapps
 	vp_each_log vp_logtail_sec
-	sec df 65536 vp_df
+	secn df vp_df
 	vp_each_glob vp_glob_sec
 	if [ -n "$vp_sl" ]; then
 		wait "$vp_sl"
 		secn s1.now vp_now
-		sec s1.proc "$VP_MAXPROC" vp_proc_brief
+		secn s1.proc vp_s1
 		vp_gpu_sec s1.gpu vp_gpu
 		secn s1.logs vp_logstats
 	fi
@@ -335,7 +379,7 @@ vp_main() {
 	printf '\n@@%s@@ end\n' "$VP_B"
 }
 
-vp_logtail_sec() { sec "log.$1" "$((VP_TAIL + 256))" vp_logtail "$2"; }
-vp_glob_sec() { sec "art.$1" 65536 vp_glob "$2"; }
+vp_logtail_sec() { secn "log.$1" vp_logtail "$2"; }
+vp_glob_sec() { secn "art.$1" vp_glob "$2"; }
 
 vp_main </dev/null

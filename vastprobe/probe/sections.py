@@ -53,6 +53,11 @@ def split_sections(data: bytes | str, boundary: str) -> ProbeOutput:
         if head == "deadline":
             deadline = True
             continue
+        if head == "cut":  # the section's own awk stopped it at its size cap
+            if open_name is not None:
+                sections[open_name] = _section(open_name, open_body, cut=True)
+            open_name = None
+            continue
         if head.startswith("/"):
             if open_name is not None and head[1:] == open_name:
                 sections[open_name] = _section(open_name, open_body)
