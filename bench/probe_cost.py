@@ -1,14 +1,18 @@
 """Cost of one probe run on this machine, at 100, 500 and 2000 extra processes.
 
-Run by hand (not in CI), as root, with strace installed:
+Run by hand (not in CI), as root, with strace and a C compiler installed:
 
     .venv/bin/python bench/probe_cost.py [--runs 5] [--sizes 100,500,2000]
 
-For each size it spawns that many extra `sleep` processes, then measures the vastprobe probe
-(`dash -s`, --sample 0 so no sample sleep is counted) and, as the named peer, the loop people
-type by hand: `for p in /proc/[0-9]*; do cat $p/stat $p/status $p/wchan; ls -la $p/fd; done`.
+For each size it spawns that many extra `sleep` processes, then measures, alternating:
+- the vastprobe probe with one sample (--sample 0) and with the default two samples 1 s apart
+  (the sleep costs no CPU; its second sample re-reads stat and io of every process);
+- the named peer, the loop people type by hand:
+  `for p in /proc/[0-9]*; do cat $p/stat $p/status $p/wchan; ls -la $p/fd; done`;
+- the floor: bench/proc_floor.c, one compiled process reading what the probe reads (six files
+  and every fd link of every process) with no fork and no parsing; no shell tool can do it for less.
 Reported per tool: forks (strace -ff), CPU seconds of the whole process tree (RUSAGE_CHILDREN),
-wall seconds and output bytes; medians over --runs runs, alternating the two tools.
+wall seconds (minus the sample sleep) and output bytes; medians over --runs runs.
 """
 
 from __future__ import annotations
@@ -30,22 +34,24 @@ from vastprobe.probe.render import ProbeParams, render_script
 
 PEER = "for p in /proc/[0-9]*; do cat $p/stat $p/status $p/wchan 2>/dev/null; ls -la $p/fd 2>/dev/null; done\n"
 FORK = re.compile(r"^(clone3?|fork|vfork)\(.*= (\d+)$")
+PEER_NAME = "peer: per-PID cat/ls loop"
+FLOOR_NAME = "floor: compiled reader (proc_floor.c)"
 
 
-def measure(script: str) -> tuple[float, float, int]:
+def measure(argv: list[str], script: str) -> tuple[float, float, int]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    out = subprocess.run(["dash", "-s"], input=script.encode(), capture_output=True, start_new_session=True).stdout
+    out = subprocess.run(argv, input=script.encode(), capture_output=True, start_new_session=True).stdout
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return cpu, wall, len(out)
 
 
-def forks(script: str) -> int:
+def forks(argv: list[str], script: str) -> int:
     with tempfile.TemporaryDirectory() as d:
         subprocess.run(
-            ["strace", "-ff", "-qq", "-o", f"{d}/t", "-e", "trace=clone,clone3,fork,vfork", "dash", "-s"],
+            ["strace", "-ff", "-qq", "-o", f"{d}/t", "-e", "trace=clone,clone3,fork,vfork", *argv],
             input=script.encode(),
             capture_output=True,
             start_new_session=True,
@@ -56,6 +62,15 @@ def forks(script: str) -> int:
         return n
 
 
+def build_floor(workdir: str) -> str | None:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    exe = f"{workdir}/proc_floor"
+    subprocess.run([cc, "-O2", "-o", exe, str(Path(__file__).with_name("proc_floor.c"))], check=True)
+    return exe
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
@@ -63,31 +78,51 @@ def main() -> None:
     args = ap.parse_args()
     if shutil.which("strace") is None:
         sys.exit("needs strace")
-    probe = render_script(ProbeParams(sample=0))
-    tools = {"vastprobe probe": probe, "peer: per-PID cat/ls loop": PEER}
-    print("| extra processes | tool | forks | CPU s (median) | wall s (median) | output bytes | CPU ratio vs peer |")
-    print("|---:|---|---:|---:|---:|---:|---:|")
-    for size in (int(s) for s in args.sizes.split(",")):
-        sleepers = [subprocess.Popen(["sleep", "3600"]) for _ in range(size)]
-        try:
-            results: dict[str, list[tuple[float, float, int]]] = {t: [] for t in tools}
-            for _ in range(args.runs):
-                for name, script in tools.items():
-                    results[name].append(measure(script))
-            fork_counts = {name: forks(script) for name, script in tools.items()}
-        finally:
-            for p in sleepers:
-                p.kill()
-            for p in sleepers:
-                p.wait()
-        med = {n: (statistics.median(c for c, _, _ in r), statistics.median(w for _, w, _ in r),
-                   int(statistics.median(b for _, _, b in r))) for n, r in results.items()}  # fmt: skip
-        peer_cpu = med["peer: per-PID cat/ls loop"][0]
-        for name in tools:
-            cpu, wall, size_b = med[name]
-            ratio = f"{cpu / peer_cpu:.2f}x" if peer_cpu else "-"
-            print(f"| {size} | {name} | {fork_counts[name]} | {cpu:.3f} | {wall:.3f} | {size_b} | {ratio} |")
-        sys.stdout.flush()
+    # name -> (argv, stdin script, sample sleep to take off the wall time)
+    tools: dict[str, tuple[list[str], str, float]] = {
+        "vastprobe probe, --sample 0": (["dash", "-s"], render_script(ProbeParams(sample=0)), 0.0),
+        "vastprobe probe, --sample 1 (default)": (["dash", "-s"], render_script(ProbeParams(sample=1.0)), 1.0),
+        PEER_NAME: (["dash", "-s"], PEER, 0.0),
+    }
+    with tempfile.TemporaryDirectory() as workdir:
+        floor = build_floor(workdir)
+        if floor:
+            tools[FLOOR_NAME] = ([floor], "", 0.0)
+        print(
+            "| extra processes | tool | forks | CPU s (median) | wall s (median) | output bytes | CPU vs peer | CPU vs floor |"
+        )
+        print("|---:|---|---:|---:|---:|---:|---:|---:|")
+        for size in (int(s) for s in args.sizes.split(",")):
+            sleepers = [subprocess.Popen(["sleep", "3600"]) for _ in range(size)]
+            try:
+                results: dict[str, list[tuple[float, float, int]]] = {t: [] for t in tools}
+                for _ in range(args.runs):
+                    for name, (argv, script, _sleep) in tools.items():
+                        results[name].append(measure(argv, script))
+                fork_counts = {name: forks(argv, script) for name, (argv, script, _s) in tools.items()}
+            finally:
+                for p in sleepers:
+                    p.kill()
+                for p in sleepers:
+                    p.wait()
+            med = {
+                n: (
+                    statistics.median(c for c, _, _ in r),
+                    statistics.median(w for _, w, _ in r) - tools[n][2],
+                    int(statistics.median(b for _, _, b in r)),
+                )
+                for n, r in results.items()
+            }
+            peer_cpu = med[PEER_NAME][0]
+            floor_cpu = med[FLOOR_NAME][0] if FLOOR_NAME in med else 0.0
+            for name in tools:
+                cpu, wall, size_b = med[name]
+                vs_peer = f"{cpu / peer_cpu:.2f}x" if peer_cpu else "-"
+                vs_floor = f"{cpu / floor_cpu:.2f}x" if floor_cpu else "-"
+                print(
+                    f"| {size} | {name} | {fork_counts[name]} | {cpu:.3f} | {wall:.3f} | {size_b} | {vs_peer} | {vs_floor} |"
+                )
+            sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ def test_busybox_applets_alone(tmp_path: Path) -> None:
     assert out.complete
     snap = build_snapshot(out, params, "local", "local", len(proc.stdout))
     assert snap.probe.timeout_mode == "new"
-    assert snap.host.clk_tck == 100  # from /proc/self/auxv: BusyBox has no getconf
+    assert snap.host.clk_tck == 100  # inferred from the shell's start time: no getconf here
     me = snap.process(snap.probe.shell_pid or -1)
     assert me is not None and me.comm == "sh"
     assert any(p.fds for p in snap.processes if not isinstance(p.fds, type(None)))
@@ -129,7 +129,25 @@ def test_output_sections_are_capped() -> None:
     out = split_sections(proc.stdout, params.boundary)
     stat = out.sections["s0.proc"]
     assert stat.truncated and len(stat.text.encode()) <= 2000
+    for name in ("cmdline", "fd"):
+        assert out.sections[name].truncated and len(out.sections[name].text.encode()) <= 2000
+    # the cgroup sections come from the same awk as s0.proc: a cut s0.proc still ends them
+    assert out.sections["cgmap"].rc == 0 and "\tv" in out.sections["cgmap"].text
     assert out.complete
+
+
+def test_artifact_listing_is_cut_in_the_shell(tmp_path: Path) -> None:
+    """More matches than max_artifacts: the count says all, the entries are the first ones in glob
+    order, and names with spaces, quotes and newlines stay whole."""
+    names = [f"f{i:02d} 'q' $(x)" for i in range(30)] + ["f99\nline"]
+    for n in names:
+        (tmp_path / n).write_text("x")
+    params = ProbeParams(sample=0, artifacts=(str(tmp_path / "f*"),), max_artifacts=10)
+    raw = run_probe_raw(params)
+    snap = build_snapshot(split_sections(raw, params.boundary), params, "local", "local", len(raw))
+    listing = snap.artifacts[0]
+    assert listing.matched == 31
+    assert [e.path for e in listing.entries] == [str(tmp_path / n) for n in sorted(names)[:10]]
 
 
 def test_hostile_comm_survives_the_probe() -> None:

@@ -229,9 +229,11 @@ vp_kfilter() {
 		END { s = n > 400 ? n - 400 : 0; for (i = s; i < n; i++) print buf[i % 400]; print "@@lines " NR }'
 }
 
+# util-linux dmesg reads /dev/kmsg one record per read(2), 15 us each here; -S takes the whole
+# buffer in one syslog(2) call. BusyBox dmesg has no -S (and always uses syslog(2)).
 vp_kmsg() {
 	printf '@@source dmesg\n'
-	dmesg 2>&1 | vp_kfilter
+	{ dmesg -S 2>/dev/null || dmesg 2>&1; } | vp_kfilter
 }
 
 vp_kmsg_fallback() {
@@ -287,13 +289,18 @@ vp_logstat_one() {
 }
 vp_logtail() { tail -c "$VP_TAIL" -- "$1"; }
 
+# Space, then inodes. A dead mount hangs the first call into its timeout; one that answered it
+# answers the second, so that one runs without a timeout of its own (one fork less).
 vp_df() {
 	vp_dfdirs tmo 5 df -P /tmp
+	vp_rc=$?
 	printf '@@inodes\n'
-	vp_dfdirs tmo 5 df -P -i /tmp
+	case $vp_rc in 124 | 137) return "$vp_rc" ;; esac
+	vp_dfdirs df -P -i /tmp
 }
 
-# glob PATTERN: the first VP_MAXART matches as "<size> <mtime> <type>|<name>".
+# glob PATTERN: the first VP_MAXART matches as "<size> <mtime> <type>|<name>". The list is cut
+# in the shell, so stat never sees the rest of a huge directory.
 vp_glob() {
 	vp_ifs=$IFS
 	IFS=
@@ -304,7 +311,17 @@ vp_glob() {
 		return 0
 	fi
 	printf '@@count %s\n' "$#"
-	tmo 5 stat -c '%s %Y %F|%n' -- "$@" | head -n "$VP_MAXART"
+	if [ "$#" -gt "$VP_MAXART" ]; then
+		vp_gn=$#
+		vp_i=0
+		for vp_a; do
+			[ "$vp_i" -lt "$VP_MAXART" ] || break
+			vp_i=$((vp_i + 1))
+			set -- "$@" "$vp_a"
+		done
+		shift "$vp_gn"
+	fi
+	tmo 5 stat -c '%s %Y %F|%n' -- "$@"
 }
 
 
