@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -57,6 +58,23 @@ def test_script_runs_under_each_shell(name: str, tmp_path: Path) -> None:
     assert snap.probe.sample_uptimes[1] > snap.probe.sample_uptimes[0]
     assert snap.logs[0].exists and snap.logs[0].tail == "step 1\nstep 2\n"
     assert [a.path for a in snap.artifacts[0].entries] == [str(log)]
+    # host facts the probe leaves to the client: uid from the shell's status, CLK_TCK from its start
+    assert snap.host.uid == os.getuid()
+    assert snap.host.clk_tck == os.sysconf("SC_CLK_TCK")
+    assert snap.host.own_pid_namespace is True
+
+
+def test_pid_namespace_without_its_own_proc(tmp_path: Path) -> None:
+    """`unshare --pid --fork` without --mount-proc: the probe shell is PID 1 of a new namespace
+    but /proc is the host's, so /proc/1 is not its namespace's init."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare (util-linux)")
+    params = ProbeParams(sample=0)
+    raw = run_probe_raw(params, ["unshare", "--pid", "--fork", "dash"])
+    out = split_sections(raw, params.boundary)
+    snap = build_snapshot(out, params, "local", "local", len(raw))
+    assert snap.probe.shell_pid == 1
+    assert snap.host.own_pid_namespace is False
 
 
 def test_busybox_applets_alone(tmp_path: Path) -> None:

@@ -3,6 +3,8 @@ section feeds which part of the model."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from vastprobe.model import (
     ArtifactListing,
     GpuApp,
@@ -142,13 +144,16 @@ def build_snapshot(
     meta = host.parse_meta(_text(out, "meta") + "\n" + _text(out, "clk"))
     proc_texts = [_text(out, f"{p}.proc") for p in _SAMPLE_PREFIXES]
     stats = [proc_stat.parse_stat_section(t)[0] for t in proc_texts]
+    statuses = [proc_status.parse_status_section(t)[0] for t in proc_texts]
     shell_pid = int(meta["shell_pid"]) if meta.get("shell_pid", "").isdigit() else None
     shell_stat = stats[0].get(shell_pid) if shell_pid is not None else None
     clk_tck = host.infer_clk_tck(shell_stat.starttime if shell_stat else None, host.parse_now(_text(out, "s0.now")))
     facts = host.parse_host(_text(out, "host"), meta, clk_tck)
+    if "uid" not in meta:  # probes since 0.1 leave it to the shell's own status line
+        shell_status = statuses[0].get(shell_pid or -1)
+        facts = dataclasses.replace(facts, uid=shell_status.uid if shell_status else None)
     btime = available(facts.btime)
 
-    statuses = [proc_status.parse_status_section(t)[0] for t in proc_texts]
     ios = [proc_io.parse_io_section(t) for t in proc_texts]
     wchans, _ = wchan.parse_wchan_section(proc_texts[0])
     cmdlines = cmdline.parse_cmdline_section(_text(out, "cmdline"))

@@ -75,23 +75,22 @@ sec() {
 	printf '\n@@%s@@ /%s\n' "$VP_B" "$vp_n"
 }
 
-# Builtins only. selfpid is our PID as /proc names it: equal to $$ when /proc is our PID
-# namespace's. CLK_TCK is not asked (getconf costs two forks): the client derives it from this
-# shell's start time in ticks against the uptime.
+# Builtins only; no file is read a byte per read(2) more than it must be. selfpid is our PID as
+# /proc names it (cd -P resolves the /proc/self link): equal to $$ when /proc is our PID
+# namespace's. The client takes the uid from this shell's status in s0.proc, and derives CLK_TCK
+# from its start time against the uptime (getconf would cost two forks).
 vp_meta() {
 	vp_os=
 	vp_host=
-	vp_uid=
 	vp_self=
 	read -r vp_os </proc/sys/kernel/osrelease 2>/dev/null
 	read -r vp_host </proc/sys/kernel/hostname 2>/dev/null
-	read -r vp_self vp_rest </proc/self/stat 2>/dev/null
-	while read -r vp_k vp_v vp_rest; do
-		case $vp_k in Uid:) vp_uid=$vp_v ;; esac
-	done </proc/self/status
+	vp_cwd=$PWD
+	if cd -P /proc/self 2>/dev/null; then vp_self=${PWD#/proc/}; fi
+	cd "$vp_cwd" 2>/dev/null || cd /
 	printf 'version=%s\n' "$VP_VERSION"
 	printf 'shell_pid=%s\nshell_ppid=%s\nselfpid=%s\n' "$$" "$PPID" "$vp_self"
-	printf 'kernel=%s\nhostname=%s\ntimeout=%s\nuid=%s\n' "$vp_os" "$vp_host" "$VP_TMO" "$vp_uid"
+	printf 'kernel=%s\nhostname=%s\ntimeout=%s\n' "$vp_os" "$vp_host" "$VP_TMO"
 }
 
 # One grep: every line of the small files (they start with a digit, a capital or some/full),
