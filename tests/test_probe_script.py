@@ -184,6 +184,8 @@ def test_hostile_comm_survives_the_probe() -> None:
         assert proc is not None
         assert proc.comm == "x) R 1 (y\nz"
         assert proc.state == "S" and proc.ppid > 1
+        # the kernel-thread filter reads flags after the last ") ", so this one is a user process
+        assert not proc.kernel_thread and proc.cmdline and proc.fds and proc.uid is not None
         del time
     finally:
         p.kill()
@@ -210,3 +212,21 @@ def test_argument_list_too_long_falls_back_to_one_grep_per_file(tmp_path: Path) 
             p.kill()
         for p in sleepers:
             p.wait()
+
+
+def test_kernel_threads_get_stat_only() -> None:
+    """Kernel threads are known by PF_KTHREAD in stat; their status, io, wchan, cmdline and fds
+    are not read (a many-core host runs more of them than user processes)."""
+    params = ProbeParams(sample=0.1)
+    raw = run_probe_raw(params)
+    out = split_sections(raw, params.boundary)
+    snap = build_snapshot(out, params, "local", "local", len(raw))
+    kthreads = [p for p in snap.processes if p.kernel_thread]
+    if not kthreads:
+        pytest.skip("no kernel threads visible here (a container)")
+    text = out.sections["s0.proc"].text + out.sections["fd"].text
+    for k in kthreads[:20]:
+        assert k.fds == () and k.uid is None
+        assert f"/proc/{k.pid}/status:" not in text and f"/proc/{k.pid}/fd:" not in text
+        assert len(k.samples) == 2  # stat is still sampled twice
+    assert all(p.uid is not None for p in snap.processes if not p.kernel_thread and p.state != "Z")

@@ -187,8 +187,11 @@ def build_snapshot(
             )
         status = statuses[0].get(pid)
         fds = fd_table.fds.get(pid)
+        kernel_thread = bool(rec.flags & proc_stat.PF_KTHREAD)
         fd_value: tuple | Unavailable
-        if pid in fd_table.denied and not fds:
+        if kernel_thread and fds is None:  # the probe reads only stat (and io) of kernel threads
+            fd_value = ()
+        elif pid in fd_table.denied and not fds:
             fd_value = Unavailable(fd_table.denied[pid])
         elif fds is None:
             fd_value = Unavailable(_missing(out, "fd") if not fd_ok else "process gone before its fds were read")
@@ -217,14 +220,20 @@ def build_snapshot(
                 cmdline=cmdlines.get(pid, ()),
                 wchan=w
                 if w is not None
-                else Unavailable("wchan not readable" if wchan_ok else _missing(out, "s0.proc")),
+                else Unavailable(
+                    "not read for kernel threads"
+                    if kernel_thread
+                    else "wchan not readable"
+                    if wchan_ok
+                    else _missing(out, "s0.proc")
+                ),
                 fds=fd_value,
                 fds_truncated=pid in fd_table.truncated,
                 memory_cgroup=v1,
                 cgroup_v2=v2,
                 samples=tuple(samples),
                 # the flag, not "pid 2 or its children": inside a PID namespace pid 2 is a user process
-                kernel_thread=bool(rec.flags & proc_stat.PF_KTHREAD),
+                kernel_thread=kernel_thread,
             )
         )
 

@@ -107,36 +107,45 @@ vp_now() {
 	printf 'uptime=%s\n' "$vp_up"
 }
 
-# The per-process file lists, from one readdir of /proc. A glob like /proc/[0-9]*/stat would
-# stat every path it matches, which costs a third as much as reading the files.
-vp_lists() {
-	set -- /proc/[0-9]*
-	vp_dirs=$*
-	vp_l0=$(printf '%s/stat ' "$@" && printf '%s/status ' "$@" && printf '%s/io ' "$@" &&
-		printf '%s/wchan ' "$@" && printf '%s/cgroup ' "$@")
-	vp_lcmd=$(printf '%s/cmdline ' "$@")
-	vp_lfd=$(printf '%s/fd ' "$@")
-	vp_l1=
-	if [ "$VP_SAMPLE" != 0 ]; then vp_l1=$(printf '%s/stat ' "$@" && printf '%s/io ' "$@"); fi
-}
-
 # One grep per sample reads every per-process file it needs for all PIDs at once; the pattern
 # keeps stat records (and the tail of one whose comm holds a newline), the status fields stat lacks,
 # io counters, the wchan symbol and the memory/v2 lines of cgroup.
 VP_STATUS_KEYS='TracerPid|Uid|VmRSS|VmHWM|NSpid|SigIgn|SigCgt|voluntary_ctxt_switches|nonvoluntary_ctxt_switches'
 VP_PROC_PAT="^([0-9]+ \\(|0::|[0-9]+:([^:]*,)?memory(,[^:]*)?:|[A-Za-z_][A-Za-z_0-9.]*\$|0\$|(rchar|wchar|read_bytes|write_bytes|$VP_STATUS_KEYS):)|\\) [A-Za-z] -?[0-9]"
 
-# vp_proc_grep LIST FILE...: one grep over LIST; when that argument list is too long for exec
-# (status 126: tens of thousands of processes), one grep per FILE kind instead.
+# vp_proc_grep LIST: one grep over the files in LIST; when the list is too long for exec
+# (status 126: tens of thousands of processes), xargs cuts it into runs that fit.
 vp_proc_grep() {
-	vp_list=$1
-	shift
-	grep -H -E "$VP_PROC_PAT" $vp_list
+	grep -H -E "$VP_PROC_PAT" $1
 	vp_rc=$?
 	[ "$vp_rc" -lt 126 ] && return "$vp_rc"
-	for vp_f; do
-		grep -H -E "$VP_PROC_PAT" $(printf "%s/$vp_f " $vp_dirs)
-	done
+	printf '%s\n' $1 | xargs grep -H -E "$VP_PROC_PAT"
+}
+
+# Prints /proc/PID for each stat record that is not a kernel thread (PF_KTHREAD, 0x200000, in the
+# flags field, the 7th after the last ") ": comm may hold ") " itself).
+VP_USER_AWK='/^\/proc\/[0-9]+\/stat:/ {
+	s = $0
+	while ((i = index(s, ") ")) > 0) s = substr(s, i + 2)
+	if (s == $0 || split(s, f, " ") < 7) next
+	if (int(f[7] / 2097152) % 2 == 0) print substr($0, 1, index(substr($0, 7), "/") + 5)
+}'
+
+# Every process's stat first, through a file list from one readdir of /proc (a glob like
+# /proc/[0-9]*/stat would stat every path it matches: a third of the cost of reading them).
+# Kernel threads have no status, io, cmdline or fds worth reading, and a many-core host runs more
+# of them than user processes, so the other lists name user processes only.
+vp_lists() {
+	set -- /proc/[0-9]*
+	vp_lstat=$(printf '%s/stat ' "$@")
+	vp_st=$(vp_proc_grep "$vp_lstat" 2>&1)
+	set -- $(printf '%s\n' "$vp_st" | awk "$VP_USER_AWK")
+	vp_l0=$(printf '%s/status ' "$@" && printf '%s/io ' "$@" && printf '%s/wchan ' "$@" &&
+		printf '%s/cgroup ' "$@")
+	vp_lcmd=$(printf '%s/cmdline ' "$@")
+	vp_lfd=$(printf '%s/fd ' "$@")
+	vp_l1=
+	if [ "$VP_SAMPLE" != 0 ]; then vp_l1="$vp_lstat $(printf '%s/io ' "$@")"; fi
 }
 
 # Awk that stops a section at CAP bytes: it marks the cut with a "cut" frame line.
@@ -152,7 +161,10 @@ VP_CAP_AWK='function out(line) {
 # with the counter files it has ("F<TAB>file"), which the awk then reads itself.
 vp_s0() {
 	printf '\n@@%s@@ s0.proc\n' "$VP_B"
-	vp_proc_grep "$vp_l0" stat status io wchan cgroup 2>&1 | awk -v B="$VP_B" -v cap="$VP_MAXPROC" -v max=64 "$VP_CAP_AWK"'
+	{
+		printf '%s\n' "$vp_st"
+		vp_proc_grep "$vp_l0" 2>&1
+	} | awk -v B="$VP_B" -v cap="$VP_MAXPROC" -v max=64 "$VP_CAP_AWK"'
 	FILENAME == "/proc/self/mountinfo" {
 		for (i = 7; i <= NF; i++) if ($i == "-") break
 		if ($(i + 1) == "cgroup2") { v2m = $5; v2r = $4 }
@@ -199,7 +211,7 @@ vp_s0() {
 	}' /proc/self/mountinfo -
 }
 
-vp_s1() { vp_proc_grep "$vp_l1" stat io 2>&1 | awk -v B="$VP_B" -v cap="$VP_MAXPROC" "$VP_CAP_AWK"'{ out($0) }'; }
+vp_s1() { vp_proc_grep "$vp_l1" 2>&1 | awk -v B="$VP_B" -v cap="$VP_MAXPROC" "$VP_CAP_AWK"'{ out($0) }'; }
 
 # argv records, NUL -> newline (a newline inside an argument becomes \036), at most 64
 # arguments of 1024 bytes per process.
