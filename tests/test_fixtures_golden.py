@@ -44,3 +44,15 @@ def test_busybox_fixture_facts() -> None:
     assert snap.probe.timeout_mode == "new"
     assert snap.disks and snap.disks[0].inodes
     assert not any(p.comm == "timeout" for p in snap.processes if p.pid not in snap.excluded_pids)
+
+
+def test_stat_first_fixture_facts() -> None:
+    """The format that reads only stat of kernel threads, with no clk_tck or uid in meta."""
+    snap = parse_fixture(FIXTURES / "host-vm-kthreads-stat-only")
+    assert snap.host.clk_tck == 100 and snap.host.uid == 0 and snap.host.own_pid_namespace is True
+    kthreads = [p for p in snap.processes if p.kernel_thread]
+    assert kthreads and all(p.fds == () and p.uid is None and not p.cmdline for p in kthreads)
+    users = [p for p in snap.processes if not p.kernel_thread and p.state != "Z"]
+    assert users and all(p.uid == 0 and isinstance(p.wchan, str) for p in users)
+    states = {p.comm + ":" + p.state for p in snap.processes}
+    assert {"sh:T", "sleep:Z"} <= states
