@@ -171,8 +171,12 @@ vp_s0() {
 		else if ($(i + 1) == "cgroup" && ("," $(i + 3) ",") ~ /,memory,/) { v1m = $5; v1r = $4 }
 		next
 	}
-	{ out($0) }
-	/^\/proc\/[0-9]+\/cgroup:/ && n_cg < max {
+	{
+		n += length($0) + 1
+		if (n <= cap) print
+		else if (!cut) { cut = 1; printf "\n@@%s@@ cut\n", B }
+	}
+	n_cg < max && index($0, "/cgroup:") && $0 ~ /^\/proc\/[0-9]+\/cgroup:/ {
 		line = substr($0, index($0, "/cgroup:") + 8)
 		a = index(line, ":"); rest = substr(line, a + 1); b = index(rest, ":")
 		ctl = substr(rest, 1, b - 1); p = substr(rest, b + 1)
