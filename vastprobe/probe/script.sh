@@ -218,9 +218,10 @@ vp_s0() {
 vp_s1() { vp_proc_grep "$vp_l1" 2>&1 | awk -v B="$VP_B" -v cap="$VP_MAXPROC" "$VP_CAP_AWK"'{ out($0) }'; }
 
 # argv records, NUL -> newline (a newline inside an argument becomes \036), at most 64
-# arguments of 1024 bytes per process.
+# arguments of 1024 bytes per process. A process gone since the listing is not worth an error
+# line (its stat already says so), and errors would bypass the awk's cap.
 vp_cmdline() {
-	tmo 20 grep -H -z '' $vp_lcmd | tr '\000\n' '\n\036' |
+	tmo 20 grep -H -z '' $vp_lcmd 2>/dev/null | tr '\000\n' '\n\036' |
 		awk -v B="$VP_B" -v cap="$VP_MAXPROC" "$VP_CAP_AWK"'
 		{ i = index($0, ":"); f = substr($0, 1, i - 1); if (++c[f] <= 64) out(substr($0, 1, 1100)) }'
 }
