@@ -245,11 +245,9 @@ vp_kfilter() {
 		END { s = n > 400 ? n - 400 : 0; for (i = s; i < n; i++) print buf[i % 400]; print "@@lines " NR }'
 }
 
-# util-linux dmesg reads /dev/kmsg one record per read(2), 15 us each here; -S takes the whole
-# buffer in one syslog(2) call. BusyBox dmesg has no -S (and always uses syslog(2)).
 vp_kmsg() {
 	printf '@@source dmesg\n'
-	{ dmesg -S 2>/dev/null || dmesg 2>&1; } | vp_kfilter
+	dmesg 2>&1 | vp_kfilter
 }
 
 vp_kmsg_fallback() {
