@@ -191,22 +191,28 @@ def test_hostile_comm_survives_the_probe() -> None:
         p.kill()
 
 
-def test_argument_list_too_long_falls_back_to_one_grep_per_file(tmp_path: Path) -> None:
-    """With ~1700 processes the five-file list passes exec's 128 KiB floor (set with a small stack
-    limit), the one-file lists do not: the probe must still read every process."""
+def test_argument_lists_too_long_fall_back_to_xargs(tmp_path: Path) -> None:
+    """Every per-process file list (stat; status/io/wchan/cgroup; cmdline; fds; the second
+    sample's) is handed to xargs when exec refuses it. Exec's limit is forced low instead of
+    spawning tens of thousands of processes: a 256 KiB stack limit puts it at its 128 KiB floor,
+    and a 112 KiB environment variable leaves the lists about 16 KiB, which 1000 sleepers pass."""
     from tests.helpers import run_probe_raw
 
-    sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(1700)]
+    sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(1000)]
     try:
-        params = ProbeParams(sample=0)
-        raw = run_probe_raw(params, ["bash", "-c", 'ulimit -s 256 && exec dash "$@"', "probe"])
+        params = ProbeParams(sample=0.1)
+        env = {**os.environ, "VP_TEST_FILLER": "x" * 112_000}
+        raw = run_probe_raw(params, ["bash", "-c", 'ulimit -s 256 && exec dash "$@"', "probe"], env=env)
         out = split_sections(raw, params.boundary)
-        text = out.sections["s0.proc"].text
-        assert "Argument list too long" in text  # the fast path really failed here
+        assert out.complete
+        for name in ("s0.proc", "fd", "s1.proc"):
+            assert "Argument list too long" in out.sections[name].text, name  # the fast path failed
         snap = build_snapshot(out, params, "local", "local", len(raw))
-        seen = {p.pid for p in snap.processes}
-        assert {p.pid for p in sleepers} <= seen
-        assert all(snap.process(p.pid).wchan != "" for p in sleepers[:5])  # type: ignore[union-attr]
+        for sleeper in sleepers:
+            proc = snap.process(sleeper.pid)
+            assert proc is not None, sleeper.pid
+            assert proc.cmdline == ("sleep", "600") and proc.fds and proc.uid is not None
+            assert isinstance(proc.wchan, str) and len(proc.samples) == 2
     finally:
         for p in sleepers:
             p.kill()

@@ -113,12 +113,13 @@ vp_now() {
 VP_STATUS_KEYS='TracerPid|Uid|VmRSS|VmHWM|NSpid|SigIgn|SigCgt|voluntary_ctxt_switches|nonvoluntary_ctxt_switches'
 VP_PROC_PAT="^([0-9]+ \\(|0::|[0-9]+:([^:]*,)?memory(,[^:]*)?:|[A-Za-z_][A-Za-z_0-9.]*\$|0\$|(rchar|wchar|read_bytes|write_bytes|$VP_STATUS_KEYS):)|\\) [A-Za-z] -?[0-9]"
 
-# vp_proc_grep LIST: one grep over the files in LIST; when the list is too long for exec
-# (status 126: tens of thousands of processes), xargs cuts it into runs that fit.
+# vp_proc_grep LIST: one grep over the files in LIST. Every list here has the same fallback: when
+# it is too long for exec (status 126: tens of thousands of processes, or a small stack limit),
+# xargs cuts it into runs that fit.
 vp_proc_grep() {
 	grep -H -E "$VP_PROC_PAT" $1
 	vp_rc=$?
-	[ "$vp_rc" -lt 126 ] && return "$vp_rc"
+	[ "$vp_rc" != 126 ] && return "$vp_rc"
 	printf '%s\n' $1 | xargs grep -H -E "$VP_PROC_PAT"
 }
 
@@ -221,14 +222,18 @@ vp_s1() { vp_proc_grep "$vp_l1" 2>&1 | awk -v B="$VP_B" -v cap="$VP_MAXPROC" "$V
 # arguments of 1024 bytes per process. A process gone since the listing is not worth an error
 # line (its stat already says so), and errors would bypass the awk's cap.
 vp_cmdline() {
-	tmo 20 grep -H -z '' $vp_lcmd 2>/dev/null | tr '\000\n' '\n\036' |
+	{
+		tmo 20 grep -H -z '' $vp_lcmd || {
+			[ $? = 126 ] && printf '%s\n' $vp_lcmd | xargs grep -H -z ''
+		}
+	} 2>/dev/null | tr '\000\n' '\n\036' |
 		awk -v B="$VP_B" -v cap="$VP_MAXPROC" "$VP_CAP_AWK"'
 		{ i = index($0, ":"); f = substr($0, 1, i - 1); if (++c[f] <= 64) out(substr($0, 1, 1100)) }'
 }
 
 # fd links (the link mode tells read end from write end), at most VP_MAXFD per process.
 vp_fd() {
-	ls -ln $vp_lfd 2>&1 |
+	{ ls -ln $vp_lfd || { [ $? = 126 ] && printf '%s\n' $vp_lfd | xargs ls -ln; }; } 2>&1 |
 		awk -v B="$VP_B" -v cap="$VP_MAXPROC" -v max="$VP_MAXFD" "$VP_CAP_AWK"'
 			/^\/proc\/[0-9]+\/fd:$/ { k = 0; out($0); next }
 			/^total / || /^$/ { next }
