@@ -40,3 +40,45 @@ def test_analyze_stays_light(tmp_path: Path) -> None:
 
 def test_the_measurement_can_see_rich() -> None:
     assert "rich" in imported("diagnose", "local", "--format", "table", "--sample", "0")
+
+
+def test_ssh_path_spawns_nothing_for_an_absent_liboqs(tmp_path: Path) -> None:
+    """asyncssh's import asks ctypes for liboqs under two names; each miss runs `ldconfig -p`, then
+    gcc and ld when they exist. With no liboqs where the loader looks, vastprobe answers for it.
+    (asyncssh's lookup of nettle, a library that is there, still runs one `ldconfig -p`.)"""
+    import shutil
+
+    from vastprobe.transport.liboqs import liboqs_may_be_installed
+
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    if liboqs_may_be_installed():
+        pytest.skip("liboqs is installed here: the real lookup is the right one")
+    trace = tmp_path / "trace"
+    subprocess.run(
+        ["strace", "-f", "-qq", "-o", str(trace), "-e", "trace=execve", sys.executable, "-c",
+         "import vastprobe.transport.ssh"],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    execs = [line for line in trace.read_text().splitlines() if "execve(" in line and "ENOENT" not in line]
+    assert not [e for e in execs if "oqs" in e or "gcc" in e or "collect2" in e], execs
+    assert sum("ldconfig" in e for e in execs) <= 1, execs
+
+
+def test_liboqs_lookup_is_left_alone_when_a_liboqs_exists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ctypes.util
+
+    from vastprobe.transport.liboqs import liboqs_may_be_installed, skip_absent_liboqs_lookup
+
+    real = ctypes.util.find_library
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))
+    if not liboqs_may_be_installed():
+        with skip_absent_liboqs_lookup():
+            assert ctypes.util.find_library("oqs") is None
+            assert ctypes.util.find_library("c") == real("c")  # other names still asked
+        assert ctypes.util.find_library is real
+    (tmp_path / "liboqs.so.5").write_bytes(b"")
+    assert liboqs_may_be_installed()
+    with skip_absent_liboqs_lookup():
+        assert ctypes.util.find_library is real

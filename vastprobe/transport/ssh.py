@@ -22,12 +22,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import asyncssh
-from asyncssh.config import SSHClientConfig
+from vastprobe.transport.base import TransportResult
+from vastprobe.transport.liboqs import skip_absent_liboqs_lookup
 
 if TYPE_CHECKING:
     from vastprobe.model import Status
-from vastprobe.transport.base import TransportResult
+
+with skip_absent_liboqs_lookup():  # saves two `ldconfig -p` runs per start when there is no liboqs
+    import asyncssh
+    from asyncssh.config import SSHClientConfig
 
 HostKeyPolicy = Literal["strict", "accept-new", "off"]
 _TARGET = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?:\[(?P<v6>[^\]]+)\]|(?P<host>[^:@\s\[\]]+))(?::(?P<port>\d{1,5}))?$")
