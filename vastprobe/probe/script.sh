@@ -379,8 +379,8 @@ vp_main() {
 	fi
 	secn meta vp_meta
 	secn host vp_host
-	vp_lists
 	secn s0.now vp_now
+	vp_lists # reads every stat: the first sample starts here
 	vp_s0
 	vp_gpu_sec s0.gpu vp_gpu
 	secn s0.logs vp_logstats
