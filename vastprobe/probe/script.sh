@@ -224,7 +224,7 @@ vp_s1() { vp_proc_grep "$vp_l1" 2>&1 | awk -v B="$VP_B" -v cap="$VP_MAXPROC" "$V
 vp_cmdline() {
 	{
 		tmo 20 grep -H -z '' $vp_lcmd || {
-			[ $? = 126 ] && printf '%s\n' $vp_lcmd | xargs grep -H -z ''
+			[ $? = 126 ] && printf '%s\n' $vp_lcmd | tmo 20 xargs grep -H -z ''
 		}
 	} 2>/dev/null | tr '\000\n' '\n\036' |
 		awk -v B="$VP_B" -v cap="$VP_MAXPROC" "$VP_CAP_AWK"'
