@@ -113,15 +113,26 @@ vp_now() {
 VP_STATUS_KEYS='TracerPid|Uid|VmRSS|VmHWM|NSpid|SigIgn|SigCgt|voluntary_ctxt_switches|nonvoluntary_ctxt_switches'
 VP_PROC_PAT="^([0-9]+ \\(|0::|[0-9]+:([^:]*,)?memory(,[^:]*)?:|[A-Za-z_][A-Za-z_0-9.]*\$|0\$|(rchar|wchar|read_bytes|write_bytes|$VP_STATUS_KEYS):)|\\) [A-Za-z] -?[0-9]"
 
-# vp_proc_grep LIST: one grep over the files in LIST. Every list here has the same fallback: when
-# it is too long for exec (status 126: tens of thousands of processes, or a small stack limit),
-# xargs cuts it into runs that fit.
-vp_proc_grep() {
-	grep -H -E "$VP_PROC_PAT" $1
+# vp_many LIST CMD...: CMD with the words of LIST as arguments, in one exec. When the list is too
+# long for exec (status 126: tens of thousands of processes, or a small stack limit), xargs cuts
+# it into runs that fit; a CMD that starts with `tmo SECONDS` keeps its timeout around xargs.
+vp_many() {
+	vp_ml=$1
+	shift
+	"$@" $vp_ml
 	vp_rc=$?
 	[ "$vp_rc" != 126 ] && return "$vp_rc"
-	printf '%s\n' $1 | xargs grep -H -E "$VP_PROC_PAT"
+	if [ "$1" = tmo ]; then
+		vp_mt=$2
+		shift 2
+		printf '%s\n' $vp_ml | tmo "$vp_mt" xargs "$@"
+	else
+		printf '%s\n' $vp_ml | xargs "$@"
+	fi
 }
+
+# vp_proc_grep LIST: one grep over the /proc files in LIST.
+vp_proc_grep() { vp_many "$1" grep -H -E "$VP_PROC_PAT"; }
 
 # Prints /proc/PID for each stat record that is not a kernel thread (PF_KTHREAD, 0x200000, in the
 # flags field, the 7th after the last ") ": comm may hold ") " itself).
@@ -172,11 +183,7 @@ vp_s0() {
 		else if ($(i + 1) == "cgroup" && ("," $(i + 3) ",") ~ /,memory,/) { v1m = $5; v1r = $4 }
 		next
 	}
-	{
-		n += length($0) + 1
-		if (n <= cap) print
-		else if (!cut) { cut = 1; printf "\n@@%s@@ cut\n", B }
-	}
+	{ out($0) }
 	n_cg < max && index($0, "/cgroup:") && $0 ~ /^\/proc\/[0-9]+\/cgroup:/ {
 		line = substr($0, index($0, "/cgroup:") + 8)
 		a = index(line, ":"); rest = substr(line, a + 1); b = index(rest, ":")
@@ -192,20 +199,20 @@ vp_s0() {
 		seen[k] = 1
 		cg[++n_cg] = "M\t" v "\t" p "\t" m rel
 		dir[n_cg] = m rel
-		ver[n_cg] = v
+		ctr[n_cg] = v == "v1" ? "oom_control failcnt max_usage_in_bytes limit_in_bytes usage_in_bytes" : "events max high peak current"
 	}
 	END {
 		if (!cut) printf "\n@@rc=0\n"
 		printf "\n@@%s@@ /s0.proc\n\n@@%s@@ cgmap\n", B, B
 		for (i = 1; i <= n_cg; i++) {
 			print cg[i]
-			nf = split(ver[i] == "v1" ? "oom_control failcnt max_usage_in_bytes limit_in_bytes usage_in_bytes" : "events max high peak current", f, " ")
+			nf = split(ctr[i], f, " ")
 			for (j = 1; j <= nf; j++) print "F\t" dir[i] "/memory." f[j]
 		}
 		printf "\n@@rc=0\n\n@@%s@@ /cgmap\n\n@@%s@@ cgmem\n", B, B
 		got = 0
 		for (i = 1; i <= n_cg; i++) {
-			nf = split(ver[i] == "v1" ? "oom_control failcnt max_usage_in_bytes limit_in_bytes usage_in_bytes" : "events max high peak current", f, " ")
+			nf = split(ctr[i], f, " ")
 			for (j = 1; j <= nf; j++) {
 				file = dir[i] "/memory." f[j]
 				while ((getline l < file) > 0) { print file ":" l; got = 1 }
@@ -222,18 +229,14 @@ vp_s1() { vp_proc_grep "$vp_l1" 2>&1 | awk -v B="$VP_B" -v cap="$VP_MAXPROC" "$V
 # arguments of 1024 bytes per process. A process gone since the listing is not worth an error
 # line (its stat already says so), and errors would bypass the awk's cap.
 vp_cmdline() {
-	{
-		tmo 20 grep -H -z '' $vp_lcmd || {
-			[ $? = 126 ] && printf '%s\n' $vp_lcmd | tmo 20 xargs grep -H -z ''
-		}
-	} 2>/dev/null | tr '\000\n' '\n\036' |
+	vp_many "$vp_lcmd" tmo 20 grep -H -z '' 2>/dev/null | tr '\000\n' '\n\036' |
 		awk -v B="$VP_B" -v cap="$VP_MAXPROC" "$VP_CAP_AWK"'
 		{ i = index($0, ":"); f = substr($0, 1, i - 1); if (++c[f] <= 64) out(substr($0, 1, 1100)) }'
 }
 
 # fd links (the link mode tells read end from write end), at most VP_MAXFD per process.
 vp_fd() {
-	{ ls -ln $vp_lfd || { [ $? = 126 ] && printf '%s\n' $vp_lfd | xargs ls -ln; }; } 2>&1 |
+	vp_many "$vp_lfd" ls -ln 2>&1 |
 		awk -v B="$VP_B" -v cap="$VP_MAXPROC" -v max="$VP_MAXFD" "$VP_CAP_AWK"'
 			/^\/proc\/[0-9]+\/fd:$/ { k = 0; out($0); next }
 			/^total / || /^$/ { next }
