@@ -44,8 +44,9 @@ def infer_clk_tck(shell_starttime: int | None, uptime: float | None) -> int:
     return min(_CLK_TCK_CANDIDATES, key=lambda c: abs(c - ratio))
 
 
-def parse_host(text: str, meta: dict[str, str], clk_tck: int | None = None) -> HostFacts:
-    """`clk_tck` is used when the meta section lacks it (probes since 0.1 infer it)."""
+def parse_host(text: str, meta: dict[str, str], clk_tck: int | None = None, shell_uid: int | None = None) -> HostFacts:
+    """`clk_tck` and `shell_uid` are used when the meta section lacks them: probes since 0.1 leave
+    CLK_TCK to be inferred and the uid to the shell's own status line."""
     files: dict[str, list[str]] = {}
     ns: dict[str, str] = {}
     for line in text.split("\n"):
@@ -102,7 +103,7 @@ def parse_host(text: str, meta: dict[str, str], clk_tck: int | None = None) -> H
     return HostFacts(
         hostname=meta.get("hostname", ""),
         kernel=meta.get("kernel", ""),
-        uid=to_int(meta.get("uid", "")),
+        uid=to_int(meta["uid"]) if "uid" in meta else shell_uid,
         clk_tck=to_int(meta.get("clk_tck", "")) or clk_tck or 100,
         uptime=uptime,
         btime=btime,

@@ -3,8 +3,6 @@ section feeds which part of the model."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from vastprobe.model import (
     ArtifactListing,
     GpuApp,
@@ -148,10 +146,8 @@ def build_snapshot(
     shell_pid = int(meta["shell_pid"]) if meta.get("shell_pid", "").isdigit() else None
     shell_stat = stats[0].get(shell_pid) if shell_pid is not None else None
     clk_tck = host.infer_clk_tck(shell_stat.starttime if shell_stat else None, host.parse_now(_text(out, "s0.now")))
-    facts = host.parse_host(_text(out, "host"), meta, clk_tck)
-    if "uid" not in meta:  # probes since 0.1 leave it to the shell's own status line
-        shell_status = statuses[0].get(shell_pid or -1)
-        facts = dataclasses.replace(facts, uid=shell_status.uid if shell_status else None)
+    shell_status = statuses[0].get(shell_pid) if shell_pid is not None else None
+    facts = host.parse_host(_text(out, "host"), meta, clk_tck, shell_status.uid if shell_status else None)
     btime = available(facts.btime)
 
     ios = [proc_io.parse_io_section(t) for t in proc_texts]

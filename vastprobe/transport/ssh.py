@@ -28,7 +28,7 @@ from vastprobe.transport.liboqs import skip_absent_liboqs_lookup
 if TYPE_CHECKING:
     from vastprobe.model import Status
 
-with skip_absent_liboqs_lookup():  # saves two `ldconfig -p` runs per start when there is no liboqs
+with skip_absent_liboqs_lookup():  # no ldconfig/gcc/ld runs per start when there is no liboqs
     import asyncssh
     from asyncssh.config import SSHClientConfig
 
