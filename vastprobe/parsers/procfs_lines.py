@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from vastprobe.parsers.numbers import is_digits, read_int
+
 _ERROR = re.compile(r"^(?:grep|ls|cat|awk): .*?/proc/(\d+)/([^:]*): (.*)$")
 
 
@@ -34,7 +36,7 @@ def split_by_file(text: str) -> dict[str, PerPid]:
             # biggest section, on every host of a sweep
             head, sep, content = line.partition(":")
             parts = head.split("/")
-            if sep and len(parts) == 4 and parts[2].isdigit():
+            if sep and len(parts) == 4 and is_digits(parts[2], 10):
                 group = out.get(parts[3])
                 if group is None:
                     group = out[parts[3]] = PerPid()
@@ -59,7 +61,4 @@ def split_by_file(text: str) -> dict[str, PerPid]:
 
 
 def to_int(text: str) -> int | None:
-    try:
-        return int(text.strip())
-    except ValueError:
-        return None
+    return read_int(text, signed=True)
