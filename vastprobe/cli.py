@@ -73,7 +73,7 @@ class HostKeyCheck(StrEnum):
 
 def usage_error(message: str) -> NoReturn:
     """A bad input found in a command's body (after parsing, before any connection): exit 2."""
-    raise typer.BadParameter(message)
+    raise _click_exceptions().UsageError(message)
 
 
 def _version(value: bool) -> None:
@@ -341,9 +341,10 @@ def _ssh_options(
     )
     try:
         load_config(opts, "vastprobe-config-check")
-    except (OSError, ValueError) as exc:
-        where = f"-F {ssh_config}" if ssh_config else "~/.ssh/config"
-        usage_error(f"{where}: {getattr(exc, 'strerror', None) or exc}")
+    except OSError as exc:
+        usage_error(f"{ssh_config or '~/.ssh/config'}: {exc.strerror or exc}")
+    except ValueError as exc:  # asyncssh's ConfigParseError names the file and line
+        usage_error(f"ssh_config: {exc}")
     if verbose:
         _verbose_logging(verbose)
     return opts

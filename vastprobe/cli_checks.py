@@ -30,6 +30,10 @@ def _bad(text: str) -> typer.BadParameter:
     return typer.BadParameter(text)
 
 
+def _n(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
 def seconds(lo: float, hi: float, zero: bool = False) -> Callable[[float | None], float | None]:
     """A finite number of seconds in [lo, hi]; with `zero`, 0 is allowed too (it means "off")."""
 
@@ -42,7 +46,7 @@ def seconds(lo: float, hi: float, zero: bool = False) -> Callable[[float | None]
             return 0.0
         if not lo <= value <= hi:
             also = " (or 0)" if zero else ""
-            raise _bad(f"{value:g} is out of range: want {lo:g} to {hi:g} seconds{also}")
+            raise _bad(f"{_n(value)} is out of range: want {_n(lo)} to {_n(hi)} seconds{also}")
         return value
 
     return check
