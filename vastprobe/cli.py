@@ -919,7 +919,7 @@ def run(args: list[str], debug: bool = False) -> int:
         if debug:
             import traceback
 
-            traceback.print_exc()
+            say(traceback.format_exc().rstrip("\n"))  # escaped too: an exception may quote remote text
         text = str(exc).splitlines()[0][:300] if str(exc) else ""
         hint = "" if debug else " (run with --debug or VASTPROBE_DEBUG=1 for the traceback)"
         say(f"vastprobe: internal error: {type(exc).__name__}: {text}{hint}")
