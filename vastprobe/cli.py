@@ -74,6 +74,10 @@ GpuOpt = Annotated[
     Optional[bool],
     typer.Option("--expect-gpu/--no-expect-gpu", help="Whether the workload should use GPUs (default: auto)."),
 ]
+GpusOpt = Annotated[
+    Optional[int],
+    typer.Option("--expect-gpus", min=0, max=4096, help="How many GPUs should answer on each target."),
+]
 FormatOpt = Annotated[Optional[OutputFormat], typer.Option("--format", help="table on a terminal, json otherwise.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Short for --format json.")]
 TimeoutOpt = Annotated[
@@ -101,6 +105,7 @@ def _options(
     stale_after: float,
     expect_gpu: Optional[bool],
     timeout: float,
+    expect_gpus: Optional[int] = None,
 ):  # -> DiagnoseOptions
     import re
 
@@ -125,7 +130,7 @@ def _options(
         timeout=timeout,
         pids=tuple(pid or ()),
         matches=tuple(match or ()),
-        rules=RuleOptions(stale_after=stale_after, expect_gpu=expect_gpu),
+        rules=RuleOptions(stale_after=stale_after, expect_gpu=expect_gpu, expect_gpus=expect_gpus),
     )
 
 
@@ -191,6 +196,7 @@ def diagnose(
     artifacts: ArtOpt = None,
     stale_after: StaleOpt = 300.0,
     expect_gpu: GpuOpt = None,
+    expect_gpus: GpusOpt = None,
     fmt: FormatOpt = None,
     json_flag: JsonOpt = False,
     timeout: TimeoutOpt = 60.0,
@@ -212,7 +218,7 @@ def diagnose(
         targets = [t for text in targets for t in expand_ranges(text)]  # gpu[01-04]
     except InventoryError as exc:
         raise typer.BadParameter(str(exc)) from exc
-    options = _options(sample, pid, match, log, artifacts, stale_after, expect_gpu, timeout)
+    options = _options(sample, pid, match, log, artifacts, stale_after, expect_gpu, timeout, expect_gpus)
     ssh = _ssh_options(port, user, identity, ssh_config, known_hosts, host_key_check, connect_timeout, timeout, targets)
     reports = diagnose_targets(targets, replace(options, ssh=ssh))
     _emit(reports, _format(fmt, json_flag))
@@ -250,6 +256,7 @@ def sweep(
     artifacts: ArtOpt = None,
     stale_after: StaleOpt = 300.0,
     expect_gpu: GpuOpt = None,
+    expect_gpus: GpusOpt = None,
     fmt: FormatOpt = None,
     json_flag: JsonOpt = False,
     timeout: TimeoutOpt = 60.0,
@@ -272,7 +279,7 @@ def sweep(
     entries = _read_inventory(inventory)
     if not entries:
         raise typer.BadParameter(f"{inventory}: no targets")
-    options = _options(sample, pid, match, log, artifacts, stale_after, expect_gpu, timeout)
+    options = _options(sample, pid, match, log, artifacts, stale_after, expect_gpu, timeout, expect_gpus)
     probed = [e.target for e in entries if e.skip is None]
     ssh = _ssh_options(
         port, user, identity, ssh_config, known_hosts, host_key_check, connect_timeout, timeout, probed or ["local"]
@@ -382,6 +389,7 @@ def analyze(
     match: MatchOpt = None,
     stale_after: StaleOpt = 300.0,
     expect_gpu: GpuOpt = None,
+    expect_gpus: GpusOpt = None,
     fmt: FormatOpt = None,
     json_flag: JsonOpt = False,
 ) -> None:
@@ -391,7 +399,7 @@ def analyze(
     from vastprobe.capture import CaptureError, load_captures
     from vastprobe.pipeline import report_from_capture
 
-    base = _options(1.0, pid, match, None, None, stale_after, expect_gpu, 60.0)
+    base = _options(1.0, pid, match, None, None, stale_after, expect_gpu, 60.0, expect_gpus)
     reports = []
     for f in files:
         try:

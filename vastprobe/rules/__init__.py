@@ -7,7 +7,13 @@ from vastprobe.rules import (
     d_state,
     disk_full,
     do_wait_orphan,
+    gpu_busy_no_progress,
     gpu_driver_error,
+    gpu_link_degraded,
+    gpu_memory_errors,
+    gpu_missing,
+    gpu_nvswitch_error,
+    gpu_throttled,
     gpu_xid,
     idle_gpu,
     missing_logs,
@@ -30,6 +36,12 @@ RULES: tuple[Rule, ...] = tuple(
         gpu_driver_error,
         d_state,
         disk_full,
+        gpu_busy_no_progress,
+        gpu_throttled,
+        gpu_link_degraded,
+        gpu_memory_errors,
+        gpu_missing,
+        gpu_nvswitch_error,
     )
 )
 #: Codes of rules that were removed; never hand them out again.
