@@ -432,3 +432,26 @@ def test_xid_catalogue_in_rules_command_and_docs() -> None:
         assert f"| {info.xid} | {info.mnemonic} |" in doc, info.xid  # docs/rules/gpu-xid.md lists every entry
     for key in SOURCES:
         assert f"[{key}]" in doc
+
+
+def test_which_of_my_processes_uses_which_gpu_inside_a_container() -> None:
+    """In a container nvidia-smi's pid is a host pid: the compute app is found by program among the
+    processes holding /dev/nvidia*, never by a pid that happens to be equal."""
+    from vastprobe.analysis.gpu import gpu_users, pid_view
+
+    snap = snapshot_with("hung", sample=0.2)
+    users = [p for p in snap.processes if not p.kernel_thread and p.pid not in snap.excluded_pids]
+    holder = dataclasses.replace(users[0], comm="python3", fds=(FdEntry(fd=9, target="/dev/nvidia0", mode="rw"),))
+    decoy = dataclasses.replace(users[1], pid=4242) if users[1].pid != 4242 else users[1]  # same number as the app
+    procs = tuple(
+        holder if p.pid == holder.pid else decoy if p.pid == users[1].pid else p
+        for p in snap.processes
+        if not p.kernel_thread
+    )
+    snap = dataclasses.replace(snap, processes=procs)
+    assert pid_view(snap) == "container"
+    scope = frozenset(p.pid for p in procs)
+    (u,) = gpu_users(snap, scope)
+    assert u.pid == holder.pid and u.gpu_uuid and "only process here running it" in u.how
+    (f,) = [f for f in findings(snap, pids=tuple(scope)) if f.rule == "idle-gpu"]
+    assert f.pids == (holder.pid,)

@@ -39,7 +39,7 @@ def stalled(ctx: Context, p: Process, pr: Progress) -> bool:
 def _wait(p: Process) -> str:
     w = p.wchan if isinstance(p.wchan, str) else "?"
     fam = family(w) if isinstance(p.wchan, str) else None
-    where = "running" if w == "0" else (f"{w} ({fam})" if fam and fam != w else w)
+    where = "no wait channel (on a CPU or between calls)" if w == "0" else (f"{w} ({fam})" if fam and fam != w else w)
     return f"state {p.last.state}, waits in {where}" if p.samples else f"state {p.state}, waits in {where}"
 
 
