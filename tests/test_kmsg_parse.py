@@ -78,3 +78,20 @@ def test_names_the_issue_lists() -> None:
         "[ 5.0] NVRM: Xid (PCI:0000:05:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
     )
     assert u and (u.pid, u.comm, u.detail) == (None, None, "GPU has fallen off the bus.")
+
+
+@pytest.mark.parametrize(
+    ("line", "uptime", "wall", "local"),
+    [
+        ("[  123.456789] gpu1 kernel: Killed process 5 (x)", 123.456789, 1_700_000_123.456789, None),  # journalctl -o short-monotonic
+        ("Dec 02 15:00:00.123456 gpu1 kernel: Killed process 5 (x)", None, None, 1_733_151_600.0),  # journalctl -o short-precise
+        ("2024-12-02T15:00:00+0100 gpu1 kernel: Killed process 5 (x)", None, 1_733_148_000.0, None),  # journalctl -o short-iso
+        ("kern  :warn  : [  123.456] Killed process 5 (x)", 123.456, 1_700_000_123.456, None),  # dmesg --decode
+        ("4,77,123456789,-;Killed process 5 (x)", 123.456789, 1_700_000_123.456789, None),  # /dev/kmsg
+    ],
+)  # fmt: skip
+def test_reader_prefixes(line: str, uptime: float | None, wall: float | None, local: float | None) -> None:
+    e = kmsg.parse_line(line, btime=1_700_000_000, now=1_733_150_000.0)
+    assert e and (e.kind, e.pid, e.comm) == ("oom-kill", 5, "x")
+    assert (e.uptime, e.local_time) == (pytest.approx(uptime) if uptime else None, local)
+    assert e.wall_time == (pytest.approx(wall) if wall else None)

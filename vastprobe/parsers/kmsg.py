@@ -59,7 +59,7 @@ _DECODE = re.compile(r"[a-z]{2,8} *:[a-z]{3,6} *: ")
 _STAMP = re.compile(r"\[ {0,12}(\d{1,12}\.\d{1,9})\] ?")
 _CTIME = re.compile(r"\[[A-Z][a-z]{2} ([A-Z][a-z]{2}) {1,2}(\d{1,2}) (\d\d):(\d\d):(\d\d) (\d{4})\] ?")
 _ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,]\d{1,9})?(Z|[+-]\d\d:?\d\d)? ")
-_SYSLOG = re.compile(r"(\S{1,12}) {1,2}(\d{1,2}) (\d\d):(\d\d):(\d\d) ")
+_SYSLOG = re.compile(r"(\S{1,12}) {1,2}(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.\d{1,9})? ")
 _HOST_KERNEL = re.compile(r"\S{1,255} kernel: ")
 
 # ---------------------------------------------------------------- messages
