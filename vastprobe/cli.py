@@ -154,6 +154,11 @@ FormatOpt = Annotated[
     typer.Option("--format", rich_help_panel=P_OUTPUT, help="table on a terminal, json otherwise."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", rich_help_panel=P_OUTPUT, help="Short for --format json.")]
+GpusOpt = Annotated[
+    Optional[int],
+    typer.Option("--expect-gpus", metavar="N", min=0, max=4096, rich_help_panel=P_SCOPE,
+                 help="How many GPUs should answer on each target (gpu-missing when fewer do)."),
+]  # fmt: skip
 TimeoutOpt = Annotated[
     float,
     typer.Option("--timeout", metavar="SECONDS", callback=checks.seconds(1, 86400), rich_help_panel=P_LIMITS,
@@ -233,6 +238,7 @@ def _options(
     stale_after: float = 300.0,
     expect_gpu: Optional[bool] = None,
     timeout: float = 60.0,
+    expect_gpus: Optional[int] = None,
 ):  # -> DiagnoseOptions
     from vastprobe.options import RuleOptions
     from vastprobe.pipeline import DiagnoseOptions
@@ -250,7 +256,7 @@ def _options(
         timeout=timeout,
         pids=tuple(dict.fromkeys(pid or ())),
         matches=tuple(dict.fromkeys(match or ())),
-        rules=RuleOptions(stale_after=stale_after, expect_gpu=expect_gpu),
+        rules=RuleOptions(stale_after=stale_after, expect_gpu=expect_gpu, expect_gpus=expect_gpus),
     )
 
 
@@ -405,6 +411,7 @@ def diagnose(
     artifacts: ArtOpt = None,
     stale_after: StaleOpt = 300.0,
     expect_gpu: GpuOpt = None,
+    expect_gpus: GpusOpt = None,
     fmt: FormatOpt = None,
     json_flag: JsonOpt = False,
     timeout: TimeoutOpt = 60.0,
@@ -436,7 +443,8 @@ def diagnose(
         usage_error(str(exc))
     expanded = _unique(expanded)
     options = _options(sample=sample, pid=pid, match=match, log=log, artifacts=artifacts,
-                       stale_after=stale_after, expect_gpu=expect_gpu, timeout=timeout)  # fmt: skip
+                       stale_after=stale_after, expect_gpu=expect_gpu, timeout=timeout,
+                       expect_gpus=expect_gpus)  # fmt: skip
     ssh = _ssh_options(expanded, port=port, user=user, identity=identity, ssh_config=ssh_config,
                        known_hosts=known_hosts, host_key_check=host_key_check, connect_timeout=connect_timeout,
                        timeout=timeout, config_options=config_options, jump=jump, verbose=verbose)  # fmt: skip
@@ -620,6 +628,7 @@ def sweep(
     artifacts: ArtOpt = None,
     stale_after: StaleOpt = 300.0,
     expect_gpu: GpuOpt = None,
+    expect_gpus: GpusOpt = None,
     fmt: FormatOpt = None,
     json_flag: JsonOpt = False,
     timeout: TimeoutOpt = 60.0,
@@ -647,7 +656,8 @@ def sweep(
 
     entries = _inventory(inventory, nodes or [], hostfile or [], exclude_nodes or [])
     options = _options(sample=sample, pid=pid, match=match, log=log, artifacts=artifacts,
-                       stale_after=stale_after, expect_gpu=expect_gpu, timeout=timeout)  # fmt: skip
+                       stale_after=stale_after, expect_gpu=expect_gpu, timeout=timeout,
+                       expect_gpus=expect_gpus)  # fmt: skip
     probed = [e.target for e in entries if e.skip is None]
     ssh = _ssh_options(probed or ["local"], port=port, user=user, identity=identity, ssh_config=ssh_config,
                        known_hosts=known_hosts, host_key_check=host_key_check, connect_timeout=connect_timeout,
@@ -773,6 +783,7 @@ def analyze(
     match: MatchOpt = None,
     stale_after: StaleOpt = 300.0,
     expect_gpu: GpuOpt = None,
+    expect_gpus: GpusOpt = None,
     fmt: FormatOpt = None,
     json_flag: JsonOpt = False,
 ) -> None:
@@ -793,7 +804,9 @@ def analyze(
 
     if sum(str(f) == "-" for f in files) > 1:
         usage_error("stdin ('-') can be read once")
-    base = _options(sample=1.0, pid=pid, match=match, stale_after=stale_after, expect_gpu=expect_gpu)
+    base = _options(
+        sample=1.0, pid=pid, match=match, stale_after=stale_after, expect_gpu=expect_gpu, expect_gpus=expect_gpus
+    )
     caps = []
     for f in files:
         try:

@@ -176,7 +176,9 @@ class HostFacts:
 
 # ---------------------------------------------------------------- kernel log
 
-KernelEventKind = Literal["oom-kill", "oom-summary", "oom-invoked", "memcg-usage", "xid", "hung-task", "gpu-lost"]
+KernelEventKind = Literal[
+    "oom-kill", "oom-summary", "oom-invoked", "oom-reaped", "memcg-usage", "xid", "sxid", "hung-task", "gpu-lost"
+]
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,7 @@ class KernelEvent:
     kind: KernelEventKind
     line: str
     uptime: float | None  # seconds since boot, from the [secs] stamp
-    wall_time: float | None  # epoch seconds: btime + uptime
+    wall_time: float | None  # epoch seconds: btime + uptime, or a stamp that names its time zone
     pid: int | None = None  # as written in the log: a host PID
     comm: str | None = None
     total_vm_kb: int | None = None
@@ -194,11 +196,14 @@ class KernelEvent:
     memcg: str | None = None  # oom_memcg / task_memcg
     task_memcg: str | None = None
     constraint: str | None = None
-    xid: int | None = None
-    pci: str | None = None
+    xid: int | None = None  # the Xid, or the SXid of an NVSwitch line
+    pci: str | None = None  # "0000:3b:00": domain:bus:device, lower case, no function
     usage_kb: int | None = None
     limit_kb: int | None = None
     detail: str | None = None
+    severity: str | None = None  # as the line words it: "Fatal", "Non-fatal" (SXid, NVLink Xids)
+    device: str | None = None  # the reporting device when it is not a GPU: "nvidia-nvswitch3"
+    local_time: float | None = None  # a wall-clock stamp without a time zone (dmesg -T, syslog), read as UTC
 
 
 @dataclass(frozen=True)
@@ -288,6 +293,9 @@ class CgroupMemory:
 
 @dataclass(frozen=True)
 class GpuSample:
+    """One GPU in one nvidia-smi sample. A field nvidia-smi could not give (`[N/A]`, `[Not Supported]`,
+    an error) is None here and named in `unavailable` with nvidia-smi's own words: never a zero."""
+
     index: int
     uuid: str
     name: str
@@ -299,11 +307,27 @@ class GpuSample:
     temperature_c: float | None
     power_w: float | None
     clock_event_reasons: int | None
+    power_limit_w: float | None = None
+    sm_clock_mhz: float | None = None
+    sm_clock_max_mhz: float | None = None
+    ecc_uncorrected_volatile: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failure: bool | None = None
+    retired_pages_pending: bool | None = None
+    pcie_gen: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    mig_mode: str | None = None  # "Enabled" / "Disabled"
+    unavailable: tuple[tuple[str, str], ...] = ()  # (nvidia-smi field, what it printed instead)
+
+    def why_missing(self, field_name: str) -> str | None:
+        return next((text for name, text in self.unavailable if name == field_name), None)
 
 
 @dataclass(frozen=True)
 class GpuApp:
-    pid: int
+    pid: int  # as nvidia-smi reports it: a host PID (NVML does not know PID namespaces)
     process_name: str
     used_memory_mib: float | None
     gpu_uuid: str
@@ -318,6 +342,8 @@ class GpuState:
     exit_code: int | None
     samples: tuple[tuple[GpuSample, ...], ...]
     apps: tuple[GpuApp, ...] | Unavailable
+    unreachable: tuple[str, ...] = ()  # GPUs nvidia-smi named but could not open ("0000:3b:00", or "GPU1")
+    device_nodes: tuple[str, ...] | None = None  # /dev/nvidia<N> on the target; None: not looked at
 
 
 # ---------------------------------------------------------------- files

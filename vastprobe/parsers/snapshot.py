@@ -62,9 +62,24 @@ def _missing(out: ProbeOutput, name: str) -> str:
     return f"{name} failed"
 
 
+def _device_nodes(text: str) -> tuple[tuple[str, ...] | None, str]:
+    """`@@dev /dev/nvidia0` lines (and `@@devs N`) ahead of the compute-apps output; older
+    probes wrote none (None: not looked at)."""
+    nodes: list[str] = []
+    seen = False
+    rest = text
+    while rest.startswith("@@dev"):
+        line, _, rest = rest.partition("\n")
+        seen = True
+        if line.startswith("@@dev "):
+            nodes.append(line[6:200])
+    return (tuple(nodes) if seen else None), rest
+
+
 def _gpu(out: ProbeOutput) -> GpuState:
     samples: list[tuple[GpuSample, ...]] = []
     errors: list[str] = []
+    unreachable: list[str] = []
     exit_code: int | None = None
     present = True
     for n in src.SAMPLES:
@@ -78,7 +93,9 @@ def _gpu(out: ProbeOutput) -> GpuState:
             errors.append("nvidia-smi skipped: " + sec.text[10:].strip())
             continue
         rows, other = nvidia_smi.parse_gpu_query(sec.text)
-        if sec.rc not in (0, None):
+        lost = nvidia_smi.unreachable_gpus(other)
+        unreachable.extend(x for x in lost if x not in unreachable)
+        if sec.rc not in (0, None) and not (rows and lost):  # some GPUs answered: gpu-missing names the rest
             exit_code = sec.rc
             timed_out = sec.rc in (124, 137)
             text = " ".join(other) or "no output"
@@ -89,19 +106,33 @@ def _gpu(out: ProbeOutput) -> GpuState:
             samples.append(tuple(rows))
     apps: tuple[GpuApp, ...] | Unavailable = Unavailable("nvidia-smi not run")
     sec = out.get(src.GPUAPPS.name)
+    nodes, apps_text = _device_nodes(sec.text) if sec is not None else (None, "")
     if present and sec is not None:
-        if sec.text.startswith("@@"):
-            apps = Unavailable(sec.text[2:].strip())
+        if apps_text.startswith("@@"):
+            apps = Unavailable(apps_text[2:].strip())
         elif sec.rc == 0:
-            apps = tuple(nvidia_smi.parse_compute_apps(sec.text)[0])
+            apps = tuple(nvidia_smi.parse_compute_apps(apps_text)[0])
         else:
             apps = Unavailable(f"nvidia-smi --query-compute-apps exited {sec.rc}")
     if not present:
         return GpuState(
-            present=False, error=None, exit_code=None, samples=(), apps=Unavailable("no nvidia-smi on the target")
+            present=False,
+            error=None,
+            exit_code=None,
+            samples=(),
+            apps=Unavailable("no nvidia-smi on the target"),
+            device_nodes=nodes,
         )
     error = errors[0] if errors else None
-    return GpuState(present=True, error=error, exit_code=exit_code, samples=tuple(samples), apps=apps)
+    return GpuState(
+        present=True,
+        error=error,
+        exit_code=exit_code,
+        samples=tuple(samples),
+        apps=apps,
+        unreachable=tuple(unreachable),
+        device_nodes=nodes,
+    )
 
 
 #: Commands the probe runs under BusyBox `timeout`, whose watcher process lives in a session of its own.
@@ -356,7 +387,10 @@ def build_snapshot(
         tampering=out.anomalies,
     )
     kernel_log = kmsg.parse_kmsg_sections(
-        _kmsg_text(out, src.KMSG, fmt), _kmsg_text(out, src.KMSG_FALLBACK, fmt) or None, btime
+        _kmsg_text(out, src.KMSG, fmt),
+        _kmsg_text(out, src.KMSG_FALLBACK, fmt) or None,
+        btime,
+        now=btime + facts.uptime if btime is not None else None,  # syslog stamps have no year
     )
     return HostSnapshot(
         target=target,

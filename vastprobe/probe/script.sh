@@ -353,9 +353,9 @@ vp_fd() {
 			}'
 }
 
-VP_KPAT='invoked oom-killer|oom-kill:|Kill(ed)? process|oom_reaper|Out of memory|Memory cgroup out of memory|memory: usage|Task in .* killed|NVRM: Xid|SXid|fallen off the bus|blocked for more than|GPU is lost'
+VP_KPAT='invoked oom-killer|oom-kill:|Kill(ed)? process|oom_reaper|Out of memory|Memory cgroup out of memory|memory: usage|Task in .* killed|NVRM: Xid|SXid|fallen off the bus|The NVIDIA GPU |blocked for more than|GPU is lost'
 
-# The last 400 matching kernel-log lines, plus how many lines the log had at all.
+# The last 400 matching kernel-log lines (each cut at 4 KiB), plus how many lines the log had at all.
 vp_kfilter() {
 	awk -v pat="$VP_KPAT" '
 		NR <= 3 && /(not permitted|denied|failed|No journal files|No entries)/ { print "@@err " $0 }
@@ -381,7 +381,11 @@ vp_kmsg_fallback() {
 	done
 }
 
-VP_GPUQ=index,uuid,name,pci.bus_id,utilization.gpu,utilization.memory,memory.used,memory.total,temperature.gpu,power.draw
+# One query, with a header so the client reads columns by name. An unknown field fails the whole
+# query (exit 2): then the older reasons name, then the oldest field set (each sample tries anew:
+# `sec` runs this in a subshell, so nothing learnt here outlives it).
+VP_GPUQ=index,uuid,name,pci.bus_id,utilization.gpu,utilization.memory,memory.used,memory.total,temperature.gpu,power.draw,power.limit,clocks.sm,clocks.max.sm,ecc.errors.uncorrected.volatile.total,retired_pages.pending,remapped_rows.pending,remapped_rows.failure,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,mig.mode.current
+VP_GPUQ0=index,uuid,name,pci.bus_id,utilization.gpu,utilization.memory,memory.used,memory.total,temperature.gpu,power.draw
 vp_gpu() {
 	if ! vp_has nvidia-smi; then
 		printf '@@absent\n'
@@ -391,16 +395,29 @@ vp_gpu() {
 		printf '@@skipped an earlier nvidia-smi call timed out\n'
 		return 0
 	fi
-	tmo "$VP_NVSMI_T" nvidia-smi --query-gpu="$VP_GPUQ,clocks_event_reasons.active" --format=csv,noheader,nounits
-	vp_rc=$?
-	if [ "$vp_rc" -eq 2 ]; then
-		tmo "$VP_NVSMI_T" nvidia-smi --query-gpu="$VP_GPUQ,clocks_throttle_reasons.active" --format=csv,noheader,nounits
+	for vp_q in "$VP_GPUQ,clocks_event_reasons.active" "$VP_GPUQ,clocks_throttle_reasons.active" \
+		"$VP_GPUQ0,clocks_throttle_reasons.active"; do
+		tmo "$VP_NVSMI_T" nvidia-smi --query-gpu="$vp_q" --format=csv,nounits
 		vp_rc=$?
-	fi
+		[ "$vp_rc" -eq 2 ] || break
+	done
 	return $vp_rc
 }
 
+# /dev/nvidia<N>: one node per GPU the driver (or the container runtime) gave this system. A glob
+# and builtins: no fork; at most 64 named.
+vp_nvdev() {
+	vp_c=0
+	for vp_d in /dev/nvidia[0-9]*; do
+		[ -e "$vp_d" ] || continue
+		vp_c=$((vp_c + 1))
+		[ "$vp_c" -gt 64 ] || printf '@@dev %s\n' "$vp_d"
+	done
+	printf '@@devs %s\n' "$vp_c"
+}
+
 vp_gpuapps() {
+	vp_nvdev
 	vp_has nvidia-smi || {
 		printf '@@absent\n'
 		return 0
@@ -409,7 +426,7 @@ vp_gpuapps() {
 		printf '@@skipped an earlier nvidia-smi call timed out\n'
 		return 0
 	}
-	tmo "$VP_NVSMI_T" nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv,noheader,nounits
+	tmo "$VP_NVSMI_T" nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv,nounits
 }
 
 # logstat PATH: "<size> <mtime> <inode> <type>" or the reason it cannot be stat'ed.
@@ -484,9 +501,10 @@ vp_secs() {
 }
 
 # nvidia-smi on a lost GPU blocks until its timeout: after one such call, skip the rest.
+# Without nvidia-smi the section's function says so itself (and lists /dev/nvidia*), without a fork.
 vp_gpu_sec() {
 	if ! vp_has nvidia-smi; then
-		secn "$1" printf '@@absent\n'
+		secn "$1" "$2"
 		return 0
 	fi
 	vp_secs

@@ -67,7 +67,7 @@ GPU = Source(
     65536,
     "per-sample",
     "vastprobe.parsers.nvidia_smi:parse_gpu_query",
-    "nvidia-smi --query-gpu",
+    "nvidia-smi --query-gpu, with a header (columns read by name)",
 )
 LOGSTAT = Source(
     "s{sample}.logs", "vp_logstats", None, "per-sample", "vastprobe.parsers.files:parse_logstats", "stat of each --log"
@@ -118,7 +118,7 @@ GPUAPPS = Source(
     65536,
     "once",
     "vastprobe.parsers.nvidia_smi:parse_compute_apps",
-    "nvidia-smi --query-compute-apps",
+    "the /dev/nvidia<N> nodes (@@dev lines), then nvidia-smi --query-compute-apps",
 )
 LOGTAIL = Source(
     "log.{index}",

@@ -11,7 +11,13 @@ from vastprobe.rules import (
     fifo_no_partner,
     file_lock_wait,
     fuse_no_answer,
+    gpu_busy_no_progress,
     gpu_driver_error,
+    gpu_link_degraded,
+    gpu_memory_errors,
+    gpu_missing,
+    gpu_nvswitch_error,
+    gpu_throttled,
     gpu_xid,
     idle_gpu,
     missing_logs,
@@ -40,6 +46,12 @@ RULES: tuple[Rule, ...] = tuple(
         fifo_no_partner,
         fuse_no_answer,
         deadlock,
+        gpu_busy_no_progress,
+        gpu_throttled,
+        gpu_link_degraded,
+        gpu_memory_errors,
+        gpu_missing,
+        gpu_nvswitch_error,
     )
 )
 #: Codes of rules that were removed; never hand them out again.
