@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
+from vastprobe.parsers.numbers import read_int
+
 T = TypeVar("T")
 
 
@@ -47,8 +49,16 @@ class FdEntry:
 
     @property
     def pipe_inode(self) -> int | None:
-        if self.target.startswith("pipe:[") and self.target.endswith("]"):
-            return int(self.target[6:-1])
+        return self._inode("pipe:[")
+
+    @property
+    def socket_inode(self) -> int | None:
+        return self._inode("socket:[")
+
+    def _inode(self, prefix: str) -> int | None:
+        """`pipe:[N]`, `socket:[N]`: N, read as numbers.py reads every number (None when garbled)."""
+        if self.target.startswith(prefix) and self.target.endswith("]"):
+            return read_int(self.target[len(prefix) : -1])
         return None
 
     @property
@@ -419,6 +429,7 @@ class ProbeInfo:
     output_bytes: int
     timeout_mode: str
     tampering: tuple[str, ...] = ()  # repeated or unexpected sections, forged lines: someone forged output
+    unreadable_sections: tuple[tuple[str, str], ...] = ()  # (section, why): its parser failed; read as absent
 
 
 @dataclass(frozen=True)

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from vastprobe.capture import Capture
 from vastprobe.options import RuleOptions
 from vastprobe.probe.render import MAX_TOTAL_OUTPUT, ProbeParams, render_script
-from vastprobe.probe.sections import split_sections
+from vastprobe.probe.sections import ProbeOutput, RawSection, split_sections
 from vastprobe.transport.base import TransportResult
 
 if TYPE_CHECKING:
@@ -68,51 +70,172 @@ def probe_local(target: str, options: DiagnoseOptions) -> Capture:
     return _capture(target, "local", res, options)
 
 
-async def probe_ssh(target: str, options: DiagnoseOptions) -> Capture:
+async def probe_ssh(target: str, options: DiagnoseOptions, take: Callable[[int], bool] | None = None) -> Capture:
     from vastprobe.transport.ssh import SshOptions, run_ssh
 
     ssh = options.ssh or SshOptions(timeout=options.timeout)
-    res = await run_ssh(target, render_script(options.params), MAX_TOTAL_OUTPUT, ssh)
+    res = await run_ssh(target, render_script(options.params), MAX_TOTAL_OUTPUT, ssh, take)
     return _capture(target, "ssh", res, options)
 
 
-async def probe_any(target: str, options: DiagnoseOptions) -> Capture:
+async def probe_any(target: str, options: DiagnoseOptions, take: Callable[[int], bool] | None = None) -> Capture:
+    """`take(n)` asks a sweep's byte budget for n more bytes of this host's output; False: stop
+    reading, the output is truncated (local runs read one host and keep its own cap only)."""
     if target == "local":
         return await asyncio.to_thread(probe_local, target, options)
-    return await probe_ssh(target, options)
+    return await probe_ssh(target, options, take)
 
 
-def parse_capture(capture: Capture) -> tuple[HostSnapshot | None, str | None]:
-    """The snapshot, or why the output is not a probe's output."""
+#: Seconds one host's analysis (parsing, rules) may take; past it the host's report says so and
+#: the sweep moves on. A 32 MiB capture of 100k processes takes a few seconds here.
+ANALYSIS_BUDGET_S = 30.0
+#: Analyses running at once across a sweep. They share one GIL, so more would only take turns
+#: with the event loop, and each holds its raw output and snapshot in memory while it runs.
+ANALYSIS_WORKERS = 2
+#: Client-side cap of a section whose size the probe bounds by its command (a grep pattern,
+#: `tail -c`, `head -n`) rather than a byte count; sections with a byte cap get it plus slack.
+CLIENT_SECTION_CAP = 2 * 1024 * 1024
+CAP_SLACK = 64 * 1024
+#: A section whose parser fails is dropped and the capture parsed again, at most this many times.
+MAX_UNREADABLE_SECTIONS = 8
+
+
+class AnalysisBudgetExceeded(Exception):
+    """The analysis ran past its time budget, or the caller stopped waiting for it."""
+
+
+@dataclass(frozen=True)
+class _Budget:
+    deadline: float | None = None
+    cancelled: threading.Event | None = None
+
+    def check(self, stage: str) -> None:
+        if self.cancelled is not None and self.cancelled.is_set():
+            raise AnalysisBudgetExceeded(f"stopped during {stage}")
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise AnalysisBudgetExceeded(f"over budget during {stage}")
+
+
+def _section_cap(name: str, params: ProbeParams) -> int:
+    from vastprobe.probe import sources as src
+
+    if src.LOGTAIL.pattern.match(name):
+        return max(0, params.log_tail_bytes) + CAP_SLACK
+    source = next((s for s in src.SOURCES if s.pattern.match(name)), None)
+    if source is not None and source.cap is not None:
+        return source.cap + CAP_SLACK
+    return CLIENT_SECTION_CAP
+
+
+def _client_caps(out: ProbeOutput, params: ProbeParams) -> tuple[ProbeOutput, list[str]]:
+    """Every section cut at its declared size on the client too: the probe's own bounds are the
+    target's word, and a hostile target's sections can be any size up to the output cap."""
+    cut: dict[str, RawSection] = {}
+    notes = []
+    for name, sec in out.sections.items():
+        cap = _section_cap(name, params)
+        if len(sec.text) > cap:
+            keep = sec.text[:cap]
+            keep = keep[: keep.rfind("\n") + 1] if "\n" in keep else keep
+            cut[name] = RawSection(name=name, text=keep, rc=None)
+            notes.append(f"section {name} was {len(sec.text)} bytes, over its cap of {cap}; cut on the client")
+    if not cut:
+        return out, notes
+    return replace(out, sections={**out.sections, **cut}), notes
+
+
+def _failed_sections(exc: BaseException, out: ProbeOutput) -> list[str]:
+    """The sections whose parser raised `exc`: the innermost parser frame that holds a section's
+    text (or the section itself) as a local. None found: the failure is not one section's."""
+    texts = {id(s.text): n for n, s in out.sections.items()}
+    secs = {id(s): n for n, s in out.sections.items()}
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        module = frame.f_globals.get("__name__", "")
+        if not module.startswith("vastprobe.parsers.") or frame.f_code.co_name == "build_snapshot":
+            continue
+        found = {texts.get(id(v)) or secs.get(id(v)) for v in frame.f_locals.values()} - {None}
+        if found:
+            return sorted(n for n in found if n is not None)
+    return []
+
+
+def _parse(capture: Capture, budget: _Budget) -> tuple[HostSnapshot | None, str | None]:
     from vastprobe.parsers.snapshot import build_snapshot
 
     out = split_sections(capture.output, capture.params.boundary)
     if not out.framed:
         head = capture.output[:120].decode("utf-8", "replace")
         return None, f"the target's output is not the probe's framing (first bytes: {head!r})"
-    snap = build_snapshot(out, capture.params, capture.target, capture.transport, len(capture.output))
-    if capture.truncated:
+    out, notes = _client_caps(out, capture.params)
+    unreadable: list[tuple[str, str]] = []
+    while True:
+        budget.check("parsing")
+        try:
+            snap = build_snapshot(out, capture.params, capture.target, capture.transport, len(capture.output))
+            break
+        except Exception as exc:  # a parser bug or input no parser foresaw: that section, not the host
+            names = _failed_sections(exc, out)
+            if not names or len(unreadable) >= MAX_UNREADABLE_SECTIONS:
+                raise
+            why = f"{type(exc).__name__}: {exc}"[:300]
+            unreadable += [(n, why) for n in names]
+            out = replace(out, sections={k: v for k, v in out.sections.items() if k not in names})
+    if unreadable:
+        snap = replace(snap, probe=replace(snap.probe, unreadable_sections=tuple(unreadable)))
+    for note in notes:
+        snap = _note(snap, note)
+    if capture.truncated and len(capture.output) >= MAX_TOTAL_OUTPUT:
         snap = _note(snap, f"output cap of {MAX_TOTAL_OUTPUT} bytes reached; reading stopped")
+    elif capture.truncated:  # sweep.py: the budget for bytes in flight across all hosts
+        snap = _note(
+            snap,
+            f"reading stopped at {len(capture.output)} bytes: the sweep's budget for output held across "
+            "all hosts at once was spent (docs/architecture.md, Bounds)",
+        )
     return snap, None
+
+
+def parse_capture(capture: Capture) -> tuple[HostSnapshot | None, str | None]:
+    """The snapshot, or why the output is not a probe's output or could not be read at all."""
+    try:
+        return _parse(capture, _Budget())
+    except Exception as exc:
+        return None, _analysis_failed(exc)
+
+
+def _analysis_failed(exc: BaseException) -> str:
+    return (
+        f"the probe's output could not be analysed ({type(exc).__name__}: {str(exc)[:300]}); "
+        "please report this with `vastprobe collect`'s capture"
+    )
 
 
 def _note(snap: HostSnapshot, note: str) -> HostSnapshot:
     return replace(snap, notes=(*snap.notes, note))
 
 
-def report_from_capture(capture: Capture, options: DiagnoseOptions) -> HostReport:
+def analyse_capture(capture: Capture, options: DiagnoseOptions, budget: _Budget | None = None) -> HostReport:
+    """The report, raising when something in vastprobe breaks (report_from_capture never does)."""
     from vastprobe.analysis.scope import compute_scope
     from vastprobe.analysis.tree import ProcessTree
     from vastprobe.model import HostReport
     from vastprobe.rules.engine import run_rules, verdict
 
+    budget = budget or _Budget()
     timings = dict(capture.timings)
     if capture.status != "ok":
         return HostReport(capture.target, capture.status, capture.error, "unknown", (), None, timings)
     t0 = time.monotonic()
-    snap, err = parse_capture(capture)
+    snap, err = _parse(capture, budget)
     if snap is None:
         return HostReport(capture.target, "probe-error", err, "unknown", (), None, timings)
+    snap = _printable_params(snap)
+    budget.check("the process tree")
     tree = ProcessTree(snap)
     scope = compute_scope(snap, options.pids, options.matches, tree)
     if (options.pids or options.matches) and not scope:  # nothing to diagnose: say so, never "healthy"
@@ -120,6 +243,7 @@ def report_from_capture(capture: Capture, options: DiagnoseOptions) -> HostRepor
             capture.target, "ok", _no_process_matches(options, len(snap.processes)), "unknown",
             _probe_findings(snap), snap, timings, scope,
         )  # fmt: skip
+    budget.check("the rules")
     rule_options = replace(options.rules, explicit_scope=bool(options.pids or options.matches))
     findings = run_rules(snap, scope, rule_options, tree)
     findings = (*findings, *_probe_findings(snap))
@@ -127,8 +251,97 @@ def report_from_capture(capture: Capture, options: DiagnoseOptions) -> HostRepor
     return HostReport(capture.target, "ok", None, verdict(findings), findings, snap, timings, scope)
 
 
+def report_from_capture(
+    capture: Capture,
+    options: DiagnoseOptions,
+    budget_s: float | None = None,
+    cancelled: threading.Event | None = None,
+) -> HostReport:
+    """Never raises: a capture that cannot be analysed at all is a `probe-error` with the reason,
+    and one host's capture never costs the others of a sweep their reports."""
+    from vastprobe.model import HostReport
+
+    budget = _Budget(time.monotonic() + budget_s if budget_s is not None else None, cancelled)
+    try:
+        return analyse_capture(capture, options, budget)
+    except AnalysisBudgetExceeded:
+        return _over_budget(capture, budget_s)
+    except Exception as exc:
+        return HostReport(
+            capture.target, "probe-error", _analysis_failed(exc), "unknown", (), None, dict(capture.timings)
+        )
+
+
+def _over_budget(capture: Capture, budget_s: float | None) -> HostReport:
+    from vastprobe.model import HostReport
+
+    return HostReport(
+        capture.target, "probe-error",
+        f"analysing the probe's output ({len(capture.output)} bytes) took longer than its budget of "
+        f"{budget_s or ANALYSIS_BUDGET_S:g}s; not analysed (collect it with `vastprobe collect` and analyze it offline)",
+        "unknown", (), None, dict(capture.timings),
+    )  # fmt: skip
+
+
+_gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
+async def report_off_loop(
+    capture: Capture, options: DiagnoseOptions, budget_s: float = ANALYSIS_BUDGET_S
+) -> HostReport:
+    """report_from_capture in a worker thread, so the event loop keeps serving every other host's
+    connection while one host's output is parsed; past `budget_s` the host gets its probe-error and
+    the worker is told to stop at its next checkpoint."""
+    if capture.status != "ok":
+        return report_from_capture(capture, options)
+    loop = asyncio.get_running_loop()
+    gate = _gates.get(loop)
+    if gate is None:
+        gate = _gates[loop] = asyncio.Semaphore(ANALYSIS_WORKERS)
+    async with gate:
+        done: asyncio.Future[HostReport] = loop.create_future()
+        cancelled = threading.Event()
+
+        def settle(r: HostReport) -> None:
+            if not done.done():
+                done.set_result(r)
+
+        def work() -> None:
+            r = report_from_capture(capture, options, budget_s, cancelled)
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (Ctrl-C): nobody waits
+                loop.call_soon_threadsafe(settle, r)
+
+        threading.Thread(target=work, name="vastprobe-analysis", daemon=True).start()
+        try:
+            return await asyncio.wait_for(asyncio.shield(done), budget_s + 1.0)
+        except TimeoutError:
+            return _over_budget(capture, budget_s)
+        finally:
+            cancelled.set()
+
+
+def printable(text: str) -> str:
+    """Command-line text as it can be shown and saved. Python keeps an argument's undecodable bytes
+    as lone surrogates: right for the probe (a --log path's own bytes reach the target), wrong in
+    a report (no UTF-8 file can hold them), so there each is U+FFFD."""
+    if text.isascii() or not any("\ud800" <= ch <= "\udfff" for ch in text):
+        return text
+    return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in text)
+
+
+def _printable_params(snap: HostSnapshot) -> HostSnapshot:
+    """The --log paths and --artifacts globs a snapshot repeats, printable (rules quote them)."""
+    logs = tuple(replace(lg, path=printable(lg.path)) if printable(lg.path) != lg.path else lg for lg in snap.logs)
+    arts = tuple(
+        replace(a, pattern=printable(a.pattern)) if printable(a.pattern) != a.pattern else a for a in snap.artifacts
+    )
+    if logs == snap.logs and arts == snap.artifacts:
+        return snap
+    return replace(snap, logs=logs, artifacts=arts)
+
+
 def _no_process_matches(options: DiagnoseOptions, n_processes: int) -> str:
-    asked = [f"--pid {p}" for p in options.pids] + [f"--match {m!r}" for m in options.matches]
+    asked = [f"--pid {p}" for p in options.pids] + [f"--match {printable(m)!r}" for m in options.matches]
     return (
         f"no process on the target matches {' '.join(asked)} ({n_processes} processes seen): "
         "nothing to diagnose; check the PID or pattern (`vastprobe diagnose TARGET` without them lists every process)"
@@ -136,17 +349,47 @@ def _no_process_matches(options: DiagnoseOptions, n_processes: int) -> str:
 
 
 def _probe_findings(snap: HostSnapshot) -> tuple[Finding, ...]:
-    """What the probe itself could not see is worth saying, never worth alarming."""
+    """What the probe itself could not see is worth saying (VP900, info); output someone forged
+    (VP901) and sections no parser could read (VP902) are warnings: a report resting on them must
+    not read healthy."""
     from vastprobe.model import Evidence, Finding
 
     p = snap.probe
+    out: list[Finding] = []
+    if p.tampering:
+        out.append(
+            Finding(
+                rule="probe-output-forged",
+                code="VP901",
+                severity="warning",
+                summary="the probe's output holds sections it never writes: something on the target forged "
+                "output; the first copy of each section was used, and the report may still be wrong",
+                pids=(),
+                evidence=tuple(Evidence("probe", t) for t in p.tampering),
+                hint="find who wrote them: file names in /tmp and process names are the usual carriers; "
+                "see docs/rules/probe-output-forged.md",
+            )
+        )
+    if p.unreadable_sections:
+        out.append(
+            Finding(
+                rule="probe-section-unreadable",
+                code="VP902",
+                severity="warning",
+                summary=f"{len(p.unreadable_sections)} section(s) of the probe's output could not be read and "
+                "were left out; findings rest on the rest",
+                pids=(),
+                evidence=tuple(Evidence("probe", f"section {n} unreadable: {why}") for n, why in p.unreadable_sections),
+                hint="please report this with `vastprobe collect`'s capture",
+            )
+        )
     if p.complete and not p.truncated_sections and not snap.notes:
-        return ()
+        return tuple(out)
     ev = [Evidence("probe", f"section cut short: {n}") for n in p.truncated_sections]
     ev += [Evidence("probe", n) for n in snap.notes]
     if not p.complete:
         ev.append(Evidence("probe", "the probe did not reach its end" + (" (deadline)" if p.deadline_hit else "")))
-    return (
+    out.append(
         Finding(
             rule="probe-incomplete",
             code="VP900",
@@ -155,13 +398,14 @@ def _probe_findings(snap: HostSnapshot) -> tuple[Finding, ...]:
             pids=(),
             evidence=tuple(ev),
             hint="raise --timeout, or narrow the scope with --pid/--match",
-        ),
+        )
     )
+    return tuple(out)
 
 
 async def _diagnose_all(targets: Sequence[str], options: DiagnoseOptions) -> list[HostReport]:
     async def one(target: str) -> HostReport:
-        return report_from_capture(await probe_any(target, options), options)
+        return await report_off_loop(await probe_any(target, options), options)
 
     return list(await asyncio.gather(*(one(t) for t in targets)))
 

@@ -1,7 +1,9 @@
 """Fleet sweeps: bounded concurrency, one deadline per host, results streamed as hosts finish.
 
 Wall time is bounded by about ceil(N / concurrency) x --timeout, since every host, however
-broken, ends at its own deadline."""
+broken, ends at its own deadline. Memory is bounded too, whatever the hosts send: the output held
+at once across all hosts has a budget (ByteBudget), and each host is analysed off the event loop
+with a time budget (pipeline.report_off_loop), so one host never delays another's connection."""
 
 from __future__ import annotations
 
@@ -13,11 +15,65 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from vastprobe.model import HostReport
-from vastprobe.pipeline import DiagnoseOptions, probe_any, report_from_capture
+from vastprobe.pipeline import DiagnoseOptions, probe_any, report_off_loop
+from vastprobe.probe.render import MAX_TOTAL_OUTPUT
 from vastprobe.targets import InventoryEntry, unique_entries
 
 FDS_PER_HOST = 4  # socket, and a little slack for a jump host and pipes
 FDS_RESERVED = 64
+#: Bytes of probe output a sweep holds at once across all hosts: what is being read and what
+#: waits for or is in analysis. A host that would go over it is cut there and marked truncated.
+SWEEP_BYTES_IN_FLIGHT = 256 * 1024 * 1024
+
+
+class ByteBudget:
+    """The sweep's budget for output in flight. Each host in flight may always hold its share,
+    `total / (2 x concurrency)`; beyond that it borrows from a pool of the rest, which it gives back
+    when its report is made. Shares of the at most `concurrency` hosts in flight plus the pool never
+    exceed `total`, so neither many ordinary hosts nor a few endless ones can go past it."""
+
+    def __init__(self, total: int, concurrency: int) -> None:
+        self.total = total
+        self.share = min(MAX_TOTAL_OUTPUT, total // (2 * max(1, concurrency)))
+        self.pool = total - self.share * max(1, concurrency)
+        self.pool_used = 0
+        self.in_flight = 0
+        self.peak = 0
+        self.cut_hosts = 0
+
+    def account(self) -> HostBytes:
+        return HostBytes(self)
+
+
+class HostBytes:
+    """One host's part of the budget, from its first byte until its report is made."""
+
+    def __init__(self, budget: ByteBudget) -> None:
+        self.budget = budget
+        self.held = 0
+        self.borrowed = 0
+        self.cut = False
+
+    def take(self, n: int) -> bool:
+        b = self.budget
+        more = max(0, self.held + n - b.share) - self.borrowed  # what must come from the pool
+        if more > 0:
+            if b.pool_used + more > b.pool:
+                if not self.cut:
+                    self.cut = True
+                    b.cut_hosts += 1
+                return False
+            b.pool_used += more
+            self.borrowed += more
+        self.held += n
+        b.in_flight += n
+        b.peak = max(b.peak, b.in_flight)
+        return True
+
+    def release(self) -> None:
+        self.budget.pool_used -= self.borrowed
+        self.budget.in_flight -= self.held
+        self.held = self.borrowed = 0
 
 
 @dataclass(frozen=True)
@@ -58,12 +114,15 @@ async def sweep(
     options: DiagnoseOptions,
     concurrency: int,
     on_report: Callable[[HostReport], None],
+    budget: ByteBudget | None = None,
 ) -> list[HostReport]:
     """Probe every entry once; `on_report` is called as each host finishes (for streaming).
     Cancelling the sweep (Ctrl-C) returns nothing more; the caller keeps what `on_report` already
-    saw and counts the rest as unfinished."""
+    saw and counts the rest as unfinished. A host's slot (and its bytes) is held until its report
+    is made, so at most `concurrency` hosts hold output at once."""
     entries, _ = unique_entries(entries)  # a target listed twice is probed once
     sem = asyncio.Semaphore(concurrency)
+    bytes_budget = budget or ByteBudget(SWEEP_BYTES_IN_FLIGHT, concurrency)
     reports: list[HostReport] = []
 
     async def one(entry: InventoryEntry) -> None:
@@ -71,8 +130,12 @@ async def sweep(
             r = skipped_report(entry)
         else:
             async with sem:
-                cap = await probe_any(entry.target, options)
-            r = report_from_capture(cap, options)
+                held = bytes_budget.account()
+                try:
+                    cap = await probe_any(entry.target, options, held.take)
+                    r = await report_off_loop(cap, options)
+                finally:
+                    held.release()
             if entry.labels:
                 r = replace(r, labels=entry.labels)
         reports.append(r)

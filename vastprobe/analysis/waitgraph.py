@@ -107,9 +107,9 @@ class WaitGraph:
                     if ino is not None:
                         idx.pipes.setdefault(ino, []).append((p.pid, e))
                 elif t.startswith("socket:[") and t.endswith("]"):
-                    n = t[8:-1]
-                    if n.isascii() and n.isdigit():
-                        idx.sockets.setdefault(int(n), []).append(p.pid)
+                    n = e.socket_inode
+                    if n is not None:
+                        idx.sockets.setdefault(n, []).append(p.pid)
                 elif t == "/dev/fuse":
                     idx.fuse_servers.append(p.pid)
                 elif t.startswith("/"):
@@ -290,14 +290,14 @@ class WaitGraph:
     def _socket_edge(self, p: Process) -> WaitEdge | None:
         entry = self._waited_entry(p)
         inodes: list[tuple[int, int]] = []
-        if entry is not None and entry.target.startswith("socket:["):
-            inodes = [(int(entry.target[8:-1]), entry.fd)]
+        if entry is not None and entry.socket_inode is not None:
+            inodes = [(entry.socket_inode, entry.fd)]
         elif not isinstance(p.fds, Unavailable):  # no system call: a single connected socket decides
             conn = [
-                (int(e.target[8:-1]), e.fd)
+                (e.socket_inode, e.fd)
                 for e in p.fds
-                if e.target.startswith("socket:[")
-                and (s := self._sockets.get(int(e.target[8:-1]))) is not None
+                if e.socket_inode is not None
+                and (s := self._sockets.get(e.socket_inode)) is not None
                 and s.state in ("ESTABLISHED", "CONNECTED")
             ]
             inodes = conn if len(conn) == 1 else []
@@ -323,8 +323,8 @@ class WaitGraph:
             return None
         conn: list[tuple[Socket, int]] = []
         for e in p.fds:
-            if e.target.startswith("socket:["):
-                sock = self._sockets.get(int(e.target[8:-1]))
+            if e.socket_inode is not None:
+                sock = self._sockets.get(e.socket_inode)
                 if sock is None:
                     continue
                 if sock.state == "LISTEN":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from vastprobe.model import DiskUsage
+from vastprobe.parsers.numbers import is_digits
 from vastprobe.parsers.procfs_lines import to_int
 
 
@@ -10,7 +11,7 @@ def _rows(text: str) -> dict[str, list[str]]:
     rows: dict[str, list[str]] = {}
     for line in text.split("\n"):
         f = line.split()
-        if len(f) >= 6 and f[1].isdigit():
+        if len(f) >= 6 and is_digits(f[1]):
             mount = " ".join(f[5:])
             rows.setdefault(mount, f)
     return rows

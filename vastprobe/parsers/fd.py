@@ -15,11 +15,14 @@ import re
 from dataclasses import dataclass, field
 
 from vastprobe.model import FdEntry, FdMode
+from vastprobe.parsers.numbers import read_int
 
 _HEADER = re.compile(r"^/proc/([0-9]{1,10})/fd:$", re.ASCII)
 _ENTRY = re.compile(r"^l([r-])([w-])[x-]\S* +[0-9]+ +\S+ +\S+ +[0-9]+ +.{6,40}? ([0-9]{1,10}) -> (.*)$", re.ASCII)
 _NETNS = re.compile(r"^l\S* .* /proc/([0-9]{1,10})/ns/net -> net:\[([0-9]{1,20})\]$", re.ASCII)
+_LINK_PID = re.compile(r"/proc/([0-9]{1,10})/fd/", re.ASCII)
 _DENIED_DIR = re.compile(r"^ls: (?:cannot open directory )?'?/proc/([0-9]{1,10})/fd'?: (.*)$", re.ASCII)
+_OCTAL_BYTE = {f"{n:03o}": n & 0xFF for n in range(0o1000)}
 _ESCAPES = {"n": b"\n", "t": b"\t", "r": b"\r", "a": b"\a", "b": b"\b", "f": b"\f", "v": b"\v", " ": b" "}
 
 
@@ -36,8 +39,9 @@ def unescape_ls(text: str) -> str:
             i += 1
             continue
         e = text[i + 1]
-        if e in "01234567" and i + 3 < n and all(d in "01234567" for d in text[i + 1 : i + 4]):
-            out.append(int(text[i + 1 : i + 4], 8) & 0xFF)
+        byte = _OCTAL_BYTE.get(text[i + 1 : i + 4])
+        if byte is not None:
+            out.append(byte)
             i += 4
             continue
         out += _ESCAPES.get(e, e.encode("utf-8", "replace"))
@@ -72,22 +76,22 @@ def parse_fd_section(text: str, escaped: bool = False) -> FdTable:
         if line.endswith("]") and "/ns/net -> net:[" in line:
             ns = _NETNS.match(line)
             if ns:
-                table.netns[int(ns.group(1))] = int(ns.group(2))
+                table.netns[read_int(ns.group(1)) or 0] = read_int(ns.group(2)) or 0
                 continue
         h = _HEADER.match(line)
         if h:
-            current = int(h.group(1))
+            current = read_int(h.group(1)) or 0
             table.fds.setdefault(current, [])
             continue
         d = _DENIED_DIR.match(line)
         if d:
-            pid = int(d.group(1))
+            pid = read_int(d.group(1)) or 0
             table.denied[pid] = d.group(2)
             continue
         if line.startswith("ls: cannot read symbolic link"):
-            m = re.search(r"/proc/([0-9]{1,10})/fd/", line)
+            m = _LINK_PID.search(line)
             if m:
-                pid = int(m.group(1))
+                pid = read_int(m.group(1)) or 0
                 table.unreadable_links[pid] = table.unreadable_links.get(pid, 0) + 1
             continue
         if current is None:
@@ -99,7 +103,7 @@ def parse_fd_section(text: str, escaped: bool = False) -> FdTable:
         if e:
             table.fds[current].append(
                 FdEntry(
-                    fd=int(e.group(3)),
+                    fd=read_int(e.group(3)) or 0,
                     target=unescape_ls(e.group(4)) if escaped else e.group(4),
                     mode=_mode(e.group(1), e.group(2)),
                 )

@@ -9,8 +9,8 @@ import re
 from vastprobe.model import Artifact, FileStat, Unavailable
 from vastprobe.parsers.numbers import read_int
 
-_STAT = re.compile(r"^([0-9]{1,20}) (-?[0-9]{1,20}) ([0-9]{1,20})(?: ([a-z][a-z ]{0,40}))?$")
-_ART = re.compile(r"^([0-9]{1,20}) (-?[0-9]{1,20}) ([^|]*)\|(.*)$")
+_STAT = re.compile(r"^([0-9]{1,20}) (-?[0-9]{1,20}) ([0-9]{1,20})(?: ([a-z][a-z ]{0,40}))?$", re.ASCII)
+_ART = re.compile(r"^([0-9]{1,20}) (-?[0-9]{1,20}) ([^|]{0,64})\|(.*)$", re.ASCII)
 
 
 def parse_logstats(text: str) -> dict[int, FileStat | Unavailable]:
@@ -24,7 +24,8 @@ def parse_logstats(text: str) -> dict[int, FileStat | Unavailable]:
             continue
         m = _STAT.match(line.strip())
         if m:
-            out[current] = FileStat(size=int(m.group(1)), mtime=int(m.group(2)), inode=int(m.group(3)), kind=m.group(4))
+            size, mtime, inode = read_int(m.group(1)), read_int(m.group(2), signed=True), read_int(m.group(3))
+            out[current] = FileStat(size=size or 0, mtime=mtime or 0, inode=inode or 0, kind=m.group(4))
         else:
             reason = line.split(": ")[-1] if ": " in line else line
             out[current] = Unavailable(reason.strip())
@@ -45,7 +46,8 @@ def parse_artifacts(text: str) -> tuple[int, list[Artifact], str | None]:
             continue
         m = _ART.match(line)
         if m:
-            entries.append(Artifact(path=m.group(4), size=int(m.group(1)), mtime=int(m.group(2)), kind=m.group(3)))
+            size, mtime = read_int(m.group(1)) or 0, read_int(m.group(2), signed=True) or 0
+            entries.append(Artifact(path=m.group(4), size=size, mtime=mtime, kind=m.group(3)))
         elif line.strip():
             errors.append(line.strip())
     return count, entries, "; ".join(errors) or None

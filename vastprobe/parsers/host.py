@@ -5,10 +5,13 @@ from __future__ import annotations
 import re
 
 from vastprobe.model import HostFacts, Pressure, Unavailable
+from vastprobe.parsers.numbers import is_digits, read_float, read_int
 from vastprobe.parsers.procfs_lines import to_int
 
-_TIMES = re.compile(r"(\d+)m([\d.]+)s")
-_NS = re.compile(r"/proc/(\w+)/ns/pid -> '?pid:\[(\d+)\]")
+_TIMES = re.compile(r"([0-9]{1,9})m([0-9]{1,12}(?:\.[0-9]{1,9})?)s", re.ASCII)
+_NS = re.compile(r"/proc/(\w{1,10})/ns/pid -> '?pid:\[([0-9]{1,20})\]", re.ASCII)
+_UPTIME = re.compile(r"uptime=([0-9.]{1,32})", re.ASCII)
+_AVG10 = re.compile(r"avg10=([0-9.]{1,32})", re.ASCII)
 
 
 def parse_meta(text: str) -> dict[str, str]:
@@ -21,13 +24,13 @@ def parse_meta(text: str) -> dict[str, str]:
 
 
 def parse_now(text: str) -> float | None:
-    m = re.search(r"uptime=([\d.]+)", text)
-    return float(m.group(1)) if m else None
+    m = _UPTIME.search(text)
+    return read_float(m.group(1)) if m else None
 
 
 def parse_times(text: str) -> float | None:
     """Total user+sys of the probe shell and its children, from the `times` builtin."""
-    values = [int(m) * 60 + float(s) for m, s in _TIMES.findall(text)]
+    values = [(read_int(m) or 0) * 60 + (read_float(s) or 0.0) for m, s in _TIMES.findall(text)]
     return round(sum(values), 3) if values else None
 
 
@@ -63,16 +66,19 @@ def parse_host(text: str, meta: dict[str, str], clk_tck: int | None = None, shel
         return v[0] if v else None
 
     uptime_text = first("/proc/uptime")
-    uptime = float(uptime_text.split()[0]) if uptime_text else 0.0
+    uptime = (read_float(uptime_text.split()[0]) if uptime_text and uptime_text.split() else None) or 0.0
     load_text = first("/proc/loadavg")
     loadavg: tuple[float, float, float] | Unavailable = Unavailable("/proc/loadavg not readable")
     if load_text:
-        a = load_text.split()
-        loadavg = (float(a[0]), float(a[1]), float(a[2]))
+        a = [read_float(x) for x in load_text.split()[:3]]
+        if len(a) == 3 and None not in a:
+            loadavg = (a[0] or 0.0, a[1] or 0.0, a[2] or 0.0)
     btime_text = first("/proc/stat")
     btime: int | Unavailable = Unavailable("no btime line in /proc/stat")
     if btime_text and btime_text.startswith("btime "):
-        btime = int(btime_text.split()[1])
+        bt = read_int(btime_text[6:], 12)  # seconds since 1970: 12 digits reach past the year 30000
+        if bt is not None:
+            btime = bt
     mem: dict[str, int] = {}
     for line in files.get("/proc/meminfo", []):
         k, _, v = line.partition(":")
@@ -83,15 +89,15 @@ def parse_host(text: str, meta: dict[str, str], clk_tck: int | None = None, shel
     for res in ("cpu", "memory", "io"):
         some = full = None
         for line in files.get(f"/proc/pressure/{res}", []):
-            m = re.search(r"avg10=([\d.]+)", line)
+            m = _AVG10.search(line)
             if m and line.startswith("some"):
-                some = float(m.group(1))
+                some = read_float(m.group(1))
             elif m and line.startswith("full"):
-                full = float(m.group(1))
+                full = read_float(m.group(1))
         if some is not None:
             pressure.append(Pressure(resource=res, some_avg10=some, full_avg10=full))
     own_ns: bool | Unavailable
-    if meta.get("selfpid", "").isdigit() and meta.get("shell_pid", "").isdigit():
+    if is_digits(meta.get("selfpid", "")) and is_digits(meta.get("shell_pid", "")):
         # /proc names the probe shell by the PID it has in its own namespace: /proc is that namespace's.
         own_ns = meta["selfpid"] == meta["shell_pid"]
     elif "self" in ns and "1" in ns:  # captures of older probes: the two ns/pid links

@@ -40,11 +40,11 @@ from __future__ import annotations
 import calendar
 import dataclasses
 import re
-import time
 from dataclasses import dataclass
 
+from vastprobe.clock import utc_struct
 from vastprobe.model import KernelEvent, KernelLog
-from vastprobe.parsers.numbers import read_hex, read_int
+from vastprobe.parsers.numbers import read_float, read_hex, read_int
 
 #: Longest line read; the kernel's own records are at most ~1 KiB, a syslog prefix adds little.
 MAX_LINE = 2048
@@ -54,25 +54,25 @@ _MONTHS = {
 }
 
 # ---------------------------------------------------------------- prefixes
-_KMSG_RECORD = re.compile(r"(\d{1,3}),(\d{1,20}),(\d{1,20}),[^;]{0,32};")
+_KMSG_RECORD = re.compile(r"(\d{1,3}),(\d{1,20}),(\d{1,20}),[^;]{0,32};", re.ASCII)
 _DECODE = re.compile(r"[a-z]{2,8} *:[a-z]{3,6} *: ")
-_STAMP = re.compile(r"\[ {0,12}(\d{1,12}\.\d{1,9})\] ?")
-_CTIME = re.compile(r"\[[A-Z][a-z]{2} ([A-Z][a-z]{2}) {1,2}(\d{1,2}) (\d\d):(\d\d):(\d\d) (\d{4})\] ?")
-_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,]\d{1,9})?(Z|[+-]\d\d:?\d\d)? ")
-_SYSLOG = re.compile(r"(\S{1,12}) {1,2}(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.\d{1,9})? ")
+_STAMP = re.compile(r"\[ {0,12}(\d{1,12}\.\d{1,9})\] ?", re.ASCII)
+_CTIME = re.compile(r"\[[A-Z][a-z]{2} ([A-Z][a-z]{2}) {1,2}(\d{1,2}) (\d\d):(\d\d):(\d\d) (\d{4})\] ?", re.ASCII)
+_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,]\d{1,9})?(Z|[+-]\d\d:?\d\d)? ", re.ASCII)
+_SYSLOG = re.compile(r"(\S{1,12}) {1,2}(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.\d{1,9})? ", re.ASCII)
 _HOST_KERNEL = re.compile(r"\S{1,255} kernel: ")
 
 # ---------------------------------------------------------------- messages
-_DIGITS = re.compile(r"\d{1,20}")
-_TOTAL_VM = re.compile(r"total-vm:(\d{1,20})kB")
-_VSZ = re.compile(r"vsz:(\d{1,20})kB")
-_ANON = re.compile(r"anon-rss:(\d{1,20})kB")
-_FILE = re.compile(r"file-rss:(\d{1,20})kB")
-_UID_NEW = re.compile(r"UID:(\d{1,10})")
-_UID_RHEL7 = re.compile(r", UID (\d{1,10}),")
-_USAGE = re.compile(r"memory: usage (\d{1,20})kB, limit (\d{1,20})kB")
+_DIGITS = re.compile(r"\d{1,20}", re.ASCII)
+_TOTAL_VM = re.compile(r"total-vm:(\d{1,20})kB", re.ASCII)
+_VSZ = re.compile(r"vsz:(\d{1,20})kB", re.ASCII)
+_ANON = re.compile(r"anon-rss:(\d{1,20})kB", re.ASCII)
+_FILE = re.compile(r"file-rss:(\d{1,20})kB", re.ASCII)
+_UID_NEW = re.compile(r"UID:(\d{1,10})", re.ASCII)
+_UID_RHEL7 = re.compile(r", UID (\d{1,10}),", re.ASCII)
+_USAGE = re.compile(r"memory: usage (\d{1,20})kB, limit (\d{1,20})kB", re.ASCII)
 _TASK_IN = re.compile(r"Task in (\S{1,1024}) killed as a result of limit of (\S{1,1024})")
-_XID_NUM = re.compile(r"(\d{1,6}),? ?")
+_XID_NUM = re.compile(r"(\d{1,6}),? ?", re.ASCII)
 _SEVERITY = re.compile(r"\b(Fatal|Non-fatal|Nonfatal)\b")
 _BDF = re.compile(
     r"PCI:([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})"
@@ -102,7 +102,10 @@ def _year_for(mo: int, d: int, h: int, mi: int, s: int, now: float | None) -> fl
     """Syslog stamps have no year: the latest one not after the target's clock (plus a day)."""
     if now is None:
         return None
-    year = time.gmtime(now).tm_year
+    t_now = utc_struct(now)  # a target's clock can say anything: no year then
+    if t_now is None:
+        return None
+    year = t_now.tm_year
     t = _timegm(year, mo, d, h, mi, s)
     if t is not None and t > now + 86400:
         t = _timegm(year - 1, mo, d, h, mi, s)
@@ -146,7 +149,7 @@ def _strip_prefix(line: str, now: float | None) -> tuple[str, _Clock]:
     if dated and (m := _HOST_KERNEL.match(s, pos)):
         pos = m.end()
     if m := _STAMP.match(s, pos):
-        uptime = float(m.group(1))
+        uptime = read_float(m.group(1))
         pos = m.end()
         if m := _HOST_KERNEL.match(s, pos):  # journalctl -o short-monotonic
             pos = m.end()

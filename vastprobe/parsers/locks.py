@@ -30,14 +30,14 @@ def parse_locks(text: str) -> list[FileLock]:
         pid = read_int(m.group(6), signed=True)
         out.append(
             FileLock(
-                number=int(m.group(1)),
+                number=read_int(m.group(1)) or 0,
                 waiting=bool(m.group(2)),
                 kind=m.group(3),
                 mode=m.group(4),
                 access=m.group(5),
                 pid=pid if pid is not None and pid > 0 else None,
                 device=m.group(7),
-                inode=int(m.group(8)),
+                inode=read_int(m.group(8)) or 0,
                 start=m.group(9),
                 end=m.group(10),
             )

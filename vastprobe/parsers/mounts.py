@@ -9,10 +9,11 @@ from vastprobe.model import FuseMount
 
 _LINE = re.compile(r"^([0-9]{1,10}:[0-9]{1,10}) (\S+) (fuse\S*) (\S*)$", re.ASCII)
 _OCTAL = re.compile(r"\\([0-7]{3})")
+_OCTAL_CHAR = {f"{n:03o}": chr(n) for n in range(0o1000)}
 
 
 def unescape_mount(text: str) -> str:
-    return _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), text)
+    return _OCTAL.sub(lambda m: _OCTAL_CHAR[m.group(1)], text)
 
 
 def parse_fuse_mounts(text: str) -> list[FuseMount]:

@@ -15,7 +15,7 @@ import ipaddress
 import re
 
 from vastprobe.model import Socket, SocketProto, SocketTable
-from vastprobe.parsers.numbers import read_int
+from vastprobe.parsers.numbers import read_hex, read_int
 
 TCP_STATES = {
     "01": "ESTABLISHED",
@@ -43,14 +43,13 @@ _INET = re.compile(
 _UNIX = re.compile(
     r"^[0-9a-f]+: [0-9A-F]{8} [0-9A-F]{8} ([0-9A-F]{8}) ([0-9A-F]{4}) ([0-9A-F]{2}) +([0-9]{1,20})(?: (.*))?$", re.ASCII
 )
-_SS = re.compile(r"^@ss u_\S+ +\S+ +[0-9]+ +[0-9]+ +(.*?) ([0-9]{1,20}) +(.*?) ([0-9]{1,20})\s*$", re.ASCII)
 
 
 def inet_address(hex_addr: str, hex_port: str) -> str:
     raw = bytes.fromhex(hex_addr)
     # each 32-bit word is in host (little-endian) order
     b = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
-    port = int(hex_port, 16)
+    port = read_hex(hex_port, 4) or 0
     if len(b) == 4:
         return f"{ipaddress.IPv4Address(b)}:{port}"
     ip6 = ipaddress.IPv6Address(b)
@@ -67,18 +66,18 @@ def parse_net_section(text: str, truncated: bool = False) -> SocketTable:
         if line.startswith("@ns "):
             m = _NS.match(line)
             if m:
-                netns_of_pid[int(m.group(2))] = int(m.group(1))
+                netns_of_pid[read_int(m.group(2)) or 0] = read_int(m.group(1)) or 0
             continue
         if line.startswith("@ss "):
             saw_ss = True
-            s = _SS.match(line)
-            if s:
-                peers[int(s.group(2))] = int(s.group(4))
+            pair = _ss_pair(line)
+            if pair is not None:
+                peers[pair[0]] = pair[1]
             continue
         row = _ROW.match(line)
         if row is None:
             continue
-        netns = netns_of_pid.get(int(row.group(1)))
+        netns = netns_of_pid.get(read_int(row.group(1)) or 0)
         proto: SocketProto = row.group(2)  # type: ignore[assignment]
         sock = _unix(row.group(3), netns) if proto == "unix" else _inet(row.group(3), proto, netns)
         if sock is not None:
@@ -93,6 +92,18 @@ def parse_net_section(text: str, truncated: bool = False) -> SocketTable:
     return SocketTable(tuple(sockets.values()), unix_peers_known=saw_ss or bool(peers), truncated=truncated)
 
 
+def _ss_pair(line: str) -> tuple[int, int] | None:
+    """(local inode, peer inode) of an `@ss u_str ESTAB 0 0 <addr> <inode> <peer addr> <peer inode>`
+    line: the last field, and the first number after the queues (an address may hold spaces).
+    Read by fields, not by a regex: two lazy `.*?` groups on one line cost quadratic time."""
+    f = line.split()
+    if len(f) < 7 or not f[1].startswith("u_") or read_int(f[3]) is None or read_int(f[4]) is None:
+        return None
+    peer = read_int(f[-1])
+    local = next((n for n in (read_int(x) for x in f[5:-1]) if n is not None), None)
+    return (local, peer) if local is not None and peer is not None else None
+
+
 def _inet(body: str, proto: SocketProto, netns: int | None) -> Socket | None:
     m = _INET.match(body)
     if m is None:
@@ -104,14 +115,14 @@ def _inet(body: str, proto: SocketProto, netns: int | None) -> Socket | None:
     )
     remote = inet_address(m.group(3), m.group(4))
     return Socket(
-        inode=int(m.group(8)),
+        inode=read_int(m.group(8)) or 0,
         proto=proto,
         netns=netns,
         local=inet_address(m.group(1), m.group(2)),
         remote="" if remote.endswith(":0") and state in ("LISTEN", "UNCONN") else remote,
         state=state,
-        send_queue=int(m.group(6), 16),
-        recv_queue=int(m.group(7), 16),
+        send_queue=read_hex(m.group(6), 8),
+        recv_queue=read_hex(m.group(7), 8),
     )
 
 
@@ -119,7 +130,7 @@ def _unix(body: str, netns: int | None) -> Socket | None:
     m = _UNIX.match(body)
     if m is None:
         return None
-    flags = int(m.group(1), 16)
+    flags = read_hex(m.group(1), 8) or 0
     state = "LISTEN" if flags & _UNIX_LISTENING else UNIX_STATES.get(m.group(3), m.group(3))
     inode = read_int(m.group(4))
     if inode is None:

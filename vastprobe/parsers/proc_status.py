@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vastprobe.parsers.numbers import read_hex
 from vastprobe.parsers.procfs_lines import group_by_pid, to_int
 
 
@@ -30,10 +31,7 @@ def _kb(value: str) -> int | None:
 
 
 def _hex(value: str) -> int | None:
-    try:
-        return int(value.strip(), 16)
-    except ValueError:
-        return None
+    return read_hex(value)
 
 
 def parse_status(lines: list[str]) -> StatusRecord:

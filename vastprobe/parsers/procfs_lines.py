@@ -41,7 +41,7 @@ def split_by_file(text: str) -> dict[str, PerPid]:
                 group = out.get(parts[3])
                 if group is None:
                     group = out[parts[3]] = PerPid()
-                last = group.lines.setdefault(int(parts[2]), [])
+                last = group.lines.setdefault(read_int(parts[2]) or 0, [])
                 last.append(content)
                 continue
             if sep and len(parts) == 6 and parts[3] == "task" and is_digits(parts[2], 10) and is_digits(parts[4], 10):
@@ -49,8 +49,8 @@ def split_by_file(text: str) -> dict[str, PerPid]:
                 group = out.get(name)
                 if group is None:
                     group = out[name] = PerPid()
-                tid = int(parts[4])
-                group.owner[tid] = int(parts[2])
+                tid = read_int(parts[4]) or 0
+                group.owner[tid] = read_int(parts[2]) or 0
                 last = group.lines.setdefault(tid, [])
                 last.append(content)
                 continue
@@ -61,7 +61,7 @@ def split_by_file(text: str) -> dict[str, PerPid]:
                 group = out.get(name)
                 if group is None:
                     group = out[name] = PerPid()
-                group.errors[int(e.group(1))] = e.group(3)
+                group.errors[read_int(e.group(1)) or 0] = e.group(3)
                 last = None
                 continue
         if last is not None and line:

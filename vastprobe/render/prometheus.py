@@ -8,6 +8,7 @@ from collections import Counter
 
 from vastprobe.fileio import write_atomic
 from vastprobe.model import HostReport
+from vastprobe.render.safe import safe
 
 __all__ = ["METRICS", "render_prometheus", "write_atomic"]
 
@@ -22,7 +23,9 @@ METRICS = {
 
 
 def _esc(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    """A label value: terminal escapes, bidi controls and lone surrogates made inert text first
+    (render/safe.py), then the format's own escapes (backslash, newline, quote)."""
+    return safe(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 def _labels(**kv: str) -> str:

@@ -4,7 +4,6 @@ colour for NO_COLOR and for output that is not a terminal."""
 
 from __future__ import annotations
 
-import time
 from typing import IO
 
 from rich.console import Console
@@ -15,6 +14,7 @@ from rich.tree import Tree
 
 from vastprobe.analysis.logs import log_health
 from vastprobe.analysis.progress import progress
+from vastprobe.clock import utc_text
 from vastprobe.model import Finding, HostReport, HostSnapshot, Process, Unavailable
 from vastprobe.render.safe import safe
 
@@ -162,5 +162,5 @@ def _artifacts(console: Console, snap: HostSnapshot) -> None:
             line.append(f" ({safe(a.error, 120)})", style="dim")
         console.print(line)
         for e in newest:
-            when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.mtime))
+            when = utc_text(e.mtime)  # a target can send any mtime (2^62): never raises
             console.print(Text(f"    {when}  {e.size:>12}  {safe(e.path, 100)}", style="dim"))

@@ -3,10 +3,10 @@ waits on, and nothing in the job's own logs says why."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 from vastprobe.analysis.oom import OomMatch, job_is_bounded
+from vastprobe.clock import utc_text
 from vastprobe.model import Evidence, Finding, Severity
 from vastprobe.rules.base import Context, Rule, RuleMeta
 
@@ -14,7 +14,7 @@ META = RuleMeta("oom-killed-child", "VP102", "error", "the kernel's OOM killer k
 
 
 def _when(wall: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(wall)) if wall else "at an unknown time"
+    return utc_text(wall, "%Y-%m-%d %H:%M:%S UTC", "at an unknown time") if wall else "at an unknown time"
 
 
 def _mib(kb: int | None) -> str:

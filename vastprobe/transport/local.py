@@ -25,7 +25,7 @@ def run_local(script: str, cap: int, timeout: float, shell: str = "/bin/sh") -> 
     )
     assert proc.stdin is not None and proc.stdout is not None
     try:
-        proc.stdin.write(script.encode())
+        proc.stdin.write(script.encode("utf-8", "surrogateescape"))  # a --log path's own bytes, not UTF-8 ones
         proc.stdin.close()
     except BrokenPipeError:
         pass

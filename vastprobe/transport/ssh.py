@@ -30,6 +30,7 @@ import socket
 import stat
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -612,13 +613,19 @@ class LostMidOutput(Exception):
         self.output = output
 
 
-async def _read_capped(proc: asyncssh.SSHClientProcess, cap: int) -> tuple[bytes, bool]:
+async def _read_capped(
+    proc: asyncssh.SSHClientProcess, cap: int, take: Callable[[int], bool] | None = None
+) -> tuple[bytes, bool]:
+    """The output up to `cap` bytes, and whether reading stopped early: at the cap, or when `take`
+    (a sweep's budget for bytes in flight across all hosts) refused the next chunk."""
     buf = bytearray()
     try:
         while len(buf) < cap:
             chunk = await proc.stdout.read(min(65536, cap - len(buf)))
             if not chunk:
                 return bytes(buf), False
+            if take is not None and not take(len(chunk)):
+                return bytes(buf), True
             buf += chunk if isinstance(chunk, bytes) else chunk.encode()
     except (asyncssh.Error, OSError) as exc:
         if isinstance(exc, TimeoutError):
@@ -637,7 +644,9 @@ def _warn_if_off(r: Resolved, target_text: str) -> None:
     say_once("host-key-off", f"vastprobe: WARNING: {text}: anyone on the network path can impersonate them")
 
 
-async def run_ssh(target_text: str, script: str, cap: int, opts: SshOptions) -> TransportResult:
+async def run_ssh(
+    target_text: str, script: str, cap: int, opts: SshOptions, take: Callable[[int], bool] | None = None
+) -> TransportResult:
     t0 = time.monotonic()
     timings: dict[str, float] = {}
     try:
@@ -673,12 +682,12 @@ async def run_ssh(target_text: str, script: str, cap: int, opts: SshOptions) -> 
             t1 = time.monotonic()
             proc = await conn.create_process("sh -s", encoding=None, stderr=asyncssh.STDOUT)
             try:
-                proc.stdin.write(script.encode())
+                proc.stdin.write(script.encode("utf-8", "surrogateescape"))  # a --log path's own bytes, not UTF-8 ones
                 proc.stdin.write_eof()
             except (asyncssh.Error, OSError):
                 pass  # the remote side closed its stdin early; what it printed still counts
             try:
-                output, truncated = await _read_capped(proc, cap)
+                output, truncated = await _read_capped(proc, cap, take)
             except LostMidOutput as lost:
                 return TransportResult(
                     "probe-error",
