@@ -280,13 +280,14 @@ def mutate(seed: Seed, ops: list[tuple[str, int]]) -> bytes:
     return raw
 
 
-def many_processes(n: int, boundary: str) -> bytes:
+def many_processes(n: int, boundary: str, loops: bool = False) -> bytes:
     """A capture of a host with `n` processes (stat, status, fd and cmdline of each): built from one
-    real process's records, as the probe frames them. With `loops`, every parent link forms a cycle."""
+    real process's records, as the probe frames them. With `loops`, the parent links form one cycle
+    through every process."""
     b = boundary
     stat, status, fds, cmd = [], [], [], []
     for pid in range(2, n + 2):
-        ppid = 1 if pid % 50 == 2 else pid - 1
+        ppid = (pid + 1 if pid < n + 1 else 2) if loops else (1 if pid % 50 == 2 else pid - 1)
         stat.append(f"/proc/{pid}/stat:{pid} (python3) S {ppid} {pid} {pid} 0 -1 4194304 1 0 0 0 5 3 0 0 20 0 1 0 "
                     f"{1000 + pid} 1 1 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0")  # fmt: skip
         status.append(f"/proc/{pid}/status:Uid:\t0\t0\t0\t0\n/proc/{pid}/status:VmRSS:\t  1024 kB")

@@ -371,18 +371,14 @@ def _run_entries(entries: list, options, concurrency: int, on_report) -> tuple[l
 
     from vastprobe.sweep import sweep as run_sweep
 
-    done: list = []
-
-    def keep(r) -> None:  # type: ignore[no-untyped-def]
-        done.append(r)
-        on_report(r)
+    done: list = []  # filled by the sweep as hosts finish (snapshots within its budget)
 
     if any(e.target != "local" and e.skip is None for e in entries):
         from vastprobe.pipeline import warm_analysis
 
         warm_analysis()
     try:
-        asyncio.run(run_sweep(entries, options, concurrency, keep))
+        asyncio.run(run_sweep(entries, options, concurrency, on_report, kept=done))
     except KeyboardInterrupt:
         return done, True
     return done, False

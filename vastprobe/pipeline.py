@@ -96,6 +96,8 @@ ANALYSIS_WORKERS = 2
 #: `tail -c`, `head -n`) rather than a byte count; sections with a byte cap get it plus slack.
 CLIENT_SECTION_CAP = 2 * 1024 * 1024
 CAP_SLACK = 64 * 1024
+#: Output above this size is dropped from the parsers' shared cache as soon as it is parsed.
+BIG_OUTPUT = 1024 * 1024
 #: A section whose parser fails is dropped and the capture parsed again, at most this many times.
 MAX_UNREADABLE_SECTIONS = 8
 
@@ -165,6 +167,7 @@ def _failed_sections(exc: BaseException, out: ProbeOutput) -> list[str]:
 
 
 def _parse(capture: Capture, budget: _Budget) -> tuple[HostSnapshot | None, str | None]:
+    from vastprobe.parsers.procfs_lines import split_by_file
     from vastprobe.parsers.snapshot import build_snapshot
 
     out = split_sections(capture.output, capture.params.boundary)
@@ -185,6 +188,9 @@ def _parse(capture: Capture, budget: _Budget) -> tuple[HostSnapshot | None, str 
             why = f"{type(exc).__name__}: {exc}"[:300]
             unreadable += [(n, why) for n in names]
             out = replace(out, sections={k: v for k, v in out.sections.items() if k not in names})
+        finally:  # its cache holds sections' text and lines: a big output must not outlive its parse
+            if len(capture.output) > BIG_OUTPUT:
+                split_by_file.cache_clear()
     if unreadable:
         snap = replace(snap, probe=replace(snap.probe, unreadable_sections=tuple(unreadable)))
     for note in notes:

@@ -24,6 +24,10 @@ FDS_RESERVED = 64
 #: Bytes of probe output a sweep holds at once across all hosts: what is being read and what
 #: waits for or is in analysis. A host that would go over it is cut there and marked truncated.
 SWEEP_BYTES_IN_FLIGHT = 256 * 1024 * 1024
+#: Probe output (raw bytes) whose parsed snapshots a sweep keeps for its final document; a
+#: snapshot takes 2-3 times its output in memory. Past it a host's report is kept without its
+#: snapshot (its findings whole); the streamed report (`on_report`) always has it.
+SWEEP_KEPT_OUTPUT = 128 * 1024 * 1024
 
 
 class ByteBudget:
@@ -105,6 +109,20 @@ def plan(n_targets: int, concurrency: int, timeout: float) -> SweepPlan:
     return SweepPlan(concurrency, warning, math.ceil(max(1, n_targets) / concurrency) * timeout)
 
 
+def without_snapshot(r: HostReport) -> HostReport:
+    """The report kept for a sweep's end once its snapshot budget is spent: findings whole."""
+    from vastprobe.model import Evidence, Finding
+
+    why = (
+        f"the snapshot is left out of this report: the sweep keeps snapshots of at most "
+        f"{SWEEP_KEPT_OUTPUT >> 20} MiB of probe output (docs/architecture.md, Bounds); the findings are complete, "
+        "and `--format ndjson` streamed it whole"
+    )
+    note = Finding("probe-incomplete", "VP900", "info", "the snapshot of this host was not kept", (),
+                   (Evidence("vastprobe", why),), None)  # fmt: skip
+    return replace(r, snapshot=None, findings=(*r.findings, note))
+
+
 def skipped_report(entry: InventoryEntry) -> HostReport:
     return HostReport(entry.target, "skipped", entry.skip, "unknown", (), None, {}, labels=entry.labels)
 
@@ -115,17 +133,21 @@ async def sweep(
     concurrency: int,
     on_report: Callable[[HostReport], None],
     budget: ByteBudget | None = None,
+    kept: list[HostReport] | None = None,
 ) -> list[HostReport]:
     """Probe every entry once; `on_report` is called as each host finishes (for streaming).
     Cancelling the sweep (Ctrl-C) returns nothing more; the caller keeps what `on_report` already
     saw and counts the rest as unfinished. A host's slot (and its bytes) is held until its report
-    is made, so at most `concurrency` hosts hold output at once."""
+    is made, so at most `concurrency` hosts hold output at once. The reports kept for the end (in
+    `kept`, when given, as they finish) hold snapshots of at most SWEEP_KEPT_OUTPUT bytes of output."""
     entries, _ = unique_entries(entries)  # a target listed twice is probed once
     sem = asyncio.Semaphore(concurrency)
     bytes_budget = budget or ByteBudget(SWEEP_BYTES_IN_FLIGHT, concurrency)
-    reports: list[HostReport] = []
+    reports: list[HostReport] = [] if kept is None else kept
+    kept_bytes = 0
 
     async def one(entry: InventoryEntry) -> None:
+        nonlocal kept_bytes
         if entry.skip is not None:
             r = skipped_report(entry)
         else:
@@ -134,10 +156,17 @@ async def sweep(
                 try:
                     cap = await probe_any(entry.target, options, held.take)
                     r = await report_off_loop(cap, options)
+                    size = len(cap.output)
+                    del cap
                 finally:
                     held.release()
             if entry.labels:
                 r = replace(r, labels=entry.labels)
+            if r.snapshot is not None and kept_bytes + size > SWEEP_KEPT_OUTPUT:
+                on_report(r)
+                reports.append(without_snapshot(r))
+                return
+            kept_bytes += size if r.snapshot is not None else 0
         reports.append(r)
         on_report(r)
 
