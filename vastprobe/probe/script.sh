@@ -320,7 +320,8 @@ vp_fd() {
 				next
 			}
 			{
-				if (++k <= max) out($0); else if (k == max + 1) out("@@more")
+				if (++k > max) { if (k == max + 1) out("@@more"); next }
+				out($0)
 				if ((i = index($0, " -> socket:[")) > 0) held[substr($0, i + 12, length($0) - i - 12)] = 1
 			}
 			END {
