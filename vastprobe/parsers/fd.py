@@ -19,7 +19,6 @@ from vastprobe.parsers.numbers import read_int
 
 _HEADER = re.compile(r"^/proc/([0-9]{1,10})/fd:$", re.ASCII)
 _ENTRY = re.compile(r"^l([r-])([w-])[x-]\S* +[0-9]+ +\S+ +\S+ +[0-9]+ +.{6,40}? ([0-9]{1,10}) -> (.*)$", re.ASCII)
-_NETNS = re.compile(r"^l\S* .* /proc/([0-9]{1,10})/ns/net -> net:\[([0-9]{1,20})\]$", re.ASCII)
 _LINK_PID = re.compile(r"/proc/([0-9]{1,10})/fd/", re.ASCII)
 _DENIED_DIR = re.compile(r"^ls: (?:cannot open directory )?'?/proc/([0-9]{1,10})/fd'?: (.*)$", re.ASCII)
 _OCTAL_BYTE = {f"{n:03o}": n & 0xFF for n in range(0o1000)}
@@ -55,7 +54,6 @@ class FdTable:
     denied: dict[int, str] = field(default_factory=dict)
     truncated: set[int] = field(default_factory=set)
     unreadable_links: dict[int, int] = field(default_factory=dict)
-    netns: dict[int, int] = field(default_factory=dict)  # pid -> network namespace inode
 
 
 def _mode(r: str, w: str) -> FdMode:
@@ -73,11 +71,6 @@ def parse_fd_section(text: str, escaped: bool = False) -> FdTable:
     current: int | None = None
     for raw in text.split("\n"):
         line = raw[:8192]
-        if line.endswith("]") and "/ns/net -> net:[" in line:
-            ns = _NETNS.match(line)
-            if ns:
-                table.netns[read_int(ns.group(1)) or 0] = read_int(ns.group(2)) or 0
-                continue
         h = _HEADER.match(line)
         if h:
             current = read_int(h.group(1)) or 0
