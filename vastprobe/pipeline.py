@@ -292,14 +292,13 @@ def _over_budget(capture: Capture, budget_s: float | None) -> HostReport:
 _gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
 
-async def report_off_loop(
-    capture: Capture, options: DiagnoseOptions, budget_s: float = ANALYSIS_BUDGET_S
-) -> HostReport:
+async def report_off_loop(capture: Capture, options: DiagnoseOptions, budget_s: float | None = None) -> HostReport:
     """report_from_capture in a worker thread, so the event loop keeps serving every other host's
     connection while one host's output is parsed; past `budget_s` the host gets its probe-error and
     the worker is told to stop at its next checkpoint."""
     if capture.status != "ok":
         return report_from_capture(capture, options)
+    budget_s = ANALYSIS_BUDGET_S if budget_s is None else budget_s
     loop = asyncio.get_running_loop()
     gate = _gates.get(loop)
     if gate is None:

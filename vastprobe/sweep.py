@@ -27,7 +27,7 @@ SWEEP_BYTES_IN_FLIGHT = 256 * 1024 * 1024
 #: Probe output (raw bytes) whose parsed snapshots a sweep keeps for its final document; a
 #: snapshot takes 2-3 times its output in memory. Past it a host's report is kept without its
 #: snapshot (its findings whole); the streamed report (`on_report`) always has it.
-SWEEP_KEPT_OUTPUT = 128 * 1024 * 1024
+SWEEP_KEPT_OUTPUT = 64 * 1024 * 1024
 
 
 class ByteBudget:
@@ -59,13 +59,15 @@ class HostBytes:
         self.cut = False
 
     def take(self, n: int) -> bool:
+        """Room for `n` more bytes of this host's output; False: stop reading (for good)."""
+        if self.cut:
+            return False
         b = self.budget
         more = max(0, self.held + n - b.share) - self.borrowed  # what must come from the pool
         if more > 0:
             if b.pool_used + more > b.pool:
-                if not self.cut:
-                    self.cut = True
-                    b.cut_hosts += 1
+                self.cut = True
+                b.cut_hosts += 1
                 return False
             b.pool_used += more
             self.borrowed += more
