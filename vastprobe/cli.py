@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -201,8 +202,11 @@ def diagnose(
     ssh_config: ConfigOpt = None,
     known_hosts: KnownHostsOpt = None,
     host_key_check: HostKeyOpt = "strict",
+    history: HistoryOpt = None,
+    keep: KeepOpt = "30d",
 ) -> None:
     """Probe each target once, classify its stall, print a report."""
+    import time
     from dataclasses import replace
 
     from vastprobe.pipeline import diagnose_targets
@@ -214,7 +218,11 @@ def diagnose(
         raise typer.BadParameter(str(exc)) from exc
     options = _options(sample, pid, match, log, artifacts, stale_after, expect_gpu, timeout)
     ssh = _ssh_options(port, user, identity, ssh_config, known_hosts, host_key_check, connect_timeout, timeout, targets)
+    fleet = _FleetMemory(history.expanduser(), keep) if history is not None else None
+    started_at = time.time()
     reports = diagnose_targets(targets, replace(options, ssh=ssh))
+    if fleet is not None:
+        reports = fleet.finish(reports, started_at, kind="diagnose")
     _emit(reports, _format(fmt, json_flag))
     raise typer.Exit(exit_code(reports))
 
@@ -260,10 +268,16 @@ def sweep(
     ssh_config: ConfigOpt = None,
     known_hosts: KnownHostsOpt = None,
     host_key_check: HostKeyOpt = "strict",
+    history: HistoryOpt = None,
+    no_history: NoHistoryOpt = False,
+    keep: KeepOpt = "30d",
+    group_by: GroupByOpt = None,
+    shard: ShardOpt = None,
 ) -> None:
     """The same diagnosis over a fleet: bounded concurrency, results streamed as hosts finish."""
     import asyncio
     import io
+    import time
     from dataclasses import replace
 
     from vastprobe.sweep import plan, progress_printer
@@ -272,6 +286,8 @@ def sweep(
     entries = _read_inventory(inventory)
     if not entries:
         raise typer.BadParameter(f"{inventory}: no targets")
+    fleet = _FleetMemory(_sweep_history(history, no_history), keep, group_by, shard)
+    entries = fleet.select(entries)
     options = _options(sample, pid, match, log, artifacts, stale_after, expect_gpu, timeout)
     probed = [e.target for e in entries if e.skip is None]
     ssh = _ssh_options(
@@ -289,7 +305,7 @@ def sweep(
 
     def on_report(r) -> None:
         done.append(r)
-        if chosen is OutputFormat.ndjson:
+        if chosen is OutputFormat.ndjson and fleet.group_by is None:  # outliers need the whole group first
             sys.stdout.write(dumps(host_report_dict(r)) + "\n")
             sys.stdout.flush()
         if tick is not None:
@@ -300,18 +316,21 @@ def sweep(
         from vastprobe.pipeline import warm_analysis
 
         warm_analysis()
+    started_at = time.time()
     try:
         asyncio.run(run_sweep(entries, options, p.concurrency, on_report))
     except KeyboardInterrupt:
         interrupted = True
         typer.echo(f"\nvastprobe: interrupted; {len(done)} of {len(entries)} hosts finished", err=True)
-    reports = done
+    reports = fleet.finish(done, started_at, complete=not interrupted)
+    if chosen is OutputFormat.ndjson and fleet.group_by is not None:
+        sys.stdout.write("".join(dumps(host_report_dict(r)) + "\n" for r in reports))
     if chosen is OutputFormat.json:
         sys.stdout.write(dumps(report_document(reports), indent=1 if sys.stdout.isatty() else None) + "\n")
     elif chosen is OutputFormat.table:
         from vastprobe.render.summary import render_summary
 
-        render_summary(reports, sys.stdout)
+        render_summary(reports, sys.stdout, fleet.memory)
     from vastprobe.render.prometheus import render_prometheus, write_atomic
 
     if output is not None:
@@ -323,11 +342,11 @@ def sweep(
             from vastprobe.render.summary import render_summary
 
             buf = io.StringIO()
-            render_summary(reports, buf)
+            render_summary(reports, buf, fleet.memory)
             text = buf.getvalue()
         write_atomic(output, text)
     if prom is not None and not interrupted:
-        write_atomic(prom, render_prometheus(reports))
+        write_atomic(prom, render_prometheus(reports, memory=fleet.memory, shard=fleet.shard))
     raise typer.Exit(exit_code(reports))
 
 
@@ -449,6 +468,143 @@ def probe_script(
     from vastprobe.probe.render import render_script
 
     sys.stdout.write(render_script(options.params))
+
+
+# ---------------------------------------------------------------- fleet memory: history, --group-by, --shard
+# (issue 14; self-contained: the options, their checks and the one call each command makes)
+
+HistoryOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--history",
+        help="History file (SQLite). sweep: default ${XDG_STATE_HOME:-~/.local/state}/vastprobe/history.sqlite.",
+    ),
+]
+NoHistoryOpt = Annotated[bool, typer.Option("--no-history", help="Record nothing in the history.")]
+KeepOpt = Annotated[str, typer.Option("--keep", help="Prune history older than this as it writes (e.g. 30d, 12h).")]
+GroupByOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--group-by", help="'label' (vast.ai label) or a regex over the target whose first group names the job."
+    ),
+]
+ShardOpt = Annotated[
+    Optional[str], typer.Option("--shard", help="K/N: sweep only this controller's share of the inventory.")
+]
+
+
+class _FleetMemory:
+    """The checked history, group and shard options of one run (checked before anything connects)."""
+
+    def __init__(
+        self, history: Optional[Path], keep: str, group_by: Optional[str] = None, shard: Optional[str] = None
+    ) -> None:
+        from vastprobe.history.outliers import GroupByError, group_key
+        from vastprobe.history.shard import ShardError, parse_shard
+        from vastprobe.history.timespec import TimeSpecError, parse_duration
+
+        try:
+            self.keep = parse_duration(keep)
+            self.shard = parse_shard(shard) if shard is not None else None
+            if group_by is not None:
+                group_key(group_by)
+        except (TimeSpecError, ShardError, GroupByError) as exc:
+            raise typer.BadParameter(str(exc)) from exc
+        self.history = history
+        self.group_by = group_by
+        self.memory: Mapping = {}
+
+    def select(self, entries: list) -> list:
+        if self.shard is None:
+            return entries
+        from vastprobe.history.shard import in_shard
+
+        return in_shard(entries, [e.target for e in entries], *self.shard)
+
+    def finish(self, reports: list, started_at: float, kind: str = "sweep", complete: bool = True) -> list:
+        """Outliers marked, the run recorded; a history failure is one warning line, nothing more."""
+        if self.group_by is not None:
+            from vastprobe.history.outliers import mark_outliers
+
+            reports = mark_outliers(reports, self.group_by)
+        from vastprobe.sweep import remember
+
+        shard = f"{self.shard[0]}/{self.shard[1]}" if self.shard else None
+        self.memory, warning = remember(
+            reports, self.history, started_at=started_at, keep=self.keep, kind=kind, shard=shard, complete=complete
+        )
+        if warning:
+            from vastprobe.render.safe import safe
+
+            typer.echo(f"vastprobe: warning: {safe(warning, 400)}", err=True)
+        return reports
+
+
+def _sweep_history(history: Optional[Path], no_history: bool) -> Optional[Path]:
+    if no_history:
+        return None
+    if history is not None:
+        return history.expanduser()
+    from vastprobe.history.store import default_path
+
+    return default_path()
+
+
+@app.command("history")
+def history_command(
+    targets: Annotated[
+        Optional[list[str]], typer.Argument(help="Targets or node sets (gpu[01-04]) as swept; all when none.")
+    ] = None,
+    history: HistoryOpt = None,
+    since: Annotated[
+        str,
+        typer.Option("--since", help="Window for transitions: back from now (24h, 7d) or a time (2026-12-02T14:00)."),
+    ] = "24h",
+    fmt: FormatOpt = None,
+    json_flag: JsonOpt = False,
+) -> None:
+    """What the recorded sweeps say per host: state and since when, last healthy, transitions, flapping."""
+    import time
+
+    from vastprobe.history.queries import host_histories
+    from vastprobe.history.render import history_document, history_lines
+    from vastprobe.history.store import HistoryError, default_path, open_history
+    from vastprobe.history.timespec import TimeSpecError, parse_since
+    from vastprobe.render.jsonable import dumps
+    from vastprobe.render.safe import safe
+    from vastprobe.targets import InventoryError, expand_ranges
+
+    now = time.time()
+    try:
+        start = parse_since(since, now)
+        words = [t for text in targets or () for t in expand_ranges(text)]
+    except (TimeSpecError, InventoryError) as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    path = history.expanduser() if history is not None else default_path()
+    try:
+        con = open_history(path, readonly=True)
+        try:
+            found, missing = host_histories(con, words, start)
+        finally:
+            con.close()
+    except HistoryError as exc:
+        typer.echo(f"vastprobe: {safe(str(exc), 400)}", err=True)
+        raise typer.Exit(EXIT_USAGE) from exc
+    if missing:
+        typer.echo(f"vastprobe: no history for {safe(', '.join(missing), 400)} in {safe(str(path))}", err=True)
+        if not found:
+            raise typer.Exit(EXIT_USAGE)
+    chosen = _format(fmt, json_flag)
+    if chosen is OutputFormat.table:
+        sys.stdout.write("".join(line + "\n" for line in history_lines(found, start, now)))
+    elif chosen is OutputFormat.ndjson:
+        doc = history_document(found, start, now, missing)
+        sys.stdout.write("".join(dumps(h) + "\n" for h in doc["hosts"]))
+    else:
+        sys.stdout.write(
+            dumps(history_document(found, start, now, missing), indent=1 if sys.stdout.isatty() else None) + "\n"
+        )
+    raise typer.Exit(EXIT_OK)
 
 
 def main() -> None:
