@@ -352,3 +352,17 @@ def test_diagnose_records_only_when_asked(tmp_path: Path) -> None:
     with sqlite3.connect(db) as con:
         assert con.execute("SELECT kind, hosts FROM sweeps").fetchall() == [("diagnose", 1)]
         assert con.execute("SELECT target FROM hosts").fetchall() == [("local",)]
+
+
+def test_sweep_records_by_default_under_xdg_state_home(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    dead = f"root@127.0.0.1:{free_port()}"
+    r = run("sweep", dead, "--format", "json", env={"XDG_STATE_HOME": str(state)})
+    assert r.returncode == 3 and r.stderr == "", r.stderr
+    db = state / "vastprobe" / "history.sqlite"
+    with sqlite3.connect(db) as con:
+        assert con.execute("SELECT target FROM hosts").fetchall() == [(dead,)]
+    again = run("sweep", dead, "--format", "table", "--no-history", env={"XDG_STATE_HOME": str(tmp_path / "other")})
+    assert again.returncode == 3 and not (tmp_path / "other").exists()
+    shown = run("history", dead, "--format", "table", env={"XDG_STATE_HOME": str(state)})
+    assert shown.returncode == 0 and shown.stdout.startswith(f"{dead}  UNKNOWN (unreachable) since "), shown.stdout

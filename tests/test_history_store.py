@@ -4,6 +4,7 @@ migration, damaged and locked files, overlapping writers."""
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.synchronize
 import sqlite3
 import time
 from pathlib import Path
@@ -251,3 +252,27 @@ def test_the_file_is_private(tmp_path: Path) -> None:
     _write_v1(path)
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     assert oct(path.parent.stat().st_mode & 0o777) == "0o700"
+
+
+def _open_at_once(path: str, barrier: multiprocessing.synchronize.Barrier) -> None:
+    barrier.wait()
+    HistoryStore(Path(path)).close()
+
+
+def test_many_processes_creating_one_file_at_once() -> None:
+    """Openers race on a new file: each sees it either absent or whole, never half made."""
+    import tempfile
+
+    ctx = multiprocessing.get_context("fork")
+    for _ in range(15):
+        with tempfile.TemporaryDirectory() as d:
+            path = str(Path(d) / "h.sqlite")
+            barrier = ctx.Barrier(6)
+            procs = [ctx.Process(target=_open_at_once, args=(path, barrier)) for _ in range(6)]
+            for p in procs:
+                p.start()
+            for p in procs:
+                p.join(60)
+            assert [p.exitcode for p in procs] == [0] * 6
+            with sqlite3.connect(path) as con:
+                assert con.execute("PRAGMA user_version").fetchone()[0] == schema.schema_version()

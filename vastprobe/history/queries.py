@@ -5,7 +5,6 @@ the changes cost, not what the sweeps cost."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import sqlite3
 from collections.abc import Sequence
@@ -105,54 +104,50 @@ def _host_histories(con: sqlite3.Connection, words: Sequence[str], since: float)
     rows = {
         row[1]: row
         for row in con.execute(
-            "SELECT h.id, h.target, h.labels, h.state_id, h.verdict_since, h.verdict_sweeps, h.state_since, "
-            "h.first_seen, h.last_seen, h.last_healthy, h.transitions_total, d.body "
-            "FROM hosts h LEFT JOIN details d ON d.id = h.details_id"
+            "SELECT id, target, labels, state_id, verdict_since, verdict_sweeps, state_since, first_seen, last_seen, "
+            "last_healthy, transitions_total, details_id FROM hosts"
         )
     }
     chosen, missing = select_targets(list(rows), words)
     ids = {rows[t][0] for t in chosen}
-    episodes: dict[int, list[tuple[int, float, float | None]]] = {}
-    all_hosts = len(ids) == len(rows)
-    query = "SELECT host_id, state_id, started_at, last_seen FROM episodes WHERE started_at >= ? ORDER BY host_id, started_at"
-    before_q = (
-        "SELECT host_id, state_id, max(started_at), last_seen FROM episodes WHERE started_at < ? GROUP BY host_id"
-    )
-    if all_hosts:
-        window = con.execute(query, (since,)).fetchall()
-        before = con.execute(before_q, (since,)).fetchall()
+    columns = "host_id, started_at, prev_last_seen, prev_state_id, state_id"
+    if len(ids) * 4 > len(rows):  # most hosts: one pass over the window, in time order
+        window = con.execute(
+            f"SELECT {columns} FROM episodes WHERE started_at >= ? AND prev_state_id IS NOT NULL ORDER BY started_at",
+            (since,),
+        ).fetchall()
     else:
-        window, before = [], []
+        window = []
         for host_id in sorted(ids):
             window += con.execute(
-                "SELECT host_id, state_id, started_at, last_seen FROM episodes WHERE host_id = ? AND started_at >= ? "
+                f"SELECT {columns} FROM episodes WHERE host_id = ? AND started_at >= ? AND prev_state_id IS NOT NULL "
                 "ORDER BY started_at",
                 (host_id, since),
             ).fetchall()
-            before += con.execute(
-                "SELECT host_id, state_id, max(started_at), last_seen FROM episodes WHERE host_id = ? AND started_at < ?",
-                (host_id, since),
-            ).fetchall()
-    for host_id, state_id, started, last_seen in before:
-        if host_id is not None:
-            episodes.setdefault(host_id, []).append((state_id, started, last_seen))
-    for host_id, state_id, started, last_seen in window:
-        episodes.setdefault(host_id, []).append((state_id, started, last_seen))
+    transitions: dict[int, list[Transition]] = {}
+    for host_id, started, prev_seen, prev_state, state in window:
+        if host_id in ids:
+            transitions.setdefault(host_id, []).append(
+                Transition(started, prev_seen, states[prev_state], states[state])
+            )
+    bodies: dict[int, str] = {}
+    detail_ids = sorted({rows[t][11] for t in chosen} - {None})
+    for i in range(0, len(detail_ids), 500):
+        chunk = detail_ids[i : i + 500]
+        marks = ",".join("?" * len(chunk))
+        bodies.update(con.execute(f"SELECT id, body FROM details WHERE id IN ({marks})", chunk).fetchall())
     out = []
     for target in chosen:
-        (host_id, _, labels, state_id, vsince, vsweeps, ssince, first, last, healthy, total, body) = rows[target]
-        runs = episodes.get(host_id, [])
-        transitions = []
-        for (a_state, _, a_last), (b_state, b_start, _) in itertools.pairwise(runs):
-            if b_start >= since:
-                transitions.append(Transition(b_start, a_last, states[a_state], states[b_state]))
-        verdict_changes = sum(t.kind == "verdict" for t in transitions)
-        stalls = sum(t.after.verdict == "stalled" and t.before.verdict != "stalled" for t in transitions)
+        (host_id, _, labels, state_id, vsince, vsweeps, ssince, first, last, healthy, total, details_id) = rows[target]
+        changes = tuple(transitions.get(host_id, ()))
+        verdict_changes = sum(t.kind == "verdict" for t in changes)
+        stalls = sum(t.after.verdict == "stalled" and t.before.verdict != "stalled" for t in changes)
+        body = bodies.get(details_id)
         details = json.loads(body) if body else {}
         out.append(
             HostHistory(
                 target, json.loads(labels) if labels else {}, states[state_id], vsince, vsweeps, ssince, first,
-                last, healthy, total, tuple(transitions), verdict_changes, stalls, details.get("error"),
+                last, healthy, total, changes, verdict_changes, stalls, details.get("error"),
                 tuple(details.get("findings") or ()),
             )
         )  # fmt: skip

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from vastprobe.history.queries import HostHistory, State, Transition
@@ -64,13 +65,19 @@ def history_lines(histories: list[HostHistory], since: float, now: float) -> lis
     return out
 
 
+@functools.lru_cache(maxsize=256)
 def _state_dict(s: State) -> dict[str, Any]:
     return {"status": s.status, "verdict": s.verdict, "rules": list(s.rules)}
 
 
+@functools.lru_cache(maxsize=65536)  # every host of a sweep shares its time: one string per sweep
+def _ts(v: float) -> dict[str, Any]:
+    return {"at": iso_utc(v), "unix": round(v, 3)}
+
+
 def host_history_dict(h: HostHistory, now: float) -> dict[str, Any]:
     def ts(v: float | None) -> dict[str, Any] | None:
-        return None if v is None else {"at": iso_utc(v), "unix": round(v, 3)}
+        return None if v is None else _ts(v)
 
     out: dict[str, Any] = {
         "target": h.target,

@@ -59,16 +59,20 @@ CREATE TABLE hosts (
     transitions_total INTEGER NOT NULL  -- never decreases while the host is kept (a counter)
 );
 
--- a run of sweeps in which a host kept one state; last_seen and sweeps are filled in when it ends
+-- a run of sweeps in which a host kept one state; last_seen and sweeps are filled in when it ends.
+-- Each row also names the state before it, so a transition is one row even after pruning.
 CREATE TABLE episodes (
-    id         INTEGER PRIMARY KEY,
-    host_id    INTEGER NOT NULL,
-    state_id   INTEGER NOT NULL,
-    started_at REAL NOT NULL,
-    last_seen  REAL,
-    sweeps     INTEGER
+    id             INTEGER PRIMARY KEY,
+    host_id        INTEGER NOT NULL,
+    state_id       INTEGER NOT NULL,
+    started_at     REAL NOT NULL,
+    last_seen      REAL,
+    sweeps         INTEGER,
+    prev_state_id  INTEGER,         -- NULL: the host's first record
+    prev_last_seen REAL             -- the last sweep that saw the state before
 );
 CREATE INDEX episodes_host ON episodes(host_id, started_at);
+CREATE INDEX episodes_started ON episodes(started_at);
 
 -- every host of every sweep; clustered by sweep so pruning the oldest is a range delete
 CREATE TABLE observations (
@@ -112,15 +116,19 @@ class SchemaError(Exception):
     pass
 
 
-def _version(con: sqlite3.Connection) -> tuple[int, int]:
-    user_version = con.execute("PRAGMA user_version").fetchone()[0]
-    application_id = con.execute("PRAGMA application_id").fetchone()[0]
-    return int(user_version), int(application_id)
+def _version(con: sqlite3.Connection) -> tuple[int, int, int]:
+    """(user_version, application_id, objects in the schema), read in one statement: one snapshot,
+    so a file another process is creating right now is never seen half made."""
+    row = con.execute(
+        "SELECT v.user_version, a.application_id, (SELECT count(*) FROM sqlite_schema) "
+        "FROM pragma_user_version AS v, pragma_application_id AS a"
+    ).fetchone()
+    return int(row[0]), int(row[1]), int(row[2])
 
 
-def _check(con: sqlite3.Connection, version: int, app: int) -> None:
+def _check(version: int, app: int, objects: int) -> None:
     if version == 0 and app == 0:
-        if con.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]:
+        if objects:
             raise SchemaError("is an SQLite database, but not a vastprobe history")
         return
     if app != APPLICATION_ID:
@@ -130,16 +138,15 @@ def _check(con: sqlite3.Connection, version: int, app: int) -> None:
 
 
 def migrate(con: sqlite3.Connection) -> None:
-    """Bring the file to the current version; the version is re-read under the write lock, so two
-    processes opening a new file at once create it once."""
-    version, app = _version(con)
-    _check(con, version, app)
-    if version == schema_version():
+    """Bring the file to the current version. Anything but a current file is looked at again
+    under the write lock, so two processes opening a new file at once create it once."""
+    version, app, _ = _version(con)
+    if version == schema_version() and app == APPLICATION_ID:
         return
     con.execute("BEGIN IMMEDIATE")
     try:
-        version, app = _version(con)
-        _check(con, version, app)
+        version, app, objects = _version(con)
+        _check(version, app, objects)
         for step in MIGRATIONS[version:]:
             step(con)
         con.execute(f"PRAGMA application_id = {APPLICATION_ID}")
@@ -152,6 +159,6 @@ def migrate(con: sqlite3.Connection) -> None:
 
 
 def needs_migration(con: sqlite3.Connection) -> bool:
-    version, app = _version(con)
-    _check(con, version, app)
+    version, app, objects = _version(con)
+    _check(version, app, objects)
     return version != schema_version()

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,13 +79,28 @@ def open_history(path: Path, readonly: bool = False, busy_timeout: float = BUSY_
                 if needs_migration(con):
                     raise SchemaError("is from an older vastprobe; the next sweep migrates it")
             else:
-                con.execute("PRAGMA journal_mode = WAL")
+                _wal(con, busy_timeout)
                 con.execute("PRAGMA synchronous = NORMAL")  # with WAL: a power cut loses the last sweep, never the file
                 migrate(con)
         except BaseException:
             con.close()
             raise
     return con
+
+
+def _wal(con: sqlite3.Connection, busy_timeout: float) -> None:
+    """Switch a file to WAL (a no-op once it is). The switch wants the file to itself, and SQLite
+    answers "locked" at once, without waiting, while other processes are opening a new file too:
+    so retry it here, within the same bound as any other wait."""
+    deadline = time.monotonic() + busy_timeout
+    while True:
+        try:
+            con.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 @dataclass(frozen=True)
@@ -297,7 +313,9 @@ class HistoryStore:
                 (h.last_seen, h.state_sweeps, h.episode_id),
             )
             h.episode_id = con.execute(
-                "INSERT INTO episodes (host_id, state_id, started_at) VALUES (?, ?, ?)", (h.id, state_id, t)
+                "INSERT INTO episodes (host_id, state_id, started_at, prev_state_id, prev_last_seen) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (h.id, state_id, t, h.state_id, h.last_seen),
             ).lastrowid  # type: ignore[assignment]
             h.state_id, h.state_since, h.state_sweeps = state_id, t, 1
             h.transitions_total += 1
@@ -323,7 +341,9 @@ def prune(con: sqlite3.Connection, cutoff: float) -> None:
     if old is not None:
         con.execute("DELETE FROM observations WHERE sweep_id <= ?", (old,))
         con.execute("DELETE FROM sweeps WHERE id <= ?", (old,))
-    con.execute("DELETE FROM episodes WHERE last_seen IS NOT NULL AND last_seen < ?", (cutoff,))
+    con.execute(  # through the started_at index: only what began before the cutoff is looked at
+        "DELETE FROM episodes WHERE started_at < ? AND last_seen IS NOT NULL AND last_seen < ?", (cutoff, cutoff)
+    )
     gone = [row[0] for row in con.execute("SELECT id FROM hosts WHERE last_seen < ?", (cutoff,))]
     if gone:
         con.executemany("DELETE FROM episodes WHERE host_id = ?", [(i,) for i in gone])
