@@ -73,3 +73,48 @@ def memcg() -> Iterator[MemoryCgroup]:
     cg = MemoryCgroup(40 * 1024 * 1024)
     yield cg
     cg.remove()
+
+
+class OomNoise:
+    """Unrelated OOM kills, over and over, in a cgroup of their own while a test runs: the shared
+    host our users have. No test may depend on a quiet kernel log."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.cgroup = MemoryCgroup(24 * 1024 * 1024)
+        self.name = self.cgroup.name
+        self.kills = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="oom-noise", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import subprocess
+        import sys
+
+        hog = "b = bytearray(100 * 1024 * 1024)"
+        while not self._stop.is_set():
+            r = subprocess.run(["sh", "-c", f"echo $$ > {self.cgroup.procs_file}; exec {sys.executable} -c '{hog}'"])
+            if r.returncode == -9:
+                self.kills += 1
+            self._stop.wait(0.3)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self.cgroup.remove()
+
+
+@pytest.fixture
+def oom_noise() -> Iterator[OomNoise]:
+    """Other processes on the host being OOM-killed in another memory cgroup, concurrently."""
+    import time
+
+    noise = OomNoise()
+    deadline = time.monotonic() + 30
+    while noise.kills < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the first unrelated kill is in the log before the test looks
+    assert noise.kills >= 1, "the noise process was never OOM-killed"
+    yield noise
+    noise.stop()

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cgroup_lab import memcg  # noqa: F401  (a fixture, used by name)
+from tests.cgroup_lab import memcg, oom_noise  # noqa: F401  (fixtures, used by name)
 
 
 @pytest.fixture
@@ -17,7 +17,18 @@ def reap() -> Iterator[list[subprocess.Popen]]:
     import os
     import signal
 
+    from tests.helpers import children_of
+
     for p in procs:
+        # descendants first: one that started a session of its own (a setsid daemon) escapes killpg
+        stack, family = [p.pid], []
+        while stack:
+            kids = children_of(stack.pop())
+            family += kids
+            stack += kids
+        for pid in family:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(p.pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):

@@ -102,3 +102,65 @@ def test_rules_catalogue_and_explain() -> None:
     e = run("rules", "VP102")
     assert e.returncode == 0 and e.stdout.startswith("VP102 oom-killed-child (error)")
     assert run("rules", "no-such-rule").returncode == 2
+
+
+def test_collect_keeps_its_scope_for_analyze(tmp_path: Path) -> None:
+    """`collect local --pid N -o c.json && analyze c.json` diagnoses N's tree; analyze may override."""
+    import os
+
+    p = subprocess.Popen(["sh", "-c", "sleep 300 & wait"], start_new_session=True)
+    other = subprocess.Popen(["sleep", "300"])
+    try:
+        from tests.helpers import children_of, wait_for
+
+        wait_for(lambda: len(children_of(p.pid)) == 1, what="child")
+        child = children_of(p.pid)[0]
+        cap = tmp_path / "c.json"
+        r = subprocess.run(["bash", "-c", f'"$0" -m vastprobe collect local --pid {p.pid} --sample 0 -o {cap} '
+                            f'&& "$0" -m vastprobe analyze {cap} --json', sys.executable],
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        host = json.loads(r.stdout)["hosts"][0]
+        assert host["scope"] == sorted([p.pid, child])
+        assert json.loads(cap.read_text())["scope"] == {"pids": [p.pid], "matches": []}
+        a = run("analyze", str(cap), "--json", "--pid", str(other.pid))
+        assert json.loads(a.stdout)["hosts"][0]["scope"] == [other.pid]  # the command line wins
+        # stdin
+        s = subprocess.run([*VP, "analyze", "-", "--json"], stdin=cap.open("rb"), capture_output=True, timeout=60)
+        assert s.returncode == 0 and json.loads(s.stdout)["hosts"][0]["scope"] == sorted([p.pid, child])
+        # a scope that matches nothing on the capture: unknown, exit 3
+        u = run("analyze", str(cap), "--json", "--pid", "4194304")
+        h = json.loads(u.stdout)["hosts"][0]
+        assert u.returncode == 3 and h["verdict"] == "unknown" and "no process" in h["error"]
+    finally:
+        os.killpg(p.pid, 9)
+        other.kill()
+        p.wait()
+        other.wait()
+
+
+def test_a_flipped_byte_is_reported_not_analysed(tmp_path: Path) -> None:
+    import base64
+
+    cap = tmp_path / "c.json"
+    assert run("collect", "local", "--sample", "0", "-o", str(cap)).returncode == 0
+    doc = json.loads(cap.read_text())
+    assert doc["raw_sha256"] and len(doc["raw_sha256"]) == 64
+    raw = bytearray(base64.b64decode(doc["raw_b64"]))
+    raw[len(raw) // 2] ^= 0x20
+    doc["raw_b64"] = base64.b64encode(bytes(raw)).decode()
+    cap.write_text(json.dumps(doc))
+    r = run("analyze", str(cap), "--json")
+    host = json.loads(r.stdout)["hosts"][0]
+    assert r.returncode == 3 and host["status"] == "probe-error" and "sha256" in host["error"]
+    assert host["findings"] == [] and host["snapshot"] is None
+    # a capture from before checksums (no raw_sha256) is still analysed
+    del doc["raw_sha256"]
+    doc["raw_b64"] = base64.b64encode(bytes(raw)).decode()
+    cap.write_text(json.dumps(doc))
+    assert json.loads(run("analyze", str(cap), "--json").stdout)["hosts"][0]["status"] in ("ok", "probe-error")
+
+
+def test_duplicate_targets_are_probed_once() -> None:
+    r = run("diagnose", "local", "local", "--sample", "0", "--json")
+    assert len(json.loads(r.stdout)["hosts"]) == 1 and "1 duplicate target probed once" in r.stderr

@@ -115,3 +115,48 @@ async def test_hostile_disconnect_reason_is_inert_on_the_terminal() -> None:
     buf = io.StringIO()
     render_reports([HostReport("t", res.status, res.error, "unknown", (), None, {})], file=buf)
     assert "\x1b" not in buf.getvalue() and "\\x1b]0;owned\\x07[bold]x[/bold]" in buf.getvalue()
+
+
+def test_hostile_words_reach_stderr_escaped(tmp_path) -> None:
+    """A server whose refusal holds terminal escapes and a bidi override: collect prints its words
+    on stderr, escaped like stdout (the `off` warning too)."""
+    import subprocess
+    import sys
+    import threading
+
+    evil = "\x1b]0;owned\x07\u202eevil\x1b[2J"
+
+    class Hostile(asyncssh.SSHServer):
+        def begin_auth(self, username: str) -> bool:
+            return False
+
+        def session_requested(self) -> bool:
+            raise asyncssh.ChannelOpenError(asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED, evil)
+
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    box: dict = {}
+
+    async def serve_forever() -> None:
+        key = asyncssh.generate_private_key("ssh-ed25519")
+        box["srv"] = await asyncssh.listen("127.0.0.1", 0, server_host_keys=[key], server_factory=Hostile)
+        started.set()
+
+    thread = threading.Thread(
+        target=lambda: (loop.run_until_complete(serve_forever()), loop.run_forever()), daemon=True
+    )
+    thread.start()
+    assert started.wait(10)
+    try:
+        port = box["srv"].get_port()
+        r = subprocess.run([sys.executable, "-m", "vastprobe", "collect", f"root@127.0.0.1:{port}", "-o", "-",
+                            "--host-key-check", "off", "--sample", "0"],
+                           capture_output=True, text=True, timeout=60, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})  # fmt: skip
+        assert r.returncode == 3
+        assert "\\x1b]0;owned\\x07\\u202eevil\\x1b[2J" in r.stderr, r.stderr
+        assert "\x1b" not in r.stderr and "\u202e" not in r.stderr and "\x07" not in r.stderr
+        assert r.stderr.count("host key checking is OFF") == 1
+    finally:
+        loop.call_soon_threadsafe(box["srv"].close)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)

@@ -34,12 +34,15 @@ def test_ok(sshd) -> None:
     assert host["status"] == "ok", host["error"]
     assert host["snapshot"]["probe"]["transport"] == "ssh"
     assert rc in (0, 1)
-    # the sshd session processes that ran the probe are not in scope
+    # the sshd session processes that ran the probe (its shell's ancestors) are not in scope; other
+    # people's sshd sessions on this host are none of the probe's business
     excluded = set(host["snapshot"]["excluded_pids"])
-    sessions = [
-        p for p in host["snapshot"]["processes"] if p["comm"].startswith("sshd") and "@" in " ".join(p["cmdline"])
-    ]
-    assert sessions and all(p["pid"] in excluded for p in sessions)
+    by_pid = {p["pid"]: p for p in host["snapshot"]["processes"]}
+    sessions, cur = [], by_pid.get(host["snapshot"]["probe"]["shell_ppid"])
+    while cur is not None and cur["comm"].startswith("sshd") and "@" in " ".join(cur["cmdline"]):
+        sessions.append(cur["pid"])
+        cur = by_pid.get(cur["ppid"])
+    assert sessions and all(pid in excluded for pid in sessions)
 
 
 def test_same_findings_as_local(sshd, tmp_path: Path) -> None:

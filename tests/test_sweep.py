@@ -107,8 +107,8 @@ def test_ctrl_c_prints_what_finished(tmp_path: Path) -> None:
         p.send_signal(signal.SIGINT)
         rest, err = p.communicate(timeout=30)
         assert rest == ""
-        assert "interrupted; 1 of 2 hosts finished" in err
-        assert p.returncode == 3
+        assert "interrupted: 1 of 2 hosts finished; 1 did not: " + hang.target in err
+        assert p.returncode == 130
     finally:
         hang.stop()
 
@@ -119,3 +119,61 @@ def test_concurrency_lowered_to_what_the_fd_limit_carries(tmp_path: Path) -> Non
                         sys.executable], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert "--concurrency 64 lowered to 9" in r.stderr and "ulimit -n" in r.stderr
     assert len(r.stdout.splitlines()) == 12 and r.returncode == 3
+
+
+def test_nodes_hostfile_and_exclusions_probe_the_expected_set(fleet, tmp_path: Path) -> None:
+    """`sweep -w 'gpu[01-04]' --hostfile fleet.txt -x gpu03`, as clush takes it: gpu01..06 are
+    ssh_config aliases of six loopback addresses of one real sshd, whose own log says which
+    addresses were contacted."""
+    s = start_sshd(tmp_path / "six", user_key=fleet["key"], addresses=[f"127.0.0.{i}" for i in range(1, 7)],
+                   log_level="VERBOSE")  # fmt: skip
+    try:
+        cfg = tmp_path / "ssh_config"
+        cfg.write_text("".join(
+            f"Host gpu0{i}\n  HostName 127.0.0.{i}\n  Port {s.port}\n  User root\n  IdentityFile {fleet['key']}\n"
+            f"  UserKnownHostsFile {s.known_hosts}\n" for i in range(1, 7)))  # fmt: skip
+        hosts = tmp_path / "fleet.txt"
+        hosts.write_text("gpu05\ngpu06\ngpu02  # also named by -w: probed once\n")
+        prom = tmp_path / "v.prom"
+        r = sweep("-w", "gpu[01-04]", "--hostfile", str(hosts), "-x", "gpu03", "-F", str(cfg), "--format", "ndjson",
+                  "--sample", "0", "--pid", fleet["pid"], "--prom", str(prom))  # fmt: skip
+        rows = [json.loads(line) for line in r.stdout.splitlines()]
+        assert sorted(row["target"] for row in rows) == ["gpu01", "gpu02", "gpu04", "gpu05", "gpu06"], r.stderr
+        assert all(row["status"] == "ok" for row in rows), [row["error"] for row in rows]
+        assert "1 duplicate target probed once" in r.stderr and r.returncode == 0
+        up = [line for line in prom.read_text().splitlines() if line.startswith("vastprobe_host_up{")]
+        assert len(up) == 5 and len({line.split('"')[1] for line in up}) == 5  # one series per host
+        log = s.log.read_text() if s.log else ""
+        import re
+
+        contacted = set(re.findall(rf"Connection from \S+ port \d+ on (127\.0\.0\.\d+) port {s.port}\b", log))
+        assert contacted == {"127.0.0.1", "127.0.0.2", "127.0.0.4", "127.0.0.5", "127.0.0.6"}, log[-2000:]
+        # the positional form still takes an existing file
+        r = sweep(str(hosts), "-F", str(cfg), "--format", "ndjson", "--sample", "0", "--pid", fleet["pid"])
+        assert sorted(json.loads(line)["target"] for line in r.stdout.splitlines()) == ["gpu02", "gpu05", "gpu06"]
+    finally:
+        s.stop()
+
+
+def test_hostile_vast_fields_are_skipped_rows_and_stay_inert(fleet, tmp_path: Path) -> None:
+    """ssh_host with terminal escapes and a bidi override, a lone surrogate, a port that is not a
+    number: skipped rows with the reason; nothing raw reaches the terminal or the textfile."""
+    port = fleet["a"].port
+    data = [
+        {"id": 1, "label": "good", "actual_status": "running", "ssh_host": "127.0.0.6", "ssh_port": port},
+        {"id": 2, "label": "esc", "actual_status": "running", "ssh_host": "\x1b]0;pwned\x07\x1b[2Jh", "ssh_port": 22},
+        {"id": 3, "label": "bidi", "actual_status": "running", "ssh_host": "evil\u202etxt.exe", "ssh_port": 22},
+        {"id": 4, "label": "sur\udc80", "actual_status": "running", "ssh_host": "h\udc80", "ssh_port": 22},
+        {"id": 5, "label": "abc", "actual_status": "running", "ssh_host": "ssh4.vast.ai", "ssh_port": "abc"},
+    ]
+    prom = tmp_path / "v.prom"
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "sweep", "-", "--format", "table", "-i", str(fleet["key"]),
+                        "--known-hosts", str(fleet["known_hosts"]), "--sample", "0", "--pid", fleet["pid"],
+                        "--prom", str(prom)], input=json.dumps(data).encode(), capture_output=True, timeout=120)  # fmt: skip
+    out, err = r.stdout.decode(), r.stderr.decode()
+    assert r.returncode == 0, err
+    for text in (out, err, prom.read_bytes().decode("utf-8")):
+        assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
+    assert "5 hosts: 4 skipped, 1 ok" in out
+    assert "ssh_port 'abc' is not a port" in out and "\\x1b]0;pwned" in out
+    assert 'vastprobe_sweep_hosts{status="skipped"} 4' in prom.read_text()

@@ -44,3 +44,95 @@ def test_vast_inventory_skips_what_is_not_running() -> None:
     assert [(e.target, e.skip is None) for e in entries] == [("root@h:2", True), ("root@h:3", False), ("vast-3", False)]
     assert entries[0].labels == {"instance_id": "1", "label": "prover-a"}
     assert "exited" in (entries[1].skip or "") and "provisioning" in (entries[2].skip or "")
+
+
+def test_targets_as_people_write_them() -> None:
+    from vastprobe.targets import SshTarget, TargetError, parse_target
+
+    assert parse_target("root@10.0.0.1:2222") == SshTarget("root", "10.0.0.1", 2222)
+    assert parse_target("ssh://root@host:2222") == SshTarget("root", "host", 2222)
+    assert parse_target("ssh://host/") == SshTarget(None, "host", None)
+    assert parse_target("[::1]:22") == SshTarget(None, "::1", 22)
+    assert parse_target("root@[2001:db8::7]") == SshTarget("root", "2001:db8::7", None)
+    assert parse_target("::1") == SshTarget(None, "::1", None)  # bare IPv6: no port
+    assert parse_target("fe80::1%eth0") == SshTarget(None, "fe80::1%eth0", None)
+    assert parse_target("alice@corp@bastion") == SshTarget("alice@corp", "bastion", None)  # the last @, as ssh
+    assert parse_target("[::1]:22").display() == "[::1]:22" and SshTarget("u", "::1", 2).display() == "u@[::1]:2"
+    for bad in ("root@", "@host", "host:0", "host:65536", "host:2x", "[::1", "[]:22", "-oProxyCommand=x",
+                "a b", "gpu\x1b[2J", "gpu\u202e", "gpu\udcff", "", "ho/st", "ssh://", "[::1]x"):  # fmt: skip
+        with pytest.raises(TargetError):
+            parse_target(bad)
+
+
+def test_ranges_are_bounded_before_they_are_built() -> None:
+    import time
+
+    from vastprobe.targets import expand_nodeset, expansion_size
+
+    t0 = time.monotonic()
+    for bad in ("gpu[0-99999999]", "n[0-999][0-999]", "x[1-9999999999]", "x[-]", "x[3-]"):
+        with pytest.raises(InventoryError):
+            expand_ranges(bad)
+    from vastprobe.targets import TargetError, parse_target
+
+    for odd in ("x[²-3]", "x[1-٣]", "x[]"):  # not ranges at all: kept as text, then refused as targets
+        assert expand_ranges(odd) == [odd]
+        with pytest.raises(TargetError):
+            parse_target(odd)
+    assert time.monotonic() - t0 < 0.5
+    assert expansion_size("r[1-10]n[1-10]") == 100
+    assert expand_nodeset("gpu[01-03,07],other  root@h:22") == [
+        "gpu01",
+        "gpu02",
+        "gpu03",
+        "gpu07",
+        "other",
+        "root@h:22",
+    ]
+    assert expand_ranges("n[08-10]") == ["n08", "n09", "n10"]
+
+
+def test_json_errors_say_where() -> None:
+    with pytest.raises(InventoryError, match=r"line 3, column 14: Expecting ':' delimiter"):
+        parse_inventory('[\n {"id": 1,\n  "ssh_host" "x"}\n]\n')
+    with pytest.raises(InventoryError, match="line 2"):
+        parse_inventory('\n{"instances": [}\n')
+    assert [e.target for e in parse_inventory("[::1]:22\n")] == ["[::1]:22"]  # a plain list starting with "["
+
+
+def test_vast_instances_with_unusable_fields_become_skipped_rows() -> None:
+    data = [
+        {"id": 1, "actual_status": "running", "ssh_host": "ssh4.vast.ai", "ssh_port": "abc"},
+        {"id": 2, "actual_status": "running", "ssh_host": "evil\x1b]0;x\x07host", "ssh_port": 2222},
+        {"id": 3, "actual_status": "running", "ssh_host": "h\u202egnp", "ssh_port": 2222},
+        {"id": 4, "actual_status": "running", "public_ipaddr": "1.2.3.4", "ssh_host": "h", "ssh_port": 5,
+         "ports": {"22/tcp": [{"HostPort": "x"}]}},
+        {"id": 5, "actual_status": "running", "ssh_host": "h", "ssh_port": 65535, "image_runtype": "jupyter"},
+        {"id": {"nested": 1}, "label": "bad\udc80label", "actual_status": "running", "ssh_host": "h\udc80", "ssh_port": 7},
+        "not an object",
+        {"id": 8, "label": ["x"], "actual_status": "running", "ssh_host": "ok.host", "ssh_port": "2200"},
+        {"id": 9, "actual_status": "running", "ssh_host": "ok.host", "ssh_port": True},
+    ]  # fmt: skip
+    entries = parse_inventory(json.dumps(data))
+    assert [e.skip is None for e in entries] == [False, False, False, True, False, False, False, True, False]
+    assert "ssh_port 'abc' is not a port" in (entries[0].skip or "")
+    assert "ssh_host" in (entries[1].skip or "") and "\\x1b" in (entries[1].skip or "")
+    assert entries[3].target == "root@h:5"  # a bad direct port falls back to the proxy address
+    assert "past 65535" in (entries[4].skip or "")
+    assert entries[7].target == "root@ok.host:2200" and entries[7].labels == {"instance_id": "8"}
+    for e in entries:  # nothing that cannot be encoded, nothing that moves a terminal's cursor
+        text = e.target + (e.skip or "") + "".join(e.labels.values())
+        text.encode("utf-8")
+        assert "\x1b" not in text and "\u202e" not in text.replace("\\u202e", "")
+
+
+def test_duplicates_and_exclusions() -> None:
+    from vastprobe.targets import InventoryEntry, exclude, looks_like_path, unique_entries
+
+    entries = [InventoryEntry(t) for t in ("gpu01", "root@gpu03:22", "gpu02", "gpu01", "gpu03")]
+    kept, dropped = unique_entries(entries)
+    assert [e.target for e in kept] == ["gpu01", "root@gpu03:22", "gpu02", "gpu03"] and dropped == 1
+    assert [e.target for e in exclude(kept, ["gpu03"])] == ["gpu01", "gpu02"]  # by host name, too
+    assert [e.target for e in exclude(kept, ["root@gpu03:22"])] == ["gpu01", "gpu02", "gpu03"]
+    assert looks_like_path("fleet.txt") and looks_like_path("./hosts") and looks_like_path("/etc/x")
+    assert not looks_like_path("gpu-box") and not looks_like_path("gpu[01-04]")

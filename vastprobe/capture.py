@@ -1,10 +1,18 @@
 """A probe run as it came back from a target, before parsing. `collect` saves it with the raw
-bytes, so a newer vastprobe can parse an old capture again."""
+bytes, so a newer vastprobe can parse an old capture again.
+
+A saved capture carries a sha256 of its raw bytes (a flipped byte is reported, not analysed) and
+the scope `collect` was given (`--pid`/`--match`), which `analyze` uses unless told otherwise.
+"""
 
 from __future__ import annotations
 
 import base64
+import binascii
+import hashlib
 import json
+import math
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +25,9 @@ if TYPE_CHECKING:
 from vastprobe.probe.render import ProbeParams
 
 CAPTURE_SCHEMA = "vastprobe.capture/1"
+#: Largest capture file `analyze` reads: 32 MiB of raw output is ~43 MiB of base64, plus the snapshot.
+MAX_CAPTURE_FILE = 512 * 1024 * 1024
+_STATUSES = ("ok", "unreachable", "auth-failed", "host-key-rejected", "timeout", "probe-error", "skipped")
 
 
 @dataclass(frozen=True)
@@ -30,6 +41,12 @@ class Capture:
     params: ProbeParams
     timings: dict[str, float] = field(default_factory=dict)
     captured_at: float = field(default_factory=time.time)
+    pids: tuple[int, ...] = ()  # collect's --pid: analyze's default scope
+    matches: tuple[str, ...] = ()  # collect's --match
+
+
+def raw_sha256(output: bytes) -> str:
+    return hashlib.sha256(output).hexdigest()
 
 
 def capture_to_dict(c: Capture, snapshot: Any) -> dict[str, Any]:
@@ -49,6 +66,8 @@ def capture_to_dict(c: Capture, snapshot: Any) -> dict[str, Any]:
             "artifacts": list(c.params.artifacts),
             "boundary": c.params.boundary,
         },
+        "scope": {"pids": list(c.pids), "matches": list(c.matches)},
+        "raw_sha256": raw_sha256(c.output),
         "raw_b64": base64.b64encode(c.output).decode("ascii"),
         "snapshot": snapshot,
     }
@@ -58,34 +77,121 @@ class CaptureError(ValueError):
     pass
 
 
+def _text(d: dict[str, Any], key: str, default: str | None = None) -> str:
+    v = d.get(key, default)
+    if not isinstance(v, str) or any(0xD800 <= ord(ch) <= 0xDFFF for ch in v):
+        raise CaptureError(f"field {key!r} is not text")
+    return v
+
+
+def _texts(d: dict[str, Any], key: str) -> tuple[str, ...]:
+    v = d.get(key) or []
+    if not isinstance(v, list):
+        raise CaptureError(f"field {key!r} is not a list")
+    return tuple(_text({"x": x}, "x") for x in v)
+
+
+def _number(v: Any, key: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise CaptureError(f"field {key!r} is not a number")
+    return float(v)
+
+
 def capture_from_dict(d: dict[str, Any]) -> Capture:
-    if d.get("schema") != CAPTURE_SCHEMA:
-        raise CaptureError(f"not a vastprobe capture (schema {d.get('schema')!r}, want {CAPTURE_SCHEMA})")
-    p = d["params"]
+    """A capture, checked field by field; a raw-bytes checksum mismatch becomes a capture whose
+    status says so (analyze reports it as an error instead of analysing altered bytes)."""
+    if not isinstance(d, dict) or d.get("schema") != CAPTURE_SCHEMA:
+        schema = d.get("schema") if isinstance(d, dict) else None
+        raise CaptureError(f"not a vastprobe capture (schema {schema!r}, want {CAPTURE_SCHEMA})")
+    p = d.get("params")
+    if not isinstance(p, dict):
+        raise CaptureError("field 'params' is missing")
+    sample = _number(p.get("sample"), "params.sample")
+    if not 0 <= sample <= 600:
+        raise CaptureError("field 'params.sample' is out of range")
     params = ProbeParams(
-        sample=float(p["sample"]), logs=tuple(p["logs"]), artifacts=tuple(p["artifacts"]), boundary=p["boundary"]
+        sample=sample, logs=_texts(p, "logs"), artifacts=_texts(p, "artifacts"), boundary=_text(p, "boundary")
     )
-    return Capture(
-        target=d["target"],
-        transport=d["transport"],
-        status=d["status"],
-        error=d.get("error"),
-        output=base64.b64decode(d["raw_b64"]),
+    status = d.get("status")
+    if status not in _STATUSES:
+        raise CaptureError(f"field 'status' is not a status: {status!r}")
+    try:
+        output = base64.b64decode(_text(d, "raw_b64"), validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise CaptureError(f"field 'raw_b64' is not base64: {exc}") from exc
+    scope = d.get("scope") or {}
+    if not isinstance(scope, dict):
+        raise CaptureError("field 'scope' is not an object")
+    pids = scope.get("pids") or []
+    if not isinstance(pids, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in pids):
+        raise CaptureError("field 'scope.pids' is not a list of PIDs")
+    error = d.get("error")
+    timings = d.get("timings") or {}
+    cap = Capture(
+        target=_text(d, "target"),
+        transport=_text(d, "transport"),
+        status=status,
+        error=_text(d, "error") if error is not None else None,
+        output=output,
         truncated=bool(d.get("truncated")),
         params=params,
-        timings=dict(d.get("timings") or {}),
-        captured_at=float(d.get("captured_at") or 0),
+        timings={str(k): _number(v, "timings") for k, v in timings.items()} if isinstance(timings, dict) else {},
+        captured_at=_number(d.get("captured_at") or 0, "captured_at"),
+        pids=tuple(pids),
+        matches=_texts(scope, "matches"),
     )
+    want = d.get("raw_sha256")
+    if want is not None and (not isinstance(want, str) or raw_sha256(output) != want.lower()):
+        return Capture(
+            cap.target, cap.transport, "probe-error",
+            f"the capture's raw bytes do not match their sha256 (recorded {str(want)[:64]!r}, "
+            f"computed {raw_sha256(output)}): the file was altered or damaged; not analysed",
+            b"", False, params, cap.timings, cap.captured_at, cap.pids, cap.matches,
+        )  # fmt: skip
+    return cap
 
 
-def load_captures(path: Path) -> list[Capture]:
-    """A capture file holds one capture object, or a list of them."""
+def read_capture_bytes(path: Path | str) -> bytes:
+    """The bytes of a capture file, or stdin for `-`; bounded."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CaptureError(f"{path}: {exc}") from exc
-    items = data if isinstance(data, list) else data.get("captures", [data]) if isinstance(data, dict) else []
+        if str(path) == "-":
+            data = sys.stdin.buffer.read(MAX_CAPTURE_FILE + 1)
+        else:
+            with open(path, "rb") as f:
+                data = f.read(MAX_CAPTURE_FILE + 1)
+    except IsADirectoryError as exc:
+        raise CaptureError(f"{path}: is a directory") from exc
+    except OSError as exc:
+        raise CaptureError(f"{path}: {exc.strerror or exc}") from exc
+    if len(data) > MAX_CAPTURE_FILE:
+        raise CaptureError(f"{path}: larger than {MAX_CAPTURE_FILE} bytes; not a capture")
+    return data
+
+
+def load_captures(path: Path | str) -> list[Capture]:
+    """A capture file holds one capture object, or a list of them (`-`: stdin)."""
+    name = "stdin" if str(path) == "-" else str(path)
+    data = read_capture_bytes(path)
+    if b"\0" in data[:8192]:
+        raise CaptureError(f"{name}: not a capture (binary data, not JSON text)")
     try:
-        return [capture_from_dict(x) for x in items]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CaptureError(f"{path}: {exc}") from exc
+        doc = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise CaptureError(f"{name}: not a capture (not UTF-8 text at byte {exc.start})") from exc
+    except json.JSONDecodeError as exc:
+        raise CaptureError(
+            f"{name}: not a capture (invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg})"
+        ) from exc
+    except RecursionError as exc:
+        raise CaptureError(f"{name}: not a capture (JSON nested too deeply)") from exc
+    items = doc if isinstance(doc, list) else doc.get("captures", [doc]) if isinstance(doc, dict) else []
+    if not isinstance(items, list) or not items:
+        raise CaptureError(f"{name}: not a capture (no capture objects in it)")
+    out = []
+    for i, x in enumerate(items):
+        try:
+            out.append(capture_from_dict(x))
+        except CaptureError as exc:
+            where = f"{name}" if len(items) == 1 else f"{name}, capture {i}"
+            raise CaptureError(f"{where}: {exc}") from exc
+    return out

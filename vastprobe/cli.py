@@ -1,33 +1,79 @@
-"""The command line: options -> targets -> pipeline -> renderer -> exit code. Nothing else."""
+"""The command line: options -> targets -> pipeline -> renderer -> exit code. Nothing else.
+
+Every option is checked while the command line is parsed (vastprobe/cli_checks.py) and every
+cross-option check runs before the first connection: bad input is one line on stderr and exit 2.
+vastprobe's own failure is one line and exit 4 (the traceback with --debug or VASTPROBE_DEBUG=1);
+Ctrl-C prints what finished and exits 130. Everything on stderr goes through notices.say, escaped.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, NoReturn, Optional
 
 import typer
+from typer.core import TyperCommand
 
 from vastprobe import __version__
+from vastprobe import cli_checks as checks
+from vastprobe.notices import say
+
+EXIT_OK, EXIT_STALLED, EXIT_USAGE, EXIT_UNPROBED, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+EXIT_PIPE = 141  # stdout's reader went away (`| head`): what a tool killed by SIGPIPE reports
+#: Documented in docs/output.md and in every command's help; tests/test_cli_errors.py holds every run to them.
+EXIT_CODES = {
+    EXIT_OK: "every target probed and diagnosed, none stalled",
+    EXIT_STALLED: "at least one target is stalled",
+    EXIT_USAGE: "usage error: a bad option, target, inventory or capture (one line on stderr)",
+    EXIT_UNPROBED: "nothing stalled, but a target could not be probed or diagnosed (skipped rows do not count)",
+    EXIT_FAILED: "vastprobe itself failed (one line on stderr; the traceback with --debug)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C), after printing what finished",
+}
+EXIT_EPILOG = "[b]Exit codes[/b]: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()) + "."
+CONTEXT = {"help_option_names": ["-h", "--help"]}
 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode=None,
+    rich_markup_mode="rich",
+    context_settings=CONTEXT,
     help="Find out why a GPU host went quiet: one read-only probe per host, classified with evidence.",
+    epilog=EXIT_EPILOG,
 )
 
-EXIT_OK, EXIT_STALLED, EXIT_USAGE, EXIT_UNPROBED = 0, 1, 2, 3
+P_SCOPE = "What to look at"
+P_OUTPUT = "Output"
+P_LIMITS = "Limits"
+P_SSH = "SSH (as OpenSSH; the command line wins over ssh_config)"
+P_INVENTORY = "Inventory (as ClusterShell's clush)"
+
+
+class Command(TyperCommand):
+    """Usage lines as man pages write them: `TARGET...`, not typer's `{TARGET...}`."""
+
+    def collect_usage_pieces(self, ctx):  # type: ignore[no-untyped-def]
+        return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in super().collect_usage_pieces(ctx)]
 
 
 class OutputFormat(StrEnum):
     table = "table"
     json = "json"
     ndjson = "ndjson"
+
+
+class HostKeyCheck(StrEnum):
+    strict = "strict"
+    accept_new = "accept-new"
+    off = "off"
+
+
+def usage_error(message: str) -> NoReturn:
+    """A bad input found in a command's body (after parsing, before any connection): exit 2."""
+    raise _click_exceptions().UsageError(message)
 
 
 def _version(value: bool) -> None:
@@ -41,8 +87,11 @@ def _root(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="On an internal error, print the traceback (also VASTPROBE_DEBUG=1).")
+    ] = False,
 ) -> None:
-    pass
+    pass  # --debug is read by main() before parsing, so it works after the command name too
 
 
 def _format(fmt: Optional[OutputFormat], json_flag: bool) -> OutputFormat:
@@ -54,66 +103,147 @@ def _format(fmt: Optional[OutputFormat], json_flag: bool) -> OutputFormat:
 
 
 def exit_code(reports: list) -> int:
+    """1 if any target is stalled; else 3 if any could not be probed, or was probed but not
+    diagnosed (verdict unknown: e.g. --pid/--match matched nothing); else 0. Skipped rows are neither."""
     if any(r.verdict == "stalled" for r in reports):
         return EXIT_STALLED
-    if any(r.status not in ("ok", "skipped") for r in reports):
+    if any(r.status != "skipped" and (r.status != "ok" or r.verdict == "unknown") for r in reports):
         return EXIT_UNPROBED
     return EXIT_OK
 
 
+# ---- options: each with its check (cli_checks) and its help panel ------------------------------
+
 SampleOpt = Annotated[
-    float, typer.Option("--sample", min=0, max=600, help="Seconds between the probe's two samples (0 = one sample).")
-]
-PidOpt = Annotated[Optional[list[int]], typer.Option("--pid", help="Root process of interest (repeatable).")]
-MatchOpt = Annotated[Optional[list[str]], typer.Option("--match", help="Regex over command lines (repeatable).")]
-LogOpt = Annotated[Optional[list[str]], typer.Option("--log", help="Log file the workload keeps writing (repeatable).")]
+    float,
+    typer.Option("--sample", metavar="SECONDS", callback=checks.seconds(0.01, 600, zero=True), rich_help_panel=P_SCOPE,
+                 help="Seconds between the probe's two samples: 0.01-600, or 0 for one sample."),
+]  # fmt: skip
+PidOpt = Annotated[
+    Optional[list[int]],
+    typer.Option("--pid", metavar="PID", callback=checks.pids, rich_help_panel=P_SCOPE,
+                 help="Root process of interest, with its descendants (repeatable). Matching nothing: verdict unknown, exit 3."),
+]  # fmt: skip
+MatchOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--match", metavar="REGEX", callback=checks.regexes, rich_help_panel=P_SCOPE,
+                 help="Processes whose command line matches, with descendants (repeatable)."),
+]  # fmt: skip
+LogOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--log", metavar="PATH", callback=checks.texts, rich_help_panel=P_SCOPE,
+                 help="Log file the workload keeps writing (repeatable)."),
+]  # fmt: skip
 ArtOpt = Annotated[
-    Optional[list[str]], typer.Option("--artifacts", help="Remote glob to list (repeatable; default /tmp/*).")
-]
-StaleOpt = Annotated[float, typer.Option("--stale-after", min=0, help="A log not written for this long is stale.")]
+    Optional[list[str]],
+    typer.Option("--artifacts", metavar="GLOB", callback=checks.texts, rich_help_panel=P_SCOPE,
+                 help="Remote glob to list (repeatable; default /tmp/*)."),
+]  # fmt: skip
+StaleOpt = Annotated[
+    float,
+    typer.Option("--stale-after", metavar="SECONDS", callback=checks.seconds(0, 10 * 365 * 86400), rich_help_panel=P_SCOPE,
+                 help="A log not written for this long is stale."),
+]  # fmt: skip
 GpuOpt = Annotated[
     Optional[bool],
-    typer.Option("--expect-gpu/--no-expect-gpu", help="Whether the workload should use GPUs (default: auto)."),
+    typer.Option("--expect-gpu/--no-expect-gpu", rich_help_panel=P_SCOPE,
+                 help="Whether the workload should use GPUs (default: auto)."),
+]  # fmt: skip
+FormatOpt = Annotated[
+    Optional[OutputFormat],
+    typer.Option("--format", rich_help_panel=P_OUTPUT, help="table on a terminal, json otherwise."),
 ]
-FormatOpt = Annotated[Optional[OutputFormat], typer.Option("--format", help="table on a terminal, json otherwise.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Short for --format json.")]
+JsonOpt = Annotated[bool, typer.Option("--json", rich_help_panel=P_OUTPUT, help="Short for --format json.")]
+GpusOpt = Annotated[
+    Optional[int],
+    typer.Option("--expect-gpus", metavar="N", min=0, max=4096, rich_help_panel=P_SCOPE,
+                 help="How many GPUs should answer on each target (gpu-missing when fewer do)."),
+]  # fmt: skip
 TimeoutOpt = Annotated[
-    float, typer.Option("--timeout", min=1, help="Bound on one host's whole probe, connect included.")
-]
+    float,
+    typer.Option("--timeout", metavar="SECONDS", callback=checks.seconds(1, 86400), rich_help_panel=P_LIMITS,
+                 help="Bound on one host's whole probe, connect included (1-86400)."),
+]  # fmt: skip
 ConnectTimeoutOpt = Annotated[
-    float, typer.Option("--connect-timeout", min=1, help="TCP connect + SSH handshake + auth bound.")
-]
-PortOpt = Annotated[Optional[int], typer.Option("-p", "--port", help="SSH port.")]
-UserOpt = Annotated[Optional[str], typer.Option("-l", "--user", help="SSH user.")]
-IdentityOpt = Annotated[Optional[list[Path]], typer.Option("-i", "--identity", help="SSH private key (repeatable).")]
-ConfigOpt = Annotated[Optional[Path], typer.Option("-F", "--ssh-config", help="ssh_config file.")]
+    Optional[float],
+    typer.Option("--connect-timeout", metavar="SECONDS", callback=checks.seconds(1, 3600), rich_help_panel=P_SSH,
+                 help="TCP connect + handshake + auth bound (default: ConnectTimeout from ssh_config, else 10)."),
+]  # fmt: skip
+PortOpt = Annotated[
+    Optional[int], typer.Option("-p", "--port", metavar="PORT", callback=checks.port, rich_help_panel=P_SSH, help="SSH port.")
+]  # fmt: skip
+UserOpt = Annotated[
+    Optional[str], typer.Option("-l", "--user", metavar="USER", callback=checks.user, rich_help_panel=P_SSH, help="SSH user.")
+]  # fmt: skip
+IdentityOpt = Annotated[
+    Optional[list[Path]],
+    typer.Option("-i", "--identity", metavar="FILE", callback=checks.readable_files, rich_help_panel=P_SSH,
+                 help="Private key (repeatable). Encrypted keys are used through ssh-agent; keys readable by others are refused."),
+]  # fmt: skip
+ConfigOpt = Annotated[
+    Optional[Path],
+    typer.Option("-F", "--ssh-config", metavar="FILE", callback=checks.readable_file, rich_help_panel=P_SSH,
+                 help="ssh_config file (default ~/.ssh/config)."),
+]  # fmt: skip
+_SSH_OPTION_HELP = (
+    "ssh_config option, as ssh -o (repeatable): User, Port, HostName, IdentityFile, IdentitiesOnly, IdentityAgent, "
+    "UserKnownHostsFile, StrictHostKeyChecking, HashKnownHosts, ConnectTimeout, ProxyJump."
+)
+OptionOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("-o", "--ssh-option", metavar="KEY=VALUE", callback=checks.config_options, rich_help_panel=P_SSH,
+                 help=_SSH_OPTION_HELP),
+]  # fmt: skip
+#: collect's -o is its output file (the contract), so there the SSH option is --ssh-option alone.
+LongOptionOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--ssh-option", metavar="KEY=VALUE", callback=checks.config_options, rich_help_panel=P_SSH,
+                 help=_SSH_OPTION_HELP),
+]  # fmt: skip
+JumpOpt = Annotated[
+    Optional[str],
+    typer.Option("-J", "--jump", metavar="HOST,...", callback=checks.jump_hosts, rich_help_panel=P_SSH,
+                 help="Jump host(s), as ssh -J (wins over ProxyJump)."),
+]  # fmt: skip
 KnownHostsOpt = Annotated[
-    Optional[Path], typer.Option("--known-hosts", help="known_hosts file to verify host keys against.")
-]
-HostKeyOpt = Annotated[str, typer.Option("--host-key-check", help="strict | accept-new | off")]
+    Optional[Path],
+    typer.Option("--known-hosts", metavar="FILE", callback=checks.known_hosts, rich_help_panel=P_SSH,
+                 help="known_hosts file (default: UserKnownHostsFile from ssh_config, else ~/.ssh/known_hosts)."),
+]  # fmt: skip
+HostKeyOpt = Annotated[
+    Optional[HostKeyCheck],
+    typer.Option("--host-key-check", rich_help_panel=P_SSH,
+                 help="strict refuses unknown keys; accept-new records them; off checks nothing (warned once). "
+                      "Default: StrictHostKeyChecking from ssh_config, else strict. A changed key is always refused."),
+]  # fmt: skip
+VerboseOpt = Annotated[
+    int,
+    typer.Option("-v", "--verbose", count=True, show_default=False, rich_help_panel=P_SSH,
+                 help="Handshake detail on stderr (-vv, -vvv: more)."),
+]  # fmt: skip
+ConcurrencyOpt = Annotated[
+    int,
+    typer.Option("--concurrency", metavar="N", callback=checks.whole(1, 4096, "host count"), rich_help_panel=P_LIMITS,
+                 help="Hosts probed at once (1-4096)."),
+]  # fmt: skip
 
 
 def _options(
+    *,
     sample: float,
-    pid: Optional[list[int]],
-    match: Optional[list[str]],
-    log: Optional[list[str]],
-    artifacts: Optional[list[str]],
-    stale_after: float,
-    expect_gpu: Optional[bool],
-    timeout: float,
+    pid: Optional[list[int]] = None,
+    match: Optional[list[str]] = None,
+    log: Optional[list[str]] = None,
+    artifacts: Optional[list[str]] = None,
+    stale_after: float = 300.0,
+    expect_gpu: Optional[bool] = None,
+    timeout: float = 60.0,
+    expect_gpus: Optional[int] = None,
 ):  # -> DiagnoseOptions
-    import re
-
     from vastprobe.options import RuleOptions
     from vastprobe.pipeline import DiagnoseOptions
     from vastprobe.probe.render import DEFAULT_ARTIFACTS, ProbeParams
 
-    for m in match or ():
-        try:
-            re.compile(m)
-        except re.error as exc:
-            raise typer.BadParameter(f"--match {m!r}: {exc}") from exc
     deadline = max(10, int(timeout) + 5)
     params = ProbeParams(
         sample=sample,
@@ -124,9 +254,9 @@ def _options(
     return DiagnoseOptions(
         params=params,
         timeout=timeout,
-        pids=tuple(pid or ()),
-        matches=tuple(match or ()),
-        rules=RuleOptions(stale_after=stale_after, expect_gpu=expect_gpu),
+        pids=tuple(dict.fromkeys(pid or ())),
+        matches=tuple(dict.fromkeys(match or ())),
+        rules=RuleOptions(stale_after=stale_after, expect_gpu=expect_gpu, expect_gpus=expect_gpus),
     )
 
 
@@ -147,44 +277,133 @@ def _emit(reports: list, fmt: OutputFormat) -> None:
     sys.stdout.flush()
 
 
-def _ssh_options(
-    port: Optional[int],
-    user: Optional[str],
-    identity: Optional[list[Path]],
-    ssh_config: Optional[Path],
-    known_hosts: Optional[Path],
-    host_key_check: str,
-    connect_timeout: float,
-    timeout: float,
-    targets: list[str],
-):  # -> SshOptions, or None when every target is local
-    if host_key_check not in ("strict", "accept-new", "off"):
-        raise typer.BadParameter(f"--host-key-check must be strict, accept-new or off, not {host_key_check!r}")
-    if all(t == "local" for t in targets):
-        return None
-    from vastprobe.transport.ssh import SshOptions, TargetError, parse_target
+def _check_targets(targets: list[str]) -> None:
+    from vastprobe.targets import TargetError, parse_target
 
     for t in targets:
         if t != "local":
             try:
                 parse_target(t)
             except TargetError as exc:
-                raise typer.BadParameter(str(exc)) from exc
-    return SshOptions(
+                usage_error(str(exc))
+
+
+def _verbose_logging(level: int) -> None:
+    """-v: asyncssh's own log (connection, auth, channel) on stderr, escaped like everything else."""
+    import logging
+
+    import asyncssh
+
+    from vastprobe.render.safe import safe
+
+    class Escaped(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return safe(f"vastprobe: ssh: {super().format(record)}")
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(Escaped("%(message)s"))
+    logger = logging.getLogger("asyncssh")
+    logger.addHandler(handler)
+    asyncssh.set_log_level(logging.INFO if level == 1 else logging.DEBUG)
+    if level >= 2:
+        asyncssh.set_debug_level(min(level - 1, 3))
+
+
+def _ssh_options(
+    targets: list[str],
+    *,
+    port: Optional[int],
+    user: Optional[str],
+    identity: Optional[list[Path]],
+    ssh_config: Optional[Path],
+    known_hosts: Optional[Path],
+    host_key_check: Optional[HostKeyCheck],
+    connect_timeout: Optional[float],
+    timeout: float,
+    config_options: Optional[list[str]] = None,
+    jump: Optional[str] = None,
+    verbose: int = 0,
+):  # -> SshOptions, or None when every target is local
+    """Every SSH setting checked before the first connection, ssh_config included (a syntax
+    error there is one usage error, not one failure per host)."""
+    _check_targets(targets)
+    if all(t == "local" for t in targets):
+        return None
+    from vastprobe.transport.ssh import SshOptions, load_config
+    from vastprobe.transport.sshopts import parse_config_option
+
+    opts = SshOptions(
         port=port,
         user=user,
         identities=tuple(str(p.expanduser()) for p in identity or ()),
-        ssh_config=str(ssh_config) if ssh_config else None,
-        known_hosts=str(known_hosts) if known_hosts else None,
-        host_key_check=host_key_check,  # type: ignore[arg-type]
-        connect_timeout=min(connect_timeout, timeout),
+        ssh_config=str(ssh_config.expanduser()) if ssh_config else None,
+        known_hosts=str(known_hosts.expanduser()) if known_hosts else None,
+        host_key_check=host_key_check.value if host_key_check else None,  # type: ignore[arg-type]
+        connect_timeout=connect_timeout,
         timeout=timeout,
+        jump=jump,
+        config_options=tuple(parse_config_option(o) for o in config_options or ()),
+        verbose=verbose,
     )
+    try:
+        load_config(opts, "vastprobe-config-check")
+    except OSError as exc:
+        usage_error(f"{ssh_config or '~/.ssh/config'}: {exc.strerror or exc}")
+    except ValueError as exc:  # asyncssh's ConfigParseError names the file and line
+        usage_error(f"ssh_config: {exc}")
+    if verbose:
+        _verbose_logging(verbose)
+    return opts
 
 
-@app.command()
+def _unique(targets: list[str], what: str = "target") -> list[str]:
+    out = list(dict.fromkeys(targets))
+    if len(out) < len(targets):
+        n = len(targets) - len(out)
+        say(f"vastprobe: {n} duplicate {what}{'s' if n != 1 else ''} probed once")
+    return out
+
+
+def _run_entries(entries: list, options, concurrency: int, on_report) -> tuple[list, bool]:  # type: ignore[no-untyped-def]
+    """Probe every entry; returns (reports in completion order, interrupted). Ctrl-C stops the run
+    and keeps what finished."""
+    import asyncio
+
+    from vastprobe.sweep import sweep as run_sweep
+
+    done: list = []
+
+    def keep(r) -> None:  # type: ignore[no-untyped-def]
+        done.append(r)
+        on_report(r)
+
+    if any(e.target != "local" and e.skip is None for e in entries):
+        from vastprobe.pipeline import warm_analysis
+
+        warm_analysis()
+    try:
+        asyncio.run(run_sweep(entries, options, concurrency, keep))
+    except KeyboardInterrupt:
+        return done, True
+    return done, False
+
+
+def _say_interrupted(done: list, entries: list, unit: str = "hosts") -> None:
+    finished = {r.target for r in done}
+    left = [e.target for e in entries if e.target not in finished]
+    shown = ", ".join(left[:8]) + (f" (+{len(left) - 8} more)" if len(left) > 8 else "")
+    say(f"\nvastprobe: interrupted: {len(done)} of {len(entries)} {unit} finished; {len(left)} did not: {shown}")
+
+
+@app.command(cls=Command, context_settings=CONTEXT, epilog=EXIT_EPILOG)
 def diagnose(
-    targets: Annotated[list[str], typer.Argument(help="`local`, or [user@]host[:port].")],
+    targets: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="TARGET...",
+            help="`local`, \\[user@]host\\[:port], ssh://\\[user@]host\\[:port], or a range like gpu\\[01-04].",
+        ),
+    ],
     sample: SampleOpt = 1.0,
     pid: PidOpt = None,
     match: MatchOpt = None,
@@ -192,64 +411,220 @@ def diagnose(
     artifacts: ArtOpt = None,
     stale_after: StaleOpt = 300.0,
     expect_gpu: GpuOpt = None,
+    expect_gpus: GpusOpt = None,
     fmt: FormatOpt = None,
     json_flag: JsonOpt = False,
     timeout: TimeoutOpt = 60.0,
-    connect_timeout: ConnectTimeoutOpt = 10.0,
+    connect_timeout: ConnectTimeoutOpt = None,
     port: PortOpt = None,
     user: UserOpt = None,
     identity: IdentityOpt = None,
     ssh_config: ConfigOpt = None,
+    config_options: OptionOpt = None,
+    jump: JumpOpt = None,
     known_hosts: KnownHostsOpt = None,
-    host_key_check: HostKeyOpt = "strict",
+    host_key_check: HostKeyOpt = None,
+    verbose: VerboseOpt = 0,
     history: HistoryOpt = None,
     keep: KeepOpt = "30d",
 ) -> None:
-    """Probe each target once, classify its stall, print a report."""
-    import time
+    """Probe each target once, classify its stall, print a report.
+
+    [b]Examples[/b]
+      vastprobe diagnose local --pid 1234 --log /workspace/run.log
+      vastprobe diagnose root@203.0.113.7:41234 -i ~/.ssh/vast
+      vastprobe diagnose gpu-box -J bastion --format json
+    """
     from dataclasses import replace
 
-    from vastprobe.pipeline import diagnose_targets
-    from vastprobe.targets import InventoryError, expand_ranges
+    from vastprobe.targets import InventoryEntry, InventoryError, expand_nodeset
 
     try:
-        targets = [t for text in targets for t in expand_ranges(text)]  # gpu[01-04]
+        expanded = [t for text in targets for t in expand_nodeset(text)]  # gpu[01-04]
     except InventoryError as exc:
-        raise typer.BadParameter(str(exc)) from exc
-    options = _options(sample, pid, match, log, artifacts, stale_after, expect_gpu, timeout)
-    ssh = _ssh_options(port, user, identity, ssh_config, known_hosts, host_key_check, connect_timeout, timeout, targets)
-    fleet = _FleetMemory(history.expanduser(), keep) if history is not None else None
-    started_at = time.time()
-    reports = diagnose_targets(targets, replace(options, ssh=ssh))
+        usage_error(str(exc))
+    expanded = _unique(expanded)
+    options = _options(sample=sample, pid=pid, match=match, log=log, artifacts=artifacts,
+                       stale_after=stale_after, expect_gpu=expect_gpu, timeout=timeout,
+                       expect_gpus=expect_gpus)  # fmt: skip
+    ssh = _ssh_options(expanded, port=port, user=user, identity=identity, ssh_config=ssh_config,
+                       known_hosts=known_hosts, host_key_check=host_key_check, connect_timeout=connect_timeout,
+                       timeout=timeout, config_options=config_options, jump=jump, verbose=verbose)  # fmt: skip
+    entries = [InventoryEntry(t) for t in expanded]
+    fleet = _FleetMemory(history, keep) if history is not None else None  # recorded only when asked
+    done, interrupted = _run_entries(entries, replace(options, ssh=ssh), len(entries), lambda r: None)
+    order = {t: i for i, t in enumerate(expanded)}
+    reports = sorted(done, key=lambda r: order.get(r.target, len(order)))
     if fleet is not None:
-        reports = fleet.finish(reports, started_at, kind="diagnose")
+        reports = fleet.finish(reports, kind="diagnose", complete=not interrupted)
     _emit(reports, _format(fmt, json_flag))
+    if interrupted:
+        _say_interrupted(done, entries, "targets")
+        raise typer.Exit(EXIT_INTERRUPTED)
     raise typer.Exit(exit_code(reports))
 
 
-def _read_inventory(inventory: str) -> list:
-    from vastprobe.targets import InventoryError, parse_inventory, parse_plain
-
+def _read_text_source(name: str) -> str:
+    """An inventory file's text ('-': stdin), bounded; a usage error when it cannot be read."""
+    limit = 64 * 1024 * 1024
     try:
-        if inventory == "-":
-            return parse_inventory(sys.stdin.read())
-        path = Path(inventory)
-        if path.exists():
-            return parse_inventory(path.read_text(encoding="utf-8"))
-        return parse_plain(inventory.replace(",", " ") if "[" not in inventory else inventory)
-    except (InventoryError, OSError, UnicodeDecodeError) as exc:
-        raise typer.BadParameter(f"{inventory}: {exc}") from exc
+        if name == "-":
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open(Path(name).expanduser(), "rb") as f:
+                data = f.read(limit + 1)
+    except FileNotFoundError:
+        usage_error(f"{name}: no such file")
+    except IsADirectoryError:
+        usage_error(f"{name}: is a directory, not an inventory file")
+    except OSError as exc:
+        usage_error(f"{name}: {exc.strerror or exc}")
+    if len(data) > limit:
+        usage_error(f"{name}: larger than {limit} bytes")
+    if b"\0" in data[:65536]:
+        usage_error(f"{name}: binary data, not an inventory")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        usage_error(f"{name}: not UTF-8 text (byte {exc.start})")
 
 
-@app.command()
+def _inventory(
+    inventory: Optional[str], nodes: list[str], hostfiles: list[Path], excluded: list[str]
+) -> list:  # -> list[InventoryEntry]
+    """Positional INVENTORY (an existing file, '-', or a node set), -w node sets and --hostfile
+    files, in that order; then -x; then each target once."""
+    from vastprobe.targets import (
+        InventoryEntry,
+        InventoryError,
+        exclude,
+        expand_nodeset,
+        looks_like_path,
+        parse_inventory,
+        text_problem,
+        unique_entries,
+    )
+
+    entries: list[InventoryEntry] = []
+
+    def add_nodes(text: str, what: str) -> None:
+        try:
+            targets = expand_nodeset(text)
+        except InventoryError as exc:
+            usage_error(f"{what}: {exc}")
+        for t in targets:
+            bad = text_problem(t)
+            if bad:
+                usage_error(f"{what}: {bad}: {t!r}")
+        entries.extend(InventoryEntry(t) for t in targets)
+
+    def add_file(name: str) -> None:
+        try:
+            entries.extend(parse_inventory(_read_text_source(name)))
+        except InventoryError as exc:
+            usage_error(f"{'stdin' if name == '-' else name}: {exc}")
+
+    if inventory is not None:
+        if inventory == "-" or Path(inventory).expanduser().exists():
+            add_file(inventory)
+        elif looks_like_path(inventory):
+            usage_error(f"{inventory}: no such file (for host names, use -w)")
+        else:
+            add_nodes(inventory, "INVENTORY")
+    for n in nodes:
+        add_nodes(n, f"-w {n}")
+    for f in hostfiles:
+        add_file(str(f))
+    if not entries:
+        usage_error("no targets: give an INVENTORY, -w NODES or --hostfile FILE")
+    try:
+        ex = [t for x in excluded for t in expand_nodeset(x)]
+    except InventoryError as exc:
+        usage_error(f"-x: {exc}")
+    kept = exclude(entries, ex)
+    if not kept:
+        usage_error(f"no targets left after -x ({len(entries)} excluded)")
+    unique, dropped = unique_entries(kept)
+    if dropped:
+        say(f"vastprobe: {dropped} duplicate target{'s' if dropped != 1 else ''} probed once")
+    return unique
+
+
+def _document(reports: list, fmt: OutputFormat, memory=None) -> str:  # type: ignore[no-untyped-def]
+    from vastprobe.render.jsonable import dumps, host_report_dict, report_document
+
+    if fmt is OutputFormat.ndjson:
+        return "".join(dumps(host_report_dict(r)) + "\n" for r in reports)
+    if fmt is OutputFormat.json:
+        return dumps(report_document(reports)) + "\n"
+    import io
+
+    from vastprobe.render.summary import render_summary
+
+    buf = io.StringIO()
+    render_summary(reports, buf, memory)
+    return buf.getvalue()
+
+
+@app.command(cls=Command, context_settings=CONTEXT, epilog=EXIT_EPILOG)
 def sweep(
     inventory: Annotated[
-        str, typer.Argument(help="Inventory file ('-' for stdin), or targets/ranges like 'gpu[01-16]'.")
-    ],
-    concurrency: Annotated[int, typer.Option("--concurrency", min=1, max=4096, help="Hosts probed at once.")] = 32,
-    output: Annotated[Optional[Path], typer.Option("--output", help="Also write the report here (atomically).")] = None,
+        Optional[str],
+        typer.Argument(
+            metavar="[INVENTORY]",
+            help="An inventory file (plain list or vast.ai JSON), '-' for stdin, or a node set like 'gpu\\[01-16]'.",
+        ),
+    ] = None,
+    nodes: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "-w",
+            "--nodes",
+            metavar="NODES",
+            rich_help_panel=P_INVENTORY,
+            help="Targets as a node set: 'gpu\\[01-16],root@other:2222' (repeatable).",
+        ),
+    ] = None,
+    hostfile: Annotated[
+        Optional[list[Path]],
+        typer.Option(
+            "--hostfile",
+            metavar="FILE",
+            callback=checks.readable_files,
+            rich_help_panel=P_INVENTORY,
+            help="Inventory file: a plain list or vast.ai JSON (repeatable).",
+        ),
+    ] = None,
+    exclude_nodes: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "-x",
+            "--exclude",
+            metavar="NODES",
+            rich_help_panel=P_INVENTORY,
+            help="Leave these out: targets or host names, node sets allowed (repeatable).",
+        ),
+    ] = None,
+    concurrency: ConcurrencyOpt = 32,
+    output: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--output",
+            metavar="FILE",
+            callback=checks.output_file,
+            rich_help_panel=P_OUTPUT,
+            help="Also write the report here (atomically; not on Ctrl-C).",
+        ),
+    ] = None,
     prom: Annotated[
-        Optional[Path], typer.Option("--prom", help="Prometheus textfile-collector file to write (atomically).")
+        Optional[Path],
+        typer.Option(
+            "--prom",
+            metavar="FILE",
+            callback=checks.output_file,
+            rich_help_panel=P_OUTPUT,
+            help="Prometheus textfile-collector file to write (atomically; not on Ctrl-C).",
+        ),
     ] = None,
     sample: SampleOpt = 1.0,
     pid: PidOpt = None,
@@ -258,185 +633,233 @@ def sweep(
     artifacts: ArtOpt = None,
     stale_after: StaleOpt = 300.0,
     expect_gpu: GpuOpt = None,
+    expect_gpus: GpusOpt = None,
     fmt: FormatOpt = None,
     json_flag: JsonOpt = False,
     timeout: TimeoutOpt = 60.0,
-    connect_timeout: ConnectTimeoutOpt = 10.0,
+    connect_timeout: ConnectTimeoutOpt = None,
     port: PortOpt = None,
     user: UserOpt = None,
     identity: IdentityOpt = None,
     ssh_config: ConfigOpt = None,
+    config_options: OptionOpt = None,
+    jump: JumpOpt = None,
     known_hosts: KnownHostsOpt = None,
-    host_key_check: HostKeyOpt = "strict",
+    host_key_check: HostKeyOpt = None,
+    verbose: VerboseOpt = 0,
     history: HistoryOpt = None,
     no_history: NoHistoryOpt = False,
     keep: KeepOpt = "30d",
     group_by: GroupByOpt = None,
     shard: ShardOpt = None,
 ) -> None:
-    """The same diagnosis over a fleet: bounded concurrency, results streamed as hosts finish."""
-    import asyncio
-    import io
-    import time
+    """The same diagnosis over a fleet: bounded concurrency, results streamed as hosts finish.
+
+    [b]Examples[/b]
+      vastprobe sweep -w 'gpu\\[01-16]' -x gpu03 -l root --prom /var/lib/textfile/vastprobe.prom
+      vastprobe sweep --hostfile fleet.txt --format ndjson --output last.ndjson
+      vastai show instances --raw | vastprobe sweep - --concurrency 64
+    """
     from dataclasses import replace
 
     from vastprobe.sweep import plan, progress_printer
-    from vastprobe.sweep import sweep as run_sweep
 
-    entries = _read_inventory(inventory)
-    if not entries:
-        raise typer.BadParameter(f"{inventory}: no targets")
-    fleet = _FleetMemory(_sweep_history(history, no_history), keep, group_by, shard)
+    entries = _inventory(inventory, nodes or [], hostfile or [], exclude_nodes or [])
+    fleet = _FleetMemory(None if no_history else history or _default_history(), keep, group_by, shard)
     entries = fleet.select(entries)
-    options = _options(sample, pid, match, log, artifacts, stale_after, expect_gpu, timeout)
+    options = _options(sample=sample, pid=pid, match=match, log=log, artifacts=artifacts,
+                       stale_after=stale_after, expect_gpu=expect_gpu, timeout=timeout,
+                       expect_gpus=expect_gpus)  # fmt: skip
     probed = [e.target for e in entries if e.skip is None]
-    ssh = _ssh_options(
-        port, user, identity, ssh_config, known_hosts, host_key_check, connect_timeout, timeout, probed or ["local"]
-    )
+    ssh = _ssh_options(probed or ["local"], port=port, user=user, identity=identity, ssh_config=ssh_config,
+                       known_hosts=known_hosts, host_key_check=host_key_check, connect_timeout=connect_timeout,
+                       timeout=timeout, config_options=config_options, jump=jump, verbose=verbose)  # fmt: skip
     options = replace(options, ssh=ssh)
     p = plan(len(probed), concurrency, timeout)
     if p.warning:
-        typer.echo(f"vastprobe: warning: {p.warning}", err=True)
+        say(f"vastprobe: warning: {p.warning}")
     chosen = _format(fmt, json_flag)
-    from vastprobe.render.jsonable import dumps, host_report_dict, report_document
+    from vastprobe.render.jsonable import dumps, host_report_dict
 
     tick = progress_printer(len(entries))
-    done: list = []
 
-    def on_report(r) -> None:
-        done.append(r)
+    def on_report(r) -> None:  # type: ignore[no-untyped-def]
         if chosen is OutputFormat.ndjson and fleet.group_by is None:  # outliers need the whole group first
             sys.stdout.write(dumps(host_report_dict(r)) + "\n")
             sys.stdout.flush()
         if tick is not None:
             tick(r)
 
-    interrupted = False
-    if probed and any(t != "local" for t in probed):
-        from vastprobe.pipeline import warm_analysis
-
-        warm_analysis()
-    started_at = time.time()
-    try:
-        asyncio.run(run_sweep(entries, options, p.concurrency, on_report))
-    except KeyboardInterrupt:
-        interrupted = True
-        typer.echo(f"\nvastprobe: interrupted; {len(done)} of {len(entries)} hosts finished", err=True)
-    reports = fleet.finish(done, started_at, complete=not interrupted)
-    if chosen is OutputFormat.ndjson and fleet.group_by is not None:
-        sys.stdout.write("".join(dumps(host_report_dict(r)) + "\n" for r in reports))
-    if chosen is OutputFormat.json:
-        sys.stdout.write(dumps(report_document(reports), indent=1 if sys.stdout.isatty() else None) + "\n")
-    elif chosen is OutputFormat.table:
-        from vastprobe.render.summary import render_summary
-
-        render_summary(reports, sys.stdout, fleet.memory)
-    from vastprobe.render.prometheus import render_prometheus, write_atomic
+    reports, interrupted = _run_entries(entries, options, p.concurrency, on_report)
+    reports = fleet.finish(reports, complete=not interrupted)
+    if chosen is not OutputFormat.ndjson or fleet.group_by is not None:
+        sys.stdout.write(
+            _json_out(reports) if chosen is OutputFormat.json else _document(reports, chosen, fleet.memory)
+        )
+        sys.stdout.flush()
+    if interrupted:
+        _say_interrupted(reports, entries)
+        if output is not None or prom is not None:
+            say("vastprobe: --output/--prom not written: the sweep did not finish")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    from vastprobe.fileio import write_atomic
 
     if output is not None:
-        if chosen is OutputFormat.ndjson:
-            text = "".join(dumps(host_report_dict(r)) + "\n" for r in reports)
-        elif chosen is OutputFormat.json:
-            text = dumps(report_document(reports)) + "\n"
-        else:
-            from vastprobe.render.summary import render_summary
+        write_atomic(output.expanduser(), _document(reports, chosen, fleet.memory))
+    if prom is not None:
+        from vastprobe.render.prometheus import render_prometheus
 
-            buf = io.StringIO()
-            render_summary(reports, buf, fleet.memory)
-            text = buf.getvalue()
-        write_atomic(output, text)
-    if prom is not None and not interrupted:
-        write_atomic(prom, render_prometheus(reports, memory=fleet.memory, shard=fleet.shard))
+        write_atomic(prom.expanduser(), render_prometheus(reports, memory=fleet.memory, shard=fleet.shard))
     raise typer.Exit(exit_code(reports))
 
 
-@app.command()
+def _json_out(reports: list) -> str:
+    from vastprobe.render.jsonable import dumps, report_document
+
+    return dumps(report_document(reports), indent=1 if sys.stdout.isatty() else None) + "\n"
+
+
+@app.command(cls=Command, context_settings=CONTEXT, epilog=EXIT_EPILOG)
 def collect(
-    target: Annotated[str, typer.Argument(help="`local`, or [user@]host[:port].")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Capture file to write ('-' for stdout).")],
+    target: Annotated[str, typer.Argument(metavar="TARGET", help="`local`, or \\[user@]host\\[:port].")],
+    output: Annotated[
+        Path,
+        typer.Option(
+            "-o",
+            "--output",
+            metavar="FILE",
+            callback=checks.output_file,
+            rich_help_panel=P_OUTPUT,
+            help="Capture file to write ('-' for stdout; written atomically).",
+        ),
+    ],
     sample: SampleOpt = 1.0,
+    pid: PidOpt = None,
+    match: MatchOpt = None,
     log: LogOpt = None,
     artifacts: ArtOpt = None,
     timeout: TimeoutOpt = 60.0,
-    connect_timeout: ConnectTimeoutOpt = 10.0,
+    connect_timeout: ConnectTimeoutOpt = None,
     port: PortOpt = None,
     user: UserOpt = None,
     identity: IdentityOpt = None,
     ssh_config: ConfigOpt = None,
+    config_options: LongOptionOpt = None,
+    jump: JumpOpt = None,
     known_hosts: KnownHostsOpt = None,
-    host_key_check: HostKeyOpt = "strict",
+    host_key_check: HostKeyOpt = None,
+    verbose: VerboseOpt = 0,
 ) -> None:
-    """Probe and save the raw snapshot (no rules), for `analyze` later or elsewhere."""
+    """Probe and save the raw snapshot (no rules), for `analyze` later or elsewhere.
+
+    --pid/--match are stored in the capture as the scope `analyze` uses unless told otherwise.
+
+    [b]Examples[/b]
+      vastprobe collect local --pid 1234 -o snap.json
+      vastprobe collect root@203.0.113.7:41234 -i ~/.ssh/vast -o - | gzip > snap.json.gz
+    """
     from dataclasses import replace
 
     from vastprobe.capture import capture_to_dict
     from vastprobe.pipeline import collect_target, parse_capture
     from vastprobe.render.jsonable import dumps
 
-    options = _options(sample, None, None, log, artifacts, 300.0, None, timeout)
-    ssh = _ssh_options(
-        port, user, identity, ssh_config, known_hosts, host_key_check, connect_timeout, timeout, [target]
-    )
-    cap = collect_target(target, replace(options, ssh=ssh))
+    options = _options(sample=sample, pid=pid, match=match, log=log, artifacts=artifacts, timeout=timeout)
+    ssh = _ssh_options([target], port=port, user=user, identity=identity, ssh_config=ssh_config,
+                       known_hosts=known_hosts, host_key_check=host_key_check, connect_timeout=connect_timeout,
+                       timeout=timeout, config_options=config_options, jump=jump, verbose=verbose)  # fmt: skip
+    try:
+        cap = collect_target(target, replace(options, ssh=ssh))
+    except KeyboardInterrupt:
+        say("\nvastprobe: interrupted: nothing was collected or written")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    cap = replace(cap, pids=options.pids, matches=options.matches)
     if cap.status != "ok":
-        from vastprobe.render.safe import safe
-
-        typer.echo(f"vastprobe: {safe(cap.error or '')}", err=True)  # the server's words may hold escapes
+        say(f"vastprobe: {cap.error or cap.status}")
     snap = parse_capture(cap)[0] if cap.status == "ok" else None
     text = dumps(capture_to_dict(cap, snap), indent=1) + "\n"
     if str(output) == "-":
         sys.stdout.write(text)
+        sys.stdout.flush()
     else:
-        tmp = output.with_name(output.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(output)
-        typer.echo(f"saved {target} ({len(cap.output)} bytes of probe output) to {output}", err=True)
+        from vastprobe.fileio import write_atomic
+
+        written = write_atomic(output.expanduser(), text)
+        say(f"saved {target} ({len(cap.output)} bytes of probe output) to {written}")
     raise typer.Exit(EXIT_OK if cap.status == "ok" else EXIT_UNPROBED)
 
 
-@app.command()
+@app.command(cls=Command, context_settings=CONTEXT, epilog=EXIT_EPILOG)
 def analyze(
-    files: Annotated[list[Path], typer.Argument(help="Capture files written by `collect`.")],
+    files: Annotated[
+        list[Path], typer.Argument(metavar="FILE...", help="Capture files written by `collect` ('-' for stdin).")
+    ],
     pid: PidOpt = None,
     match: MatchOpt = None,
     stale_after: StaleOpt = 300.0,
     expect_gpu: GpuOpt = None,
+    expect_gpus: GpusOpt = None,
     fmt: FormatOpt = None,
     json_flag: JsonOpt = False,
 ) -> None:
-    """Run the rules on saved captures, offline."""
+    """Run the rules on saved captures, offline.
+
+    The scope is the capture's own (`collect --pid/--match`) unless --pid/--match are given here.
+    A capture whose raw bytes do not match their recorded sha256 is reported as an error, not analysed.
+
+    [b]Examples[/b]
+      vastprobe analyze snap.json
+      vastprobe analyze snap.json --pid 4242 --format json
+      gunzip -c snap.json.gz | vastprobe analyze -
+    """
     from dataclasses import replace
 
     from vastprobe.capture import CaptureError, load_captures
     from vastprobe.pipeline import report_from_capture
 
-    base = _options(1.0, pid, match, None, None, stale_after, expect_gpu, 60.0)
-    reports = []
+    if sum(str(f) == "-" for f in files) > 1:
+        usage_error("stdin ('-') can be read once")
+    base = _options(
+        sample=1.0, pid=pid, match=match, stale_after=stale_after, expect_gpu=expect_gpu, expect_gpus=expect_gpus
+    )
+    caps = []
     for f in files:
         try:
-            caps = load_captures(f)
+            caps += load_captures(f)
         except CaptureError as exc:
-            typer.echo(f"vastprobe: {exc}", err=True)
-            raise typer.Exit(EXIT_USAGE) from exc
-        for cap in caps:
-            reports.append(report_from_capture(cap, replace(base, params=cap.params)))
+            usage_error(str(exc))
+    reports = []
+    for cap in caps:
+        scope_pids, scope_matches = (base.pids, base.matches) if (pid or match) else (cap.pids, cap.matches)
+        try:
+            checks.regexes(list(scope_matches))
+        except typer.BadParameter as exc:
+            usage_error(f"capture of {cap.target}: scope {exc.format_message()}")
+        opts = replace(base, params=cap.params, pids=scope_pids, matches=scope_matches)
+        reports.append(report_from_capture(cap, opts))
     _emit(reports, _format(fmt, json_flag))
     raise typer.Exit(exit_code(reports))
 
 
-@app.command()
+@app.command(cls=Command, context_settings=CONTEXT, epilog=EXIT_EPILOG)
 def rules(
-    name: Annotated[Optional[str], typer.Argument(help="A slug or code: explain that rule.")] = None,
+    name: Annotated[Optional[str], typer.Argument(metavar="[RULE]", help="A slug or code: explain that rule.")] = None,
     fmt: FormatOpt = None,
     json_flag: JsonOpt = False,
 ) -> None:
-    """The rule catalogue: slug, code, severity, one line each; with a name, what that rule does."""
+    """The rule catalogue: slug, code, severity, one line each; with a name, what that rule does.
+
+    [b]Examples[/b]
+      vastprobe rules
+      vastprobe rules VP102
+      vastprobe rules --format json
+    """
     from vastprobe.rules import RULES, find_rule
 
     if name is not None:
         rule = find_rule(name)
         if rule is None:
-            raise typer.BadParameter(f"no rule {name!r}; `vastprobe rules` lists them")
+            usage_error(f"no rule {name!r}; `vastprobe rules` lists them")
         doc = sys.modules[rule.check.__module__].__doc__ or ""
         m = rule.meta
         typer.echo(f"{m.code} {m.slug} ({m.severity}): {m.summary}\n\n{doc.strip()}")
@@ -457,62 +880,117 @@ def rules(
         typer.echo(json.dumps(rows, indent=1))
 
 
-@app.command("probe-script")
+@app.command("probe-script", cls=Command, context_settings=CONTEXT, epilog=EXIT_EPILOG)
 def probe_script(
     sample: SampleOpt = 1.0,
     log: LogOpt = None,
     artifacts: ArtOpt = None,
 ) -> None:
-    """Print the exact script that runs on targets, for audit."""
-    options = _options(sample, None, None, log, artifacts, 300.0, None, 60.0)
+    """Print the exact script that runs on targets, for audit.
+
+    [b]Examples[/b]
+      vastprobe probe-script
+      vastprobe probe-script --log /workspace/run.log | less
+    """
+    options = _options(sample=sample, log=log, artifacts=artifacts)
     from vastprobe.probe.render import render_script
 
     sys.stdout.write(render_script(options.params))
 
 
-# ---------------------------------------------------------------- fleet memory: history, --group-by, --shard
-# (issue 14; self-contained: the options, their checks and the one call each command makes)
+# ---- fleet memory: history, --group-by, --shard (docs/history.md) --------------------------------
+# Self-contained: the options with their checks, the object a command asks, and `history`.
+
+P_HISTORY = "History and fleet"
+
+
+DEFAULT_KEEP = "30d"  # the default of --keep (written out in each command)
+
+
+def _keep_check(value: str) -> str:
+    if value == DEFAULT_KEEP:  # the default needs no check, and `diagnose` without --history imports no history
+        return value
+    from vastprobe.history.timespec import TimeSpecError, parse_duration
+
+    try:
+        parse_duration(value)
+    except TimeSpecError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    return value
+
+
+def _shard_check(value: Optional[str]) -> Optional[str]:
+    if value is not None:
+        from vastprobe.history.shard import ShardError, parse_shard
+
+        try:
+            parse_shard(value)
+        except ShardError as exc:
+            raise typer.BadParameter(str(exc)) from exc
+    return value
+
+
+def _group_by_check(value: Optional[str]) -> Optional[str]:
+    if value is not None:
+        from vastprobe.history.outliers import GroupByError, group_key
+
+        try:
+            group_key(value)
+        except GroupByError as exc:
+            raise typer.BadParameter(str(exc)) from exc
+    return value
+
 
 HistoryOpt = Annotated[
     Optional[Path],
-    typer.Option(
-        "--history",
-        help="History file (SQLite). sweep: default ${XDG_STATE_HOME:-~/.local/state}/vastprobe/history.sqlite.",
-    ),
+    typer.Option("--history", metavar="PATH", rich_help_panel=P_HISTORY,
+                 help="History file (SQLite). sweep: by default ${XDG_STATE_HOME:-~/.local/state}/vastprobe/history.sqlite; "
+                      "diagnose: recorded only with this option."),
+]  # fmt: skip
+NoHistoryOpt = Annotated[
+    bool, typer.Option("--no-history", rich_help_panel=P_HISTORY, help="Record nothing in the history.")
 ]
-NoHistoryOpt = Annotated[bool, typer.Option("--no-history", help="Record nothing in the history.")]
-KeepOpt = Annotated[str, typer.Option("--keep", help="Prune history older than this as it writes (e.g. 30d, 12h).")]
+KeepOpt = Annotated[
+    str,
+    typer.Option("--keep", metavar="DURATION", callback=_keep_check, rich_help_panel=P_HISTORY,
+                 help="Prune history older than this as it writes (30d, 12h, 90m, seconds)."),
+]  # fmt: skip
 GroupByOpt = Annotated[
     Optional[str],
-    typer.Option(
-        "--group-by", help="'label' (vast.ai label) or a regex over the target whose first group names the job."
-    ),
-]
+    typer.Option("--group-by", metavar="label|REGEX", callback=_group_by_check, rich_help_panel=P_HISTORY,
+                 help="Compare the hosts of each job: 'label' (vast.ai label) or a regex over the target whose "
+                      "first group names the job; odd hosts get outlier_of."),
+]  # fmt: skip
 ShardOpt = Annotated[
-    Optional[str], typer.Option("--shard", help="K/N: sweep only this controller's share of the inventory.")
-]
+    Optional[str],
+    typer.Option("--shard", metavar="K/N", callback=_shard_check, rich_help_panel=P_HISTORY,
+                 help="Sweep only shard K of N of the inventory (a stable hash of each target)."),
+]  # fmt: skip
+
+
+def _default_history() -> Path:
+    from vastprobe.history.store import default_path
+
+    return default_path()
 
 
 class _FleetMemory:
-    """The checked history, group and shard options of one run (checked before anything connects)."""
+    """One run's history, group and shard settings (checked while parsing), and what it asks of them."""
 
     def __init__(
         self, history: Optional[Path], keep: str, group_by: Optional[str] = None, shard: Optional[str] = None
     ) -> None:
-        from vastprobe.history.outliers import GroupByError, group_key
-        from vastprobe.history.shard import ShardError, parse_shard
-        from vastprobe.history.timespec import TimeSpecError, parse_duration
+        import time
 
-        try:
-            self.keep = parse_duration(keep)
-            self.shard = parse_shard(shard) if shard is not None else None
-            if group_by is not None:
-                group_key(group_by)
-        except (TimeSpecError, ShardError, GroupByError) as exc:
-            raise typer.BadParameter(str(exc)) from exc
-        self.history = history
+        from vastprobe.history.shard import parse_shard
+        from vastprobe.history.timespec import parse_duration
+
+        self.started_at = time.time()
+        self.history = history.expanduser() if history is not None else None
+        self.keep = parse_duration(keep)
+        self.shard = parse_shard(shard) if shard is not None else None
         self.group_by = group_by
-        self.memory: Mapping = {}
+        self.memory: dict = {}
 
     def select(self, entries: list) -> list:
         if self.shard is None:
@@ -521,7 +999,7 @@ class _FleetMemory:
 
         return in_shard(entries, [e.target for e in entries], *self.shard)
 
-    def finish(self, reports: list, started_at: float, kind: str = "sweep", complete: bool = True) -> list:
+    def finish(self, reports: list, kind: str = "sweep", complete: bool = True) -> list:
         """Outliers marked, the run recorded; a history failure is one warning line, nothing more."""
         if self.group_by is not None:
             from vastprobe.history.outliers import mark_outliers
@@ -530,57 +1008,63 @@ class _FleetMemory:
         from vastprobe.sweep import remember
 
         shard = f"{self.shard[0]}/{self.shard[1]}" if self.shard else None
-        self.memory, warning = remember(
-            reports, self.history, started_at=started_at, keep=self.keep, kind=kind, shard=shard, complete=complete
-        )
+        memory, warning = remember(reports, self.history, started_at=self.started_at, keep=self.keep, kind=kind,
+                                   shard=shard, complete=complete)  # fmt: skip
+        self.memory = dict(memory)
         if warning:
-            from vastprobe.render.safe import safe
-
-            typer.echo(f"vastprobe: warning: {safe(warning, 400)}", err=True)
+            say(f"vastprobe: warning: {warning}")
         return reports
 
 
-def _sweep_history(history: Optional[Path], no_history: bool) -> Optional[Path]:
-    if no_history:
-        return None
-    if history is not None:
-        return history.expanduser()
-    from vastprobe.history.store import default_path
-
-    return default_path()
-
-
-@app.command("history")
+@app.command("history", cls=Command, context_settings=CONTEXT, epilog=EXIT_EPILOG)
 def history_command(
     targets: Annotated[
-        Optional[list[str]], typer.Argument(help="Targets or node sets (gpu[01-04]) as swept; all when none.")
+        Optional[list[str]],
+        typer.Argument(
+            metavar="[TARGET|NODESET...]",
+            help="Targets as swept, host names, or ranges like gpu\\[01-04]; all when none.",
+        ),
     ] = None,
     history: HistoryOpt = None,
     since: Annotated[
         str,
-        typer.Option("--since", help="Window for transitions: back from now (24h, 7d) or a time (2026-12-02T14:00)."),
+        typer.Option(
+            "--since",
+            metavar="WHEN",
+            rich_help_panel=P_HISTORY,
+            help="Window for transitions and flapping: back from now (24h, 7d) or a time (2026-12-02T14:00).",
+        ),
     ] = "24h",
     fmt: FormatOpt = None,
     json_flag: JsonOpt = False,
 ) -> None:
-    """What the recorded sweeps say per host: state and since when, last healthy, transitions, flapping."""
+    """What the recorded sweeps say per host: the state and since when, the last time healthy,
+    transitions and flapping. Exit 2 when the file is missing or unreadable.
+
+    [b]Examples[/b]
+      vastprobe history
+      vastprobe history 'gpu\\[01-04]' --since 7d
+      vastprobe history --history /var/lib/vastprobe/history.sqlite --format json
+    """
     import time
 
     from vastprobe.history.queries import host_histories
     from vastprobe.history.render import history_document, history_lines
-    from vastprobe.history.store import HistoryError, default_path, open_history
+    from vastprobe.history.store import HistoryError, open_history
     from vastprobe.history.timespec import TimeSpecError, parse_since
     from vastprobe.render.jsonable import dumps
-    from vastprobe.render.safe import safe
-    from vastprobe.targets import InventoryError, expand_ranges
+    from vastprobe.targets import InventoryError, expand_nodeset
 
     now = time.time()
     try:
         start = parse_since(since, now)
-        words = [t for text in targets or () for t in expand_ranges(text)]
-    except (TimeSpecError, InventoryError) as exc:
-        raise typer.BadParameter(str(exc)) from exc
-    path = history.expanduser() if history is not None else default_path()
+    except TimeSpecError as exc:
+        usage_error(f"--since: {exc}")
+    try:
+        words = [t for text in targets or () for t in expand_nodeset(text)]
+    except InventoryError as exc:
+        usage_error(str(exc))
+    path = history.expanduser() if history is not None else _default_history()
     try:
         con = open_history(path, readonly=True)
         try:
@@ -588,10 +1072,10 @@ def history_command(
         finally:
             con.close()
     except HistoryError as exc:
-        typer.echo(f"vastprobe: {safe(str(exc), 400)}", err=True)
+        say(f"vastprobe: {exc}")
         raise typer.Exit(EXIT_USAGE) from exc
     if missing:
-        typer.echo(f"vastprobe: no history for {safe(', '.join(missing), 400)} in {safe(str(path))}", err=True)
+        say(f"vastprobe: no history for {', '.join(missing[:20])}{' ...' if len(missing) > 20 else ''} in {path}")
         if not found:
             raise typer.Exit(EXIT_USAGE)
     chosen = _format(fmt, json_flag)
@@ -601,19 +1085,86 @@ def history_command(
         doc = history_document(found, start, now, missing)
         sys.stdout.write("".join(dumps(h) + "\n" for h in doc["hosts"]))
     else:
-        sys.stdout.write(
-            dumps(history_document(found, start, now, missing), indent=1 if sys.stdout.isatty() else None) + "\n"
-        )
+        doc = history_document(found, start, now, missing)
+        sys.stdout.write(dumps(doc, indent=1 if sys.stdout.isatty() else None) + "\n")
     raise typer.Exit(EXIT_OK)
+
+
+# ---- the process: one line per failure, documented exit codes ---------------------------------
+
+
+def _click_exceptions():  # type: ignore[no-untyped-def]
+    try:
+        from typer._click import exceptions  # typer >= 0.26 vendors click
+    except ImportError:  # pragma: no cover - older typer depends on click
+        from click import exceptions  # type: ignore[no-redef]
+    return exceptions
+
+
+def _command_name(args: list[str]) -> str:
+    names = {"diagnose", "sweep", "collect", "analyze", "rules", "probe-script", "history"}
+    return next((a for a in args if a in names), "")
+
+
+def run(args: list[str], debug: bool = False) -> int:
+    """Run the CLI on `args` and return the exit code; never raises (but SystemExit from --help)."""
+    import os
+
+    exc_mod = _click_exceptions()
+    prog = ("vastprobe " + _command_name(args)).strip()
+    try:
+        rv = typer.main.get_command(app).main(args=args, prog_name="vastprobe", standalone_mode=False)
+        return rv if isinstance(rv, int) else EXIT_OK
+    except exc_mod.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            sys.stdout.write(exc.format_message() + "\n")
+            return EXIT_USAGE
+        say(f"{prog}: {exc.format_message()} (see {prog} -h)")
+        return EXIT_USAGE
+    except exc_mod.ClickException as exc:  # a file option click itself could not open
+        say(f"{prog}: {exc.format_message()}")
+        return EXIT_USAGE
+    except (KeyboardInterrupt, getattr(exc_mod, "Abort", typer.Abort), typer.Abort):
+        say("\nvastprobe: interrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # whoever read stdout went away (`| head`): stop quietly, as a SIGPIPE'd tool would
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), sys.stdout.fileno())
+        return EXIT_PIPE
+    except SystemExit as exc:  # rich and click end a write to a closed pipe with SystemExit(1)
+        code = exc.code if isinstance(exc.code, int) else 0
+        return EXIT_PIPE if code == 1 else code
+    except Exception as exc:
+        if debug:
+            import traceback
+
+            say(traceback.format_exc().rstrip("\n"))  # escaped too: an exception may quote remote text
+        text = str(exc).splitlines()[0][:300] if str(exc) else ""
+        hint = "" if debug else " (run with --debug or VASTPROBE_DEBUG=1 for the traceback)"
+        say(f"vastprobe: internal error: {type(exc).__name__}: {text}{hint}")
+        return EXIT_FAILED
 
 
 def main() -> None:
     import gc
+    import os
 
     # A short-lived CLI that allocates many small objects per host: collect young objects far less
     # often (cyclic garbage stays bounded: each host's report is kept anyway).
     gc.set_threshold(50_000, 20, 20)
-    app()
+    args = sys.argv[1:]
+    end = args.index("--") if "--" in args else len(args)
+    debug = os.environ.get("VASTPROBE_DEBUG", "") not in ("", "0")
+    if "--debug" in args[:end]:
+        debug = True
+        args = [a for i, a in enumerate(args) if not (a == "--debug" and i < end)]
+    code = run(args, debug)
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError):
+        code = EXIT_PIPE if code == EXIT_OK else code
+    sys.exit(code)
 
 
 if __name__ == "__main__":

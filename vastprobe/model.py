@@ -65,6 +65,29 @@ class ProcIO:
 
 
 @dataclass(frozen=True)
+class Syscall:
+    """/proc/PID/syscall: what a blocked process is doing in the kernel. `number` None: running."""
+
+    number: int | None  # -1: blocked outside a system call (a page fault, a stop)
+    args: tuple[int, ...]  # the six arguments (an fd is often the first)
+    name: str | None  # from the architecture's table, when known
+
+    @property
+    def running(self) -> bool:
+        return self.number is None
+
+
+@dataclass(frozen=True)
+class ThreadState:
+    """A thread other than the main one (/proc/PID/task/TID)."""
+
+    tid: int
+    comm: str
+    state: str
+    wchan: str | None
+
+
+@dataclass(frozen=True)
 class ProcSample:
     """The volatile part of a process, read once per sample."""
 
@@ -106,6 +129,9 @@ class Process:
     cgroup_v2: str | None
     samples: tuple[ProcSample, ...]  # one per probe sample, in order; may be 1
     kernel_thread: bool
+    syscall: Syscall | Unavailable = Unavailable("not read by this probe version")
+    netns: int | None = None  # inode of its network namespace
+    threads_detail: tuple[ThreadState, ...] = ()  # other threads' states, bounded; () when not read
 
     @property
     def command(self) -> str:
@@ -145,11 +171,14 @@ class HostFacts:
     pid_max: int | None
     own_pid_namespace: bool | Unavailable  # /proc/1 is in the probe's PID namespace
     dmesg_restrict: int | None
+    arch: str = ""  # /proc/sys/kernel/arch (x86_64, aarch64); "" when unknown
 
 
 # ---------------------------------------------------------------- kernel log
 
-KernelEventKind = Literal["oom-kill", "oom-summary", "oom-invoked", "memcg-usage", "xid", "hung-task", "gpu-lost"]
+KernelEventKind = Literal[
+    "oom-kill", "oom-summary", "oom-invoked", "oom-reaped", "memcg-usage", "xid", "sxid", "hung-task", "gpu-lost"
+]
 
 
 @dataclass(frozen=True)
@@ -157,7 +186,7 @@ class KernelEvent:
     kind: KernelEventKind
     line: str
     uptime: float | None  # seconds since boot, from the [secs] stamp
-    wall_time: float | None  # epoch seconds: btime + uptime
+    wall_time: float | None  # epoch seconds: btime + uptime, or a stamp that names its time zone
     pid: int | None = None  # as written in the log: a host PID
     comm: str | None = None
     total_vm_kb: int | None = None
@@ -167,11 +196,14 @@ class KernelEvent:
     memcg: str | None = None  # oom_memcg / task_memcg
     task_memcg: str | None = None
     constraint: str | None = None
-    xid: int | None = None
-    pci: str | None = None
+    xid: int | None = None  # the Xid, or the SXid of an NVSwitch line
+    pci: str | None = None  # "0000:3b:00": domain:bus:device, lower case, no function
     usage_kb: int | None = None
     limit_kb: int | None = None
     detail: str | None = None
+    severity: str | None = None  # as the line words it: "Fatal", "Non-fatal" (SXid, NVLink Xids)
+    device: str | None = None  # the reporting device when it is not a GPU: "nvidia-nvswitch3"
+    local_time: float | None = None  # a wall-clock stamp without a time zone (dmesg -T, syslog), read as UTC
 
 
 @dataclass(frozen=True)
@@ -181,6 +213,63 @@ class KernelLog:
     reason: str | None  # why not readable, or a caveat
     total_lines: int
     events: tuple[KernelEvent, ...]
+
+
+# ---------------------------------------------------------------- kernel objects a process can wait on
+
+LockKind = Literal["FLOCK", "POSIX", "OFDLCK", "LEASE", "DELEG", "ACCESS", "?"]
+
+
+@dataclass(frozen=True)
+class FileLock:
+    """A line of /proc/locks: a held lock, or (`waiting`) a request blocked behind lock `number`."""
+
+    number: int
+    waiting: bool
+    kind: str
+    mode: str  # ADVISORY / MANDATORY
+    access: str  # READ / WRITE
+    pid: int | None  # the locker, in the probe's PID namespace; None when not visible there
+    device: str  # major:minor (hex), as /proc/locks prints it
+    inode: int
+    start: str
+    end: str
+
+
+SocketProto = Literal["tcp", "tcp6", "udp", "udp6", "unix"]
+
+
+@dataclass(frozen=True)
+class Socket:
+    """One socket a listed process holds, from /proc/PID/net/* of its network namespace."""
+
+    inode: int
+    proto: SocketProto
+    netns: int | None
+    local: str  # "127.0.0.1:8080", a Unix path, or ""
+    remote: str  # "" for Unix sockets and unconnected ones
+    state: str  # ESTABLISHED, LISTEN, ... (Unix: CONNECTED, LISTEN, UNCONNECTED)
+    send_queue: int | None  # bytes not yet acknowledged by the peer (TCP)
+    recv_queue: int | None  # bytes received and not yet read by the holder (TCP)
+    peer_inode: int | None = None  # Unix: the other end, from ss
+
+
+@dataclass(frozen=True)
+class SocketTable:
+    sockets: tuple[Socket, ...]
+    unix_peers_known: bool  # ss was there to name Unix sockets' peers
+    truncated: bool
+
+    def by_inode(self) -> dict[int, Socket]:
+        return {s.inode: s for s in self.sockets}
+
+
+@dataclass(frozen=True)
+class FuseMount:
+    device: str  # major:minor of the mount; its minor is the FUSE connection number
+    mount_point: str
+    fstype: str  # fuse.sshfs, fuse, fuseblk
+    source: str
 
 
 # ---------------------------------------------------------------- cgroups
@@ -204,6 +293,9 @@ class CgroupMemory:
 
 @dataclass(frozen=True)
 class GpuSample:
+    """One GPU in one nvidia-smi sample. A field nvidia-smi could not give (`[N/A]`, `[Not Supported]`,
+    an error) is None here and named in `unavailable` with nvidia-smi's own words: never a zero."""
+
     index: int
     uuid: str
     name: str
@@ -215,11 +307,27 @@ class GpuSample:
     temperature_c: float | None
     power_w: float | None
     clock_event_reasons: int | None
+    power_limit_w: float | None = None
+    sm_clock_mhz: float | None = None
+    sm_clock_max_mhz: float | None = None
+    ecc_uncorrected_volatile: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failure: bool | None = None
+    retired_pages_pending: bool | None = None
+    pcie_gen: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    mig_mode: str | None = None  # "Enabled" / "Disabled"
+    unavailable: tuple[tuple[str, str], ...] = ()  # (nvidia-smi field, what it printed instead)
+
+    def why_missing(self, field_name: str) -> str | None:
+        return next((text for name, text in self.unavailable if name == field_name), None)
 
 
 @dataclass(frozen=True)
 class GpuApp:
-    pid: int
+    pid: int  # as nvidia-smi reports it: a host PID (NVML does not know PID namespaces)
     process_name: str
     used_memory_mib: float | None
     gpu_uuid: str
@@ -234,6 +342,8 @@ class GpuState:
     exit_code: int | None
     samples: tuple[tuple[GpuSample, ...], ...]
     apps: tuple[GpuApp, ...] | Unavailable
+    unreachable: tuple[str, ...] = ()  # GPUs nvidia-smi named but could not open ("0000:3b:00", or "GPU1")
+    device_nodes: tuple[str, ...] | None = None  # /dev/nvidia<N> on the target; None: not looked at
 
 
 # ---------------------------------------------------------------- files
@@ -244,6 +354,11 @@ class FileStat:
     size: int
     mtime: int
     inode: int
+    kind: str | None = None  # stat's %F ("regular file", "fifo", ...); None in older captures
+
+    @property
+    def regular(self) -> bool:
+        return self.kind in (None, "regular file", "regular empty file")
 
 
 @dataclass(frozen=True)
@@ -303,6 +418,7 @@ class ProbeInfo:
     cpu_seconds: float | None  # the probe's own user+sys on the target (shell and children)
     output_bytes: int
     timeout_mode: str
+    tampering: tuple[str, ...] = ()  # repeated or unexpected sections, forged lines: someone forged output
 
 
 @dataclass(frozen=True)
@@ -319,6 +435,9 @@ class HostSnapshot:
     artifacts: tuple[ArtifactListing, ...]
     disks: tuple[DiskUsage, ...]
     notes: tuple[str, ...] = field(default=())
+    locks: tuple[FileLock, ...] | Unavailable = Unavailable("not read by this probe version")
+    sockets: SocketTable | Unavailable = Unavailable("not read by this probe version")
+    fuse_mounts: tuple[FuseMount, ...] | Unavailable = Unavailable("not read by this probe version")
 
     @property
     def sample_window(self) -> float:

@@ -10,4 +10,5 @@ from dataclasses import dataclass
 class RuleOptions:
     stale_after: float = 300.0
     expect_gpu: bool | None = None  # None: decide from the snapshot
+    expect_gpus: int | None = None  # --expect-gpus N: how many GPUs should answer
     explicit_scope: bool = False  # --pid/--match named the job

@@ -115,11 +115,24 @@ def report_from_capture(capture: Capture, options: DiagnoseOptions) -> HostRepor
         return HostReport(capture.target, "probe-error", err, "unknown", (), None, timings)
     tree = ProcessTree(snap)
     scope = compute_scope(snap, options.pids, options.matches, tree)
+    if (options.pids or options.matches) and not scope:  # nothing to diagnose: say so, never "healthy"
+        return HostReport(
+            capture.target, "ok", _no_process_matches(options, len(snap.processes)), "unknown",
+            _probe_findings(snap), snap, timings, scope,
+        )  # fmt: skip
     rule_options = replace(options.rules, explicit_scope=bool(options.pids or options.matches))
     findings = run_rules(snap, scope, rule_options, tree)
     findings = (*findings, *_probe_findings(snap))
     timings["analysis"] = round(time.monotonic() - t0, 4)
     return HostReport(capture.target, "ok", None, verdict(findings), findings, snap, timings, scope)
+
+
+def _no_process_matches(options: DiagnoseOptions, n_processes: int) -> str:
+    asked = [f"--pid {p}" for p in options.pids] + [f"--match {m!r}" for m in options.matches]
+    return (
+        f"no process on the target matches {' '.join(asked)} ({n_processes} processes seen): "
+        "nothing to diagnose; check the PID or pattern (`vastprobe diagnose TARGET` without them lists every process)"
+    )
 
 
 def _probe_findings(snap: HostSnapshot) -> tuple[Finding, ...]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from vastprobe.model import HostReport
 from vastprobe.pipeline import DiagnoseOptions, probe_any, report_from_capture
-from vastprobe.targets import InventoryEntry
+from vastprobe.targets import InventoryEntry, unique_entries
 
 if TYPE_CHECKING:
     from vastprobe.history.store import HostMemory
@@ -64,8 +64,10 @@ async def sweep(
     concurrency: int,
     on_report: Callable[[HostReport], None],
 ) -> list[HostReport]:
-    """Probe every entry; `on_report` is called as each host finishes (for streaming). Cancelling
-    the sweep (Ctrl-C) returns nothing more; the caller keeps what `on_report` already saw."""
+    """Probe every entry once; `on_report` is called as each host finishes (for streaming).
+    Cancelling the sweep (Ctrl-C) returns nothing more; the caller keeps what `on_report` already
+    saw and counts the rest as unfinished."""
+    entries, _ = unique_entries(entries)  # a target listed twice is probed once
     sem = asyncio.Semaphore(concurrency)
     reports: list[HostReport] = []
 

@@ -1,9 +1,11 @@
-"""idle-gpu and gpu-driver-error against a stand-in nvidia-smi on PATH (this machine has no GPU),
-and gpu-xid on kernel-log lines in the real format."""
+"""GPU rules against a stand-in nvidia-smi on PATH (this machine has no GPU: tests/standins/nvidia-smi,
+whose output follows published captures), real processes of this machine as the job, and kernel-log
+lines in the real format (fixtures/kmsg)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_probe_raw
+from tests.helpers import local_snapshot, proc_state, run_probe_raw, wait_for
 from vastprobe.analysis.scope import compute_scope
 from vastprobe.model import FdEntry, HostSnapshot
 from vastprobe.parsers import kmsg
@@ -28,15 +30,24 @@ def gpu_env(scenario: str) -> dict[str, str]:
     return {**os.environ, "PATH": f"{STANDINS}:{os.environ['PATH']}", "VASTPROBE_STANDIN_GPU": scenario}
 
 
-def snapshot_with(scenario: str, sample: float = 0.2, nvsmi_timeout: int = 8) -> HostSnapshot:
-    params = ProbeParams(sample=sample, nvidia_smi_timeout=nvsmi_timeout)
-    raw = run_probe_raw(params, env=gpu_env(scenario))
+def snapshot_with(
+    scenario: str, sample: float = 0.2, nvsmi_timeout: int = 8, logs: tuple[str, ...] = (), app_pid: int | None = None
+) -> HostSnapshot:
+    params = ProbeParams(sample=sample, nvidia_smi_timeout=nvsmi_timeout, logs=logs)
+    env = gpu_env(scenario)
+    if app_pid is not None:
+        env["VASTPROBE_STANDIN_APP_PID"] = str(app_pid)
+    raw = run_probe_raw(params, env=env)
     return build_snapshot(split_sections(raw, params.boundary), params, "local", "local", len(raw))
 
 
-def findings(snap: HostSnapshot, expect_gpu: bool | None = None, pids: tuple[int, ...] = ()):
+def findings(
+    snap: HostSnapshot, expect_gpu: bool | None = None, pids: tuple[int, ...] = (), expect_gpus: int | None = None
+):
     scope = compute_scope(snap, pids)
-    return run_rules(snap, scope, RuleOptions(expect_gpu=expect_gpu))
+    return run_rules(
+        snap, scope, RuleOptions(expect_gpu=expect_gpu, expect_gpus=expect_gpus, explicit_scope=bool(pids))
+    )
 
 
 def diagnose(scenario: str, *args: str) -> tuple[int, dict]:
@@ -139,3 +150,308 @@ def test_xid_before_the_watched_processes_is_context() -> None:
     fs = [f for f in findings(snap, pids=(p.pid,)) if f.rule == "gpu-xid"]
     assert fs and all(f.severity == "info" for f in fs)
     assert verdict(tuple(f for f in fs)) == "healthy"
+
+
+# ---------------------------------------------------------------- everything GPU, on a host without one
+
+GPU_RULES = ("idle-gpu", "gpu-xid", "gpu-driver-error", "gpu-busy-no-progress", "gpu-throttled",
+             "gpu-link-degraded", "gpu-memory-errors", "gpu-missing", "gpu-nvswitch-error")  # fmt: skip
+
+
+def test_no_gpu_finding_on_a_host_without_gpus() -> None:
+    """This machine: no nvidia-smi, no /dev/nvidia<N>, a kernel log full of other hosts' noise.
+    Even Xid and SXid lines in its log (a container on a GPU host can read them) give no finding."""
+    params = ProbeParams(sample=0.2)
+    raw = run_probe_raw(params)
+    snap = build_snapshot(split_sections(raw, params.boundary), params, "local", "local", len(raw))
+    assert not snap.gpus.present and snap.gpus.device_nodes == ()
+    assert not [f for f in findings(snap, expect_gpu=True) if f.rule in GPU_RULES if f.rule != "idle-gpu"]
+    assert not [f for f in findings(snap) if f.rule in GPU_RULES]
+    noisy = _with_kernel_lines(snap, [*XID, "nvidia-nvswitch0: SXid (PCI:0000:00:00.0): 20034, Fatal, Link 30"], 5.0)
+    assert not [f for f in findings(noisy) if f.rule in GPU_RULES]
+
+
+def test_expect_gpus_on_a_host_without_gpus() -> None:
+    snap = local_snapshot(ProbeParams(sample=0))
+    (f,) = [f for f in findings(snap, expect_gpus=1) if f.rule == "gpu-missing"]
+    assert f.severity == "critical" and "0 of the 1 expected" in f.summary
+
+
+# ---------------------------------------------------------------- gpu-busy-no-progress
+
+
+@pytest.fixture
+def job_log(tmp_path: Path) -> Path:
+    log = tmp_path / "train.log"
+    log.write_text("step 1 loss 2.31\n")
+    return log
+
+
+def _busy_findings(job: subprocess.Popen, log: Path) -> list:
+    snap = snapshot_with("busylowpower", sample=0.6, logs=(str(log),), app_pid=job.pid)
+    return [f for f in findings(snap, pids=(job.pid,)) if f.rule == "gpu-busy-no-progress"]
+
+
+def _spawn(*argv: str) -> subprocess.Popen:
+    return subprocess.Popen(list(argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_busy_low_power_with_a_stalled_job_is_a_hung_collective(job_log: Path) -> None:
+    job = _spawn(sys.executable, "-c", "import threading; threading.Event().wait()")
+    try:
+        wait_for(lambda: proc_state(job.pid) == "S", what="the job to block")
+        (f,) = _busy_findings(job, job_log)
+    finally:
+        job.kill()
+        job.wait()
+    assert f.severity == "error" and f.pids == (job.pid,) and "collective" in f.summary
+    text = " ".join(e.detail for e in f.evidence)
+    assert "100% at 71 W of 700 W" in text and "did not grow" in text
+    assert f"{job.pid} (python" in text and "waits in" in text and "futex" in text
+
+
+def test_not_raised_when_the_job_log_grows(job_log: Path) -> None:
+    job = _spawn("sh", "-c", f"while :; do echo step >> '{job_log}'; sleep 0.05; done")
+    try:
+        assert not _busy_findings(job, job_log)
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_not_raised_when_the_job_cpu_moves(job_log: Path) -> None:
+    job = _spawn(sys.executable, "-c", "while True: pass")
+    try:
+        assert not _busy_findings(job, job_log)
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_not_raised_at_full_power_or_without_power_readings(job_log: Path) -> None:
+    job = _spawn("sleep", "600")
+    try:
+        for scenario in ("busy", "na", "mig"):
+            snap = snapshot_with(scenario, sample=0.3, logs=(str(job_log),), app_pid=job.pid)
+            got = [f.rule for f in findings(snap, expect_gpu=True, pids=(job.pid,))]
+            assert "gpu-busy-no-progress" not in got and "idle-gpu" not in got, (scenario, got)
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_busy_no_progress_through_the_cli_without_a_log() -> None:
+    job = _spawn("sleep", "600")
+    try:
+        env = {**gpu_env("busylowpower"), "VASTPROBE_STANDIN_APP_PID": str(job.pid)}
+        r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json",
+                            "--sample", "0.4", "--pid", str(job.pid)], capture_output=True, text=True, env=env,
+                           timeout=120)  # fmt: skip
+        host = json.loads(r.stdout)["hosts"][0]
+    finally:
+        job.kill()
+        job.wait()
+    (f,) = [f for f in host["findings"] if f["rule"] == "gpu-busy-no-progress"]
+    assert f["severity"] == "warning" and f["code"] == "VP120"  # no --log: the logs could not be checked
+    assert any("no --log" in e["detail"] for e in f["evidence"])
+
+
+# ---------------------------------------------------------------- more of nvidia-smi
+
+
+def test_throttled_link_and_memory_errors() -> None:
+    got = {f.rule: f for f in findings(snapshot_with("throttled"), expect_gpu=True)}
+    assert "hardware thermal slowdown" in got["gpu-throttled"].summary and got["gpu-throttled"].severity == "warning"
+    got = {f.rule: f for f in findings(snapshot_with("link"))}
+    assert "x8 of x16" in got["gpu-link-degraded"].summary and "gen 1 of gen 5" in got["gpu-link-degraded"].summary
+    got = {f.rule: f for f in findings(snapshot_with("ecc"))}
+    mem = got["gpu-memory-errors"]
+    assert mem.severity == "critical" and "row remapping failed" in mem.summary and "3 volatile" in mem.summary
+    assert not {"gpu-throttled", "gpu-link-degraded", "gpu-memory-errors"} & {
+        f.rule for f in findings(snapshot_with("busy"), expect_gpu=True)
+    }
+
+
+def test_a_gpu_nvidia_smi_cannot_open_is_missing_not_a_driver_error() -> None:
+    snap = snapshot_with("lost")
+    assert snap.gpus.unreachable == ("0000:3b:00",) and snap.gpus.error is None and len(snap.gpus.samples) == 2
+    got = {f.rule: f for f in findings(snap)}
+    assert got["gpu-missing"].severity == "critical" and "gpu-driver-error" not in got
+
+
+def test_expect_gpus_counts_the_gpus_that_answer() -> None:
+    snap = snapshot_with("busy")
+    assert not [f for f in findings(snap, expect_gpus=1) if f.rule == "gpu-missing"]
+    (f,) = [f for f in findings(snap, expect_gpus=8) if f.rule == "gpu-missing"]
+    assert "only 1 of the 8 expected" in f.summary
+
+
+def test_more_device_nodes_than_answering_gpus() -> None:
+    snap = snapshot_with("busy")
+    snap = dataclasses.replace(snap, gpus=dataclasses.replace(snap.gpus, device_nodes=("/dev/nvidia0", "/dev/nvidia1")))
+    (f,) = [f for f in findings(snap) if f.rule == "gpu-missing"]
+    assert "1 GPU(s) answer but 2 /dev/nvidia<N> nodes exist" in f.summary
+
+
+def test_old_driver_gets_the_older_field_set() -> None:
+    snap = snapshot_with("olddriver")
+    (g,) = snap.gpus.samples[0]
+    assert snap.gpus.error is None and g.temperature_c == 61 and g.power_w == 512.4
+    assert g.clock_event_reasons == 0 and g.power_limit_w is None  # the oldest set has no power.limit
+
+
+def test_real_captures_raise_nothing_on_healthy_gpus() -> None:
+    """Idle then loaded, as published (fixtures/nvidia-smi): an idle GPU's PCIe gen 1 and reason 0x1,
+    a MIG GPU's [N/A] utilization, and a loaded GPU at full power are all healthy."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "nvsmi", STANDINS.parent.parent / "fixtures" / "nvidia-smi" / "expected.py"
+    )
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    from vastprobe.parsers.nvidia_smi import parse_gpu_query
+
+    base = snapshot_with("busy")
+    for case in (
+        "h100-80gb-hbm3-590",
+        "h100-mig-590",
+        "h200-590",
+        "l40s-595",
+        "rtx-2080-super-595",
+        "rtx-4080-super-595",
+    ):
+        for a, b in (("idle", "idle"), ("load", "load"), ("idle", "load")):
+            s0 = tuple(parse_gpu_query((mod.HERE / case / f"query-gpu.{a}.csv").read_text())[0])
+            s1 = tuple(parse_gpu_query((mod.HERE / case / f"query-gpu.{b}.csv").read_text())[0])
+            snap = dataclasses.replace(base, gpus=dataclasses.replace(base.gpus, samples=(s0, s1)))
+            got = [f.rule for f in findings(snap, expect_gpu=True) if f.rule in GPU_RULES and f.rule != "idle-gpu"]
+            assert not got, (case, a, b, got)
+
+
+# ---------------------------------------------------------------- Xid catalogue, pids, timing
+
+
+def test_xid_pid_is_matched_to_the_job_on_the_host() -> None:
+    job = _spawn("sleep", "600")
+    try:
+        snap = snapshot_with("busy", app_pid=job.pid)
+        line = f"NVRM: Xid (PCI:0000:10:00): 31, pid={job.pid}, name=sleep, Ch 00000008, intr 00000000"
+        snap = _with_kernel_lines(snap, [line], at=snap.host.uptime)
+        (f,) = [f for f in findings(snap, pids=(job.pid,)) if f.rule == "gpu-xid"]
+    finally:
+        job.kill()
+        job.wait()
+    assert f.pids == (job.pid,) and f.severity == "error"
+    assert any("is a watched process" in e.detail for e in f.evidence)
+    assert any("points at the application" in e.detail for e in f.evidence)
+
+
+def test_xid_pid_inside_a_container_is_matched_by_program_among_gpu_holders() -> None:
+    """A container's /proc: no kernel threads, and the Xid's host pid names none of its processes."""
+    snap = snapshot_with("busy")
+    users = [p for p in snap.processes if not p.kernel_thread and p.pid not in snap.excluded_pids]
+    holder = dataclasses.replace(users[0], fds=(FdEntry(fd=9, target="/dev/nvidia0", mode="rw"),))
+    procs = tuple(holder if p.pid == holder.pid else p for p in snap.processes if not p.kernel_thread)
+    snap = dataclasses.replace(snap, processes=procs)
+    line = f"NVRM: Xid (PCI:0000:10:00): 13, pid=987654, name={holder.comm}, Graphics Exception"
+    snap = _with_kernel_lines(snap, [line], at=snap.host.uptime)
+    (f,) = [f for f in findings(snap, pids=(holder.pid,)) if f.rule == "gpu-xid"]
+    assert f.pids == (holder.pid,) and any("only process here running it" in e.detail for e in f.evidence)
+
+
+def test_xid_with_a_local_clock_long_before_the_job_is_context() -> None:
+    """dmesg -T names no time zone: a stamp more than 14 hours before the job is still "before"."""
+    job = _spawn("sleep", "600")
+    try:
+        snap = snapshot_with("busy")
+    finally:
+        job.kill()
+        job.wait()
+    ev = kmsg.parse_kernel_lines("[Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=1, name=x, Timeout")
+    snap = dataclasses.replace(snap, kernel_log=dataclasses.replace(snap.kernel_log, readable=True, events=ev))
+    (f,) = [f for f in findings(snap, pids=(job.pid,)) if f.rule == "gpu-xid"]
+    assert f.severity == "info" and any("before the watched" in e.detail for e in f.evidence)
+
+
+def test_xid_154_takes_the_recovery_action_it_names_and_nvlink_the_line_word() -> None:
+    snap = snapshot_with("busy")
+    lines = [
+        "NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)",
+        "NVRM: Xid (PCI:0018:01:00): 149, NETIR_BER_EVENT Nonfatal XC0 i0 Link 03 (0x00086226 0x00000001)",
+        "NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000)",
+    ]
+    snap = _with_kernel_lines(snap, lines, at=snap.host.uptime)
+    got = {f.summary.split(" (")[0]: f for f in findings(snap) if f.rule == "gpu-xid"}
+    assert got["Xid 154 on GPU 0009:01:00"].severity == "critical" and "Drain and Reset" in (
+        got["Xid 154 on GPU 0009:01:00"].hint or ""
+    )
+    assert got["Xid 149 on GPU 0018:01:00"].severity == "warning"
+    assert got["Xid 149 on GPU 0019:01:00"].severity == "critical"
+
+
+def test_fallen_off_the_bus_without_an_xid_is_a_missing_gpu() -> None:
+    snap = snapshot_with("busy")
+    lines = ["NVRM: The NVIDIA GPU 0000:b3:00.0", "NVRM: fallen off the bus and is not responding to commands."]
+    got = findings(_with_kernel_lines(snap, lines, at=snap.host.uptime))
+    (f,) = [f for f in got if f.rule == "gpu-missing"]
+    assert f.severity == "critical" and "0000:b3:00 fell off the bus" in f.summary
+    assert not [f for f in got if f.rule == "gpu-xid"]
+    with_xid = _with_kernel_lines(
+        snap, [*lines, "NVRM: Xid (PCI:0000:b3:00): 79, GPU has fallen off the bus."], snap.host.uptime
+    )
+    rules = [f.rule for f in findings(with_xid)]
+    assert "gpu-xid" in rules and "gpu-missing" not in rules  # one report: the Xid's
+
+
+def test_nvswitch_sxid_severity_from_the_line() -> None:
+    snap = snapshot_with("busy")
+    lines = [
+        "nvidia-nvswitch0: SXid (PCI:0000:00:00.0): 20034, Fatal, Link 30 LTSSM Fault Up",
+        "nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV error",
+    ]
+    got = {
+        f.summary.split(" on ")[0]: f
+        for f in findings(_with_kernel_lines(snap, lines, snap.host.uptime))
+        if f.rule == "gpu-nvswitch-error"
+    }
+    assert got["fatal SXid 20034"].severity == "critical" and got["non-fatal SXid 12028"].severity == "warning"
+
+
+def test_xid_catalogue_in_rules_command_and_docs() -> None:
+    from vastprobe.analysis.xid import CATALOGUE, SOURCES
+
+    r = subprocess.run(
+        [sys.executable, "-m", "vastprobe", "rules", "gpu-xid"], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0 and "VP107 gpu-xid" in r.stdout
+    assert "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS" in r.stdout and "docs.nvidia.com/deploy/xid-errors" in r.stdout
+    doc = (STANDINS.parent.parent / "docs" / "rules" / "gpu-xid.md").read_text()
+    for info in CATALOGUE.values():
+        assert f"| {info.xid} | {info.mnemonic} |" in doc, info.xid  # docs/rules/gpu-xid.md lists every entry
+    for key in SOURCES:
+        assert f"[{key}]" in doc
+
+
+def test_which_of_my_processes_uses_which_gpu_inside_a_container() -> None:
+    """In a container nvidia-smi's pid is a host pid: the compute app is found by program among the
+    processes holding /dev/nvidia*, never by a pid that happens to be equal."""
+    from vastprobe.analysis.gpu import gpu_users, pid_view
+
+    snap = snapshot_with("hung", sample=0.2)
+    users = [p for p in snap.processes if not p.kernel_thread and p.pid not in snap.excluded_pids]
+    holder = dataclasses.replace(users[0], comm="python3", fds=(FdEntry(fd=9, target="/dev/nvidia0", mode="rw"),))
+    decoy = dataclasses.replace(users[1], pid=4242) if users[1].pid != 4242 else users[1]  # same number as the app
+    procs = tuple(
+        holder if p.pid == holder.pid else decoy if p.pid == users[1].pid else p
+        for p in snap.processes
+        if not p.kernel_thread
+    )
+    snap = dataclasses.replace(snap, processes=procs)
+    assert pid_view(snap) == "container"
+    scope = frozenset(p.pid for p in procs)
+    (u,) = gpu_users(snap, scope)
+    assert u.pid == holder.pid and u.gpu_uuid and "only process here running it" in u.how
+    (f,) = [f for f in findings(snap, pids=tuple(scope)) if f.rule == "idle-gpu"]
+    assert f.pids == (holder.pid,)

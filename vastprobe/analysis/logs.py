@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from vastprobe.model import FileStat, LogFile, Unavailable
+from vastprobe.model import FileStat, LogFile, Process, Unavailable
 
-LogState = Literal["ok", "absent", "empty", "stale", "deleted-open", "unknown"]
+LogState = Literal["ok", "absent", "empty", "stale", "deleted-open", "rotated", "unknown"]
 
 FATAL = re.compile(
     r"(Killed|out of memory|OutOfMemory|CUDA error|CUDA_ERROR|panic|Traceback \(most recent call last\)|"
@@ -25,9 +26,34 @@ class LogHealth:
     grew: bool  # size changed between the probe's samples
     fatal_lines: tuple[str, ...]
     writers: tuple[int, ...]  # pids holding it open for writing (deleted or not)
+    rotated_writers: tuple[tuple[int, int, str], ...] = ()  # (pid, fd, path): still writing a rotated copy
+
+    def alarming(self, stale_after: float) -> bool:
+        """Says the job stopped: absent, stale, deleted while open, or empty for longer than stale_after.
+        A rotated log whose writer moved on to the rotated copy is not that."""
+        return self.state in ("stale", "absent", "deleted-open") or (
+            self.state == "empty" and (self.age or 0) > stale_after
+        )
 
 
-def log_health(log: LogFile, now: float | None, stale_after: float) -> LogHealth:
+def rotated_writers(log: LogFile, processes: Iterable[Process]) -> tuple[tuple[int, int, str], ...]:
+    """Processes writing `<log>.1`, `<log>-20261203` and the like: logrotate renamed the file under
+    them (its `create` mode) and they never reopened the new one."""
+    out = []
+    for p in processes:
+        if isinstance(p.fds, Unavailable):
+            continue
+        for e in p.fds:
+            if (
+                e.mode in ("w", "rw")
+                and e.path.startswith(log.path)
+                and e.path[len(log.path) : len(log.path) + 1] in (".", "-", "_")
+            ):
+                out.append((p.pid, e.fd, e.path))
+    return tuple(out)
+
+
+def log_health(log: LogFile, now: float | None, stale_after: float, processes: Iterable[Process] = ()) -> LogHealth:
     stats = [s for s in log.stats if isinstance(s, FileStat)]
     grew = len(stats) >= 2 and stats[-1].size != stats[0].size
     tail = log.tail if isinstance(log.tail, str) else ""
@@ -55,4 +81,7 @@ def log_health(log: LogFile, now: float | None, stale_after: float) -> LogHealth
         state = "stale"
     else:
         state = "ok"
-    return LogHealth(log, state, age, grew, fatal, writers)
+    rotated = rotated_writers(log, processes) if state in ("absent", "empty", "stale") else ()
+    if rotated and not log.holders:
+        state = "rotated"
+    return LogHealth(log, state, age, grew, fatal, writers, rotated)

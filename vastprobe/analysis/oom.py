@@ -1,23 +1,35 @@
-"""OOM kills matched to the watched processes.
+"""OOM kills matched to the watched job.
 
-Kernel-log PIDs are host PIDs, so inside a container a victim is matched by cgroup (`task_memcg`)
-and name, and by time: a kill from before a process started cannot be that process's loss."""
+A kill is the job's only when the victim was in one of the job's memory cgroups, or was one of
+its processes (its program is what a watched wrapper runs, or a watched process still has
+children of the victim's name: a Pool or a server replacing workers; names count only where the
+scope is the job, never on a whole host where "python" is everybody). A kill elsewhere on the
+host is context. Kernel-log PIDs are host PIDs, so inside a container a victim is matched by
+cgroup and name, and by time: a kill from before a process started cannot be that process's loss.
+The loser named is the victim's likely parent: the watched process closest to it.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
-from vastprobe.analysis.tree import ProcessTree
-from vastprobe.analysis.waitchain import waits_on_children
+from vastprobe.analysis.waitgraph import WaitGraph
 from vastprobe.model import HostSnapshot, KernelEvent, Process, available
+
+ROOT_CGROUPS = ("/", "")
 
 
 @dataclass(frozen=True)
 class OomMatch:
     event: KernelEvent
-    loser: int | None  # the in-scope process that most likely lost the victim
-    how: str  # how the loser was chosen
-    relevant: bool  # happened while a watched process was alive; False = context only
+    loser: int | None  # the watched process that most likely lost the victim (its parent)
+    how: str  # how the victim was tied to the job, or why it was not
+    tie: Literal["job", "before", "elsewhere"]  # the job's kill, or context: before it started, or not its own
+
+    @property
+    def relevant(self) -> bool:
+        return self.tie == "job"
 
 
 def start_wall(snapshot: HostSnapshot, p: Process) -> float | None:
@@ -26,14 +38,21 @@ def start_wall(snapshot: HostSnapshot, p: Process) -> float | None:
 
 
 def job_is_bounded(snapshot: HostSnapshot, explicit_scope: bool) -> bool:
-    """Whether "a waiting process that was alive when the victim died" may be blamed without a
-    cgroup or name match: only when the scope is the job — named by --pid/--match, or a container
-    (a PID namespace shows no kernel threads). On a whole host that would blame any idle shell."""
+    """Whether the scope is the job — named by --pid/--match, or a container (a PID namespace shows
+    no kernel threads) — rather than a whole host where any idle shell could be blamed."""
     return explicit_scope or not any(p.kernel_thread for p in snapshot.processes)
 
 
+def _cgroups(p: Process) -> set[str]:
+    return {c for c in (p.memory_cgroup, p.cgroup_v2) if c is not None}
+
+
+def _in_cgroup(path: str, cgroups: set[str]) -> bool:
+    return path in cgroups or any(c not in ROOT_CGROUPS and path.startswith(c.rstrip("/") + "/") for c in cgroups)
+
+
 def match_oom_kills(
-    snapshot: HostSnapshot, scope: frozenset[int], tree: ProcessTree, explicit_scope: bool = False
+    snapshot: HostSnapshot, scope: frozenset[int], graph: WaitGraph, explicit_scope: bool = False
 ) -> list[OomMatch]:
     kills = [e for e in snapshot.kernel_log.events if e.kind == "oom-kill"]
     if not kills:
@@ -43,45 +62,81 @@ def match_oom_kills(
     # would look older than it; count it as younger (context, not blame)
     tick = 1 / snapshot.host.clk_tck
     starts = {p.pid: start_wall(snapshot, p) for p in watched}
-    # indexes built once: a host's log can hold hundreds of kills, a host hundreds of processes
-    by_cgroup_index: dict[str, list[Process]] = {}
-    by_name_index: dict[str, list[Process]] = {}
-    for p in watched:
-        for path in {p.memory_cgroup, p.cgroup_v2} - {None}:
-            by_cgroup_index.setdefault(path, []).append(p)  # type: ignore[arg-type]
-        # a wrapper that names the victim's program in its arguments (timeout, nohup, srun,
-        # mpirun); comm is the program's file name cut to 15 bytes
-        for name in {a.rsplit("/", 1)[-1][:15] for a in p.cmdline[1:8]}:
-            by_name_index.setdefault(name, []).append(p)
     known = [t for t in starts.values() if t is not None]
     unknown_start = len(known) < len(starts)
     earliest = min(known) if known else None
-    waiting = {p.pid for p in watched if waits_on_children(p, tree)}
+    job_cgroups: set[str] = set().union(*(_cgroups(p) for p in watched)) if watched else set()
+    # a job in cgroups of its own can be compared with the victim's; a job in the root cgroup, or
+    # behind a cgroup namespace (a container sees its own cgroup as "/"), cannot
+    comparable = bool(job_cgroups - set(ROOT_CGROUPS))
     bounded = job_is_bounded(snapshot, explicit_scope)
+    tree = graph.tree
+    waiting = {p.pid for p in watched if graph.waits_on_jobs(p)}
+    # indexes built once: a host's log can hold hundreds of kills, a host hundreds of processes
+    runs: dict[str, list[Process]] = {}
+    parents_of: dict[str, list[Process]] = {}
+    for p in watched:
+        # a wrapper that names the victim's program in its arguments (timeout, nohup, srun, mpirun);
+        # comm is the program's file name cut to 15 bytes
+        for name in {a.rsplit("/", 1)[-1][:15] for a in p.cmdline[1:8]}:
+            runs.setdefault(name, []).append(p)
+        for name in {k.comm for k in tree.kids(p.pid) if k.state != "Z"}:
+            parents_of.setdefault(name, []).append(p)
     out = []
     for ev in kills:
         when = ev.wall_time
 
         def alive_before(p: Process, when: float | None = when) -> bool:
-            s = starts[p.pid]
+            s = starts.get(p.pid)
             return when is None or s is None or s + tick <= when
 
         if not (when is None or unknown_start or (earliest is not None and earliest + tick <= when)):
-            out.append(OomMatch(ev, None, "the kill happened before every watched process started", False))
+            out.append(OomMatch(ev, None, "the kill happened before every watched process started", "before"))
             continue
-        by_cgroup = [p for p in by_cgroup_index.get(ev.task_memcg or "", []) if alive_before(p)]
-        by_name = [p for p in by_name_index.get(ev.comm or "", []) if alive_before(p)] if ev.comm else []
-        waiters = [p for p in watched if p.pid in waiting and alive_before(p)] if bounded else []
-        for pool, how in (
-            ([p for p in by_cgroup if p.pid in waiting], "waits on children in the victim's memory cgroup"),
-            (by_name, "its command line runs the victim's program"),
-            (by_cgroup, "in the victim's memory cgroup"),
-            (waiters, "waits on children and was running when the victim died"),
-        ):
-            if pool:
-                loser = max(pool, key=lambda p: (p.starttime, p.pid))  # the closest parent: started last
-                out.append(OomMatch(ev, loser.pid, how, True))
-                break
+        # names are weak ties ("python"): only where the scope is the job itself
+        named = (
+            [p for p in parents_of.get(ev.comm or "", []) + runs.get(ev.comm or "", []) if alive_before(p)]
+            if bounded
+            else []
+        )
+        if ev.task_memcg is not None and comparable:
+            members = [p for p in watched if _in_cgroup(ev.task_memcg, _cgroups(p)) and alive_before(p)]
+            if ev.task_memcg not in ROOT_CGROUPS and members:
+                out.append(_blame(ev, members, waiting, parents_of, runs, "in the job's memory cgroup"))
+            else:  # the victim was demonstrably elsewhere, whatever its name
+                where = ev.task_memcg or "the root cgroup"
+                out.append(OomMatch(ev, None, f"in memory cgroup {where}, not the job's", "elsewhere"))
+            continue
+        if named:
+            out.append(_blame(ev, named, waiting, parents_of, runs, "one of the job's processes by name"))
+        elif bounded and (waiters := [p for p in watched if p.pid in waiting and alive_before(p)]):
+            out.append(
+                _blame(ev, waiters, waiting, parents_of, runs, "waits on children and was running when the victim died")
+            )
         else:
-            out.append(OomMatch(ev, None, "no watched process could be tied to the victim", True))
+            out.append(OomMatch(ev, None, "no watched process could be tied to the victim", "elsewhere"))
     return out
+
+
+def _blame(
+    ev: KernelEvent,
+    pool: list[Process],
+    waiting: set[int],
+    parents_of: dict[str, list[Process]],
+    runs: dict[str, list[Process]],
+    how: str,
+) -> OomMatch:
+    """The victim's likely parent among `pool`: one that still has children of the victim's name,
+    then a wrapper running its program, then one waiting on children; the closest (started last)."""
+    ids = {p.pid for p in pool}
+    for group, why in (
+        (parents_of.get(ev.comm or "", []), "its other children share the victim's name"),
+        (runs.get(ev.comm or "", []), "its command line runs the victim's program"),
+        ([p for p in pool if p.pid in waiting], "waits on children"),
+        (pool, "the closest watched process"),
+    ):
+        cands = [p for p in group if p.pid in ids]
+        if cands:
+            loser = max(cands, key=lambda p: (p.starttime, p.pid))
+            return OomMatch(ev, loser.pid, f"{how}; {why}", "job")
+    return OomMatch(ev, None, how, "job")

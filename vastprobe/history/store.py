@@ -69,9 +69,10 @@ def open_history(path: Path, readonly: bool = False, busy_timeout: float = BUSY_
             con = sqlite3.connect(f"{path.resolve().as_uri()}?mode={mode}", uri=True, timeout=busy_timeout)
         else:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            if not path.exists():  # command lines and host names: readable by its owner only
-                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+            new = not path.exists()
             con = sqlite3.connect(path, timeout=busy_timeout)
+            if new:  # host names and process names: readable by the owner only, before anything is in it
+                os.chmod(path, 0o600)
         con.isolation_level = None
         try:
             con.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")

@@ -4,7 +4,9 @@
     lr-x------ 1 0 0 64 Dec  2 16:25 0 -> /dev/null
     l-wx------ 1 0 0 64 Dec  2 16:25 1 -> pipe:[2787]
 
-The link's own mode tells how the fd was opened: r-x read, -wx write, rwx both.
+The link's own mode tells how the fd was opened: r-x read, -wx write, rwx both. Since format 2 the
+probe also lists each process's `ns/net` link, and uses GNU `ls -b` where it can: link targets come
+C-escaped (`\n`, `\\ `, `\\`, octal), so a path holding a newline cannot pass for another line.
 """
 
 from __future__ import annotations
@@ -14,9 +16,33 @@ from dataclasses import dataclass, field
 
 from vastprobe.model import FdEntry, FdMode
 
-_HEADER = re.compile(r"^/proc/(\d+)/fd:$")
-_ENTRY = re.compile(r"^l([r-])([w-])[x-]\S*\s.*? (\d+) -> (.*)$")
-_DENIED_DIR = re.compile(r"^ls: (?:cannot open directory )?'?/proc/(\d+)/fd'?: (.*)$")
+_HEADER = re.compile(r"^/proc/([0-9]{1,10})/fd:$", re.ASCII)
+_ENTRY = re.compile(r"^l([r-])([w-])[x-]\S* +[0-9]+ +\S+ +\S+ +[0-9]+ +.{6,40}? ([0-9]{1,10}) -> (.*)$", re.ASCII)
+_NETNS = re.compile(r"^l\S* .* /proc/([0-9]{1,10})/ns/net -> net:\[([0-9]{1,20})\]$", re.ASCII)
+_DENIED_DIR = re.compile(r"^ls: (?:cannot open directory )?'?/proc/([0-9]{1,10})/fd'?: (.*)$", re.ASCII)
+_ESCAPES = {"n": b"\n", "t": b"\t", "r": b"\r", "a": b"\a", "b": b"\b", "f": b"\f", "v": b"\v", " ": b" "}
+
+
+def unescape_ls(text: str) -> str:
+    """Undo GNU ls -b (quoting style "escape"): the exact name, undecodable bytes as U+FFFD."""
+    if "\\" not in text:
+        return text
+    out = bytearray()
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c != "\\" or i + 1 == n:
+            out += c.encode("utf-8", "surrogateescape" if "\udc80" <= c <= "\udcff" else "replace")
+            i += 1
+            continue
+        e = text[i + 1]
+        if e in "01234567" and i + 3 < n and all(d in "01234567" for d in text[i + 1 : i + 4]):
+            out.append(int(text[i + 1 : i + 4], 8) & 0xFF)
+            i += 4
+            continue
+        out += _ESCAPES.get(e, e.encode("utf-8", "replace"))
+        i += 2
+    return out.decode("utf-8", "replace")
 
 
 @dataclass
@@ -25,6 +51,7 @@ class FdTable:
     denied: dict[int, str] = field(default_factory=dict)
     truncated: set[int] = field(default_factory=set)
     unreadable_links: dict[int, int] = field(default_factory=dict)
+    netns: dict[int, int] = field(default_factory=dict)  # pid -> network namespace inode
 
 
 def _mode(r: str, w: str) -> FdMode:
@@ -37,10 +64,16 @@ def _mode(r: str, w: str) -> FdMode:
     return "?"
 
 
-def parse_fd_section(text: str) -> FdTable:
+def parse_fd_section(text: str, escaped: bool = False) -> FdTable:
     table = FdTable()
     current: int | None = None
-    for line in text.split("\n"):
+    for raw in text.split("\n"):
+        line = raw[:8192]
+        if line.endswith("]") and "/ns/net -> net:[" in line:
+            ns = _NETNS.match(line)
+            if ns:
+                table.netns[int(ns.group(1))] = int(ns.group(2))
+                continue
         h = _HEADER.match(line)
         if h:
             current = int(h.group(1))
@@ -52,7 +85,7 @@ def parse_fd_section(text: str) -> FdTable:
             table.denied[pid] = d.group(2)
             continue
         if line.startswith("ls: cannot read symbolic link"):
-            m = re.search(r"/proc/(\d+)/fd/", line)
+            m = re.search(r"/proc/([0-9]{1,10})/fd/", line)
             if m:
                 pid = int(m.group(1))
                 table.unreadable_links[pid] = table.unreadable_links.get(pid, 0) + 1
@@ -65,7 +98,11 @@ def parse_fd_section(text: str) -> FdTable:
         e = _ENTRY.match(line)
         if e:
             table.fds[current].append(
-                FdEntry(fd=int(e.group(3)), target=e.group(4), mode=_mode(e.group(1), e.group(2)))
+                FdEntry(
+                    fd=int(e.group(3)),
+                    target=unescape_ls(e.group(4)) if escaped else e.group(4),
+                    mode=_mode(e.group(1), e.group(2)),
+                )
             )
     for pid, n in table.unreadable_links.items():
         if not table.fds.get(pid):

@@ -1,14 +1,16 @@
-"""Log stat lines (`@@log N` then `<size> <mtime> <inode>` or stat's complaint) and artifact
-listings (`@@count N` then `<size> <mtime> <type>|<name>`)."""
+"""Log stat lines (`@@log N` then `<size> <mtime> <inode> [<type>]` or stat's complaint) and artifact
+listings (`@@count N` then `<size> <mtime> <type>|<name>`; `@@unlisted N`: names holding a newline,
+which the probe counts instead of printing)."""
 
 from __future__ import annotations
 
 import re
 
 from vastprobe.model import Artifact, FileStat, Unavailable
+from vastprobe.parsers.numbers import read_int
 
-_STAT = re.compile(r"^(\d+) (\d+) (\d+)$")
-_ART = re.compile(r"^(\d+) (\d+) ([^|]*)\|(.*)$")
+_STAT = re.compile(r"^([0-9]{1,20}) (-?[0-9]{1,20}) ([0-9]{1,20})(?: ([a-z][a-z ]{0,40}))?$")
+_ART = re.compile(r"^([0-9]{1,20}) (-?[0-9]{1,20}) ([^|]*)\|(.*)$")
 
 
 def parse_logstats(text: str) -> dict[int, FileStat | Unavailable]:
@@ -16,13 +18,13 @@ def parse_logstats(text: str) -> dict[int, FileStat | Unavailable]:
     current: int | None = None
     for line in text.split("\n"):
         if line.startswith("@@log "):
-            current = int(line[6:]) if line[6:].isdigit() else None
+            current = read_int(line[6:], 6)
             continue
         if current is None or not line.strip() or current in out:
             continue
         m = _STAT.match(line.strip())
         if m:
-            out[current] = FileStat(size=int(m.group(1)), mtime=int(m.group(2)), inode=int(m.group(3)))
+            out[current] = FileStat(size=int(m.group(1)), mtime=int(m.group(2)), inode=int(m.group(3)), kind=m.group(4))
         else:
             reason = line.split(": ")[-1] if ": " in line else line
             out[current] = Unavailable(reason.strip())
@@ -36,7 +38,10 @@ def parse_artifacts(text: str) -> tuple[int, list[Artifact], str | None]:
     count, entries, errors = 0, [], []
     for line in text.split("\n"):
         if line.startswith("@@count "):
-            count = int(line[8:]) if line[8:].isdigit() else 0
+            count = read_int(line[8:]) or 0
+            continue
+        if line.startswith("@@unlisted "):
+            errors.append(f"{read_int(line[11:]) or 0} name(s) holding a newline not listed")
             continue
         m = _ART.match(line)
         if m:

@@ -114,4 +114,5 @@ def parse_host(text: str, meta: dict[str, str], clk_tck: int | None = None, shel
         pid_max=to_int(pid_max) if pid_max else None,
         own_pid_namespace=own_ns,
         dmesg_restrict=to_int(restrict) if restrict else None,
+        arch=meta.get("arch", "")[:32],
     )

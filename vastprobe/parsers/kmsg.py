@@ -1,94 +1,398 @@
-"""Kernel-log lines about OOM kills, NVIDIA Xid errors and hung tasks.
+"""Kernel-log lines about OOM kills, NVIDIA Xid and NVSwitch SXid errors, lost GPUs and hung tasks.
 
-The probe keeps only matching lines (plus `@@source`, `@@err`, `@@lines` markers). Formats
-covered, oldest to newest (see docs/rules/oom-killed-child.md):
-    [ 1002.44] Memory cgroup out of memory: Killed process 2115 (python3) total-vm:221368kB, anon-rss:40576kB, file-rss:2576kB, shmem-rss:0kB, UID:0 pgtables:148kB oom_score_adj:0
-    [ 1002.44] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/vpt,task_memcg=/vpt,task=python3,pid=2115,uid=0
-    [  99.1] Out of memory: Kill process 35389 (abuse) score 912 or sacrifice child       (<= 4.18, context only)
-    [  99.1] Killed process 35389 (abuse) total-vm:123kB, anon-rss:1kB, file-rss:0kB      (<= 4.18)
-    [  99.1] Task in /a killed as a result of limit of /b                                  (<= 4.18)
-    [ 5.0] NVRM: Xid (PCI:0000:05:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
+The probe keeps only matching lines (plus `@@source`, `@@err`, `@@lines` markers). Every line is
+first stripped of what the log reader put in front of the kernel's text, then read:
+
+    [ 1002.442956] msg                                   dmesg (seconds since boot)
+    [Sun Feb 23 16:24:18 2025] msg                       dmesg -T / --ctime (local time, no zone)
+    2025-01-21T04:41:44,283302+00:00 msg                 dmesg --time-format iso (zone given)
+    kern  :warn  : 2025-01-21T04:41:44,283302+00:00 msg  dmesg --decode
+    6,3964,206764307,-;msg                               /dev/kmsg records (microseconds since boot)
+    Mar  2 17:35:10 host kernel: [2858609.598568] msg    kern.log / messages (syslog; year inferred)
+    [ 1234.567890] host kernel: msg                      journalctl -o short-monotonic
+
+OOM kills, oldest to newest (docs/rules/oom-killed-child.md). The process name is what stands
+between the first `(` after the pid and the `)` that precedes the next field, so a name that holds
+spaces, brackets or parentheses (`((sd-pam))`, `runc:[2:INIT]`) comes out whole:
+    Out of memory: Killed process 1234 (java).                                             (2.6)
+    Killed process 2236, UID 0, (java) total-vm:3424kB, anon-rss:1kB, file-rss:0kB         (RHEL 6)
+    Killed process 5100 (fio) total-vm:6966656kB, anon-rss:2779756kB, file-rss:0kB, ...    (3.x-5.2)
+    Killed process 45465 (tail), UID 0, total-vm:7582132kB, anon-rss:7420324kB, ...         (RHEL 7)
+    Memory cgroup out of memory: Killed process 2115 (python3) total-vm:..., UID:0 pgtables:148kB oom_score_adj:0
+    oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),...,oom_memcg=/a,task_memcg=/a/b,task=python3,pid=2115,uid=0
+    oom_reaper: reaped process 2115 (python3), now anon-rss:0kB, file-rss:0kB, shmem-rss:0kB
+    Task in /a killed as a result of limit of /b                                           (<= 4.18)
+NVIDIA:
+    NVRM: Xid (PCI:0000:05:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
+    NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping, ...
+    NVRM: Xid (0000:03:00): 14, Channel 00000001                                  (no PCI:, no pid)
+    nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV error
+    NVRM: GPU 0000:29:00.0: GPU has fallen off the bus.                            (no Xid line)
+    NVRM: The NVIDIA GPU 0000:b3:00.0 / (PCI ID: ...) installed in this system has / NVRM: fallen off
+    the bus and is not responding to commands.                                  (three lines, no Xid)
+
+Every pattern is anchored at a position found with `str.find`, or is a bounded run of one
+character class: lines are cut to MAX_LINE first, and matching stays linear in the line's length.
 """
 
 from __future__ import annotations
 
+import calendar
 import dataclasses
 import re
+import time
+from dataclasses import dataclass
 
 from vastprobe.model import KernelEvent, KernelLog
+from vastprobe.parsers.numbers import read_hex, read_int
 
-_STAMP = re.compile(r"\[\s*(\d+\.\d+)\]")
-_KILLED = re.compile(
-    r"Killed process (\d+) \((.*?)\)(?: total-vm:(\d+)kB, anon-rss:(\d+)kB, file-rss:(\d+)kB)?(?:.*?UID:(\d+))?"
+#: Longest line read; the kernel's own records are at most ~1 KiB, a syslog prefix adds little.
+MAX_LINE = 2048
+
+_MONTHS = {
+    m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)
+}
+
+# ---------------------------------------------------------------- prefixes
+_KMSG_RECORD = re.compile(r"(\d{1,3}),(\d{1,20}),(\d{1,20}),[^;]{0,32};")
+_DECODE = re.compile(r"[a-z]{2,8} *:[a-z]{3,6} *: ")
+_STAMP = re.compile(r"\[ {0,12}(\d{1,12}\.\d{1,9})\] ?")
+_CTIME = re.compile(r"\[[A-Z][a-z]{2} ([A-Z][a-z]{2}) {1,2}(\d{1,2}) (\d\d):(\d\d):(\d\d) (\d{4})\] ?")
+_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,]\d{1,9})?(Z|[+-]\d\d:?\d\d)? ")
+_SYSLOG = re.compile(r"(\S{1,12}) {1,2}(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.\d{1,9})? ")
+_HOST_KERNEL = re.compile(r"\S{1,255} kernel: ")
+
+# ---------------------------------------------------------------- messages
+_DIGITS = re.compile(r"\d{1,20}")
+_TOTAL_VM = re.compile(r"total-vm:(\d{1,20})kB")
+_VSZ = re.compile(r"vsz:(\d{1,20})kB")
+_ANON = re.compile(r"anon-rss:(\d{1,20})kB")
+_FILE = re.compile(r"file-rss:(\d{1,20})kB")
+_UID_NEW = re.compile(r"UID:(\d{1,10})")
+_UID_RHEL7 = re.compile(r", UID (\d{1,10}),")
+_USAGE = re.compile(r"memory: usage (\d{1,20})kB, limit (\d{1,20})kB")
+_TASK_IN = re.compile(r"Task in (\S{1,1024}) killed as a result of limit of (\S{1,1024})")
+_XID_NUM = re.compile(r"(\d{1,6}),? ?")
+_SEVERITY = re.compile(r"\b(Fatal|Non-fatal|Nonfatal)\b")
+_BDF = re.compile(
+    r"PCI:([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})"
+    r"|(?:([0-9A-Fa-f]{4,8}):)?([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.[0-7]"
 )
-_SUMMARY = re.compile(
-    r"oom-kill:constraint=([^,]*),.*?(?:oom_memcg=([^,]*),)?(?:task_memcg=([^,]*),)?task=(.*?),pid=\s*(\d+),uid=\s*(\d+)"
-)
-_OLD_TASK_IN = re.compile(r"Task in (\S+) killed as a result of limit of (\S+)")
-_INVOKED = re.compile(r"(\S+) invoked oom-killer:")
-_USAGE = re.compile(r"memory: usage (\d+)kB, limit (\d+)kB")
-_XID = re.compile(
-    r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})[^)]*\): (\d+),(?: pid=([^,]*), name=(.*?),)? ?(.*)"
-)
-_HUNG = re.compile(r"INFO: task (.*):(\d+) blocked for more than (\d+) seconds")
-_LOST = re.compile(r"(GPU at PCI:\S+ has fallen off the bus|GPU is lost)")
 _ERR_WORDS = re.compile(r"not permitted|denied|failed|No journal files|No entries", re.I)
 
+# Where a process name ends: the `)` before the next field. The last one wins (see _killed).
+_NAME_ENDS = (") total-vm:", "), UID ", ") vsz:", ") score ", ") is already exiting")
+_GPU_ANNOUNCE = "NVRM: The NVIDIA GPU "  # the first of the three lines of a lost GPU without an Xid
 
-def _wall(uptime: float | None, btime: int | None) -> float | None:
-    return None if uptime is None or btime is None else btime + uptime
+
+@dataclass(frozen=True)
+class _Clock:
+    uptime: float | None = None
+    wall: float | None = None
+    local: float | None = None
 
 
-def parse_line(line: str, btime: int | None = None) -> KernelEvent | None:
-    m = _STAMP.search(line)
-    up = float(m.group(1)) if m else None
-    wall = _wall(up, btime)
-    base = {"line": line, "uptime": up, "wall_time": wall}
-    if k := _KILLED.search(line):
-        return KernelEvent(
-            kind="oom-kill",
-            pid=int(k.group(1)),
-            comm=k.group(2),
-            total_vm_kb=int(k.group(3)) if k.group(3) else None,
-            anon_rss_kb=int(k.group(4)) if k.group(4) else None,
-            file_rss_kb=int(k.group(5)) if k.group(5) else None,
-            uid=int(k.group(6)) if k.group(6) else None,
-            detail="memcg" if "Memory cgroup" in line else "global",
-            **base,  # type: ignore[arg-type]
-        )
-    if s := _SUMMARY.search(line):
-        return KernelEvent(
-            kind="oom-summary",
-            constraint=s.group(1),
-            memcg=s.group(2),
-            task_memcg=s.group(3),
-            comm=s.group(4),
-            pid=int(s.group(5)),
-            uid=int(s.group(6)),
-            **base,  # type: ignore[arg-type]
-        )
-    if t := _OLD_TASK_IN.search(line):
-        return KernelEvent(kind="oom-summary", task_memcg=t.group(1), memcg=t.group(2), **base)  # type: ignore[arg-type]
-    if u := _USAGE.search(line):
-        return KernelEvent(kind="memcg-usage", usage_kb=int(u.group(1)), limit_kb=int(u.group(2)), **base)  # type: ignore[arg-type]
-    if i := _INVOKED.search(line):
-        return KernelEvent(kind="oom-invoked", comm=i.group(1), **base)  # type: ignore[arg-type]
-    if x := _XID.search(line):
-        pid = x.group(3)
-        return KernelEvent(
-            kind="xid",
-            pci=x.group(1).lower(),
-            xid=int(x.group(2)),
-            pid=int(pid) if pid and pid.isdigit() else None,
-            comm=x.group(4),
-            detail=x.group(5).strip(),
-            **base,  # type: ignore[arg-type]
-        )
-    if h := _HUNG.search(line):
-        return KernelEvent(kind="hung-task", comm=h.group(1), pid=int(h.group(2)), detail=h.group(3), **base)  # type: ignore[arg-type]
-    if g := _LOST.search(line):
-        return KernelEvent(kind="gpu-lost", detail=g.group(1), **base)  # type: ignore[arg-type]
+def _timegm(y: int, mo: int, d: int, h: int, mi: int, s: int) -> float | None:
+    if not (1970 <= y <= 9999 and 1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60 and s < 61):
+        return None
+    return float(calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)))
+
+
+def _year_for(mo: int, d: int, h: int, mi: int, s: int, now: float | None) -> float | None:
+    """Syslog stamps have no year: the latest one not after the target's clock (plus a day)."""
+    if now is None:
+        return None
+    year = time.gmtime(now).tm_year
+    t = _timegm(year, mo, d, h, mi, s)
+    if t is not None and t > now + 86400:
+        t = _timegm(year - 1, mo, d, h, mi, s)
+    return t
+
+
+def _strip_prefix(line: str, now: float | None) -> tuple[str, _Clock]:
+    """The kernel's own text and the clock readings found in front of it."""
+    s = line[:MAX_LINE]
+    pos = 0
+    uptime = wall = local = None
+    if m := _KMSG_RECORD.match(s):
+        uptime = (read_int(m.group(3)) or 0) / 1e6
+        pos = m.end()
+    if m := _DECODE.match(s, pos):
+        pos = m.end()
+    dated = False
+    if m := _ISO.match(s, pos):
+        t = _timegm(*(int(m.group(i)) for i in range(1, 7)))
+        zone = m.group(7)
+        if t is not None and zone:
+            if zone != "Z":
+                sign = -1 if zone[0] == "-" else 1
+                z = zone[1:].replace(":", "")
+                t -= sign * (int(z[:2]) * 3600 + int(z[2:]) * 60)
+            wall = t
+        else:
+            local = t
+        pos, dated = m.end(), True
+    elif m := _CTIME.match(s, pos):
+        mo = _MONTHS.get(m.group(1))
+        if mo is not None:
+            local = _timegm(int(m.group(6)), mo, *(int(m.group(i)) for i in range(2, 6)))
+        pos = m.end()
+    elif (m := _SYSLOG.match(s, pos)) and _HOST_KERNEL.match(s, m.end()):
+        mo = _MONTHS.get(m.group(1))  # a localised month name ("апр") leaves the time unknown
+        if mo is not None:
+            d, h, mi, sec = (int(m.group(i)) for i in range(2, 6))
+            local = _year_for(mo, d, h, mi, sec, now)
+        pos, dated = m.end(), True
+    if dated and (m := _HOST_KERNEL.match(s, pos)):
+        pos = m.end()
+    if m := _STAMP.match(s, pos):
+        uptime = float(m.group(1))
+        pos = m.end()
+        if m := _HOST_KERNEL.match(s, pos):  # journalctl -o short-monotonic
+            pos = m.end()
+    return s[pos:], _Clock(uptime, wall, local)
+
+
+# ---------------------------------------------------------------- events
+
+
+def _pci(domain: str | None, bus: str, dev: str) -> str:
+    d = read_hex(domain) if domain else 0
+    return f"{d or 0:04x}:{bus.lower()}:{dev.lower()}"
+
+
+def _find_pci(text: str) -> str | None:
+    m = _BDF.search(text)
+    if m is None:
+        return None
+    if m.group(1) is not None:
+        return _pci(m.group(1), m.group(2), m.group(3))
+    return _pci(m.group(4), m.group(5), m.group(6))
+
+
+def _kb(pattern: re.Pattern[str], text: str) -> int | None:
+    m = pattern.search(text)
+    return read_int(m.group(1)) if m else None
+
+
+def _name_and_tail(rest: str) -> tuple[str, str]:
+    """`rest` starts right after the `(` that opens the name."""
+    end = max(rest.rfind(marker) for marker in _NAME_ENDS)
+    if end < 0:
+        end = rest.rfind(")")
+    if end < 0:
+        return rest, ""
+    return rest[:end], rest[end:]
+
+
+def _killed(msg: str, at: int) -> dict[str, object] | None:
+    m = _DIGITS.match(msg, at)
+    if m is None:
+        return None
+    out: dict[str, object] = {"kind": "oom-kill", "pid": read_int(m.group())}
+    out["detail"] = "memcg" if "Memory cgroup out of memory" in msg[:at] else "global"
+    k = m.end()
+    if msg.startswith(", UID ", k):  # RHEL 6: the uid, then the name
+        u = _DIGITS.match(msg, k + 6)
+        if u is None or not msg.startswith(", (", u.end()):
+            return out
+        out["uid"] = read_int(u.group())
+        name, tail = _name_and_tail(msg[u.end() + 3 :])
+    elif msg.startswith(" (", k):
+        name, tail = _name_and_tail(msg[k + 2 :])
+        if (uid := _kb(_UID_NEW, tail)) is not None or (uid := _kb(_UID_RHEL7, tail)) is not None:
+            out["uid"] = uid
+    else:
+        return out
+    out["comm"] = name
+    out["total_vm_kb"] = _kb(_TOTAL_VM, tail) if "total-vm:" in tail else _kb(_VSZ, tail)
+    out["anon_rss_kb"] = _kb(_ANON, tail)
+    out["file_rss_kb"] = _kb(_FILE, tail)
+    return out
+
+
+def _summary(text: str) -> dict[str, object]:
+    """`oom-kill:` line (4.19+), read from the end: a task name or cgroup path may hold commas."""
+    out: dict[str, object] = {"kind": "oom-summary"}
+    if text.startswith("constraint="):
+        c = text.find(",")
+        out["constraint"] = text[11:c] if c >= 0 else text[11:]
+    u = text.rfind(",uid=")
+    p = text.rfind(",pid=", 0, u if u >= 0 else len(text))
+    if p < 0:
+        return out  # a cut line: the constraint is all there is
+    out["pid"] = read_int(text[p + 5 : u if u >= 0 else None])
+    if u >= 0:
+        out["uid"] = read_int(text[u + 5 :])
+    t = text.rfind(",task=", 0, p)
+    if t >= 0:
+        out["comm"] = text[t + 6 : p]
+    tm = text.rfind(",task_memcg=", 0, t if t >= 0 else p)
+    if tm >= 0:
+        out["task_memcg"] = text[tm + 12 : t if t >= 0 else p]
+    om = text.find(",oom_memcg=", 0, tm if tm >= 0 else p)
+    if om >= 0:
+        end = tm if tm >= 0 else text.find(",", om + 11)
+        out["memcg"] = text[om + 11 : end if end >= 0 else None]
+    return out
+
+
+def _reaper(text: str) -> dict[str, object] | None:
+    if text.startswith("reaped process "):
+        m = _DIGITS.match(text, 15)
+        if m is None or not text.startswith(" (", m.end()):
+            return None
+        rest = text[m.end() + 2 :]
+        end = rest.rfind("), now ")
+        if end < 0:
+            end = rest.rfind(")")
+        return {
+            "kind": "oom-reaped",
+            "pid": read_int(m.group()),
+            "comm": rest[:end] if end >= 0 else rest,
+            "anon_rss_kb": _kb(_ANON, rest[end:]) if end >= 0 else None,
+            "file_rss_kb": _kb(_FILE, rest[end:]) if end >= 0 else None,
+        }
+    if text.startswith("unable to reap pid:"):
+        m = _DIGITS.match(text, 19)
+        if m is None:
+            return None
+        rest = text[m.end() :].strip()
+        comm = rest[1:-1] if rest.startswith("(") and rest.endswith(")") else None
+        return {"kind": "oom-reaped", "pid": read_int(m.group()), "comm": comm, "detail": "unable to reap"}
     return None
+
+
+def _xid(msg: str, at: int) -> dict[str, object] | None:
+    close = msg.find("): ", at)
+    if close < 0:
+        return None
+    dev = msg[at:close]
+    num = _XID_NUM.match(msg, close + 3)
+    if num is None:
+        return None
+    pci = _find_pci(dev if dev.startswith("PCI:") else "PCI:" + dev)
+    rest = msg[num.end() :]
+    pid: int | None = None
+    name: str | None = None
+    if rest.startswith("pid="):
+        c = rest.find(",")
+        pid = read_int(rest[4:c] if c >= 0 else rest[4:])  # "'<unknown>'" is no pid
+        rest = rest[c + 1 :].lstrip() if c >= 0 else ""
+        if rest.startswith("name="):
+            c = rest.find(", ")
+            name = rest[5:c] if c >= 0 else rest[5:]
+            rest = rest[c + 2 :] if c >= 0 else ""
+            if name == "<unknown>":
+                name = None
+    sev = _SEVERITY.search(rest)
+    return {
+        "kind": "xid",
+        "pci": pci,
+        "xid": read_int(num.group(1)),
+        "pid": pid,
+        "comm": name,
+        "detail": rest.strip(),
+        "severity": sev.group(1) if sev else None,
+    }
+
+
+def _sxid(msg: str, at: int) -> dict[str, object] | None:
+    """`nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 ...`"""
+    close = msg.find("): ", at)
+    if close < 0:
+        return None
+    num = _XID_NUM.match(msg, close + 3)
+    if num is None:
+        return None
+    head = msg[: at - 6].rstrip(": ")
+    rest = msg[num.end() :].strip()
+    word = rest.split(",", 1)[0].strip()
+    return {
+        "kind": "sxid",
+        "device": head.rsplit(" ", 1)[-1] or None,
+        "pci": _find_pci(msg[at:close]),
+        "xid": read_int(num.group(1)),
+        "severity": word if word in ("Fatal", "Non-fatal") else None,
+        "detail": rest,
+    }
+
+
+def _hung(msg: str, at: int) -> dict[str, object] | None:
+    end = msg.find(" blocked for more than ", at)
+    if end < 0:
+        return None
+    who = msg[at + 11 : end]
+    c = who.rfind(":")
+    if c < 0:
+        return None
+    secs = _DIGITS.match(msg, end + 23)
+    return {
+        "kind": "hung-task",
+        "comm": who[:c],
+        "pid": read_int(who[c + 1 :]),
+        "detail": secs.group() if secs else None,
+    }
+
+
+def _event(msg: str) -> dict[str, object] | None:
+    if (i := msg.find("Killed process ")) >= 0:
+        return _killed(msg, i + 15)
+    if (i := msg.find("oom-kill:")) >= 0:
+        return _summary(msg[i + 9 :])
+    if (i := msg.find("oom_reaper: ")) >= 0:
+        return _reaper(msg[i + 12 :])
+    if (i := msg.find(" invoked oom-killer:")) > 0:
+        return {"kind": "oom-invoked", "comm": msg[:i].strip()}
+    if (i := msg.find("memory: usage ")) >= 0 and (u := _USAGE.match(msg, i)):
+        return {"kind": "memcg-usage", "usage_kb": read_int(u.group(1)), "limit_kb": read_int(u.group(2))}
+    if (i := msg.find("Task in ")) >= 0 and (t := _TASK_IN.match(msg, i)):
+        return {"kind": "oom-summary", "task_memcg": t.group(1), "memcg": t.group(2)}
+    if (i := msg.find("NVRM: Xid (")) >= 0:
+        return _xid(msg, i + 11)
+    if (i := msg.find("SXid (")) >= 0:
+        return _sxid(msg, i + 6)
+    if (i := msg.find("fallen off the bus")) >= 0 or (i := msg.find("GPU is lost")) >= 0:
+        return {"kind": "gpu-lost", "pci": _find_pci(msg[:i]), "detail": msg.strip()}
+    if (i := msg.find("INFO: task ")) >= 0:
+        return _hung(msg, i)
+    return None
+
+
+def parse_line(line: str, btime: int | None = None, now: float | None = None) -> KernelEvent | None:
+    msg, clock = _strip_prefix(line, now)
+    fields = _event(msg)
+    if fields is None:
+        return None
+    wall = clock.wall
+    if wall is None and clock.uptime is not None and btime is not None:
+        wall = btime + clock.uptime
+    return KernelEvent(
+        line=line[:MAX_LINE],
+        uptime=clock.uptime,
+        wall_time=wall,
+        local_time=clock.local,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def _parse_lines(lines: list[str], btime: int | None, now: float | None) -> list[KernelEvent]:
+    """Events in order; a lost GPU whose three-line message names its bus on the first line gets it."""
+    out: list[KernelEvent] = []
+    announced: str | None = None
+    for line in lines:
+        msg = line[:MAX_LINE]
+        if (i := msg.find(_GPU_ANNOUNCE)) >= 0:
+            announced = _find_pci(msg[i:])
+            continue
+        ev = parse_line(line, btime, now)
+        if ev is None:
+            continue
+        if ev.kind == "gpu-lost" and ev.pci is None and announced is not None:
+            ev = dataclasses.replace(ev, pci=announced)
+        announced = None
+        out.append(ev)
+    return out
 
 
 def _enrich(events: list[KernelEvent]) -> list[KernelEvent]:
@@ -107,13 +411,22 @@ def _enrich(events: list[KernelEvent]) -> list[KernelEvent]:
                 extra.update(constraint=summary.constraint, memcg=summary.memcg, task_memcg=summary.task_memcg)
             if usage is not None:
                 extra.update(usage_kb=usage.usage_kb, limit_kb=usage.limit_kb)
+            if ev.uid is None and summary is not None and summary.pid == ev.pid and summary.uid is not None:
+                extra.update(uid=summary.uid)
             ev = dataclasses.replace(ev, **extra)  # type: ignore[arg-type]
             summary = usage = None
         out.append(ev)
     return out
 
 
-def parse_kmsg_sections(primary: str | None, fallback: str | None, btime: int | None) -> KernelLog:
+def parse_kernel_lines(text: str, btime: int | None = None, now: float | None = None) -> tuple[KernelEvent, ...]:
+    """Events from plain log text (a saved dmesg, journal or kern.log excerpt)."""
+    return tuple(_enrich(_parse_lines([x for x in text.split("\n") if x], btime, now)))
+
+
+def parse_kmsg_sections(
+    primary: str | None, fallback: str | None, btime: int | None, now: float | None = None
+) -> KernelLog:
     """The kernel log as the probe saw it; a log that could not be read says so."""
     chunks: list[tuple[str, list[str], str | None, int]] = []
     for text in (primary, fallback):
@@ -125,11 +438,11 @@ def parse_kmsg_sections(primary: str | None, fallback: str | None, btime: int | 
             if line.startswith("@@source "):
                 if lines or err or total:
                     chunks.append((source, lines, err, total))
-                source, lines, err, total = line[9:], [], None, 0
+                source, lines, err, total = line[9:200], [], None, 0
             elif line.startswith("@@err "):
-                err = line[6:]
+                err = line[6:MAX_LINE]
             elif line.startswith("@@lines "):
-                total = int(line[8:]) if line[8:].isdigit() else 0
+                total = read_int(line[8:]) or 0
             elif line:
                 lines.append(line)
         chunks.append((source, lines, err, total))
@@ -145,6 +458,6 @@ def parse_kmsg_sections(primary: str | None, fallback: str | None, btime: int | 
         if total == 0:
             reasons.append(f"{source}: empty (cleared, or not readable in this container)")
             continue
-        events = [e for e in (parse_line(line, btime) for line in lines) if e is not None]
-        return KernelLog(readable=True, source=source, reason=None, total_lines=total, events=tuple(_enrich(events)))
+        events = _enrich(_parse_lines(lines, btime, now))
+        return KernelLog(readable=True, source=source, reason=None, total_lines=total, events=tuple(events))
     return KernelLog(readable=False, source=chunks[0][0], reason="; ".join(reasons), total_lines=0, events=())

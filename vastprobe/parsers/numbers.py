@@ -51,7 +51,7 @@ def read_hex(text: str | None, max_digits: int = 16) -> int | None:
 
 
 def read_float(text: str | None) -> float | None:
-    """A finite ASCII decimal float, else None (`nan`, `inf`, `١.٢` and 1e999 are not numbers here)."""
+    """A finite ASCII decimal float, else None (`nan`, `inf`, Arabic-Indic digits and 1e999 are not numbers here)."""
     if text is None:
         return None
     t = text.strip()

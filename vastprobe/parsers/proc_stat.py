@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vastprobe.parsers.numbers import read_int
 from vastprobe.parsers.procfs_lines import group_by_pid
 
 STATES = frozenset("RSDTtZXIWxKP")
@@ -40,7 +41,9 @@ def parse_stat(record: str) -> StatRecord:
     close = record.rindex(")")
     if close < open_:
         raise ValueError("stat: parentheses out of order")
-    pid = int(record[:open_].strip())
+    pid = read_int(record[:open_])
+    if pid is None:
+        raise ValueError("stat: no pid")
     comm = record[open_ + 1 : close]
     f = record[close + 2 :].split()
     if len(f) < 22:
@@ -48,7 +51,10 @@ def parse_stat(record: str) -> StatRecord:
     state = f[0]
     if state not in STATES:
         raise ValueError(f"stat: unknown state {state!r}")
-    nums = [int(x) for x in f[1:22]]
+    maybe = [read_int(x, signed=True) for x in f[1:22]]
+    nums = [n for n in maybe if n is not None]
+    if len(nums) != len(maybe):
+        raise ValueError("stat: a field is not a number")
     # f[N-3] is field N of proc(5)
     return StatRecord(
         pid=pid,

@@ -8,7 +8,7 @@ from functools import lru_cache
 
 from vastprobe.parsers.numbers import is_digits, read_int
 
-_ERROR = re.compile(r"^(?:grep|ls|cat|awk): .*?/proc/(\d+)/([^:]*): (.*)$")
+_ERROR = re.compile(r"^(?:grep|ls|cat|awk): [^/]{0,40}/proc/([0-9]{1,10})/([^:]{1,64}): (.{0,300})", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -16,6 +16,7 @@ class PerPid:
     lines: dict[int, list[str]] = field(default_factory=dict)
     errors: dict[int, str] = field(default_factory=dict)  # pid -> why its file could not be read
     other: list[str] = field(default_factory=list)  # lines that were neither
+    owner: dict[int, int] = field(default_factory=dict)  # task files: thread id -> its process
 
 
 def group_by_pid(text: str, filename: str) -> PerPid:
@@ -41,6 +42,16 @@ def split_by_file(text: str) -> dict[str, PerPid]:
                 if group is None:
                     group = out[parts[3]] = PerPid()
                 last = group.lines.setdefault(int(parts[2]), [])
+                last.append(content)
+                continue
+            if sep and len(parts) == 6 and parts[3] == "task" and is_digits(parts[2], 10) and is_digits(parts[4], 10):
+                name = "task/" + parts[5]
+                group = out.get(name)
+                if group is None:
+                    group = out[name] = PerPid()
+                tid = int(parts[4])
+                group.owner[tid] = int(parts[2])
+                last = group.lines.setdefault(tid, [])
                 last.append(content)
                 continue
         elif line.startswith(("grep: ", "ls: ", "cat: ", "awk: ")):

@@ -1,10 +1,12 @@
-"""Assembles a HostSnapshot from the probe's sections. The only place that knows which
-section feeds which part of the model."""
+"""Assembles a HostSnapshot from the probe's sections (declared in probe/sources.py). The only
+place that knows which section feeds which part of the model."""
 
 from __future__ import annotations
 
 from vastprobe.model import (
     ArtifactListing,
+    FileLock,
+    FuseMount,
     GpuApp,
     GpuSample,
     GpuState,
@@ -14,6 +16,8 @@ from vastprobe.model import (
     Process,
     ProcIO,
     ProcSample,
+    SocketTable,
+    Syscall,
     Unavailable,
     available,
 )
@@ -25,16 +29,23 @@ from vastprobe.parsers import (
     files,
     host,
     kmsg,
+    locks,
+    mounts,
+    net,
     nvidia_smi,
     proc_io,
     proc_stat,
     proc_status,
+    syscall,
+    threads,
     wchan,
 )
+from vastprobe.parsers.numbers import read_int
+from vastprobe.probe import sources as src
 from vastprobe.probe.render import ProbeParams
 from vastprobe.probe.sections import ProbeOutput, RawSection
 
-_SAMPLE_PREFIXES = ("s0", "s1")
+_NOT_READ = "not read by this probe version"
 
 
 def _text(out: ProbeOutput, name: str) -> str:
@@ -51,13 +62,28 @@ def _missing(out: ProbeOutput, name: str) -> str:
     return f"{name} failed"
 
 
+def _device_nodes(text: str) -> tuple[tuple[str, ...] | None, str]:
+    """`@@dev /dev/nvidia0` lines (and `@@devs N`) ahead of the compute-apps output; older
+    probes wrote none (None: not looked at)."""
+    nodes: list[str] = []
+    seen = False
+    rest = text
+    while rest.startswith("@@dev"):
+        line, _, rest = rest.partition("\n")
+        seen = True
+        if line.startswith("@@dev "):
+            nodes.append(line[6:200])
+    return (tuple(nodes) if seen else None), rest
+
+
 def _gpu(out: ProbeOutput) -> GpuState:
     samples: list[tuple[GpuSample, ...]] = []
     errors: list[str] = []
+    unreachable: list[str] = []
     exit_code: int | None = None
     present = True
-    for prefix in _SAMPLE_PREFIXES:
-        sec = out.get(f"{prefix}.gpu")
+    for n in src.SAMPLES:
+        sec = out.get(src.GPU.section(n))
         if sec is None:
             continue
         if sec.text.startswith("@@absent"):
@@ -67,7 +93,9 @@ def _gpu(out: ProbeOutput) -> GpuState:
             errors.append("nvidia-smi skipped: " + sec.text[10:].strip())
             continue
         rows, other = nvidia_smi.parse_gpu_query(sec.text)
-        if sec.rc not in (0, None):
+        lost = nvidia_smi.unreachable_gpus(other)
+        unreachable.extend(x for x in lost if x not in unreachable)
+        if sec.rc not in (0, None) and not (rows and lost):  # some GPUs answered: gpu-missing names the rest
             exit_code = sec.rc
             timed_out = sec.rc in (124, 137)
             text = " ".join(other) or "no output"
@@ -77,20 +105,38 @@ def _gpu(out: ProbeOutput) -> GpuState:
         if rows:
             samples.append(tuple(rows))
     apps: tuple[GpuApp, ...] | Unavailable = Unavailable("nvidia-smi not run")
-    sec = out.get("gpuapps")
+    sec = out.get(src.GPUAPPS.name)
+    nodes, apps_text = _device_nodes(sec.text) if sec is not None else (None, "")
     if present and sec is not None:
-        if sec.text.startswith("@@"):
-            apps = Unavailable(sec.text[2:].strip())
+        if apps_text.startswith("@@"):
+            apps = Unavailable(apps_text[2:].strip())
         elif sec.rc == 0:
-            apps = tuple(nvidia_smi.parse_compute_apps(sec.text)[0])
+            apps = tuple(nvidia_smi.parse_compute_apps(apps_text)[0])
         else:
             apps = Unavailable(f"nvidia-smi --query-compute-apps exited {sec.rc}")
     if not present:
         return GpuState(
-            present=False, error=None, exit_code=None, samples=(), apps=Unavailable("no nvidia-smi on the target")
+            present=False,
+            error=None,
+            exit_code=None,
+            samples=(),
+            apps=Unavailable("no nvidia-smi on the target"),
+            device_nodes=nodes,
         )
     error = errors[0] if errors else None
-    return GpuState(present=True, error=error, exit_code=exit_code, samples=tuple(samples), apps=apps)
+    return GpuState(
+        present=True,
+        error=error,
+        exit_code=exit_code,
+        samples=tuple(samples),
+        apps=apps,
+        unreachable=tuple(unreachable),
+        device_nodes=nodes,
+    )
+
+
+#: Commands the probe runs under BusyBox `timeout`, whose watcher process lives in a session of its own.
+_PROBE_TIMEOUT_ARGV = (("-s", "KILL"), ("1", "true"), ("-t", "1", "true"))
 
 
 def _excluded(
@@ -100,32 +146,43 @@ def _excluded(
     shell_ppid: int | None,
     transport: str,
 ) -> set[int]:
-    """The probe's own session and descendants, and the transport that runs it."""
+    """The probe's own session and descendants, and the transport that runs it: found by session
+    and ancestry (one pass over a children index), never by a command name alone."""
     if shell_pid is None:
         return set()
     excluded = {shell_pid}
     shell = procs.get(shell_pid)
-    if shell is not None:
-        excluded |= {pid for pid, r in procs.items() if r.session == shell.session and shell.session > 0}
-    changed = True
-    while changed:
-        changed = False
-        for pid, r in procs.items():
-            if r.ppid in excluded and pid not in excluded:
-                excluded.add(pid)
-                changed = True
-    # BusyBox `timeout` leaves a watcher process (its own session) for each bounded command.
+    if shell is not None and shell.session > 0:
+        excluded |= {pid for pid, r in procs.items() if r.session == shell.session}
+    children: dict[int, list[int]] = {}
     for pid, r in procs.items():
-        argv = cmdlines.get(pid, ())
-        if r.comm == "timeout" and ("KILL" in argv or list(argv[1:]) in (["1", "true"], ["-t", "1", "true"])):
-            excluded.add(pid)
+        children.setdefault(r.ppid, []).append(pid)
+    stack = list(excluded)
+    while stack:
+        for kid in children.get(stack.pop(), ()):
+            if kid not in excluded:
+                excluded.add(kid)
+                stack.append(kid)
+    # BusyBox `timeout` leaves a watcher (a session of its own) per bounded command: ours started
+    # after the probe shell and carries exactly the arguments the probe gave it.
+    if shell is not None:
+        for pid, r in procs.items():
+            argv = cmdlines.get(pid, ())
+            if (
+                r.comm == "timeout"
+                and r.starttime >= shell.starttime
+                and any(tuple(argv[1 : 1 + len(a)]) == a for a in _PROBE_TIMEOUT_ARGV)
+            ):
+                excluded.add(pid)
     if transport == "local":
         parent = cmdlines.get(shell_ppid or -1, ())
         if "vastprobe" in {a.rsplit("/", 1)[-1] for a in parent[:3]}:
             excluded.add(shell_ppid or -1)
         return excluded
     cur: int | None = shell_ppid
-    while cur and cur in procs and cur > 1:
+    seen: set[int] = set()
+    while cur and cur in procs and cur > 1 and cur not in seen:
+        seen.add(cur)
         r = procs[cur]
         joined = " ".join(cmdlines.get(cur, ()))
         session_like = r.comm.startswith("sshd") and ("@" in joined or "[priv]" in joined or r.comm != "sshd")
@@ -136,29 +193,73 @@ def _excluded(
     return excluded
 
 
+def _kmsg_text(out: ProbeOutput, source: src.Source, fmt: int) -> str | None:
+    """Since format 2 every kernel-log line comes prefixed with `|`, so no line (nor a process name
+    inside one) can pass for one of the section's own `@@` markers; older captures have none."""
+    sec = out.get(source.name)
+    if sec is None:
+        return None
+    if fmt < 2:
+        return sec.text
+    lines = []
+    for line in sec.text.split("\n"):
+        if line.startswith("|"):
+            body = line[1:]
+            lines.append(" " + body if body.startswith("@@") else body)
+        elif line.startswith("@@"):
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def log_tail(sec: RawSection | None) -> str | Unavailable:
+    if sec is None:
+        return Unavailable("not read")
+    if sec.text.startswith("@@notregular"):
+        return Unavailable("not a regular file: not read")
+    if sec.rc not in (0, None):
+        return Unavailable(sec.text.strip().split(": ")[-1][:200] or f"tail exited {sec.rc}")
+    return sec.text
+
+
+def _syscalls(
+    out: ProbeOutput, text: str, fmt: int, arch: str, uid: int | None
+) -> tuple[dict[int, Syscall], dict[int, str]]:
+    if fmt < 2:
+        return {}, {}
+    calls, errors = syscall.parse_syscall_section(text, arch)
+    if uid not in (0, None):
+        errors = {pid: f"{why} (the probe ran as uid {uid}; reading it needs root)" for pid, why in errors.items()}
+    return calls, errors
+
+
 def build_snapshot(
     out: ProbeOutput, params: ProbeParams, target: str, transport: str, output_bytes: int
 ) -> HostSnapshot:
-    meta = host.parse_meta(_text(out, "meta") + "\n" + _text(out, "clk"))
-    proc_texts = [_text(out, f"{p}.proc") for p in _SAMPLE_PREFIXES]
+    meta = host.parse_meta(_text(out, src.META.name) + "\n" + _text(out, src.LEGACY_CLK.name))
+    fmt = read_int(meta.get("format", "1"), 3) or 1
+    proc_texts = [_text(out, src.PROC.section(n)) for n in src.SAMPLES]
     stats = [proc_stat.parse_stat_section(t)[0] for t in proc_texts]
     statuses = [proc_status.parse_status_section(t)[0] for t in proc_texts]
-    shell_pid = int(meta["shell_pid"]) if meta.get("shell_pid", "").isdigit() else None
+    shell_pid = read_int(meta.get("shell_pid"), 10)
     shell_stat = stats[0].get(shell_pid) if shell_pid is not None else None
-    clk_tck = host.infer_clk_tck(shell_stat.starttime if shell_stat else None, host.parse_now(_text(out, "s0.now")))
+    clk_tck = host.infer_clk_tck(
+        shell_stat.starttime if shell_stat else None, host.parse_now(_text(out, src.NOW.section(0)))
+    )
     shell_status = statuses[0].get(shell_pid) if shell_pid is not None else None
-    facts = host.parse_host(_text(out, "host"), meta, clk_tck, shell_status.uid if shell_status else None)
+    facts = host.parse_host(_text(out, src.HOST.name), meta, clk_tck, shell_status.uid if shell_status else None)
     btime = available(facts.btime)
+    syscalls, syscall_errors = _syscalls(out, proc_texts[0], fmt, facts.arch, facts.uid)
+    thread_table = threads.parse_threads_section(proc_texts[0]) if fmt >= 2 else {}
 
     ios = [proc_io.parse_io_section(t) for t in proc_texts]
     wchans, _ = wchan.parse_wchan_section(proc_texts[0])
-    cmdlines = cmdline.parse_cmdline_section(_text(out, "cmdline"))
+    cmdlines = cmdline.parse_cmdline_section(_text(out, src.CMDLINE.name))
     cgroups_by_pid = cgroup.parse_proc_cgroup_section(proc_texts[0])
-    fd_table = fd.parse_fd_section(_text(out, "fd"))
-    wchan_ok = out.get("s0.proc") is not None
-    fd_ok = out.get("fd") is not None
+    fd_table = fd.parse_fd_section(_text(out, src.FD.name), escaped=meta.get("ls") == "b")
+    wchan_ok = out.get(src.PROC.section(0)) is not None
+    fd_ok = out.get(src.FD.name) is not None
 
-    shell_ppid = int(meta["shell_ppid"]) if meta.get("shell_ppid", "").isdigit() else None
+    shell_ppid = read_int(meta.get("shell_ppid"), 10)
     excluded = _excluded(stats[0], cmdlines, shell_pid, shell_ppid, transport)
 
     processes = []
@@ -190,7 +291,7 @@ def build_snapshot(
         elif pid in fd_table.denied and not fds:
             fd_value = Unavailable(fd_table.denied[pid])
         elif fds is None:
-            fd_value = Unavailable(_missing(out, "fd") if not fd_ok else "process gone before its fds were read")
+            fd_value = Unavailable(_missing(out, src.FD.name) if not fd_ok else "process gone before its fds were read")
         else:
             fd_value = tuple(fds)
         w = wchans.get(pid)
@@ -221,7 +322,7 @@ def build_snapshot(
                     if kernel_thread
                     else "wchan not readable"
                     if wchan_ok
-                    else _missing(out, "s0.proc")
+                    else _missing(out, src.PROC.section(0))
                 ),
                 fds=fd_value,
                 fds_truncated=pid in fd_table.truncated,
@@ -230,20 +331,18 @@ def build_snapshot(
                 samples=tuple(samples),
                 # the flag, not "pid 2 or its children": inside a PID namespace pid 2 is a user process
                 kernel_thread=kernel_thread,
+                syscall=_process_syscall(pid, kernel_thread, fmt, syscalls, syscall_errors),
+                netns=fd_table.netns.get(pid),
+                threads_detail=thread_table.get(pid, ()),
             )
         )
 
     logs = []
-    stat_samples = [files.parse_logstats(_text(out, f"{p}.logs")) for p in _SAMPLE_PREFIXES if out.get(f"{p}.logs")]
+    stat_samples = [
+        files.parse_logstats(_text(out, src.LOGSTAT.section(n))) for n in src.SAMPLES if out.get(src.LOGSTAT.section(n))
+    ]
     for i, path in enumerate(params.logs):
-        tail_sec = out.get(f"log.{i}")
-        tail: str | Unavailable
-        if tail_sec is None:
-            tail = Unavailable("not read")
-        elif tail_sec.rc not in (0, None):
-            tail = Unavailable(tail_sec.text.strip().split(": ")[-1] or f"tail exited {tail_sec.rc}")
-        else:
-            tail = tail_sec.text
+        tail = log_tail(out.get(src.LOGTAIL.section(i)))
         holders = tuple(
             (p.pid, e.fd, e.deleted)
             for p in processes
@@ -262,14 +361,16 @@ def build_snapshot(
 
     listings = []
     for i, pattern in enumerate(params.artifacts):
-        sec: RawSection | None = out.get(f"art.{i}")
+        sec: RawSection | None = out.get(src.ARTIFACTS.section(i))
         if sec is None:
-            listings.append(ArtifactListing(pattern=pattern, matched=0, entries=(), error=_missing(out, f"art.{i}")))
+            listings.append(
+                ArtifactListing(pattern=pattern, matched=0, entries=(), error=_missing(out, src.ARTIFACTS.section(i)))
+            )
             continue
         count, entries, err = files.parse_artifacts(sec.text)
         listings.append(ArtifactListing(pattern=pattern, matched=count, entries=tuple(entries), error=err))
 
-    uptimes = tuple(u for u in (host.parse_now(_text(out, f"{p}.now")) for p in _SAMPLE_PREFIXES) if u is not None)
+    uptimes = tuple(u for u in (host.parse_now(_text(out, src.NOW.section(n))) for n in src.SAMPLES) if u is not None)
     probe = ProbeInfo(
         version=meta.get("version", ""),
         shell_pid=shell_pid,
@@ -280,12 +381,16 @@ def build_snapshot(
         deadline_hit=out.deadline_hit,
         truncated_sections=tuple(n for n, s in out.sections.items() if s.truncated),
         failed_sections=tuple((n, s.rc) for n, s in out.sections.items() if s.rc not in (0, None)),
-        cpu_seconds=host.parse_times(_text(out, "times")),
+        cpu_seconds=host.parse_times(_text(out, src.TIMES.name)),
         output_bytes=output_bytes,
         timeout_mode=meta.get("timeout", ""),
+        tampering=out.anomalies,
     )
     kernel_log = kmsg.parse_kmsg_sections(
-        _text(out, "kmsg") if out.get("kmsg") else None, _text(out, "kmsg.fallback") or None, btime
+        _kmsg_text(out, src.KMSG, fmt),
+        _kmsg_text(out, src.KMSG_FALLBACK, fmt) or None,
+        btime,
+        now=btime + facts.uptime if btime is not None else None,  # syslog stamps have no year
     )
     return HostSnapshot(
         target=target,
@@ -294,9 +399,46 @@ def build_snapshot(
         processes=tuple(processes),
         excluded_pids=tuple(sorted(excluded)),
         kernel_log=kernel_log,
-        cgroups=tuple(cgroup.parse_cgmem(_text(out, "cgmap"), _text(out, "cgmem"))),
+        cgroups=tuple(cgroup.parse_cgmem(_text(out, src.CGMAP.name), _text(out, src.CGMEM.name))),
         gpus=_gpu(out),
         logs=tuple(logs),
         artifacts=tuple(listings),
-        disks=tuple(df.parse_df(_text(out, "df"))),
+        disks=tuple(df.parse_df(_text(out, src.DF.name))),
+        locks=_locks(out, fmt),
+        sockets=_sockets(out, fmt),
+        fuse_mounts=_fuse_mounts(out, fmt),
     )
+
+
+def _process_syscall(
+    pid: int, kernel_thread: bool, fmt: int, calls: dict[int, Syscall], errors: dict[int, str]
+) -> Syscall | Unavailable:
+    if fmt < 2:
+        return Unavailable(_NOT_READ)
+    if kernel_thread:
+        return Unavailable("not read for kernel threads")
+    found = calls.get(pid)
+    if found is not None:
+        return found
+    return Unavailable(errors.get(pid, "not readable"))
+
+
+def _locks(out: ProbeOutput, fmt: int) -> tuple[FileLock, ...] | Unavailable:
+    sec = out.get(src.LOCKS.name)
+    if sec is None:
+        return Unavailable(_NOT_READ if fmt < 2 else _missing(out, src.LOCKS.name))
+    return tuple(locks.parse_locks(sec.text))
+
+
+def _sockets(out: ProbeOutput, fmt: int) -> SocketTable | Unavailable:
+    sec = out.get(src.NET.name)
+    if sec is None:
+        return Unavailable(_NOT_READ if fmt < 2 else _missing(out, src.NET.name))
+    return net.parse_net_section(sec.text, truncated=sec.truncated)
+
+
+def _fuse_mounts(out: ProbeOutput, fmt: int) -> tuple[FuseMount, ...] | Unavailable:
+    sec = out.get(src.MOUNTS.name)
+    if sec is None:
+        return Unavailable(_NOT_READ if fmt < 2 else _missing(out, src.MOUNTS.name))
+    return tuple(mounts.parse_fuse_mounts(sec.text))

@@ -12,6 +12,10 @@ from vastprobe import __version__
 
 #: Cap on each per-process section (stat, status, fd, ...), in bytes.
 MAX_PROC_SECTION = 8 * 1024 * 1024
+#: Cap on the socket-table section (only sockets some process holds are kept), in bytes.
+MAX_NET_SECTION = 2 * 1024 * 1024
+#: Threads whose state and wait channel are read, in all (at most 64 per process, 64 processes).
+MAX_THREADS = 2048
 #: Cap on the whole probe output read from one host, in bytes.
 MAX_TOTAL_OUTPUT = 32 * 1024 * 1024
 DEFAULT_ARTIFACTS = ("/tmp/*",)
@@ -81,6 +85,8 @@ def render_script(params: ProbeParams) -> str:
         f"VP_NVSMI_T={shell_quote(_number(int(params.nvidia_smi_timeout)))}",
         f"VP_MAXPROC={shell_quote(_number(MAX_PROC_SECTION))}",
         f"VP_MAXFD={shell_quote(_number(int(params.max_fd_per_process)))}",
+        f"VP_MAXNET={shell_quote(_number(MAX_NET_SECTION))}",
+        f"VP_MAXTHR={shell_quote(_number(MAX_THREADS))}",
         f"VP_MAXART={shell_quote(_number(int(params.max_artifacts)))}",
         f"VP_TAIL={shell_quote(_number(int(params.log_tail_bytes)))}",
         "VP_GPU_HUNG=0",

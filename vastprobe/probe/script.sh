@@ -4,6 +4,10 @@
 # processes the target runs: each /proc source is read for every PID by one command.
 # Output is framed: "\n@@<boundary>@@ <name>\n" ... "\n@@rc=<status>\n" "\n@@<boundary>@@ /<name>\n".
 # A section that lacks its rc line was cut by its size cap (or by the deadline).
+# The boundary never appears in any command's argv (other users can read those in /proc): only
+# builtins print it, and the awks that need it get it in their environment (VP_B=... awk), which
+# only the probe's own user can read. Content a user controls (file names, link targets, kernel
+# log lines) is escaped or prefixed where it is produced, so it never starts a line of its own.
 # Forks cost about a millisecond each on small VMs, so every section is bounded by the command
 # that makes it (grep patterns, awk limits, tail -c, head -n) rather than by a `head -c` of its own.
 LC_ALL=C
@@ -51,6 +55,27 @@ vp_tmo_detect() {
 }
 vp_tmo_detect
 
+VP_NL='
+'
+# ls -b (GNU) escapes names; BusyBox's ls is a link to busybox and has no -b. ss gives Unix
+# sockets' peers. Both found without a fork.
+vp_tools_detect() {
+	VP_LSB=
+	VP_SS=0
+	vp_ifs=$IFS
+	IFS=:
+	set -f
+	for vp_d in $PATH; do
+		if [ -z "$VP_LSB" ] && [ -x "$vp_d/ls" ]; then
+			if [ -h "$vp_d/ls" ]; then VP_LSB=-; else VP_LSB=b; fi
+		fi
+		if [ "$VP_SS" = 0 ] && [ -x "$vp_d/ss" ]; then VP_SS=1; fi
+	done
+	set +f
+	IFS=$vp_ifs
+	[ "$VP_LSB" = b ] || VP_LSB=
+}
+vp_tools_detect
 # tmo SECONDS CMD...: run CMD, killed after SECONDS when a timeout command exists.
 tmo() {
 	vp_t=$1
@@ -91,6 +116,9 @@ vp_meta() {
 	printf 'version=%s\n' "$VP_VERSION"
 	printf 'shell_pid=%s\nshell_ppid=%s\nselfpid=%s\n' "$$" "$PPID" "$vp_self"
 	printf 'kernel=%s\nhostname=%s\ntimeout=%s\n' "$vp_os" "$vp_host" "$VP_TMO"
+	vp_arch=
+	read -r vp_arch </proc/sys/kernel/arch 2>/dev/null
+	printf 'format=2\narch=%s\nls=%s\nss=%s\n' "$vp_arch" "$VP_LSB" "$VP_SS"
 }
 
 # One grep: every line of the small files (they start with a digit, a capital or some/full),
@@ -111,7 +139,7 @@ vp_now() {
 # keeps stat records (and the tail of one whose comm holds a newline), the status fields stat lacks,
 # io counters, the wchan symbol and the memory/v2 lines of cgroup.
 VP_STATUS_KEYS='TracerPid|Uid|VmRSS|VmHWM|NSpid|SigIgn|SigCgt|voluntary_ctxt_switches|nonvoluntary_ctxt_switches'
-VP_PROC_PAT="^([0-9]+ \\(|0::|[0-9]+:([^:]*,)?memory(,[^:]*)?:|[A-Za-z_][A-Za-z_0-9.]*\$|0\$|(rchar|wchar|read_bytes|write_bytes|$VP_STATUS_KEYS):)|\\) [A-Za-z] -?[0-9]"
+VP_PROC_PAT="^([0-9]+ \\(|-?[0-9]+ 0x|0::|[0-9]+:([^:]*,)?memory(,[^:]*)?:|[A-Za-z_][A-Za-z_0-9.]*\$|0\$|(rchar|wchar|read_bytes|write_bytes|$VP_STATUS_KEYS):)|\\) [A-Za-z] -?[0-9]"
 
 # vp_many LIST CMD...: CMD with the words of LIST as arguments, in one exec. When the list is too
 # long for exec (status 126: tens of thousands of processes, or a small stack limit), xargs cuts
@@ -140,28 +168,57 @@ VP_USER_AWK='/^\/proc\/[0-9]+\/stat:/ {
 	s = $0
 	while ((i = index(s, ") ")) > 0) s = substr(s, i + 2)
 	if (s == $0 || split(s, f, " ") < 7) next
-	if (int(f[7] / 2097152) % 2 == 0) print substr($0, 1, index(substr($0, 7), "/") + 5)
+	if (int(f[7] / 2097152) % 2) next
+	p = substr($0, 1, index(substr($0, 7), "/") + 5)
+	print p
+	if (f[18] > 1 && nt++ < 64) print "+" p
 }'
 
 # Every process's stat first, through a file list from one readdir of /proc (a glob like
 # /proc/[0-9]*/stat would stat every path it matches: a third of the cost of reading them).
 # Kernel threads have no status, io, cmdline or fds worth reading, and a many-core host runs more
 # of them than user processes, so the other lists name user processes only.
+# Multi-threaded processes (at most 64) also get the state and wait channel of up to 64 threads
+# each, at most VP_MAXTHR in all, read by the same grep: a worker thread stuck in the kernel (or
+# the NVIDIA driver) while the main thread sleeps.
 vp_lists() {
 	set -- /proc/[0-9]*
 	vp_lstat=$(printf '%s/stat ' "$@")
 	vp_st=$(vp_proc_grep "$vp_lstat" 2>&1)
-	set -- $(printf '%s\n' "$vp_st" | awk "$VP_USER_AWK")
+	vp_lusr=
+	vp_lthr=
+	vp_nthr=0
+	for vp_w in $(printf '%s\n' "$vp_st" | awk "$VP_USER_AWK"); do
+		case $vp_w in
+		+*) vp_threads "${vp_w#+}" ;;
+		*) vp_lusr="$vp_lusr $vp_w" ;;
+		esac
+	done
+	set -- $vp_lusr
 	vp_l0=$(printf '%s/status ' "$@" && printf '%s/io ' "$@" && printf '%s/wchan ' "$@" &&
-		printf '%s/cgroup ' "$@")
+		printf '%s/cgroup ' "$@" && printf '%s/syscall ' "$@")
+	vp_l0="$vp_l0 $vp_lthr"
 	vp_lcmd=$(printf '%s/cmdline ' "$@")
-	vp_lfd=$(printf '%s/fd ' "$@")
+	vp_lfd=$(printf '%s/fd ' "$@" && printf '%s/ns/net ' "$@")
 	vp_l1=
 	if [ "$VP_SAMPLE" != 0 ]; then vp_l1="$vp_lstat $(printf '%s/io ' "$@")"; fi
 }
 
+# vp_threads /proc/PID: stat and wchan of its threads but the main one, within the bounds.
+vp_threads() {
+	vp_i=0
+	for vp_t in "$1"/task/*; do
+		[ "$vp_i" -lt 64 ] && [ "$vp_nthr" -lt "$VP_MAXTHR" ] || break
+		[ "${vp_t##*/}" = "${1##*/}" ] && continue
+		vp_lthr="$vp_lthr $vp_t/stat $vp_t/wchan"
+		vp_i=$((vp_i + 1))
+		vp_nthr=$((vp_nthr + 1))
+	done
+}
+
 # Awk that stops a section at CAP bytes: it marks the cut with a "cut" frame line.
-VP_CAP_AWK='function out(line) {
+VP_CAP_AWK='BEGIN { B = ENVIRON["VP_B"] }
+function out(line) {
 	if (cut) return
 	n += length(line) + 1
 	if (n > cap) { cut = 1; printf "\n@@%s@@ cut\n", B } else print line
@@ -176,9 +233,10 @@ vp_s0() {
 	{
 		printf '%s\n' "$vp_st"
 		vp_proc_grep "$vp_l0" 2>&1
-	} | awk -v B="$VP_B" -v cap="$VP_MAXPROC" -v max=64 "$VP_CAP_AWK"'
+	} | VP_B=$VP_B awk -v cap="$VP_MAXPROC" -v max=64 "$VP_CAP_AWK"'
 	FILENAME == "/proc/self/mountinfo" {
 		for (i = 7; i <= NF; i++) if ($i == "-") break
+		if ($(i + 1) ~ /^fuse/ && n_fuse < 256) fuse[++n_fuse] = $3 " " $5 " " $(i + 1) " " $(i + 2)
 		if ($(i + 1) == "cgroup2") { v2m = $5; v2r = $4 }
 		else if ($(i + 1) == "cgroup" && ("," $(i + 3) ",") ~ /,memory,/) { v1m = $5; v1r = $4 }
 		next
@@ -219,38 +277,91 @@ vp_s0() {
 				close(file)
 			}
 		}
-		printf "\n@@rc=%d\n\n@@%s@@ /cgmem\n", got ? 0 : 1, B
+		printf "\n@@rc=%d\n\n@@%s@@ /cgmem\n\n@@%s@@ mounts\n", got ? 0 : 1, B, B
+		for (i = 1; i <= n_fuse; i++) print fuse[i]
+		printf "\n@@rc=0\n\n@@%s@@ /mounts\n\n@@%s@@ locks\n", B, B
+		nl = 0
+		while (nl < 4096 && (getline l < "/proc/locks") > 0) { print l; nl++ }
+		printf "\n@@rc=%d\n\n@@%s@@ /locks\n", nl < 4096 ? 0 : 3, B
 	}' /proc/self/mountinfo -
 }
 
-vp_s1() { vp_proc_grep "$vp_l1" 2>&1 | awk -v B="$VP_B" -v cap="$VP_MAXPROC" "$VP_CAP_AWK"'{ out($0) }'; }
+vp_s1() { vp_proc_grep "$vp_l1" 2>&1 | VP_B=$VP_B awk -v cap="$VP_MAXPROC" "$VP_CAP_AWK"'{ out($0) }'; }
 
 # argv records, NUL -> newline (a newline inside an argument becomes \036), at most 64
 # arguments of 1024 bytes per process. A process gone since the listing is not worth an error
 # line (its stat already says so), and errors would bypass the awk's cap.
 vp_cmdline() {
 	vp_many "$vp_lcmd" tmo 20 grep -H -z '' 2>/dev/null | tr '\000\n' '\n\036' |
-		awk -v B="$VP_B" -v cap="$VP_MAXPROC" "$VP_CAP_AWK"'
+		VP_B=$VP_B awk -v cap="$VP_MAXPROC" "$VP_CAP_AWK"'
 		{ i = index($0, ":"); f = substr($0, 1, i - 1); if (++c[f] <= 64) out(substr($0, 1, 1100)) }'
 }
 
-# fd links (the link mode tells read end from write end), at most VP_MAXFD per process.
+# fd links (the link mode tells read end from write end), at most VP_MAXFD per process, and each
+# process's network namespace. GNU ls -b escapes link targets (a path holding a newline cannot
+# pass for another line); BusyBox ls prints control characters as '?'. The same awk then reads
+# the socket tables of one process per network namespace (at most 64), keeping only the sockets
+# some listed process holds, and ss's Unix-socket peers (/proc/net/unix has none) when ss exists.
 vp_fd() {
-	vp_many "$vp_lfd" ls -ln 2>&1 |
-		awk -v B="$VP_B" -v cap="$VP_MAXPROC" -v max="$VP_MAXFD" "$VP_CAP_AWK"'
+	printf '\n@@%s@@ fd\n' "$VP_B"
+	vp_many "$vp_lfd" ls -ln$VP_LSB 2>&1 |
+		VP_B=$VP_B awk -v cap="$VP_MAXPROC" -v max="$VP_MAXFD" -v ncap="$VP_MAXNET" -v ss="$VP_SS" "$VP_CAP_AWK"'
 			/^\/proc\/[0-9]+\/fd:$/ { k = 0; out($0); next }
 			/^total / || /^$/ { next }
-			{ if (++k <= max) out($0); else if (k == max + 1) out("@@more") }'
+			/^l.* \/proc\/[0-9]+\/ns\/net -> net:\[[0-9]+\]$/ {
+				out($0)
+				ns = $NF
+				if (!(ns in nspid) && n_ns < 64) {
+					p = $(NF - 2)
+					sub(/\/ns\/net$/, "", p)
+					nspid[ns] = p
+					nsl[++n_ns] = ns
+				}
+				next
+			}
+			{
+				if (++k > max) { if (k == max + 1) out("@@more"); next }
+				out($0)
+				if ((i = index($0, " -> socket:[")) > 0) held[substr($0, i + 12, length($0) - i - 12)] = 1
+			}
+			END {
+				if (!cut) printf "\n@@rc=0\n"
+				printf "\n@@%s@@ /fd\n\n@@%s@@ net\n", B, B
+				cut = 0; n = 0; cap = ncap
+				for (j = 1; j <= n_ns; j++) {
+					p = nspid[nsl[j]]
+					out("@ns " nsl[j] " " p)
+					split("tcp tcp6 udp udp6 unix", tabs, " ")
+					for (t = 1; t <= 5; t++) {
+						f = p "/net/" tabs[t]
+						col = tabs[t] == "unix" ? 7 : 10
+						while ((getline l < f) > 0) {
+							split(l, c, " ")
+							if (c[col] in held) out(f ":" l)
+						}
+						close(f)
+					}
+				}
+				if (ss == 1) {
+					while (("ss -xan 2>/dev/null" | getline l) > 0) {
+						m = split(l, c, " ")
+						if (c[m] in held || c[m - 2] in held) out("@ss " l)
+					}
+					close("ss -xan 2>/dev/null")
+				}
+				if (!cut) printf "\n@@rc=0\n"
+				printf "\n@@%s@@ /net\n", B
+			}'
 }
 
-VP_KPAT='invoked oom-killer|oom-kill:|Kill(ed)? process|oom_reaper|Out of memory|Memory cgroup out of memory|memory: usage|Task in .* killed|NVRM: Xid|SXid|fallen off the bus|blocked for more than|GPU is lost'
+VP_KPAT='invoked oom-killer|oom-kill:|Kill(ed)? process|oom_reaper|Out of memory|Memory cgroup out of memory|memory: usage|Task in .* killed|NVRM: Xid|SXid|fallen off the bus|The NVIDIA GPU |blocked for more than|GPU is lost'
 
-# The last 400 matching kernel-log lines, plus how many lines the log had at all.
+# The last 400 matching kernel-log lines (each cut at 4 KiB), plus how many lines the log had at all.
 vp_kfilter() {
 	awk -v pat="$VP_KPAT" '
 		NR <= 3 && /(not permitted|denied|failed|No journal files|No entries)/ { print "@@err " $0 }
-		$0 ~ pat { buf[n % 400] = $0; n++ }
-		END { s = n > 400 ? n - 400 : 0; for (i = s; i < n; i++) print buf[i % 400]; print "@@lines " NR }'
+		$0 ~ pat { buf[n % 400] = substr($0, 1, 4096); n++ }
+		END { s = n > 400 ? n - 400 : 0; for (i = s; i < n; i++) print "|" buf[i % 400]; print "@@lines " NR }'
 }
 
 vp_kmsg() {
@@ -271,7 +382,11 @@ vp_kmsg_fallback() {
 	done
 }
 
-VP_GPUQ=index,uuid,name,pci.bus_id,utilization.gpu,utilization.memory,memory.used,memory.total,temperature.gpu,power.draw
+# One query, with a header so the client reads columns by name. An unknown field fails the whole
+# query (exit 2): then the older reasons name, then the oldest field set (each sample tries anew:
+# `sec` runs this in a subshell, so nothing learnt here outlives it).
+VP_GPUQ=index,uuid,name,pci.bus_id,utilization.gpu,utilization.memory,memory.used,memory.total,temperature.gpu,power.draw,power.limit,clocks.sm,clocks.max.sm,ecc.errors.uncorrected.volatile.total,retired_pages.pending,remapped_rows.pending,remapped_rows.failure,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,mig.mode.current
+VP_GPUQ0=index,uuid,name,pci.bus_id,utilization.gpu,utilization.memory,memory.used,memory.total,temperature.gpu,power.draw
 vp_gpu() {
 	if ! vp_has nvidia-smi; then
 		printf '@@absent\n'
@@ -281,16 +396,29 @@ vp_gpu() {
 		printf '@@skipped an earlier nvidia-smi call timed out\n'
 		return 0
 	fi
-	tmo "$VP_NVSMI_T" nvidia-smi --query-gpu="$VP_GPUQ,clocks_event_reasons.active" --format=csv,noheader,nounits
-	vp_rc=$?
-	if [ "$vp_rc" -eq 2 ]; then
-		tmo "$VP_NVSMI_T" nvidia-smi --query-gpu="$VP_GPUQ,clocks_throttle_reasons.active" --format=csv,noheader,nounits
+	for vp_q in "$VP_GPUQ,clocks_event_reasons.active" "$VP_GPUQ,clocks_throttle_reasons.active" \
+		"$VP_GPUQ0,clocks_throttle_reasons.active"; do
+		tmo "$VP_NVSMI_T" nvidia-smi --query-gpu="$vp_q" --format=csv,nounits
 		vp_rc=$?
-	fi
+		[ "$vp_rc" -eq 2 ] || break
+	done
 	return $vp_rc
 }
 
+# /dev/nvidia<N>: one node per GPU the driver (or the container runtime) gave this system. A glob
+# and builtins: no fork; at most 64 named.
+vp_nvdev() {
+	vp_c=0
+	for vp_d in /dev/nvidia[0-9]*; do
+		[ -e "$vp_d" ] || continue
+		vp_c=$((vp_c + 1))
+		[ "$vp_c" -gt 64 ] || printf '@@dev %s\n' "$vp_d"
+	done
+	printf '@@devs %s\n' "$vp_c"
+}
+
 vp_gpuapps() {
+	vp_nvdev
 	vp_has nvidia-smi || {
 		printf '@@absent\n'
 		return 0
@@ -299,26 +427,33 @@ vp_gpuapps() {
 		printf '@@skipped an earlier nvidia-smi call timed out\n'
 		return 0
 	}
-	tmo "$VP_NVSMI_T" nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv,noheader,nounits
+	tmo "$VP_NVSMI_T" nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv,nounits
 }
 
-# logstat PATH: "<size> <mtime> <inode>" or the reason it cannot be stat'ed.
-vp_logstat() { stat -L -c '%s %Y %i' -- "$1"; }
+# logstat PATH: "<size> <mtime> <inode> <type>" or the reason it cannot be stat'ed.
+vp_logstat() { tmo 5 stat -L -c '%s %Y %i %F' -- "$1"; }
 vp_logstats() { vp_each_log vp_logstat_one; }
 vp_logstat_one() {
 	printf '@@log %s\n' "$1"
 	vp_logstat "$2"
 }
-vp_logtail() { tail -c "$VP_TAIL" -- "$1"; }
+# Only a regular file is read: a FIFO or a device named by --log would block or never end.
+vp_logtail() {
+	if [ ! -f "$1" ]; then
+		printf '@@notregular\n'
+		return 0
+	fi
+	tmo 5 tail -c "$VP_TAIL" -- "$1"
+}
 
 # Space, then inodes. A dead mount hangs the first call into its timeout; one that answered it
 # answers the second, so that one runs without a timeout of its own (one fork less).
 vp_df() {
-	vp_dfdirs tmo 5 df -P /tmp
+	vp_dfdirs tmo 5 df -P -- /tmp
 	vp_rc=$?
 	printf '@@inodes\n'
 	case $vp_rc in 124 | 137) return "$vp_rc" ;; esac
-	vp_dfdirs df -P -i /tmp
+	vp_dfdirs df -P -i -- /tmp
 }
 
 # glob PATTERN: the first VP_MAXART matches as "<size> <mtime> <type>|<name>". The list is cut
@@ -343,6 +478,18 @@ vp_glob() {
 		done
 		shift "$vp_gn"
 	fi
+	# a name holding a newline would print as two lines: counted, not listed
+	vp_gn=$#
+	vp_nl=0
+	for vp_a; do
+		case $vp_a in
+		*"$VP_NL"*) vp_nl=$((vp_nl + 1)) ;;
+		*) set -- "$@" "$vp_a" ;;
+		esac
+	done
+	shift "$vp_gn"
+	[ "$vp_nl" = 0 ] || printf '@@unlisted %s\n' "$vp_nl"
+	[ "$#" -gt 0 ] || return 0
 	tmo 5 stat -c '%s %Y %F|%n' -- "$@"
 }
 
@@ -355,9 +502,10 @@ vp_secs() {
 }
 
 # nvidia-smi on a lost GPU blocks until its timeout: after one such call, skip the rest.
+# Without nvidia-smi the section's function says so itself (and lists /dev/nvidia*), without a fork.
 vp_gpu_sec() {
 	if ! vp_has nvidia-smi; then
-		secn "$1" printf '@@absent\n'
+		secn "$1" "$2"
 		return 0
 	fi
 	vp_secs
@@ -393,7 +541,7 @@ vp_main() {
 		vp_sl=$!
 	fi
 	secn cmdline vp_cmdline
-	secn fd vp_fd
+	vp_fd
 	vp_k=$(vp_kmsg)
 	secn kmsg printf '%s\n' "$vp_k"
 	case $vp_k in

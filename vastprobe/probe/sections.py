@@ -1,11 +1,13 @@
-"""Splits the probe's framed output into sections; a cut or missing section is a fact."""
+"""Splits the probe's framed output into sections; a cut or missing section is a fact, and so is a
+section that appears twice or that the probe never writes: someone forged output (the first copy
+is kept, never a later one)."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-_RC = re.compile(r"\n@@rc=(-?\d+)\n?$")
+_RC = re.compile(r"\n@@rc=(-?[0-9]{1,5})\n?$")
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,7 @@ class ProbeOutput:
     complete: bool  # the probe reached its end marker
     deadline_hit: bool
     framed: bool  # at least one section carried our boundary
+    anomalies: tuple[str, ...] = ()  # repeated or undeclared sections
 
     def get(self, name: str) -> RawSection | None:
         return self.sections.get(name)
@@ -40,7 +43,19 @@ def split_sections(data: bytes | str, boundary: str) -> ProbeOutput:
     text = decode(data) if isinstance(data, bytes) else data
     marker = f"\n@@{boundary}@@ "
     parts = ("\n" + text).split(marker)
+    from vastprobe.probe.sources import declared
+
     sections: dict[str, RawSection] = {}
+    anomalies: list[str] = []
+
+    def keep(section: RawSection) -> None:
+        if section.name in sections:
+            anomalies.append(f"section {section.name[:40]!r} appears more than once")
+        elif not declared(section.name):
+            anomalies.append(f"unexpected section {section.name[:40]!r}")
+        else:
+            sections[section.name] = section
+
     complete = deadline = False
     open_name: str | None = None
     open_body = ""
@@ -55,20 +70,22 @@ def split_sections(data: bytes | str, boundary: str) -> ProbeOutput:
             continue
         if head == "cut":  # the section's own awk stopped it at its size cap
             if open_name is not None:
-                sections[open_name] = _section(open_name, open_body, cut=True)
+                keep(_section(open_name, open_body, cut=True))
             open_name = None
             continue
         if head.startswith("/"):
             if open_name is not None and head[1:] == open_name:
-                sections[open_name] = _section(open_name, open_body)
+                keep(_section(open_name, open_body))
             open_name = None
             continue
         if open_name is not None:  # a start without an end: the previous one was cut
-            sections[open_name] = _section(open_name, open_body, cut=True)
+            keep(_section(open_name, open_body, cut=True))
         open_name, open_body = head, body
     if open_name is not None:
-        sections[open_name] = _section(open_name, open_body, cut=True)
-    return ProbeOutput(sections=sections, complete=complete, deadline_hit=deadline, framed=len(parts) > 1)
+        keep(_section(open_name, open_body, cut=True))
+    return ProbeOutput(
+        sections=sections, complete=complete, deadline_hit=deadline, framed=len(parts) > 1, anomalies=tuple(anomalies)
+    )
 
 
 def _section(name: str, body: str, cut: bool = False) -> RawSection:

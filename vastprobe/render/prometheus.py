@@ -1,22 +1,22 @@
 """A node_exporter textfile-collector file: `vastprobe_`-prefixed gauges, no PIDs as labels,
-written atomically (a temp file in the same directory, then rename). With history, each host
-also gets when its stall began, when it was last healthy and a counter of its state changes."""
+written atomically by vastprobe.fileio.write_atomic (the one writer of every file vastprobe makes).
+With history, each host also gets when its stall began, when it was last healthy and a counter of
+its state changes."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vastprobe.fileio import write_atomic
 from vastprobe.model import HostReport
 
 if TYPE_CHECKING:
     from vastprobe.history.store import HostMemory
+
+__all__ = ["METRICS", "render_prometheus", "write_atomic"]
 
 METRICS = {
     "vastprobe_host_up": "Whether the last sweep probed the host (1) or could not (0); skipped hosts are absent.",
@@ -95,20 +95,3 @@ def render_prometheus(
     head("vastprobe_last_sweep_timestamp_seconds")
     lines.append(f"vastprobe_last_sweep_timestamp_seconds {now if now is not None else time.time():.3f}")
     return "\n".join(lines) + "\n"
-
-
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Readers (node_exporter, cron consumers) see the old file or the new one, never half of one."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise

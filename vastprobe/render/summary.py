@@ -118,9 +118,10 @@ def summary_lines(
         out.append(f"  {sev:<8} {code} {rule}: {safe(shown, 160)}  [{len(hosts)}: {_hosts(hosts)}]")
     failures: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
     for r in reports:
-        if r.status != "ok" and r.error:
+        if r.error:  # a failed probe, a skipped row, or an undiagnosed host (status ok, verdict unknown)
             text = r.error.replace(r.target, "HOST")
-            failures[(r.status, _NUM.sub("N", text))].append((r.target, text))
+            label = r.status if r.status != "ok" else r.verdict
+            failures[(label, _NUM.sub("N", text))].append((r.target, text))
     for (status, folded), seen in sorted(failures.items(), key=lambda kv: -len(kv[1])):
         texts = {text for _, text in seen}
         shown = next(iter(texts)) if len(texts) == 1 else folded

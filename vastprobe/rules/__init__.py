@@ -5,13 +5,24 @@ from __future__ import annotations
 
 from vastprobe.rules import (
     d_state,
+    deadlock,
     disk_full,
     do_wait_orphan,
+    fifo_no_partner,
+    file_lock_wait,
+    fuse_no_answer,
+    gpu_busy_no_progress,
     gpu_driver_error,
+    gpu_link_degraded,
+    gpu_memory_errors,
+    gpu_missing,
+    gpu_nvswitch_error,
+    gpu_throttled,
     gpu_xid,
     idle_gpu,
     missing_logs,
     oom_killed_child,
+    socket_peer_wait,
     stopped_child,
     zombie_child,
 )
@@ -30,6 +41,17 @@ RULES: tuple[Rule, ...] = tuple(
         gpu_driver_error,
         d_state,
         disk_full,
+        file_lock_wait,
+        socket_peer_wait,
+        fifo_no_partner,
+        fuse_no_answer,
+        deadlock,
+        gpu_busy_no_progress,
+        gpu_throttled,
+        gpu_link_degraded,
+        gpu_memory_errors,
+        gpu_missing,
+        gpu_nvswitch_error,
     )
 )
 #: Codes of rules that were removed; never hand them out again.

@@ -8,9 +8,10 @@ from functools import cached_property
 
 from vastprobe.analysis.logs import LogHealth, log_health
 from vastprobe.analysis.oom import OomMatch, match_oom_kills
-from vastprobe.analysis.pipes import PipeTable
 from vastprobe.analysis.progress import Progress, progress
+from vastprobe.analysis.stalls import StalledChain, StallEvidence, stall_evidence, stalled_chains
 from vastprobe.analysis.tree import ProcessTree
+from vastprobe.analysis.waitgraph import WaitGraph
 from vastprobe.model import Evidence, Finding, HostSnapshot, Process, Severity, available
 from vastprobe.options import RuleOptions
 
@@ -57,8 +58,15 @@ class Context:
         self.tree = tree or ProcessTree(snapshot)
 
     @cached_property
-    def pipes(self) -> PipeTable:
-        return PipeTable(self.snapshot)
+    def graph(self) -> WaitGraph:
+        return WaitGraph(self.snapshot, self.tree)
+
+    @cached_property
+    def stalled_chains(self) -> list[StalledChain]:
+        return stalled_chains(self)
+
+    def stall_evidence(self, chain: StalledChain) -> StallEvidence:
+        return stall_evidence(self, chain.chain.pids, chain.waiter)
 
     @cached_property
     def progress(self) -> dict[int, Progress]:
@@ -66,11 +74,13 @@ class Context:
 
     @cached_property
     def oom_matches(self) -> list[OomMatch]:
-        return match_oom_kills(self.snapshot, self.scope, self.tree, self.options.explicit_scope)
+        return match_oom_kills(self.snapshot, self.scope, self.graph, self.options.explicit_scope)
 
     @cached_property
     def log_healths(self) -> list[LogHealth]:
-        return [log_health(log, self.now, self.options.stale_after) for log in self.snapshot.logs]
+        return [
+            log_health(log, self.now, self.options.stale_after, self.snapshot.processes) for log in self.snapshot.logs
+        ]
 
     @property
     def two_samples(self) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from vastprobe.analysis.gpu import IDLE_UTIL, gpu_expected, gpu_holders, idle_gpus
+from vastprobe.analysis.gpu import IDLE_UTIL, gpu_expected, gpu_users, idle_gpus, per_gpu
 from vastprobe.model import Evidence, Finding
 from vastprobe.rules.base import Context, Rule, RuleMeta
 
@@ -20,8 +20,10 @@ def check(ctx: Context) -> Iterator[Finding]:
     expected, why = gpu_expected(ctx.snapshot, ctx.scope, ctx.options.expect_gpu)
     if not expected:
         return
-    holders = gpu_holders(ctx.snapshot, ctx.scope)
+    users = gpu_users(ctx.snapshot, ctx.scope)
+    uuids = {i: rows[-1].uuid for i, rows in per_gpu(ctx.snapshot).items()}
     for idle in idle_gpus(ctx.snapshot):
+        mine = [u for u in users if u.gpu_uuid in (None, uuids.get(idle.index))]
         ev = [
             Evidence(
                 "nvidia-smi",
@@ -31,6 +33,7 @@ def check(ctx: Context) -> Iterator[Finding]:
         ]
         if idle.memory_used_mib is not None:
             ev.append(Evidence("nvidia-smi", f"memory used {idle.memory_used_mib:.0f} MiB"))
+        ev += [Evidence("uses the GPU", f"{ctx.proc_label(u.pid)}: {u.how}") for u in mine[:8]]
         if idle.allocated:
             summary = (
                 f"GPU {idle.index} holds {idle.memory_used_mib:.0f} MiB but runs no kernels (below {IDLE_UTIL:.0f}%)"
@@ -40,7 +43,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             summary = f"GPU {idle.index} has nothing on it while the workload should be using it"
             hint = "the GPU work never started or died: check for OOM kills, crashed children and the job's log"
         sev = "error" if len(idle.utilizations) >= 2 else "warning"  # one 0% reading is weak evidence
-        yield META.finding(summary, holders, ev, hint, sev)  # type: ignore[arg-type]
+        yield META.finding(summary, [u.pid for u in mine], ev, hint, sev)  # type: ignore[arg-type]
 
 
 RULE = Rule(META, check)

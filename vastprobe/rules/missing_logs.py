@@ -31,6 +31,23 @@ def _finding(ctx: Context, h: LogHealth) -> Finding | None:
         sev, summary = "warning", f"{path} was deleted while {names} still hold(s) it open"
         hint = "the writer keeps writing into the deleted file: read it via /proc/<pid>/fd/<n>, and stop whatever deletes it"
         ev += [Evidence("/proc/fd", f"pid {pid} fd {fd} -> {path} (deleted)") for pid, fd, d in h.log.holders if d]
+    elif h.state == "rotated":
+        moved = {pid: ctx.progress[pid].io_bytes for pid, _fd, _path in h.rotated_writers if pid in ctx.progress}
+        written = sorted({path for _pid, _fd, path in h.rotated_writers})
+        names = ", ".join(ctx.proc_label(pid) for pid, _fd, _path in h.rotated_writers[:4])
+        sev = "warning"
+        summary = f"{path} was rotated; {names} still write(s) {', '.join(written)}"
+        hint = (
+            f"the job logs to {written[0]}, not {path}: make logrotate use `copytruncate`, or have it signal the "
+            "writer to reopen its log (`postrotate ... kill -HUP`); until then watch the rotated file"
+        )
+        ev += [
+            Evidence("/proc/fd", f"pid {pid} fd {fd} -> {wpath} (open for writing)")
+            for pid, fd, wpath in h.rotated_writers[:8]
+        ]
+        ev += [
+            Evidence("progress", f"pid {pid} wrote {n} B over the window") for pid, n in moved.items() if n is not None
+        ]
     elif h.state == "empty":
         sev = "error" if h.age is not None and h.age > ctx.options.stale_after else "info"
         summary = f"{path} is empty" + (f" after {h.age:.0f}s" if h.age is not None else "")
@@ -50,7 +67,7 @@ def _finding(ctx: Context, h: LogHealth) -> Finding | None:
             )
         )
     ev += [Evidence(f"tail of {path}", line) for line in h.fatal_lines]
-    return META.finding(summary, h.writers, ev, hint, sev)
+    return META.finding(summary, h.writers or tuple(pid for pid, _fd, _p in h.rotated_writers), ev, hint, sev)
 
 
 def check(ctx: Context) -> Iterator[Finding]:

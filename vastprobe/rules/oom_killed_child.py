@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from vastprobe.analysis.oom import OomMatch
+from vastprobe.analysis.oom import OomMatch, job_is_bounded
 from vastprobe.model import Evidence, Finding, Severity
 from vastprobe.rules.base import Context, Rule, RuleMeta
 
@@ -42,7 +42,7 @@ def _folded(
 def check(ctx: Context) -> Iterator[Finding]:
     snap = ctx.snapshot
     yield from _folded(
-        [m for m in ctx.oom_matches if not m.relevant],
+        [m for m in ctx.oom_matches if m.tie == "before"],
         "before the watched processes started",
         "timing",
         "context, not the cause",
@@ -50,13 +50,16 @@ def check(ctx: Context) -> Iterator[Finding]:
         "info",
     )
     yield from _folded(
-        [m for m in ctx.oom_matches if m.relevant and m.loser is None],
-        "while the watched processes ran, not tied to any of them",
+        [m for m in ctx.oom_matches if m.tie == "elsewhere"],
+        "elsewhere on the host, not tied to the watched job",
         "victims",
-        "",
-        "the host is short of memory; check whether the job spawned these processes",
-        "warning",
+        "context: other memory cgroups or processes",
+        "nothing to do for the watched job; the host (or a neighbour) is short of memory",
+        "info",
     )
+    # a kill tied to the job stalls it when the scope is the job; on a whole host it is a warning
+    # unless a waiting chain depends on it (do-wait-orphan then says so, with this as its cause)
+    bounded = job_is_bounded(snap, ctx.options.explicit_scope)
     for m in ctx.oom_matches:
         if not m.relevant or m.loser is None:
             continue
@@ -87,6 +90,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             [m.loser] if m.loser else [],
             ev,
             "give the job more memory (or a smaller batch), and make its parent notice a child killed by SIGKILL (exit 137)",
+            None if bounded else "warning",
         )
     yield from _from_cgroups(ctx)
 

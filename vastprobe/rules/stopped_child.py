@@ -15,6 +15,8 @@ def check(ctx: Context) -> Iterator[Finding]:
     for p in ctx.in_scope():
         if not p.samples or any(s.state not in ("T", "t") for s in p.samples):
             continue
+        if ctx.two_samples and len(p.samples) < 2:
+            continue  # seen once, gone by the second sample
         parent = ctx.tree.by_pid.get(p.ppid)
         ev = [Evidence("/proc/stat", f"pid {p.pid} ({p.comm}) state {p.state} in {len(p.samples)} sample(s)")]
         if p.tracer_pid:

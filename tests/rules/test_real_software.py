@@ -1,0 +1,368 @@
+"""The wait-for graph on real software: curl and Python clients against a server that never answers,
+the flock command, named pipes, a FUSE mount whose server never answers, Python's subprocess
+deadlock, multiprocessing.Pool losing a worker to the OOM killer, logrotate; and the healthy
+setups that must stay quiet (a supervisor feeding bash, a setsid daemon, tail -f, a busy HTTP
+server, a rotated log still written). Each runs as `vastprobe diagnose local --pid ...` would."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.cgroup_lab import MemoryCgroup
+from tests.helpers import children_of, proc_state, proc_wchan, vastprobe_json, wait_for
+
+SILENT_SERVER = """
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+print(s.getsockname()[1], flush=True)
+conns = []
+while True:
+    c, _ = s.accept(); conns.append(c)   # accept, and never read or answer
+"""
+
+
+def errors(host: dict) -> list[dict]:
+    return [f for f in host["findings"] if f["severity"] in ("error", "critical")]
+
+
+def finding(host: dict, rule: str) -> dict:
+    found = [f for f in host["findings"] if f["rule"] == rule]
+    assert found, (rule, [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]])
+    return found[0]
+
+
+def descendants(pid: int) -> list[int]:
+    out, stack = [], [pid]
+    while stack:
+        for k in children_of(stack.pop()):
+            out.append(k)
+            stack.append(k)
+    return out
+
+
+def comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def find_desc(root: int, name: str, wchan: str = "") -> int | None:
+    return next((d for d in descendants(root) if comm(d) == name and proc_wchan(d).startswith(wchan)), None)
+
+
+@pytest.fixture
+def silent_server(reap):
+    srv = subprocess.Popen([sys.executable, "-c", SILENT_SERVER], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(srv)
+    assert srv.stdout is not None
+    port = int(srv.stdout.readline())
+    return srv, port
+
+
+# ---------------------------------------------------------------- sockets
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
+def test_curl_against_a_server_that_accepted_and_never_answers(silent_server, reap) -> None:
+    srv, port = silent_server
+    job = subprocess.Popen(["bash", "-c", f"curl -s http://127.0.0.1:{port}/params > /dev/null; echo done"],
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    wait_for(lambda: find_desc(job.pid, "curl") is not None, what="curl started")
+    curl = find_desc(job.pid, "curl")
+    wait_for(lambda: proc_wchan(curl).startswith(("poll", "do_sys_poll", "do_epoll")), what="curl waiting")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
+    f = finding(host, "socket-peer-wait")
+    assert srv.pid in f["pids"] and curl in f["pids"] and f["pids"][0] == job.pid
+    details = " ".join(e["detail"] for e in f["evidence"])
+    assert f"127.0.0.1:{port}" in details and "B unread by its holder" in details
+    unread = next(e for e in f["evidence"] if e["source"] == "unread")
+    assert int(unread["detail"].split()[0]) > 0  # curl's request, never read by the server
+    assert str(srv.pid) in f["hint"] and str(job.pid) not in f["hint"]
+    assert f["severity"] == "warning" and rc == 0  # nothing else says the job should be moving
+
+
+def test_python_client_blocked_in_recv_with_a_stale_log_is_a_stall(silent_server, reap, tmp_path: Path) -> None:
+    srv, port = silent_server
+    log = tmp_path / "job.log"
+    log.write_text("downloading params\n")
+    os.utime(log, (1, 1))
+    client = f"import socket; c = socket.create_connection(('127.0.0.1', {port})); c.sendall(b'hello'); c.recv(10)"
+    job = subprocess.Popen(["bash", "-c", f'{sys.executable} -c "{client}"; echo done'], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: any(proc_wchan(d) in ("wait_woken", "sk_wait_data") for d in descendants(job.pid)),
+             what="client in recv")  # fmt: skip
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5", "--log", str(log), "--stale-after", "60")
+    f = finding(host, "socket-peer-wait")
+    assert f["severity"] == "error" and rc == 1
+    assert srv.pid in f["pids"] and "does not answer" in f["summary"] and "5 B it has not read" in f["summary"]
+    assert str(srv.pid) in f["hint"]
+    # the chain is named once, by the rule of its root blocker: no "waits on python, which makes no progress"
+    assert not [g for g in host["findings"] if g["rule"] == "do-wait-orphan"]
+
+
+def test_busy_http_server_with_a_client_loop_is_healthy(reap, tmp_path: Path) -> None:
+    (tmp_path / "index.html").write_text("x" * 100_000)
+    srv = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "0"], cwd=tmp_path,
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)  # fmt: skip
+    reap.append(srv)
+    assert srv.stdout is not None
+    port = int(srv.stdout.readline().split("port ")[1].split()[0])
+    loop = (
+        f"import urllib.request\nwhile True:\n    urllib.request.urlopen('http://127.0.0.1:{port}/index.html').read()\n"
+    )
+    client = subprocess.Popen([sys.executable, "-c", loop], start_new_session=True)
+    reap.append(client)
+    wait_for(lambda: proc_state(client.pid) is not None, what="client running")
+    rc, host = vastprobe_json("--pid", str(srv.pid), "--pid", str(client.pid), "--sample", "0.5")
+    assert not errors(host), errors(host)
+    assert not [f for f in host["findings"] if f["rule"] == "socket-peer-wait"]
+    assert rc == 0
+
+
+# ---------------------------------------------------------------- locks
+
+
+def test_flock_waiter_names_the_holder_and_the_file(reap, tmp_path: Path) -> None:
+    lock = tmp_path / "job.lock"
+    holder = subprocess.Popen(["flock", str(lock), "sleep", "1000"], start_new_session=True)  # the stuck run
+    reap.append(holder)
+    wait_for(lambda: children_of(holder.pid) != [], what="holder running")
+    cron = subprocess.Popen(["bash", "-c", f"flock {lock} echo ran; echo done"], start_new_session=True)
+    reap.append(cron)
+    wait_for(lambda: find_desc(cron.pid, "flock", "locks_lock") is not None, what="waiter blocked")
+    waiter = find_desc(cron.pid, "flock", "locks_lock")
+    rc, host = vastprobe_json("--pid", str(cron.pid), "--sample", "0.5")
+    f = finding(host, "file-lock-wait")
+    assert f["pids"][:2] == [cron.pid, waiter] and holder.pid in f["pids"]
+    assert str(lock) in f["summary"] and f"{holder.pid} (flock)" in f["summary"]
+    assert f["hint"].startswith(f"{holder.pid} (flock) holds the lock on {lock}")
+    assert "sleep" in f["hint"]  # the holder waits in turn on its child: the root blocker
+    assert any(e["source"] == "/proc/locks" for e in f["evidence"])
+    assert f["severity"] == "warning" and rc == 0
+
+
+def test_crossed_flocks_are_a_deadlock(reap, tmp_path: Path) -> None:
+    a, b = tmp_path / "a.lock", tmp_path / "b.lock"
+    one = subprocess.Popen(["flock", str(a), "sh", "-c", f"sleep 0.3; exec flock {b} true"], start_new_session=True)
+    two = subprocess.Popen(["flock", str(b), "sh", "-c", f"sleep 0.3; exec flock {a} true"], start_new_session=True)
+    reap.extend([one, two])
+    for p in (one, two):
+        wait_for(lambda p=p: find_desc(p.pid, "flock", "locks_lock") is not None, what="both blocked")
+    rc, host = vastprobe_json("--pid", str(one.pid), "--pid", str(two.pid), "--sample", "0.3")
+    f = finding(host, "deadlock")
+    assert f["severity"] == "critical" and rc == 1
+    assert {one.pid, two.pid} <= set(f["pids"])
+    assert "file-lock" in f["summary"]
+
+
+# ---------------------------------------------------------------- pipes and FIFOs
+
+
+def test_subprocess_pipe_deadlock(reap) -> None:
+    """Popen(stdin=PIPE, stdout=PIPE) and a big write without reading: Python's documented deadlock."""
+    code = textwrap.dedent("""
+        import subprocess
+        p = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        p.stdin.write(b"x" * (16 << 20)); p.stdin.close(); print(p.stdout.read())
+    """)
+    job = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: proc_wchan(job.pid).endswith("pipe_write") and any(
+        proc_wchan(k).endswith("pipe_write") for k in children_of(job.pid)), what="both writers blocked")  # fmt: skip
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3")
+    f = finding(host, "deadlock")
+    cat = children_of(job.pid)[0]
+    assert set(f["pids"]) == {job.pid, cat} and "pipe" in f["summary"] and rc == 1
+
+
+def test_fifo_held_by_an_orphan_writer(reap, tmp_path: Path) -> None:
+    fifo = tmp_path / "f"
+    os.mkfifo(fifo)
+    job = subprocess.Popen(["bash", "-c", f"(sleep 1000 > {fifo} &); cat {fifo}; echo done"], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: find_desc(job.pid, "cat", "") is not None and proc_wchan(find_desc(job.pid, "cat")).endswith(
+        "pipe_read"), what="cat reading the FIFO")  # fmt: skip
+    cat = find_desc(job.pid, "cat")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3")
+    f = finding(host, "do-wait-orphan")
+    assert f["severity"] == "error" and rc == 1 and f["pids"][:2] == [job.pid, cat]
+    orphan = f["pids"][2]
+    assert comm(orphan) == "sleep" and f"FIFO {fifo}" in f["summary"] and "orphan" in f["summary"]
+    assert str(orphan) in f["hint"]
+
+
+def test_fifo_nobody_opens(reap, tmp_path: Path) -> None:
+    fifo = tmp_path / "f"
+    os.mkfifo(fifo)
+    job = subprocess.Popen(["bash", "-c", f"cat {fifo}; echo done"], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: find_desc(job.pid, "cat", "wait_for_partner") is not None, what="cat in open()")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3")
+    f = finding(host, "fifo-no-partner")
+    assert f["severity"] == "warning" and rc == 0
+    assert str(fifo) in f["summary"] and f["pids"][0] == job.pid
+
+
+def test_container_init_adopts_the_orphan_holding_the_pipe(reap, tmp_path: Path) -> None:
+    """Probed from the host with --pid: the orphan's parent is the PID namespace's init (a shell,
+    PID 1 inside), not host PID 1."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare (util-linux)")
+    out = tmp_path / "out.log"
+    inner = f"bash -c \"sh -c 'sleep 1000 & echo x' | tee {out}\"; wait"
+    job = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", inner], start_new_session=True,
+                           stdout=subprocess.DEVNULL)  # fmt: skip
+    reap.append(job)
+    wait_for(lambda: out.exists() and out.read_text() == "x\n", what="tee wrote")
+    wait_for(lambda: find_desc(job.pid, "tee", "") is not None and proc_wchan(find_desc(job.pid, "tee")).endswith(
+        "pipe_read"), what="tee blocked")  # fmt: skip
+    tee = find_desc(job.pid, "tee")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3")
+    f = finding(host, "do-wait-orphan")
+    assert f["severity"] == "error" and rc == 1 and tee in f["pids"]
+    orphan = f["pids"][-1]
+    assert comm(orphan) == "sleep"
+    init = next(p for p in host["snapshot"]["processes"] if p["pid"] == orphan)["ppid"]
+    assert next(p for p in host["snapshot"]["processes"] if p["pid"] == init)["nspid"][-1] == 1
+    assert any(e["source"] == "orphan" and f"re-parented to {init}" in e["detail"] for e in f["evidence"])
+
+
+def test_supervisor_feeding_bash_over_a_pipe_is_healthy(reap) -> None:
+    """A daemonized supervisor (re-parented to PID 1) keeps a bash worker reading commands from a
+    pipe: the writer is the reader's own parent, never an orphan trap."""
+    sup = textwrap.dedent("""
+        import os, subprocess, sys, time
+        if os.fork(): sys.exit(0)
+        os.setsid()
+        if os.fork(): os._exit(0)
+        w = subprocess.Popen(["bash"], stdin=subprocess.PIPE)
+        print(os.getpid(), w.pid, flush=True)
+        time.sleep(1000)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", sup], stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None
+    sup_pid, bash = (int(x) for x in p.stdout.readline().split())
+    p.wait()
+    try:
+        wait_for(lambda: proc_wchan(bash).endswith("pipe_read"), what="bash reading its commands")
+        rc, host = vastprobe_json("--pid", str(sup_pid), "--sample", "0.3")
+        assert not errors(host), errors(host)
+        assert rc == 0
+    finally:
+        for pid in (bash, sup_pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_setsid_daemon_and_tail_f_under_waiting_shells_are_healthy(reap, tmp_path: Path) -> None:
+    log = tmp_path / "app.log"
+    log.write_text("start\n")
+    server = tmp_path / "server.py"
+    server.write_text(SILENT_SERVER)
+    daemon = f"{sys.executable} {server} > /dev/null"
+    job = subprocess.Popen(["bash", "-c", f"setsid sh -c '{daemon}' & tail -f {log} | grep --line-buffered x & wait"],
+                           start_new_session=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    reap.append(job)
+    wait_for(lambda: find_desc(job.pid, "grep", "") is not None and find_desc(job.pid, "tail") is not None, what="up")
+    wait_for(lambda: any(proc_wchan(d) == "inet_csk_accept" for d in descendants(job.pid)), what="daemon in accept")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3")
+    assert not errors(host), errors(host)
+    assert rc == 0
+
+
+# ---------------------------------------------------------------- FUSE
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"), reason="needs root and /dev/fuse")
+def test_reader_of_a_fuse_mount_whose_server_never_answers(reap, tmp_path: Path) -> None:
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    server = subprocess.Popen([sys.executable, str(Path(__file__).parents[1] / "fuse_server.py"), str(mnt)],
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    reap.append(server)
+    assert server.stdout is not None
+    if server.stdout.readline().strip() != "ready":
+        pytest.skip("could not mount a FUSE file system here")
+    try:
+        job = subprocess.Popen(["bash", "-c", f"cat {mnt}/params.bin > /dev/null; echo done"], start_new_session=True)
+        reap.append(job)
+        wait_for(lambda: find_desc(job.pid, "cat", "request_wait_answer") is not None, what="cat waiting on FUSE")
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3")
+        f = finding(host, "fuse-no-answer")
+        assert server.pid in f["pids"] and str(mnt) in f["summary"] and f["severity"] == "warning"
+        assert str(server.pid) in f["hint"] and rc == 0
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+# ---------------------------------------------------------------- OOM
+
+
+def test_pool_worker_oom_killed_under_a_waiting_entrypoint(reap, memcg: MemoryCgroup, oom_noise) -> None:
+    """multiprocessing.Pool never notices a worker the OOM killer took: map() waits forever. The
+    job runs in its own memory cgroup; an unrelated process is OOM-killed in another meanwhile."""
+    cg = MemoryCgroup(160 * 1024 * 1024)
+    pool = textwrap.dedent("""
+        import multiprocessing
+        def work(n):
+            return len(bytearray(n << 20))
+        if __name__ == "__main__":
+            with multiprocessing.Pool(2) as p:
+                print(p.map(work, [1, 400]), flush=True)
+    """)
+    try:
+        job = subprocess.Popen(["bash", "-c", f"echo $$ > {cg.procs_file}; {sys.executable} -c '{pool}'; echo done"],
+                               start_new_session=True)  # fmt: skip
+        reap.append(job)
+        wait_for(lambda: cg.oom_kills() >= 1, timeout=30, what="a worker OOM-killed")
+        parent = next(k for k in children_of(job.pid) if comm(k).startswith("python"))
+        wait_for(lambda: len(children_of(parent)) >= 2, what="the pool replaced its worker")
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+        assert host["verdict"] == "stalled" and rc == 1
+        oom = next(f for f in host["findings"] if f["rule"] == "oom-killed-child" and f["severity"] == "error")
+        assert oom["pids"] == [parent], oom  # the Pool's python lost it, not the entrypoint
+        assert cg.name in " ".join(e["detail"] for e in oom["evidence"])
+        chain = finding(host, "do-wait-orphan")
+        assert chain["pids"][:2] == [job.pid, parent] and chain["caused_by"] == "oom-killed-child"
+        assert not any(oom_noise.name in e["detail"] for e in chain["evidence"])
+        others = [f for f in host["findings"] if f["rule"] == "oom-killed-child" and f is not oom]
+        assert all(f["severity"] == "info" and not f["pids"] for f in others), others
+    finally:
+        cg.remove()
+
+
+# ---------------------------------------------------------------- logs
+
+
+@pytest.mark.skipif(shutil.which("logrotate") is None, reason="needs logrotate")
+def test_log_rotated_by_logrotate_while_the_writer_keeps_the_old_file(reap, tmp_path: Path) -> None:
+    log = tmp_path / "app.log"
+    writer = (
+        f"import time\nf = open({str(log)!r}, 'a')\nwhile True:\n    f.write('step\\n'); f.flush(); time.sleep(0.05)\n"
+    )
+    job = subprocess.Popen([sys.executable, "-c", writer], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: log.exists() and log.stat().st_size > 0, what="writer logging")
+    conf = tmp_path / "logrotate.conf"
+    conf.write_text(f"{log} {{\n  rotate 3\n  create\n  missingok\n}}\n")
+    subprocess.run(["logrotate", "-f", "-s", str(tmp_path / "state"), str(conf)], check=True)
+    wait_for(lambda: (tmp_path / "app.log.1").exists() and log.stat().st_size == 0, what="rotated")
+    os.utime(log, (1, 1))  # the new file has not been written since logrotate created it
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5", "--log", str(log), "--stale-after", "60")
+    f = finding(host, "missing-logs")
+    assert f["severity"] == "warning" and "rotated" in f["summary"] and f"{log}.1" in f["summary"]
+    assert f["pids"] == [job.pid] and "copytruncate" in f["hint"]
+    assert not errors(host), errors(host)
+    assert rc == 0

@@ -1,0 +1,193 @@
+"""Stalled chains: for each waiting process at the top of the job, the one chain of waits that
+explains it best, classified by what ends it (the root blocker), and the evidence that work
+should be happening. Rules format these; none walks the graph itself.
+
+One finding per waiter, not one per idle leaf: a shell waiting on three idle jobs has one chain
+reported, the best-evidenced one (a deadlock, an orphan holding a pipe, a dead or stopped holder,
+an idle holder, an idle job after an OOM kill).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from vastprobe.analysis.gpu import gpu_expected, idle_gpus
+from vastprobe.analysis.waitgraph import Chain, WaitEdge
+from vastprobe.model import Evidence
+
+if TYPE_CHECKING:
+    from vastprobe.rules.base import Context
+
+ChainKind = Literal["child", "orphan-pipe", "tcp", "unix-socket", "file-lock", "fuse", "fifo-open", "deadlock"]
+
+
+@dataclass(frozen=True)
+class StalledChain:
+    kind: ChainKind
+    chain: Chain
+    edge: WaitEdge | None  # the resource edge that names the root blocker; None for a chain of children
+    blockers: tuple[int, ...]  # who ends the wait: the edge's holders, or the chain's end
+    idle: bool | None  # nothing from the blockers down made progress over the window; None: one sample
+    dead_end: str | None  # why the blocker cannot end it by itself (stopped, gone, orphan), if it cannot
+    orphans: tuple[int, ...] = ()  # orphan-pipe: the re-parented writers
+
+    @property
+    def waiter(self) -> int:
+        return self.chain.waiter
+
+
+@dataclass(frozen=True)
+class StallEvidence:
+    """Why work should be happening: an OOM kill in the job, a silent log, an idle GPU."""
+
+    evidence: tuple[Evidence, ...]
+    oom: bool  # the job lost a process to the OOM killer
+
+    def __bool__(self) -> bool:
+        return bool(self.evidence)
+
+
+def stall_evidence(ctx: Context, pids: Iterable[int], waiter: int) -> StallEvidence:
+    chain_pids = set(pids)
+    ev: list[Evidence] = []
+    oom = False
+    for m in ctx.oom_matches:
+        if m.loser is not None and (m.loser in chain_pids or ctx.tree.in_subtree(m.loser, waiter)):
+            ev.append(Evidence("oom-killed-child", f"{m.event.comm} was OOM-killed; {m.how}"))
+            oom = True
+    for h in ctx.log_healths:
+        if h.alarming(ctx.options.stale_after):
+            ev.append(Evidence("missing-logs", f"{h.log.path}: {h.state}" + (f", {h.age:.0f}s old" if h.age else "")))
+    expected, why = gpu_expected(ctx.snapshot, ctx.scope, ctx.options.expect_gpu)
+    g = ctx.snapshot.gpus
+    if expected and g.present and g.error is None:
+        for idle in idle_gpus(ctx.snapshot):
+            ev.append(Evidence("idle-gpu", f"GPU {idle.index} idle ({why})"))
+    return StallEvidence(tuple(ev), oom)
+
+
+def _moved(ctx: Context, pids: Iterable[int]) -> bool | None:
+    if not ctx.two_samples:
+        return None
+    return any(ctx.progress[pid].moved for pid in pids if pid in ctx.progress)
+
+
+def _dead_end(ctx: Context, edge: WaitEdge | None, end: int) -> str | None:
+    g = ctx.graph
+    if edge is not None and not edge.holders:
+        if edge.kind == "fuse":
+            return "no process holds /dev/fuse: the FUSE server is gone"
+        if edge.kind == "fifo-open":
+            return "nobody opens the FIFO's other end"
+        return None
+    p = g.process(end)
+    if p is not None and p.samples and all(s.state in ("T", "t") for s in p.samples):
+        return f"{p.comm} ({p.pid}) is stopped"
+    return None
+
+
+def _orphan_writers(ctx: Context, edge: WaitEdge) -> tuple[int, ...]:
+    """The writers of a pipe or FIFO the waiter reads, when every one is an orphan that is neither
+    the reader's ancestor nor its sibling (a live pipeline's producer is a sibling)."""
+    g = ctx.graph
+    reader = g.process(edge.waiter)
+    if reader is None or edge.kind not in ("pipe", "fifo") or g.kind(reader) != "pipe-read" or not edge.holders:
+        return ()
+    ancestors = {a.pid for a in ctx.tree.ancestors(reader.pid)}
+    out = []
+    for h in edge.holders:
+        w = g.process(h)
+        if w is None or h == reader.pid or h in ancestors or w.ppid == reader.ppid or not g.orphan(w):
+            return ()
+        if w.ppid == reader.pid:
+            return ()  # an init reading its own child's output: an adopted orphan looks the same as a real child
+        out.append(h)
+    return tuple(out)
+
+
+def _classify(ctx: Context, chain: Chain) -> StalledChain:
+    if chain.cycle:
+        return StalledChain("deadlock", chain, chain.edges[-1] if chain.edges else None, chain.pids[:-1], None, None)
+    for i, edge in enumerate(chain.edges):
+        orphans = _orphan_writers(ctx, edge)
+        if orphans:
+            rest = chain.pids[i + 1 :]
+            moved = _moved(ctx, [edge.waiter, *rest])
+            return StalledChain(
+                "orphan-pipe", chain, edge, orphans, None if moved is None else not moved, "orphan", orphans
+            )
+    resource = chain.resource_edges()
+    if not resource:
+        moved = _moved(ctx, chain.pids[1:])
+        return StalledChain(
+            "child", chain, None, (chain.end,), None if moved is None else not moved, _dead_end(ctx, None, chain.end)
+        )
+    edge = resource[-1]
+    kind: ChainKind = edge.kind if edge.kind in ("tcp", "unix-socket", "file-lock", "fuse", "fifo-open") else "child"  # type: ignore[assignment]
+    if edge.kind in ("pipe", "fifo"):
+        kind = "child"  # a pipe to a live process: its writer's progress decides, like a child's
+    pids = chain.pids
+    start = pids.index(edge.waiter) + 1 if edge.waiter in pids else len(pids)
+    beyond = [*edge.holders, *pids[start:]]
+    moved = _moved(ctx, beyond) if beyond else None
+    return StalledChain(
+        kind,
+        chain,
+        edge,
+        edge.holders or (chain.end,),
+        None if moved is None else not moved,
+        _dead_end(ctx, edge, chain.end),
+    )
+
+
+_RANK = {"deadlock": 0, "orphan-pipe": 1}
+
+
+def _score(ctx: Context, s: StalledChain, oom_losers: set[int]) -> tuple[int, int, int, int]:
+    return (
+        _RANK.get(s.kind, 2),
+        0 if s.dead_end else 1,
+        0 if s.idle else 1,
+        0 if oom_losers & set(s.chain.pids) else 1,
+    )
+
+
+def top_waiters(ctx: Context) -> list[int]:
+    """In-scope processes that wait on something we can follow, and whose own parent (in scope)
+    is not already waiting on them: they start the chains."""
+    g = ctx.graph
+    out = []
+    for p in ctx.in_scope():
+        if not g.edges(p.pid):
+            continue
+        parent = ctx.tree.by_pid.get(p.ppid)
+        if parent is not None and parent.pid in ctx.scope and g.waits_on_jobs(parent) and p in g.jobs(parent):
+            continue
+        out.append(p.pid)
+    return out
+
+
+def stalled_chains(ctx: Context) -> list[StalledChain]:
+    """The best chain of each top waiter; a waiter already inside a reported chain is not reported
+    again. Chains where work visibly goes on (any process after the waiter moved) rank last."""
+    oom_losers = {m.loser for m in ctx.oom_matches if m.loser is not None}
+    candidates: list[StalledChain] = []
+    for w in top_waiters(ctx):
+        chains = [_classify(ctx, c) for c in ctx.graph.chains(w)]
+        if not chains:
+            continue
+        best = min(chains, key=lambda s: _score(ctx, s, oom_losers))
+        if best.kind == "child" and any(s.kind == "child" and s.idle is False for s in chains):
+            continue  # a waiter whose jobs still work is waiting as it should
+        candidates.append(best)
+    candidates.sort(key=lambda s: -len(s.chain.hops))
+    covered: set[int] = set()
+    out = []
+    for s in candidates:
+        if s.waiter in covered:
+            continue
+        covered.update(s.chain.pids)
+        out.append(s)
+    return out

@@ -1,0 +1,530 @@
+"""The wait-for graph: what each blocked process waits on, and who holds the other end.
+
+Linux's answer to Windows' Wait Chain Traversal, built once per snapshot from the wait channel,
+the system call and its fd argument, the fd tables, /proc/locks, the socket tables and FUSE
+mounts. An edge says "P waits on <resource>, which these processes can end": a child's exit,
+the write end of a pipe or FIFO, the peer of a socket, the holder of a file lock, a FUSE server.
+Chains follow edges from a waiter to the process at the end (the root blocker); a chain that
+comes back to itself is a deadlock. Rules read chains; none re-derives them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Literal
+
+from vastprobe.analysis.tree import ProcessTree
+from vastprobe.analysis.wchan_families import WaitKind, wait_kind, waited_fd
+from vastprobe.model import Evidence, FdEntry, FileLock, HostSnapshot, Process, Socket, SocketTable, Unavailable
+
+EdgeKind = Literal["child", "pipe", "fifo", "fifo-open", "unix-socket", "tcp", "file-lock", "fuse"]
+
+#: Processes that adopt orphans besides PID 1: container shims and inits that set
+#: PR_SET_CHILD_SUBREAPER (procfs does not show the flag itself).
+SUBREAPERS = frozenset(
+    {"tini", "dumb-init", "catatonit", "containerd-shim", "containerd-shim-runc-v2", "conmon", "docker-init"}
+)
+MAX_CHAINS = 32
+MAX_DEPTH = 64
+
+
+@dataclass(frozen=True)
+class WaitEdge:
+    waiter: int
+    kind: EdgeKind
+    holders: tuple[int, ...]  # who can end the wait; () when nobody visible can
+    what: str  # the resource, in words
+    evidence: tuple[Evidence, ...] = ()
+    fd: int | None = None
+    path: str | None = None
+    socket: Socket | None = None
+    peer: Socket | None = None
+    lock: FileLock | None = None
+    thread: int | None = None  # the thread that waits, when it is not the main one
+    inferred: bool = False  # from poll/select over a single connection, not a blocking read on it
+
+
+@dataclass(frozen=True)
+class Hop:
+    pid: int
+    edge: WaitEdge | None  # how this process waits on the next hop; None at the chain's end
+
+
+@dataclass(frozen=True)
+class Chain:
+    hops: tuple[Hop, ...]
+    cycle: bool = False  # the last edge leads back into the chain: a deadlock
+    dangling: WaitEdge | None = None  # the end waits on something no visible process holds
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        return tuple(h.pid for h in self.hops)
+
+    @property
+    def waiter(self) -> int:
+        return self.hops[0].pid
+
+    @property
+    def end(self) -> int:
+        return self.hops[-1].pid
+
+    @property
+    def edges(self) -> tuple[WaitEdge, ...]:
+        return tuple(h.edge for h in self.hops if h.edge is not None)
+
+    def resource_edges(self) -> tuple[WaitEdge, ...]:
+        return tuple(e for e in (*self.edges, *([self.dangling] if self.dangling else [])) if e.kind != "child")
+
+
+@dataclass
+class _FdIndex:
+    pipes: dict[int, list[tuple[int, FdEntry]]] = field(default_factory=dict)
+    sockets: dict[int, list[int]] = field(default_factory=dict)
+    paths: dict[str, list[tuple[int, FdEntry]]] = field(default_factory=dict)
+    fuse_servers: list[int] = field(default_factory=list)
+
+
+class WaitGraph:
+    def __init__(self, snapshot: HostSnapshot, tree: ProcessTree) -> None:
+        self.snapshot = snapshot
+        self.tree = tree
+        self._edges: dict[int, tuple[WaitEdge, ...]] = {}
+
+    # ------------------------------------------------------------------ indexes, built once
+
+    @cached_property
+    def _fds(self) -> _FdIndex:
+        idx = _FdIndex()
+        for p in self.snapshot.processes:
+            if isinstance(p.fds, Unavailable):
+                continue
+            for e in p.fds:
+                t = e.target
+                if t.startswith("pipe:["):
+                    ino = e.pipe_inode
+                    if ino is not None:
+                        idx.pipes.setdefault(ino, []).append((p.pid, e))
+                elif t.startswith("socket:[") and t.endswith("]"):
+                    n = t[8:-1]
+                    if n.isascii() and n.isdigit():
+                        idx.sockets.setdefault(int(n), []).append(p.pid)
+                elif t == "/dev/fuse":
+                    idx.fuse_servers.append(p.pid)
+                elif t.startswith("/"):
+                    idx.paths.setdefault(e.path, []).append((p.pid, e))
+        return idx
+
+    @cached_property
+    def _sockets(self) -> dict[int, Socket]:
+        return self.snapshot.sockets.by_inode() if isinstance(self.snapshot.sockets, SocketTable) else {}
+
+    @cached_property
+    def _tcp_peers(self) -> dict[tuple[str, str], list[Socket]]:
+        out: dict[tuple[str, str], list[Socket]] = {}
+        for s in self._sockets.values():
+            if s.proto.startswith("tcp") and s.remote:
+                out.setdefault((s.local, s.remote), []).append(s)
+        return out
+
+    @cached_property
+    def _locks(self) -> tuple[dict[int, list[FileLock]], dict[int, FileLock]]:
+        waiting: dict[int, list[FileLock]] = {}
+        held: dict[int, FileLock] = {}
+        if isinstance(self.snapshot.locks, tuple):
+            for lk in self.snapshot.locks:
+                if lk.waiting:
+                    if lk.pid is not None:
+                        waiting.setdefault(lk.pid, []).append(lk)
+                else:
+                    held.setdefault(lk.number, lk)
+        return waiting, held
+
+    # ------------------------------------------------------------------ processes
+
+    def process(self, pid: int) -> Process | None:
+        return self.tree.by_pid.get(pid)
+
+    def kind(self, p: Process) -> WaitKind | None:
+        """What the process's main thread waits for; None when it is running or nothing says."""
+        if p.state in ("T", "t"):
+            return "stopped"
+        if p.state not in ("S", "D"):
+            return None
+        kind = wait_kind(p.wchan, p.syscall)
+        if kind == "other":
+            kind = self._kind_from_fd(p) or kind
+        if kind == "child" and not any(k.state != "Z" for k in self.tree.kids(p.pid)):
+            return "signal"  # a sigsuspend with no live child waits for a signal, not a child
+        return kind
+
+    def _kind_from_fd(self, p: Process) -> WaitKind | None:
+        """A generic wait channel (wait_woken) or none at all: the fd of the system call decides."""
+        entry = self._waited_entry(p)
+        if entry is None or isinstance(p.syscall, Unavailable):
+            return None
+        writing = p.syscall.name in ("write", "writev", "sendto", "sendmsg")
+        if entry.target.startswith("socket:["):
+            return "socket-write" if writing else "socket-read"
+        if entry.target.startswith("pipe:["):
+            return "pipe-write" if writing else "pipe-read"
+        if entry.target.startswith("/dev/pts/") or entry.target.startswith("/dev/tty"):
+            return "tty"
+        return None
+
+    def _waited_entry(self, p: Process) -> FdEntry | None:
+        fd = waited_fd(p.syscall)
+        if fd is None or isinstance(p.fds, Unavailable):
+            return None
+        return next((e for e in p.fds if e.fd == fd), None)
+
+    def jobs(self, p: Process) -> list[Process]:
+        """The children a waiting process waits on: not zombies, and not daemons (a child that
+        started a session of its own, like sshd under a container's entrypoint, is no job of it)."""
+        return [
+            k
+            for k in self.tree.kids(p.pid)
+            if k.state != "Z" and not (k.session == k.pid and k.session != p.session and k.session > 0)
+        ]
+
+    def waits_on_jobs(self, p: Process) -> bool:
+        return self.kind(p) == "child" and bool(self.jobs(p))
+
+    def init_like(self, p: Process | None) -> bool:
+        """Host PID 1, a PID namespace's init (seen from outside: its last NSpid is 1), or a subreaper."""
+        if p is None:
+            return False
+        return p.pid == 1 or (bool(p.nspid) and p.nspid[-1] == 1) or p.comm in SUBREAPERS
+
+    def orphan(self, p: Process) -> bool:
+        """Re-parented to an init: its parent is an init-like process."""
+        return self.init_like(self.tree.by_pid.get(p.ppid))
+
+    # ------------------------------------------------------------------ edges
+
+    def edges(self, pid: int) -> tuple[WaitEdge, ...]:
+        found = self._edges.get(pid)
+        if found is None:
+            p = self.tree.by_pid.get(pid)
+            found = self._edges[pid] = tuple(self._derive(p)) if p is not None else ()
+        return found
+
+    def _derive(self, p: Process) -> Iterator[WaitEdge]:
+        kind = self.kind(p)
+        if kind == "child":
+            jobs = self.jobs(p)
+            if jobs:
+                yield WaitEdge(p.pid, "child", tuple(k.pid for k in jobs), "its children's exit")
+            return
+        if kind in ("pipe-read", "pipe-write"):
+            yield from self._pipe_edges(p, kind)
+        elif kind == "fifo-open":
+            yield self._fifo_open_edge(p)
+        elif kind in ("socket-read", "socket-write", "socket-connect"):
+            edge = self._socket_edge(p)
+            if edge is not None:
+                yield edge
+        elif kind == "file-lock":
+            yield from self._lock_edges(p)
+        elif kind == "fuse":
+            yield self._fuse_edge(p, None)
+        elif kind == "event-loop":
+            edge = self._poll_socket_edge(p)
+            if edge is not None:
+                yield edge
+        else:
+            # the main thread waits on nothing we follow; a worker thread may wait on a FUSE server
+            for t in p.threads_detail:
+                if t.state in ("S", "D") and wait_kind(t.wchan, None) == "fuse":
+                    yield self._fuse_edge(p, t.tid)
+                    break
+
+    def _pipe_edges(self, p: Process, kind: WaitKind) -> Iterator[WaitEdge]:
+        reading = kind == "pipe-read"
+        entry = self._waited_entry(p)
+        candidates: list[FdEntry]
+        if entry is not None:
+            candidates = [entry]
+        elif isinstance(p.fds, Unavailable):
+            candidates = []
+        else:  # no system call to say which fd: every pipe or FIFO end it holds that way
+            want = ("r", "rw") if reading else ("w", "rw")
+            candidates = [
+                e for e in p.fds if e.mode in want and (e.pipe_inode is not None or e.path in self._fds.paths)
+            ]
+        other_modes = ("w", "rw") if reading else ("r", "rw")
+        for e in candidates:
+            ino = e.pipe_inode
+            if ino is not None:
+                ends = self._fds.pipes.get(ino, [])
+                name, kind_e, path = f"pipe:[{ino}]", "pipe", None
+            else:
+                ends = self._fds.paths.get(e.path, [])
+                name, kind_e, path = f"FIFO {e.path}", "fifo", e.path
+            others = sorted({pid for pid, o in ends if o.mode in other_modes and pid != p.pid})
+            own = any(pid == p.pid and o.mode in other_modes and o.fd != e.fd for pid, o in ends)
+            if not others and own:
+                others = [p.pid]  # it holds the other end itself: nobody else can end the wait
+            role = "writer" if reading else "reader"
+            ev = [Evidence("/proc/fd", f"{p.pid} ({p.comm}) {'reads' if reading else 'writes'} {name} on fd {e.fd}")]
+            ev += [Evidence("/proc/fd", f"{name} {role}: {self._label(h)}") for h in others[:8]]
+            yield WaitEdge(
+                p.pid,
+                kind_e,  # type: ignore[arg-type]
+                tuple(others),
+                f"{name} (fd {e.fd}), {'empty' if reading else 'full'}",
+                tuple(ev),
+                fd=e.fd,
+                path=path,
+            )
+
+    def _fifo_open_edge(self, p: Process) -> WaitEdge:
+        """open() of a FIFO blocks until the other end is opened: the path is still in the caller's
+        memory, so its command line names the candidates."""
+        args = [a for a in p.cmdline[1:] if a and not a.startswith("-")][:4]
+        what = "a FIFO nobody has opened from the other end" + (f" (its arguments: {', '.join(args)})" if args else "")
+        ev = (Evidence("/proc/wchan", f"{p.pid} ({p.comm}) blocked in {p.wchan} (open of a FIFO)"),)
+        return WaitEdge(p.pid, "fifo-open", (), what, ev)
+
+    def _socket_edge(self, p: Process) -> WaitEdge | None:
+        entry = self._waited_entry(p)
+        inodes: list[tuple[int, int]] = []
+        if entry is not None and entry.target.startswith("socket:["):
+            inodes = [(int(entry.target[8:-1]), entry.fd)]
+        elif not isinstance(p.fds, Unavailable):  # no system call: a single connected socket decides
+            conn = [
+                (int(e.target[8:-1]), e.fd)
+                for e in p.fds
+                if e.target.startswith("socket:[")
+                and (s := self._sockets.get(int(e.target[8:-1]))) is not None
+                and s.state in ("ESTABLISHED", "CONNECTED")
+            ]
+            inodes = conn if len(conn) == 1 else []
+        if not inodes:
+            return None
+        ino, fd = inodes[0]
+        sock = self._sockets.get(ino)
+        if sock is None:
+            return None
+        if sock.proto.startswith("tcp"):
+            return self._tcp_edge(p, sock, fd)
+        if sock.proto == "unix":
+            return self._unix_edge(p, sock, fd)
+        return None
+
+    def _poll_socket_edge(self, p: Process) -> WaitEdge | None:
+        """A client like curl waits in poll() on its one connection: with no listening socket and a
+        single connected socket (and a short fd set, when the system call shows it), that is the wait."""
+        if isinstance(p.fds, Unavailable):
+            return None
+        sc = p.syscall
+        if not isinstance(sc, Unavailable) and sc.name in ("poll", "ppoll") and len(sc.args) > 1 and sc.args[1] > 8:
+            return None
+        conn: list[tuple[Socket, int]] = []
+        for e in p.fds:
+            if e.target.startswith("socket:["):
+                sock = self._sockets.get(int(e.target[8:-1]))
+                if sock is None:
+                    continue
+                if sock.state == "LISTEN":
+                    return None
+                if sock.state in ("ESTABLISHED", "CONNECTED") and sock.proto in ("tcp", "tcp6", "unix"):
+                    if sock.peer_inode is not None and set(self._fds.sockets.get(sock.peer_inode, [])) <= {p.pid}:
+                        continue  # a socketpair with itself: curl's and libuv's wake-up channel
+                    conn.append((sock, e.fd))
+        if len(conn) > 1:  # a wake-up pair whose peer ss could not name: the one TCP connection decides
+            conn = [c for c in conn if c[0].proto != "unix"]
+        if len(conn) != 1:
+            return None
+        sock, fd = conn[0]
+        edge = self._tcp_edge(p, sock, fd) if sock.proto.startswith("tcp") else self._unix_edge(p, sock, fd)
+        return WaitEdge(
+            edge.waiter,
+            edge.kind,
+            edge.holders,
+            edge.what,
+            (Evidence("/proc/syscall", f"{p.pid} ({p.comm}) polls its only connection"), *edge.evidence),
+            fd=edge.fd,
+            socket=edge.socket,
+            peer=edge.peer,
+            inferred=True,
+        )
+
+    def _tcp_edge(self, p: Process, sock: Socket, fd: int) -> WaitEdge:
+        peers = [s for s in self._tcp_peers.get((sock.remote, sock.local), []) if s.inode != sock.inode]
+        same_ns = [s for s in peers if s.netns == sock.netns] or peers
+        peer = same_ns[0] if same_ns else None
+        holders = tuple(sorted(set(self._fds.sockets.get(peer.inode, [])) - {p.pid})) if peer else ()
+        conn = f"{sock.local} -> {sock.remote}"
+        ev = [Evidence("/proc/net/tcp", f"fd {fd}: {conn} {sock.state}, unread here {sock.recv_queue} B")]
+        listener = self._listener(sock.remote, sock.netns) if not holders else None
+        if listener is not None:
+            # accepted by the kernel, not yet by the server: it sits in the listener's queue
+            holders = tuple(sorted(set(self._fds.sockets.get(listener.inode, [])) - {p.pid}))
+            ev.append(
+                Evidence(
+                    "/proc/net/tcp",
+                    f"not accepted yet: {listener.local} LISTEN has {listener.recv_queue} connection(s) queued",
+                )
+            )
+            ev += [
+                Evidence("/proc/fd", f"listening socket:[{listener.inode}] held by {self._label(h)}")
+                for h in holders[:8]
+            ]
+        elif peer is not None:
+            ev.append(
+                Evidence(
+                    "/proc/net/tcp",
+                    f"peer {peer.local} -> {peer.remote} {peer.state}: {peer.recv_queue} B unread by its holder, "
+                    f"{peer.send_queue} B unacknowledged",
+                )
+            )
+            ev += [Evidence("/proc/fd", f"peer socket:[{peer.inode}] held by {self._label(h)}") for h in holders[:8]]
+        else:
+            ev.append(Evidence("/proc/net/tcp", f"no local socket is the other end: {sock.remote} is remote"))
+        return WaitEdge(p.pid, "tcp", holders, f"TCP {conn}", tuple(ev), fd=fd, socket=sock, peer=peer)
+
+    @cached_property
+    def _local_ips(self) -> frozenset[str]:
+        return frozenset(s.local.rsplit(":", 1)[0] for s in self._sockets.values() if s.proto.startswith("tcp"))
+
+    def _listener(self, address: str, netns: int | None) -> Socket | None:
+        """The listening socket a connection to `address` lands on, when that address is this host's."""
+        ip, _, port = address.rpartition(":")
+        local = ip.startswith("127.") or ip == "[::1]" or ip in self._local_ips
+        for s in self._sockets.values():
+            if s.state != "LISTEN" or not s.proto.startswith("tcp") or (s.netns != netns and netns is not None):
+                continue
+            lip, _, lport = s.local.rpartition(":")
+            if lport == port and (lip == ip or (local and lip in ("0.0.0.0", "[::]"))):
+                return s
+        return None
+
+    def _unix_edge(self, p: Process, sock: Socket, fd: int) -> WaitEdge:
+        peer = self._sockets.get(sock.peer_inode) if sock.peer_inode else None
+        holders = tuple(sorted(set(self._fds.sockets.get(sock.peer_inode, [])) - {p.pid})) if sock.peer_inode else ()
+        if sock.peer_inode and not holders and p.pid in self._fds.sockets.get(sock.peer_inode, []):
+            holders = (p.pid,)
+        name = f"Unix socket {sock.local or ''}".rstrip() + f" (socket:[{sock.inode}])"
+        ev = [Evidence("/proc/net/unix", f"fd {fd}: {name} {sock.state}")]
+        if sock.peer_inode:
+            ev.append(
+                Evidence("ss", f"peer socket:[{sock.peer_inode}]" + (f" {peer.local}" if peer and peer.local else ""))
+            )
+            ev += [Evidence("/proc/fd", f"peer held by {self._label(h)}") for h in holders[:8]]
+        elif isinstance(self.snapshot.sockets, SocketTable) and not self.snapshot.sockets.unix_peers_known:
+            ev.append(Evidence("ss", "not on the target: a Unix socket's peer is unknown"))
+        return WaitEdge(p.pid, "unix-socket", holders, name, tuple(ev), fd=fd, socket=sock, peer=peer)
+
+    def _lock_edges(self, p: Process) -> Iterator[WaitEdge]:
+        waiting, held = self._locks
+        entry = self._waited_entry(p)
+        path = entry.path if entry is not None and entry.target.startswith("/") else None
+        requests = waiting.get(p.pid, [])
+        if not requests:
+            yield WaitEdge(p.pid, "file-lock", (), f"a file lock{f' on {path}' if path else ''} (not in /proc/locks)")
+            return
+        for req in requests[:4]:
+            lk = held.get(req.number)
+            holders: tuple[int, ...] = ()
+            if lk is not None and lk.pid is not None and lk.pid in self.tree.by_pid:
+                holders = (lk.pid,)
+            elif path is not None:  # the locker is gone or not visible: who still has the file open
+                holders = tuple(sorted({pid for pid, _e in self._fds.paths.get(path, []) if pid != p.pid}))
+            where = path or f"inode {req.inode} on device {req.device}"
+            ev = [Evidence("/proc/locks", f"{p.pid} ({p.comm}) waits: {req.kind} {req.access} on {where}")]
+            if lk is not None:
+                who = self._label(lk.pid) if lk.pid is not None else "a process not visible here"
+                ev.append(Evidence("/proc/locks", f"held: {lk.kind} {lk.access} by {who}"))
+            yield WaitEdge(
+                p.pid, "file-lock", holders, f"{req.kind} {req.access} lock on {where}", tuple(ev), path=path, lock=lk
+            )
+
+    def _fuse_edge(self, p: Process, thread: int | None) -> WaitEdge:
+        servers = self._fds.fuse_servers
+        mounts = self.snapshot.fuse_mounts if isinstance(self.snapshot.fuse_mounts, tuple) else ()
+        entry = self._waited_entry(p)
+        mount = None
+        if entry is not None:
+            mount = next((m for m in mounts if entry.path.startswith(m.mount_point.rstrip("/") + "/")), None)
+        if mount is None and len(mounts) == 1:
+            mount = mounts[0]
+        chosen = servers
+        if mount is not None:
+            named = [s for s in servers if any(mount.mount_point in a for a in self._cmd(s))]
+            chosen = named or servers
+        where = f"FUSE mount {mount.mount_point} ({mount.fstype})" if mount else "a FUSE mount"
+        who = f"thread {thread} of " if thread else ""
+        ev = [Evidence("/proc/wchan", f"{who}{p.pid} ({p.comm}) waits for an answer from {where}")]
+        ev += [Evidence("/proc/fd", f"/dev/fuse held by {self._label(s)}") for s in chosen[:8]]
+        if not servers:
+            ev.append(Evidence("/proc/fd", "no process holds /dev/fuse: the server is gone"))
+        return WaitEdge(p.pid, "fuse", tuple(sorted(set(chosen) - {p.pid})), where, tuple(ev), thread=thread)
+
+    # ------------------------------------------------------------------ chains
+
+    def chains(self, start: int, limit: int = MAX_CHAINS) -> list[Chain]:
+        """Every path from `start` along its wait edges to a process that waits on nothing we can
+        follow (the root blocker), or back into the path (a cycle)."""
+        out: list[Chain] = []
+
+        def walk(pid: int, path: tuple[Hop, ...], on_path: frozenset[int]) -> None:
+            if len(out) >= limit:
+                return
+            edges = self.edges(pid)
+            followed = False
+            for edge in edges:
+                if not edge.holders:
+                    continue
+                for h in edge.holders:
+                    if len(out) >= limit:
+                        return
+                    hop = Hop(pid, edge)
+                    if h in on_path or len(path) >= MAX_DEPTH:
+                        out.append(Chain((*path, hop, Hop(h, None)), cycle=h in on_path))
+                        followed = True
+                        continue
+                    walk(h, (*path, hop), on_path | {h})
+                    followed = True
+            if not followed:
+                dangling = next((e for e in edges if not e.holders), None)
+                out.append(Chain((*path, Hop(pid, None)), dangling=dangling))
+
+        walk(start, (), frozenset({start}))
+        return out
+
+    @cached_property
+    def cycles(self) -> list[Chain]:
+        """Each deadlock once, as the cycle itself (smallest pid first)."""
+        seen: set[tuple[int, ...]] = set()
+        out = []
+        for p in self.snapshot.processes:
+            if not self.edges(p.pid):
+                continue
+            for ch in self.chains(p.pid, limit=8):
+                if not ch.cycle or any(e.inferred for e in ch.edges):
+                    continue
+                back = ch.hops[-1].pid
+                loop = ch.pids[ch.pids.index(back) : -1]
+                i = loop.index(min(loop))
+                key = loop[i:] + loop[:i]
+                if key not in seen:
+                    seen.add(key)
+                    start = ch.pids.index(back)
+                    out.append(Chain(ch.hops[start:], cycle=True))
+        return out
+
+    # ------------------------------------------------------------------ words
+
+    def _cmd(self, pid: int) -> tuple[str, ...]:
+        p = self.tree.by_pid.get(pid)
+        return p.cmdline if p else ()
+
+    def _label(self, pid: int | None) -> str:
+        if pid is None:
+            return "?"
+        p = self.tree.by_pid.get(pid)
+        if p is None:
+            return f"{pid} (not visible)"
+        return f"{pid} ({p.comm}, {p.state} {p.wchan if isinstance(p.wchan, str) else '?'})"

@@ -1,0 +1,190 @@
+"""Option checks, run while the command line is parsed: before any target is read or contacted.
+
+Each check takes the parsed value and returns it (possibly normalised) or raises
+`typer.BadParameter` with a sentence; click names the option ("Invalid value for '--sample': …")
+and `cli.main` prints that as one line and exits 2. A new option gets its check with
+`typer.Option(..., callback=cli_checks.X)`; a check that needs another option's value belongs in
+the command body, before the first connection (see cli._ssh_options).
+
+Nothing here imports asyncssh or rich.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import typer
+
+T = TypeVar("T")
+#: Linux's PID_MAX_LIMIT (4M): no process can have a larger PID.
+PID_MAX = 4_194_304
+
+
+def _bad(text: str) -> typer.BadParameter:
+    return typer.BadParameter(text)
+
+
+def _n(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def seconds(lo: float, hi: float, zero: bool = False) -> Callable[[float | None], float | None]:
+    """A finite number of seconds in [lo, hi]; with `zero`, 0 is allowed too (it means "off")."""
+
+    def check(value: float | None) -> float | None:
+        if value is None:
+            return None
+        if not math.isfinite(value):
+            raise _bad(f"{value} is not a number of seconds (want a finite number)")
+        if zero and value == 0:
+            return 0.0
+        if not lo <= value <= hi:
+            also = " (or 0)" if zero else ""
+            raise _bad(f"{_n(value)} is out of range: want {_n(lo)} to {_n(hi)} seconds{also}")
+        return value
+
+    return check
+
+
+def whole(lo: int, hi: int, what: str = "number") -> Callable[[int | None], int | None]:
+    def check(value: int | None) -> int | None:
+        if value is None:
+            return None
+        if not lo <= value <= hi:
+            raise _bad(f"{value} is out of range: want a {what} from {lo} to {hi}")
+        return value
+
+    return check
+
+
+def port(value: int | None) -> int | None:
+    if value is not None and not 0 < value < 65536:
+        raise _bad(f"{value} is not a TCP port (want 1-65535)")
+    return value
+
+
+def pids(values: list[int] | None) -> list[int] | None:
+    for v in values or ():
+        if not 0 < v <= PID_MAX:
+            raise _bad(f"{v} is not a process ID (want 1-{PID_MAX})")
+    return values
+
+
+def regexes(values: list[str] | None) -> list[str] | None:
+    for m in values or ():
+        if not m or len(m) > 4096:
+            raise _bad(f"{m[:40]!r}: want a regular expression of 1 to 4096 characters")
+        try:
+            re.compile(m)
+        except re.error as exc:
+            raise _bad(f"{m!r} is not a regular expression: {exc}") from exc
+    return values
+
+
+def texts(values: list[str] | None) -> list[str] | None:
+    """Remote paths and globs: non-empty (they reach the target single-quoted, as data)."""
+    for v in values or ():
+        if not v:
+            raise _bad("an empty path")
+    return values
+
+
+def user(value: str | None) -> str | None:
+    from vastprobe.targets import text_problem
+
+    if value is None:
+        return None
+    bad = text_problem(value, "user name")
+    if bad:
+        raise _bad(bad)
+    return value
+
+
+def _file_problem(path: Path, allow_dir: bool = False) -> str | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return f"{path}: no such file"
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    if stat.S_ISDIR(st.st_mode) and not allow_dir:
+        return f"{path}: is a directory, not a file"
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+    except OSError as exc:
+        return f"{path}: cannot read it: {exc.strerror}"
+    return None
+
+
+def readable_files(values: list[Path] | None) -> list[Path] | None:
+    """Files vastprobe must read here (keys, hostfiles): existing, regular, readable."""
+    for v in values or ():
+        bad = _file_problem(v.expanduser())
+        if bad:
+            raise _bad(bad)
+    return values
+
+
+def readable_file(value: Path | None) -> Path | None:
+    if value is not None:
+        readable_files([value])
+    return value
+
+
+def known_hosts(value: Path | None) -> Path | None:
+    """An existing known_hosts must be readable; a new one needs its directory (accept-new makes it)."""
+    if value is None:
+        return None
+    p = value.expanduser()
+    if p.exists() or p.is_symlink():
+        bad = _file_problem(p)
+        if bad:
+            raise _bad(bad)
+    elif not p.parent.is_dir():
+        raise _bad(f"{p.parent}: no such directory")
+    return value
+
+
+def output_file(value: Path | None) -> Path | None:
+    """A file vastprobe will write (atomically, in its directory); `-` is stdout."""
+    from vastprobe.fileio import output_path_problem
+
+    if value is None or str(value) == "-":
+        return value
+    bad = output_path_problem(value.expanduser())
+    if bad:
+        raise _bad(bad)
+    return value
+
+
+def config_options(values: list[str] | None) -> list[str] | None:
+    """`-o Key=Value`: keys vastprobe honours, values of the right kind."""
+    from vastprobe.transport.sshopts import parse_config_option
+
+    for v in values or ():
+        try:
+            parse_config_option(v)
+        except ValueError as exc:
+            raise _bad(str(exc)) from exc
+    return values
+
+
+def jump_hosts(value: str | None) -> str | None:
+    """`-J [user@]host[:port][,...]`, or `none`."""
+    from vastprobe.targets import TargetError, parse_target
+
+    if value is None or value.lower() == "none":
+        return value
+    for hop in value.split(","):
+        try:
+            parse_target(hop.strip())
+        except TargetError as exc:
+            raise _bad(str(exc)) from exc
+    return value

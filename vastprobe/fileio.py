@@ -1,0 +1,125 @@
+"""Every file vastprobe writes goes through `write_atomic`: a fresh temporary file created with
+O_CREAT|O_EXCL|O_NOFOLLOW in the destination's own directory, written, fsynced, renamed over the
+destination, and the directory fsynced.
+
+Why: readers (node_exporter, cron consumers, ssh) see the old file or the new one, never half of
+one; and a name someone else planted in a shared directory (a symlink at a predictable `x.tmp`,
+the trick that made root's `collect -o` overwrite a root-only file) is never opened: O_EXCL fails
+on any existing name, a symlink included, and another random name is tried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+from pathlib import Path
+
+#: Random names tried before giving up (each collision means something already sits at that name).
+TEMP_ATTEMPTS = 64
+_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _temp_name(final: str) -> str:
+    """A hidden, unpredictable sibling name (tests replace this to plant files at every name)."""
+    return f".{final}.{secrets.token_hex(8)}.tmp"
+
+
+def _open_temp(directory: Path, final: str, mode: int) -> tuple[int, Path]:
+    for _ in range(TEMP_ATTEMPTS):
+        tmp = directory / _temp_name(final)
+        try:
+            return os.open(tmp, _FLAGS, mode), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{directory}: no free temporary name after {TEMP_ATTEMPTS} tries")
+
+
+def _fsync_dir(directory: Path) -> None:
+    with contextlib.suppress(OSError):  # some filesystems refuse O_RDONLY fsync on directories
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_atomic(
+    path: str | os.PathLike[str], data: str | bytes, mode: int | None = 0o644, follow_symlink: bool = False
+) -> Path:
+    """Replace `path` with `data` atomically; returns the path written.
+
+    `mode` None keeps the existing file's permission bits (0644 for a new file). With
+    `follow_symlink`, a symlink at `path` itself is resolved first and its target replaced (the
+    user's own known_hosts kept in a dotfiles repository); by default the symlink is replaced. Text
+    is encoded as strict UTF-8: a lone surrogate is a bug upstream and fails before any file is made.
+    """
+    dest = Path(path)
+    if follow_symlink:
+        dest = Path(os.path.realpath(dest))
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    if mode is None:
+        try:
+            mode = stat.S_IMODE(os.stat(dest).st_mode)
+        except FileNotFoundError:
+            mode = 0o644
+    directory = dest.parent
+    fd, tmp = _open_temp(directory, dest.name, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fchmod(f.fileno(), mode)  # on the descriptor: never a path someone could swap
+            os.fsync(f.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(directory)
+    return dest
+
+
+def append_atomic(path: str | os.PathLike[str], line: str, max_bytes: int = 64 * 1024 * 1024) -> Path:
+    """Append one line by rewriting the file atomically (keeps its mode; follows a symlink at the
+    path itself, as ssh does for known_hosts). A file over `max_bytes` is refused, not read."""
+    dest = Path(os.path.realpath(path))
+    try:
+        with open(dest, "rb") as f:
+            old = f.read(max_bytes + 1)
+    except FileNotFoundError:
+        old = b""
+    if len(old) > max_bytes:
+        raise OSError(f"{dest}: larger than {max_bytes} bytes; not rewritten")
+    if old and not old.endswith(b"\n"):
+        old += b"\n"
+    return write_atomic(dest, old + line.encode("utf-8"), mode=None)
+
+
+def output_path_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why a file could not be written at `path` (checked before any work starts), or None."""
+    p = Path(path)
+    directory = p.parent
+    if p.name in ("", ".", ".."):
+        return f"{p}: not a file name"
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        return f"{p}: {exc.strerror}"
+    else:
+        if stat.S_ISDIR(st.st_mode):
+            return f"{p}: is a directory"
+    try:
+        dst = os.stat(directory)
+    except FileNotFoundError:
+        return f"{directory}: no such directory"
+    except OSError as exc:
+        return f"{directory}: {exc.strerror}"
+    if not stat.S_ISDIR(dst.st_mode):
+        return f"{directory}: not a directory"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"{directory}: directory not writable"
+    return None

@@ -1,0 +1,127 @@
+"""Socket tables of the network namespaces listed processes live in, filtered by the probe to the
+sockets some process holds, and ss's Unix-socket peers.
+
+    @ns net:[4026531833] /proc/1151
+    /proc/1151/net/tcp:   3: 0100007F:8B34 0100007F:DFE5 01 00000000:00000000 00:00000000 00000000  0  0 48036 1 ...
+    /proc/1151/net/unix:000000009e42ab5b: 00000003 00000000 00000000 0001 03 48035
+    @ss u_str ESTAB 0      0                  * 48035            * 48034
+TCP addresses are hex in network order per 32-bit word, stored little-endian; the queues are
+`tx_queue:rx_queue` in hex (for a LISTEN socket rx_queue is the accept backlog).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from vastprobe.model import Socket, SocketProto, SocketTable
+from vastprobe.parsers.numbers import read_int
+
+TCP_STATES = {
+    "01": "ESTABLISHED",
+    "02": "SYN_SENT",
+    "03": "SYN_RECV",
+    "04": "FIN_WAIT1",
+    "05": "FIN_WAIT2",
+    "06": "TIME_WAIT",
+    "07": "CLOSE",
+    "08": "CLOSE_WAIT",
+    "09": "LAST_ACK",
+    "0A": "LISTEN",
+    "0B": "CLOSING",
+}
+UNIX_STATES = {"01": "UNCONNECTED", "02": "CONNECTING", "03": "CONNECTED", "04": "DISCONNECTING"}
+_UNIX_LISTENING = 0x10000  # __SO_ACCEPTCON in Flags
+
+_NS = re.compile(r"^@ns net:\[([0-9]{1,20})\] /proc/([0-9]{1,10})$", re.ASCII)
+_ROW = re.compile(r"^/proc/([0-9]{1,10})/net/(tcp6?|udp6?|unix):(.*)$", re.ASCII)
+_INET = re.compile(
+    r"^\s*[0-9]+: ([0-9A-F]{8}|[0-9A-F]{32}):([0-9A-F]{4}) ([0-9A-F]{8}|[0-9A-F]{32}):([0-9A-F]{4}) ([0-9A-F]{2}) "
+    r"([0-9A-F]{8}):([0-9A-F]{8}) \S+ \S+ +[0-9]+ +[0-9]+ +([0-9]{1,20})",
+    re.ASCII,
+)
+_UNIX = re.compile(
+    r"^[0-9a-f]+: [0-9A-F]{8} [0-9A-F]{8} ([0-9A-F]{8}) ([0-9A-F]{4}) ([0-9A-F]{2}) +([0-9]{1,20})(?: (.*))?$", re.ASCII
+)
+_SS = re.compile(r"^@ss u_\S+ +\S+ +[0-9]+ +[0-9]+ +(.*?) ([0-9]{1,20}) +(.*?) ([0-9]{1,20})\s*$", re.ASCII)
+
+
+def inet_address(hex_addr: str, hex_port: str) -> str:
+    raw = bytes.fromhex(hex_addr)
+    # each 32-bit word is in host (little-endian) order
+    b = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    port = int(hex_port, 16)
+    if len(b) == 4:
+        return f"{ipaddress.IPv4Address(b)}:{port}"
+    ip6 = ipaddress.IPv6Address(b)
+    return f"{ip6.ipv4_mapped}:{port}" if ip6.ipv4_mapped else f"[{ip6}]:{port}"
+
+
+def parse_net_section(text: str, truncated: bool = False) -> SocketTable:
+    netns_of_pid: dict[int, int] = {}
+    sockets: dict[int, Socket] = {}
+    peers: dict[int, int] = {}
+    saw_ss = False
+    for raw in text.split("\n"):
+        line = raw[:4096]
+        if line.startswith("@ns "):
+            m = _NS.match(line)
+            if m:
+                netns_of_pid[int(m.group(2))] = int(m.group(1))
+            continue
+        if line.startswith("@ss "):
+            saw_ss = True
+            s = _SS.match(line)
+            if s:
+                peers[int(s.group(2))] = int(s.group(4))
+            continue
+        row = _ROW.match(line)
+        if row is None:
+            continue
+        netns = netns_of_pid.get(int(row.group(1)))
+        proto: SocketProto = row.group(2)  # type: ignore[assignment]
+        sock = _unix(row.group(3), netns) if proto == "unix" else _inet(row.group(3), proto, netns)
+        if sock is not None:
+            sockets.setdefault(sock.inode, sock)
+    if peers:
+        sockets = {
+            i: Socket(s.inode, s.proto, s.netns, s.local, s.remote, s.state, s.send_queue, s.recv_queue, peers.get(i))
+            if s.proto == "unix"
+            else s
+            for i, s in sockets.items()
+        }
+    return SocketTable(tuple(sockets.values()), unix_peers_known=saw_ss or bool(peers), truncated=truncated)
+
+
+def _inet(body: str, proto: SocketProto, netns: int | None) -> Socket | None:
+    m = _INET.match(body)
+    if m is None:
+        return None
+    state = (
+        TCP_STATES.get(m.group(5), m.group(5))
+        if proto.startswith("tcp")
+        else ("UNCONN" if m.group(5) == "07" else "CONNECTED")
+    )
+    remote = inet_address(m.group(3), m.group(4))
+    return Socket(
+        inode=int(m.group(8)),
+        proto=proto,
+        netns=netns,
+        local=inet_address(m.group(1), m.group(2)),
+        remote="" if remote.endswith(":0") and state in ("LISTEN", "UNCONN") else remote,
+        state=state,
+        send_queue=int(m.group(6), 16),
+        recv_queue=int(m.group(7), 16),
+    )
+
+
+def _unix(body: str, netns: int | None) -> Socket | None:
+    m = _UNIX.match(body)
+    if m is None:
+        return None
+    flags = int(m.group(1), 16)
+    state = "LISTEN" if flags & _UNIX_LISTENING else UNIX_STATES.get(m.group(3), m.group(3))
+    inode = read_int(m.group(4))
+    if inode is None:
+        return None
+    return Socket(inode, "unix", netns, (m.group(5) or "").strip(), "", state, None, None)

@@ -1,0 +1,106 @@
+"""/proc/PID/syscall: `NR ARG1..ARG6 SP PC` while blocked in a system call, `-1 SP PC` while
+blocked outside one, `running` otherwise. Reading it needs PTRACE_MODE_ATTACH (root, in practice).
+
+    /proc/16196/syscall:73 0x3 0x2 0x0 0x1b6 0x7ffe558ab3f0 0x0 0x7ffe558ab3b8 0x7f3c66194897
+"""
+
+from __future__ import annotations
+
+from vastprobe.model import Syscall
+from vastprobe.parsers.numbers import read_hex, read_int
+from vastprobe.parsers.procfs_lines import group_by_pid
+
+#: The system calls a wait can sit in, by architecture. aarch64 uses the generic table (no poll,
+#: select or plain open: ppoll, pselect6, openat). Numbers from the kernels' syscall tables.
+SYSCALL_NAMES: dict[str, dict[int, str]] = {
+    "x86_64": {
+        0: "read",
+        1: "write",
+        2: "open",
+        7: "poll",
+        16: "ioctl",
+        17: "pread64",
+        19: "readv",
+        20: "writev",
+        23: "select",
+        34: "pause",
+        35: "nanosleep",
+        42: "connect",
+        43: "accept",
+        44: "sendto",
+        45: "recvfrom",
+        46: "sendmsg",
+        47: "recvmsg",
+        61: "wait4",
+        72: "fcntl",
+        73: "flock",
+        128: "rt_sigtimedwait",
+        130: "rt_sigsuspend",
+        202: "futex",
+        230: "clock_nanosleep",
+        232: "epoll_wait",
+        247: "waitid",
+        257: "openat",
+        270: "pselect6",
+        271: "ppoll",
+        281: "epoll_pwait",
+        288: "accept4",
+        437: "openat2",
+        441: "epoll_pwait2",
+    },
+    "aarch64": {
+        22: "epoll_pwait",
+        25: "fcntl",
+        29: "ioctl",
+        32: "flock",
+        56: "openat",
+        63: "read",
+        64: "write",
+        65: "readv",
+        66: "writev",
+        67: "pread64",
+        72: "pselect6",
+        73: "ppoll",
+        95: "waitid",
+        98: "futex",
+        101: "nanosleep",
+        115: "clock_nanosleep",
+        133: "rt_sigsuspend",
+        137: "rt_sigtimedwait",
+        202: "accept",
+        203: "connect",
+        206: "sendto",
+        207: "recvfrom",
+        211: "sendmsg",
+        212: "recvmsg",
+        242: "accept4",
+        260: "wait4",
+        437: "openat2",
+        441: "epoll_pwait2",
+    },
+}
+
+
+def parse_syscall(line: str, arch: str) -> Syscall | None:
+    text = line.strip()
+    if text == "running":
+        return Syscall(number=None, args=(), name=None)
+    f = text.split()
+    nr = read_int(f[0], 5, signed=True) if f else None
+    if nr is None:
+        return None
+    if nr == -1:
+        return Syscall(number=-1, args=(), name=None)
+    args = tuple(a for a in (read_hex(x) for x in f[1:7]) if a is not None)
+    return Syscall(number=nr, args=args, name=SYSCALL_NAMES.get(arch, {}).get(nr))
+
+
+def parse_syscall_section(text: str, arch: str) -> tuple[dict[int, Syscall], dict[int, str]]:
+    """PID -> its system call, and PID -> why it could not be read (not root: "Operation not permitted")."""
+    grouped = group_by_pid(text, "syscall")
+    out: dict[int, Syscall] = {}
+    for pid, lines in grouped.lines.items():
+        sc = parse_syscall(lines[0], arch) if lines else None
+        if sc is not None:
+            out[pid] = sc
+    return out, grouped.errors

@@ -1,0 +1,29 @@
+"""Threads of multi-threaded processes, from the same grep as the processes' own files:
+
+    /proc/1/task/59/stat:59 (vsock-console) S 0 0 0 0 -1 4194624 ...
+    /proc/1/task/59/wchan:0
+At most 64 threads of at most 64 processes (the main thread is the process itself).
+"""
+
+from __future__ import annotations
+
+from vastprobe.model import ThreadState
+from vastprobe.parsers.proc_stat import parse_stat
+from vastprobe.parsers.procfs_lines import group_by_pid
+
+
+def parse_threads_section(text: str) -> dict[int, tuple[ThreadState, ...]]:
+    """PID -> its other threads, in thread-id order."""
+    stats = group_by_pid(text, "task/stat")
+    wchans = group_by_pid(text, "task/wchan")
+    out: dict[int, list[ThreadState]] = {}
+    for tid, lines in sorted(stats.lines.items()):
+        try:
+            rec = parse_stat("\n".join(lines))
+        except ValueError:
+            continue
+        w = wchans.lines.get(tid)
+        out.setdefault(stats.owner[tid], []).append(
+            ThreadState(tid=tid, comm=rec.comm, state=rec.state, wchan=w[0].strip()[:128] if w else None)
+        )
+    return {pid: tuple(ts) for pid, ts in out.items()}

@@ -1,0 +1,157 @@
+"""Every section the probe writes, declared once: its name, the script function that writes it,
+its size bound, the parser that reads it, and what it is for.
+
+A new source is one entry here, its shell function in script.sh, and its parser;
+tests/test_probe_sources.py checks that the script and this table agree, and the section
+splitter reports any section not declared here as tampering.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from vastprobe.probe.render import MAX_NET_SECTION, MAX_PROC_SECTION
+
+Phase = Literal["once", "per-sample", "per-log", "per-artifact"]
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str  # as framed; "{sample}" / "{index}" stand for the sample (0, 1) or the item's index
+    function: str  # the shell function that writes it (or the one whose awk emits it)
+    cap: int | None  # bytes; None: its command bounds it (a grep pattern, tail -c, head -n, awk limits)
+    phase: Phase
+    parser: str  # module:function that reads it
+    about: str
+
+    def section(self, n: int = 0) -> str:
+        return self.name.replace("{sample}", str(n)).replace("{index}", str(n))
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        return re.compile(
+            "^" + re.escape(self.name).replace(r"\{sample\}", "[01]").replace(r"\{index\}", "[0-9]+") + "$"
+        )
+
+
+META = Source(
+    "meta", "vp_meta", None, "once", "vastprobe.parsers.host:parse_meta", "probe version, PIDs, kernel, tools found"
+)
+HOST = Source("host", "vp_host", None, "once", "vastprobe.parsers.host:parse_host", "uptime, load, memory, PSI, btime")
+NOW = Source(
+    "s{sample}.now", "vp_now", None, "per-sample", "vastprobe.parsers.host:parse_now", "the sample's uptime stamp"
+)
+PROC = Source(
+    "s{sample}.proc",
+    "vp_s0",
+    MAX_PROC_SECTION,
+    "per-sample",
+    "vastprobe.parsers.proc_stat:parse_stat_section",
+    "stat of every process; status, io, wchan, cgroup, syscall and threads of user processes (s1: stat, io)",
+)
+CGMAP = Source(
+    "cgmap", "vp_s0", None, "once", "vastprobe.parsers.cgroup:parse_cgmap", "memory cgroups of the processes"
+)
+CGMEM = Source("cgmem", "vp_s0", None, "once", "vastprobe.parsers.cgroup:parse_cgmem", "their memory and OOM counters")
+MOUNTS = Source(
+    "mounts", "vp_s0", None, "once", "vastprobe.parsers.mounts:parse_fuse_mounts", "FUSE mounts (at most 256)"
+)
+LOCKS = Source(
+    "locks", "vp_s0", None, "once", "vastprobe.parsers.locks:parse_locks", "/proc/locks (at most 4096 lines)"
+)
+GPU = Source(
+    "s{sample}.gpu",
+    "vp_gpu",
+    65536,
+    "per-sample",
+    "vastprobe.parsers.nvidia_smi:parse_gpu_query",
+    "nvidia-smi --query-gpu, with a header (columns read by name)",
+)
+LOGSTAT = Source(
+    "s{sample}.logs", "vp_logstats", None, "per-sample", "vastprobe.parsers.files:parse_logstats", "stat of each --log"
+)
+CMDLINE = Source(
+    "cmdline",
+    "vp_cmdline",
+    MAX_PROC_SECTION,
+    "once",
+    "vastprobe.parsers.cmdline:parse_cmdline_section",
+    "argv of user processes",
+)
+FD = Source(
+    "fd",
+    "vp_fd",
+    MAX_PROC_SECTION,
+    "once",
+    "vastprobe.parsers.fd:parse_fd_section",
+    "fd links and network namespace of user processes",
+)
+NET = Source(
+    "net",
+    "vp_fd",
+    MAX_NET_SECTION,
+    "once",
+    "vastprobe.parsers.net:parse_net_section",
+    "held sockets per network namespace; Unix peers from ss",
+)
+KMSG = Source(
+    "kmsg",
+    "vp_kmsg",
+    None,
+    "once",
+    "vastprobe.parsers.kmsg:parse_kmsg_sections",
+    "OOM, Xid, hung-task lines of dmesg (last 400)",
+)
+KMSG_FALLBACK = Source(
+    "kmsg.fallback",
+    "vp_kmsg_fallback",
+    None,
+    "once",
+    "vastprobe.parsers.kmsg:parse_kmsg_sections",
+    "journalctl -k, kern.log, messages",
+)
+GPUAPPS = Source(
+    "gpuapps",
+    "vp_gpuapps",
+    65536,
+    "once",
+    "vastprobe.parsers.nvidia_smi:parse_compute_apps",
+    "the /dev/nvidia<N> nodes (@@dev lines), then nvidia-smi --query-compute-apps",
+)
+LOGTAIL = Source(
+    "log.{index}",
+    "vp_logtail",
+    None,
+    "per-log",
+    "vastprobe.parsers.snapshot:log_tail",
+    "tail -c of each --log that is a regular file",
+)
+DF = Source(
+    "df", "vp_df", None, "once", "vastprobe.parsers.df:parse_df", "df -P and -P -i of /tmp and the logs' directories"
+)
+ARTIFACTS = Source(
+    "art.{index}",
+    "vp_glob",
+    None,
+    "per-artifact",
+    "vastprobe.parsers.files:parse_artifacts",
+    "stat of each --artifacts glob's first matches",
+)
+TIMES = Source("times", "vp_main", None, "once", "vastprobe.parsers.host:parse_times", "the probe's own CPU time")
+#: Sections only older probe versions wrote; still read from their captures.
+LEGACY_CLK = Source(
+    "clk", "vp_clk", None, "once", "vastprobe.parsers.host:parse_meta", "CLK_TCK (first probe revision)"
+)
+
+SOURCES: tuple[Source, ...] = (
+    META, HOST, NOW, PROC, CGMAP, CGMEM, MOUNTS, LOCKS, GPU, LOGSTAT, CMDLINE, FD, NET,
+    KMSG, KMSG_FALLBACK, GPUAPPS, LOGTAIL, DF, ARTIFACTS, TIMES,
+)  # fmt: skip
+LEGACY: tuple[Source, ...] = (LEGACY_CLK,)
+SAMPLES = (0, 1)
+
+
+def declared(name: str) -> bool:
+    return any(s.pattern.match(name) for s in (*SOURCES, *LEGACY))

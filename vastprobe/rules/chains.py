@@ -1,0 +1,101 @@
+"""What the wait rules share: a chain in words, and how sure a stalled chain is.
+
+Severity of a chain of waits, the same for every kind: `error` when the blocker cannot end the
+wait by itself (stopped, gone, an orphan, a cycle) or when other evidence says work should be
+happening (an OOM kill in the job, a silent log, an idle GPU); `warning` when the blocker made no
+progress over the window; nothing when it is working (a slow server, a busy lock holder).
+"""
+
+from __future__ import annotations
+
+from vastprobe.analysis.stalls import StalledChain, StallEvidence
+from vastprobe.analysis.waitgraph import Chain, WaitEdge
+from vastprobe.model import Evidence, Process, Severity, Unavailable
+from vastprobe.rules.base import Context
+
+EDGE_WORDS = {
+    "child": "waits for child",
+    "pipe": "reads/writes",
+    "fifo": "reads/writes",
+    "fifo-open": "opens",
+    "unix-socket": "connected to",
+    "tcp": "connected to",
+    "file-lock": "waits for lock held by",
+    "fuse": "waits for FUSE server",
+}
+
+
+def link(ctx: Context, pid: int) -> str:
+    p = ctx.tree.by_pid.get(pid)
+    if p is None:
+        return f"{pid} (gone)"
+    pr = ctx.progress.get(pid)
+    cpu = f"{pr.cpu_ticks / ctx.snapshot.host.clk_tck:.2f}s cpu" if pr and pr.sampled else "not sampled"
+    return f"{p.pid} {p.comm} [{p.state} {p.wchan if not isinstance(p.wchan, Unavailable) else '?'}, {cpu}]"
+
+
+def edge_words(edge: WaitEdge) -> str:
+    if edge.kind == "child":
+        return "waits for child"
+    if edge.kind in ("pipe", "fifo"):
+        return f"{edge.what}; other end held by"
+    return f"{EDGE_WORDS[edge.kind]} ({edge.what})"
+
+
+def chain_text(ctx: Context, chain: Chain) -> str:
+    parts = []
+    for hop in chain.hops:
+        parts.append(link(ctx, hop.pid))
+        if hop.edge is not None:
+            parts.append(f"-[{edge_words(hop.edge)}]->")
+    if chain.dangling is not None:
+        parts.append(f"-[{edge_words(chain.dangling)}]-> nobody")
+    return " ".join(parts)
+
+
+def chain_evidence(ctx: Context, s: StalledChain) -> list[Evidence]:
+    ev = [Evidence("wait chain", chain_text(ctx, s.chain))]
+    seen = set()
+    for edge in (*s.chain.edges, *([s.chain.dangling] if s.chain.dangling else [])):
+        for e in edge.evidence:
+            if e not in seen:
+                seen.add(e)
+                ev.append(e)
+    if s.idle is not None:
+        who = ", ".join(ctx.proc_label(b) for b in s.blockers[:4])
+        ev.append(
+            Evidence(
+                "progress",
+                f"{who}: {'no' if s.idle else 'some'} CPU, I/O or state change over {ctx.snapshot.sample_window:.1f}s",
+            )
+        )
+    if s.dead_end:
+        ev.append(Evidence("blocker", s.dead_end))
+    return ev
+
+
+def severity(ctx: Context, s: StalledChain, stall: StallEvidence) -> Severity | None:
+    if s.dead_end:
+        return "error"
+    if s.idle is False:
+        return None
+    if stall:
+        return "error"
+    return "warning"
+
+
+def names(ctx: Context, pids: tuple[int, ...], limit: int = 4) -> str:
+    text = ", ".join(ctx.proc_label(p) for p in pids[:limit])
+    return text + (f" and {len(pids) - limit} more" if len(pids) > limit else "")
+
+
+def waiter_words(ctx: Context, s: StalledChain, edge: WaitEdge) -> str:
+    """`bash (10)` or `bash (10), through flock (12),`: who waits, and the process at the edge."""
+    head = ctx.proc_label(s.waiter)
+    if edge.waiter != s.waiter:
+        head += f" waits on {ctx.proc_label(edge.waiter)}, which"
+    return head
+
+
+def process(ctx: Context, pid: int) -> Process | None:
+    return ctx.tree.by_pid.get(pid)

@@ -1,0 +1,45 @@
+"""VP115 deadlock: processes that wait on each other in a cycle — two flock holders each waiting
+for the other's lock, a parent writing into a full pipe while its child writes into a full pipe
+the parent should be reading (the classic `subprocess` deadlock), a process reading a pipe whose
+only writer is itself. Nothing in the cycle can move first; a timeout or a kill must break it.
+
+Cycles are found in the wait-for graph; edges inferred from poll() never make one (an idle
+interactive client and its server wait on each other by design).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from vastprobe.model import Evidence, Finding
+from vastprobe.rules.base import Context, Rule, RuleMeta
+from vastprobe.rules.chains import chain_text, names
+
+META = RuleMeta("deadlock", "VP115", "critical", "processes wait on each other in a cycle")
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    for cycle in ctx.graph.cycles:
+        members = cycle.pids[:-1]
+        if not any(p in ctx.scope for p in members):
+            continue
+        if ctx.two_samples and any(ctx.progress[p].moved for p in members if p in ctx.progress):
+            continue  # something in it moved: a cycle of waits that is still being served
+        ev = [Evidence("wait cycle", chain_text(ctx, cycle))]
+        for edge in cycle.edges:
+            ev += list(edge.evidence)
+        what = ", ".join(sorted({e.kind for e in cycle.edges}))
+        if len(members) == 1:
+            summary = f"{ctx.proc_label(members[0])} waits on {cycle.edges[0].what} that only it can end"
+        else:
+            summary = f"{names(ctx, members)} wait on each other in a cycle ({what})"
+        yield META.finding(
+            summary,
+            members,
+            ev,
+            "nothing in the cycle can move first: kill one of them (the one that should have closed or released "
+            "first), then fix the order of operations (read both pipes concurrently, take locks in one order)",
+        )
+
+
+RULE = Rule(META, check)

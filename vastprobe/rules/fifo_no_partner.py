@@ -1,0 +1,47 @@
+"""VP113 fifo-no-partner: a watched process is blocked opening a named pipe (FIFO) because nobody
+has opened the other end (`wait_for_partner`): a reader whose writer never started or died
+before opening it, or a writer with no reader.
+
+The path is still in the caller's memory when open() blocks, so the finding names the candidates
+from its command line. A FIFO whose writer is an orphan that never writes is do-wait-orphan's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from vastprobe.model import Finding
+from vastprobe.rules.base import Context, Rule, RuleMeta
+from vastprobe.rules.chains import chain_evidence, severity
+
+META = RuleMeta(
+    "fifo-no-partner", "VP113", "error", "a process waits to open a FIFO that nobody opens from the other end"
+)
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    for s in ctx.stalled_chains:
+        if s.kind != "fifo-open" or s.edge is None:
+            continue
+        stall = ctx.stall_evidence(s)
+        sev = "error" if stall else "warning"
+        if severity(ctx, s, stall) is None:
+            continue
+        opener = ctx.tree.by_pid[s.edge.waiter]
+        via = (
+            f"{ctx.proc_label(s.waiter)} waits on {opener.comm} ({opener.pid}), which"
+            if s.waiter != opener.pid
+            else f"{opener.comm} ({opener.pid})"
+        )
+        yield META.finding(
+            f"{via} is blocked opening {s.edge.what}",
+            s.chain.pids,
+            [*chain_evidence(ctx, s), *stall.evidence],
+            "whatever should open the other end never did (it failed, or was never started): start it, or "
+            f"kill {opener.pid}; open FIFOs with O_NONBLOCK or a timeout where the partner may not come",
+            sev,  # type: ignore[arg-type]
+            caused_by="oom-killed-child" if stall.oom else None,
+        )
+
+
+RULE = Rule(META, check)

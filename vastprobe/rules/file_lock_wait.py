@@ -1,0 +1,53 @@
+"""VP111 file-lock-wait: a watched process waits for a file lock (flock, fcntl, OFD) that another
+process holds, and the holder is not getting anywhere.
+
+/proc/locks pairs the waiter (`->` line) with the lock it is blocked behind; the waiter's
+system call names the fd and so the file. The holder is followed further: a holder that itself
+waits (on a child, a socket, another lock) passes the blame down the chain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from vastprobe.model import Finding
+from vastprobe.rules.base import Context, Rule, RuleMeta
+from vastprobe.rules.chains import chain_evidence, names, severity
+
+META = RuleMeta("file-lock-wait", "VP111", "error", "a process waits for a file lock held by a process that is stuck")
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    for s in ctx.stalled_chains:
+        if s.kind != "file-lock" or s.edge is None:
+            continue
+        stall = ctx.stall_evidence(s)
+        sev = severity(ctx, s, stall)
+        if sev is None:
+            continue  # the holder works: ordinary contention
+        edge = s.edge
+        waiter = ctx.tree.by_pid[s.waiter]
+        where = edge.path or "a file"
+        if not edge.holders:
+            holder_words = "a process not visible here"
+            hint = f"no visible process holds the lock on {where}: look for it on the host (lslocks) or in another container"
+        else:
+            holder_words = names(ctx, edge.holders)
+            end = ctx.proc_label(s.chain.end)
+            beyond = f"; it waits in turn on {end}" if s.chain.end not in (*edge.holders, s.waiter) else ""
+            hint = (
+                f"{holder_words} holds the lock on {where} and does not release it{beyond}: find out why it is "
+                f"stuck, and end it (or the job it runs) to free the lock"
+            )
+        via = f", through {ctx.proc_label(edge.waiter)}," if edge.waiter != s.waiter else ""
+        yield META.finding(
+            f"{waiter.comm} ({waiter.pid}){via} waits for a lock on {where} held by {holder_words}",
+            (*s.chain.pids, *[h for h in edge.holders if h not in s.chain.pids]),
+            [*chain_evidence(ctx, s), *stall.evidence],
+            hint,
+            sev,
+            caused_by="oom-killed-child" if stall.oom else None,
+        )
+
+
+RULE = Rule(META, check)

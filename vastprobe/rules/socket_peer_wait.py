@@ -1,0 +1,65 @@
+"""VP112 socket-peer-wait: a watched process waits on a TCP or Unix connection whose other end is
+held by a process that is not answering.
+
+The waiter's system call (recv/read on fd N, or poll() over its only connection) names the
+socket; /proc/net/tcp pairs it with its peer socket on this host (a loopback or local
+connection), ss names a Unix socket's peer, and the fd tables name the peer's holder. The peer's
+receive queue says whether the request was even read. A peer on another host is named, and is
+only reported when other evidence says the job should be moving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from vastprobe.model import Evidence, Finding
+from vastprobe.rules.base import Context, Rule, RuleMeta
+from vastprobe.rules.chains import chain_evidence, names, severity
+
+META = RuleMeta("socket-peer-wait", "VP112", "error", "a process waits on a connection whose peer does not answer")
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    for s in ctx.stalled_chains:
+        if s.kind not in ("tcp", "unix-socket") or s.edge is None:
+            continue
+        edge = s.edge
+        stall = ctx.stall_evidence(s)
+        unread = edge.peer.recv_queue if edge.peer is not None and edge.peer.recv_queue else 0
+        if not edge.holders and not stall:
+            continue  # a remote peer, or one we cannot see: only other evidence makes it a stall
+        if edge.inferred and not unread and not stall:
+            continue  # poll() over a connection whose peer has nothing pending: an idle client
+        sev = severity(ctx, s, stall)
+        if sev is None:
+            continue
+        waiter = ctx.tree.by_pid[s.waiter]
+        via = f", through {ctx.proc_label(edge.waiter)}," if edge.waiter != s.waiter else ""
+        if edge.holders:
+            peer = names(ctx, edge.holders)
+            state = ", ".join(f"{ctx.tree.by_pid[h].state} {ctx.tree.by_pid[h].wchan}" for h in edge.holders[:2])
+            tail = f", {unread} B it has not read" if unread else ""
+            summary = f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}, whose peer {peer} ({state}) does not answer{tail}"
+            hint = (
+                f"{peer} holds the other end and is not serving it"
+                + (f" (it has not even read the {unread} B sent)" if unread else "")
+                + ": look at what it is blocked on, then restart it; give clients a timeout"
+            )
+        else:
+            remote = edge.socket.remote if edge.socket is not None else "its peer"
+            summary = f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}: {remote} does not answer"
+            hint = f"the peer {remote} is not on this host (or not visible): check that service, and give the client a timeout"
+        ev = chain_evidence(ctx, s)
+        if unread:
+            ev.append(Evidence("unread", f"{unread} B wait in the peer's receive queue"))
+        yield META.finding(
+            summary,
+            (*s.chain.pids, *[h for h in edge.holders if h not in s.chain.pids]),
+            [*ev, *stall.evidence],
+            hint,
+            sev,
+            caused_by="oom-killed-child" if stall.oom else None,
+        )
+
+
+RULE = Rule(META, check)
