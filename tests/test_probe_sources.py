@@ -84,20 +84,21 @@ def test_proc_locks_lines_recorded_here() -> None:
 def test_socket_tables_recorded_here() -> None:
     text = "\n".join(
         [
-            "@ns net:[4026531833] /proc/1151",
-            "/proc/1151/net/tcp:   0: 0100007F:DFE5 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 48746 1 00000000e4494f1d 100 0 0 10 0",
-            "/proc/1151/net/tcp:   2: 0100007F:DFE5 0100007F:8B34 01 00000000:00000012 00:00000000 00000000     0        0 48747 1 00000000e4b270d9 20 4 30 10 -1",
-            "/proc/1151/net/tcp:   3: 0100007F:8B34 0100007F:DFE5 01 00000000:00000000 00:00000000 00000000     0        0 48036 1 000000005bd0c1b9 20 0 0 11 -1",
-            "/proc/1151/net/unix:000000009e42ab5b: 00000003 00000000 00000000 0001 03 48035",
-            "/proc/1151/net/unix:00000000cc26a208: 00000003 00000000 00010000 0001 01 48100 /run/x.sock",
+            "@ns self",
+            "tcp:   0: 0100007F:DFE5 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 48746 1 00000000e4494f1d 100 0 0 10 0",
+            "tcp:   2: 0100007F:DFE5 0100007F:8B34 01 00000000:00000012 00:00000000 00000000     0        0 48747 1 00000000e4b270d9 20 4 30 10 -1",
+            "@ns 1151",
+            "tcp:   3: 0100007F:8B34 0100007F:DFE5 01 00000000:00000000 00:00000000 00000000     0        0 48036 1 000000005bd0c1b9 20 0 0 11 -1",
+            "unix:000000009e42ab5b: 00000003 00000000 00000000 0001 03 48035",
+            "unix:00000000cc26a208: 00000003 00000000 00010000 0001 01 48100 /run/x.sock",
             "@ss u_str ESTAB 0      0                  * 48035            * 48034",
         ]
     )
     table = parse_net_section(text)
     by = table.by_inode()
     assert by[48746].state == "LISTEN" and by[48746].local == "127.0.0.1:57317" and by[48746].remote == ""
-    assert by[48747].recv_queue == 0x12 and by[48747].remote == "127.0.0.1:35636" and by[48747].netns == 4026531833
-    assert by[48036].local == "127.0.0.1:35636" and by[48036].state == "ESTABLISHED"
+    assert by[48747].recv_queue == 0x12 and by[48747].remote == "127.0.0.1:35636" and by[48747].netns == 0
+    assert by[48036].local == "127.0.0.1:35636" and by[48036].state == "ESTABLISHED" and by[48036].netns == 1151
     assert by[48035].peer_inode == 48034 and by[48035].state == "CONNECTED"
     assert by[48100].state == "LISTEN" and by[48100].local == "/run/x.sock"
     assert table.unix_peers_known
@@ -117,9 +118,8 @@ def test_fuse_mounts_and_threads_recorded_here() -> None:
     assert (t.tid, t.comm, t.state, t.wchan) == (59, "vsock-console", "S", "request_wait_answer")
 
 
-def test_fd_section_escaped_by_gnu_ls_and_netns_links() -> None:
+def test_fd_section_escaped_by_gnu_ls() -> None:
     text = (
-        "lrwxrwxrwx 1 0 0   0 Dec  3 01:10 /proc/16706/ns/net -> net:[4026531833]\n"
         "/proc/16706/fd:\n"
         "lrwx------ 1 0 0 64 Dec  3 02:04 4 -> /tmp/lab/x\\nlrwx------\\ 1\\ 0\\ 0\\ 64\\ Dec\\ \\ 3\\ 02:00\\ 9\\ ->\\ pipe:[123]\n"
         "l-wx------ 1 0 0 64 Dec  3 02:03 1 -> /tmp/out\\ (deleted)\n"
@@ -131,7 +131,6 @@ def test_fd_section_escaped_by_gnu_ls_and_netns_links() -> None:
     assert fds[4].target == "/tmp/lab/x\nlrwx------ 1 0 0 64 Dec  3 02:00 9 -> pipe:[123]"
     assert fds[1].deleted and fds[1].path == "/tmp/out"
     assert fds[8].target == "/tmp/lab/ -> arrow"
-    assert table.netns == {16706: 4026531833}
     assert unescape_ls("\\303\\251\\\\") == "é\\"
 
 
