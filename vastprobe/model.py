@@ -487,6 +487,16 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class Outlier:
+    """This host differs from the majority of its group (`sweep --group-by`): the odd host out."""
+
+    group: str
+    group_size: int  # hosts compared in the group
+    majority_size: int  # hosts that share the majority's signature
+    differences: tuple[str, ...]  # what sets this host apart, in words
+
+
+@dataclass(frozen=True)
 class HostReport:
     target: str
     status: Status
@@ -497,3 +507,4 @@ class HostReport:
     timings: dict[str, float]
     scope: tuple[int, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)  # from the inventory: vast.ai instance id, label
+    outlier_of: Outlier | None = None  # set by `sweep --group-by` on hosts unlike their group

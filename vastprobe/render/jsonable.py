@@ -68,6 +68,14 @@ def host_report_dict(r: HostReport) -> dict[str, Any]:
     }
     if r.labels:
         out["labels"] = r.labels
+    if r.outlier_of is not None:
+        o = r.outlier_of
+        out["outlier_of"] = {
+            "group": o.group,
+            "group_size": o.group_size,
+            "majority_size": o.majority_size,
+            "differences": list(o.differences),
+        }
     return out
 
 

@@ -52,8 +52,8 @@ def check(ctx: Context) -> Iterator[Finding]:
     yield from _folded(
         [m for m in ctx.oom_matches if m.tie == "elsewhere"],
         "elsewhere on the host, not tied to the watched job",
-        "victims",
-        "context: other memory cgroups or processes",
+        "context",
+        "in other memory cgroups, or tied to no watched process",
         "nothing to do for the watched job; the host (or a neighbour) is short of memory",
         "info",
     )
@@ -73,7 +73,8 @@ def check(ctx: Context) -> Iterator[Finding]:
         )
         limit = f"memory cgroup limit {_mib(e.limit_kb)} ({e.memcg or e.task_memcg})" if e.limit_kb else None
         if limit is None:
-            cg = next((c for c in snap.cgroups if e.task_memcg and c.path == e.task_memcg), None)
+            where = e.task_memcg or m.cgroup
+            cg = next((c for c in snap.cgroups if where and c.path == where), None)
             if cg is not None and cg.limit_bytes:
                 limit = f"memory cgroup limit {cg.limit_bytes // 2**20} MiB ({cg.path})"
             elif e.constraint and "MEMCG" not in e.constraint:
