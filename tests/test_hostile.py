@@ -304,11 +304,16 @@ def test_a_hostile_host_does_not_delay_the_others(tmp_path: Path) -> None:
 
 
 @pytest.mark.asyncio
-async def test_bytes_in_flight_stay_within_the_sweep_budget(tmp_path: Path) -> None:
+async def test_bytes_in_flight_stay_within_the_sweep_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Six hosts streaming without end against a 6 MiB budget: all cut, marked truncated, and the
-    bytes held at once never above the budget; a healthy host in the same sweep is whole."""
+    bytes held at once never above the budget; a healthy host in the same sweep is whole. The
+    reports kept for the end hold snapshots of at most 2 MiB of the cut hosts' output (and the
+    healthy host's, an ordinary one); the streamed reports are whole."""
+    from vastprobe import sweep as sweep_module
     from vastprobe.model import HostReport
     from vastprobe.sweep import ByteBudget, sweep
+
+    monkeypatch.setattr(sweep_module, "SWEEP_KEPT_OUTPUT", 2 << 20)
     from vastprobe.targets import InventoryEntry
     from vastprobe.transport.ssh import SshOptions
 
@@ -320,7 +325,8 @@ async def test_bytes_in_flight_stay_within_the_sweep_budget(tmp_path: Path) -> N
         )
         options = DiagnoseOptions(params=ProbeParams(sample=0), timeout=30, ssh=ssh)
         got: list[HostReport] = []
-        await sweep([InventoryEntry(t) for t in fleet.targets], options, 7, got.append, budget)
+        kept: list[HostReport] = []
+        await sweep([InventoryEntry(t) for t in fleet.targets], options, 7, got.append, budget, kept)
     finally:
         fleet.stop()
     assert budget.peak <= 6 << 20 and budget.in_flight == 0 and budget.pool_used == 0
@@ -333,6 +339,14 @@ async def test_bytes_in_flight_stay_within_the_sweep_budget(tmp_path: Path) -> N
     assert budget.cut_hosts == 6
     whole = by_target[fleet.targets[6]]
     assert whole.status == "ok" and whole.snapshot is not None and whole.snapshot.probe.complete
+    kept_by_target = {r.target: r for r in kept}
+    assert set(kept_by_target) == set(fleet.targets) and kept_by_target[fleet.targets[6]].snapshot is not None
+    sizes = [by_target[t].snapshot.probe.output_bytes for t in fleet.targets[:6]]  # type: ignore[union-attr]
+    with_snapshot = [t for t in fleet.targets[:6] if kept_by_target[t].snapshot is not None]
+    assert sum(by_target[t].snapshot.probe.output_bytes for t in with_snapshot) <= 2 << 20, sizes  # type: ignore[union-attr]
+    dropped = [kept_by_target[t] for t in fleet.targets[:6] if kept_by_target[t].snapshot is None]
+    assert dropped and all(r.findings[-1].summary == "the snapshot of this host was not kept" for r in dropped)
+    assert [f.code for f in dropped[0].findings[:-1]] == [f.code for f in by_target[dropped[0].target].findings]
 
 
 def test_the_budget_arithmetic() -> None:

@@ -29,10 +29,13 @@ FDS_RESERVED = 64
 #: Bytes of probe output a sweep holds at once across all hosts: what is being read and what
 #: waits for or is in analysis. A host that would go over it is cut there and marked truncated.
 SWEEP_BYTES_IN_FLIGHT = 256 * 1024 * 1024
-#: Probe output (raw bytes) whose parsed snapshots a sweep keeps for its final document; a
+#: Probe output (raw bytes) whose parsed snapshots a sweep keeps for its final document and the
+#: history, beyond ordinary hosts' (a complete output of at most ORDINARY_OUTPUT, always kept); a
 #: snapshot takes 2-3 times its output in memory. Past it a host's report is kept without its
 #: snapshot (its findings whole); the streamed report (`on_report`) always has it.
 SWEEP_KEPT_OUTPUT = 64 * 1024 * 1024
+#: A host with 500 processes sends ~0.9 MB (docs/benchmarks.md).
+ORDINARY_OUTPUT = 1024 * 1024
 
 
 class ByteBudget:
@@ -121,8 +124,9 @@ def without_snapshot(r: HostReport) -> HostReport:
     from vastprobe.model import Evidence, Finding
 
     why = (
-        f"the snapshot is left out of this report: the sweep keeps snapshots of at most "
-        f"{SWEEP_KEPT_OUTPUT >> 20} MiB of probe output (docs/architecture.md, Bounds); the findings are complete, "
+        f"the snapshot is left out of this report: beyond ordinary hosts' (a whole output of at most "
+        f"{ORDINARY_OUTPUT >> 20} MiB), the sweep keeps snapshots of at most {SWEEP_KEPT_OUTPUT >> 20} MiB of "
+        "probe output (docs/architecture.md, Bounds); the findings are complete, "
         "and `--format ndjson` streamed it whole"
     )
     note = Finding("probe-incomplete", "VP900", "info", "the snapshot of this host was not kept", (),
@@ -146,7 +150,8 @@ async def sweep(
     Cancelling the sweep (Ctrl-C) returns nothing more; the caller keeps what `on_report` already
     saw and counts the rest as unfinished. A host's slot (and its bytes) is held until its report
     is made, so at most `concurrency` hosts hold output at once. The reports kept for the end (in
-    `kept`, when given, as they finish) hold snapshots of at most SWEEP_KEPT_OUTPUT bytes of output."""
+    `kept`, when given, as they finish) hold the snapshots of ordinary hosts, and of others up to
+    SWEEP_KEPT_OUTPUT bytes of output."""
     entries, _ = unique_entries(entries)  # a target listed twice is probed once
     sem = asyncio.Semaphore(concurrency)
     bytes_budget = budget or ByteBudget(SWEEP_BYTES_IN_FLIGHT, concurrency)
@@ -164,16 +169,18 @@ async def sweep(
                     cap = await probe_any(entry.target, options, held.take)
                     r = await report_off_loop(cap, options)
                     size = len(cap.output)
+                    ordinary = size <= ORDINARY_OUTPUT and not cap.truncated
                     del cap
                 finally:
                     held.release()
             if entry.labels:
                 r = replace(r, labels=entry.labels)
-            if r.snapshot is not None and kept_bytes + size > SWEEP_KEPT_OUTPUT:
-                on_report(r)
-                reports.append(without_snapshot(r))
-                return
-            kept_bytes += size if r.snapshot is not None else 0
+            if r.snapshot is not None and not ordinary:
+                if kept_bytes + size > SWEEP_KEPT_OUTPUT:
+                    on_report(r)
+                    reports.append(without_snapshot(r))
+                    return
+                kept_bytes += size
         reports.append(r)
         on_report(r)
 
