@@ -241,3 +241,30 @@ def test_a_hundred_thousand_processes() -> None:
         assert verdict in ("healthy", "degraded"), line
     assert len(r.stdout.splitlines()) == 2
     print(r.stdout)
+
+
+def test_parsers_read_numbers_through_numbers_py() -> None:
+    """Static guard for what the fuzzing found: no parser calls int()/float() on text (numbers.py
+    reads ASCII digits of bounded length), nothing anywhere asks str.isdigit() (which says yes to
+    `²`) on text from a target, and every parser regex with \\d or \\w is ASCII-only."""
+    import ast
+    import importlib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "vastprobe"
+    for path in sorted((root / "parsers").glob("*.py")):
+        if path.name in ("numbers.py", "__init__.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("int", "float"):
+                arg = ast.unparse(node.args[0]) if node.args else ""
+                assert arg.startswith("calendar.timegm("), f"{path.name}:{node.lineno}: {ast.unparse(node)}"
+        module = importlib.import_module(f"vastprobe.parsers.{path.stem}")
+        for name, value in vars(module).items():
+            if isinstance(value, re.Pattern) and ("\\d" in value.pattern or "\\w" in value.pattern):
+                assert value.flags & re.ASCII, f"{path.name}: {name} matches non-ASCII digits"
+    remote = [p for d in ("parsers", "analysis", "rules", "render", "probe") for p in (root / d).rglob("*.py")]
+    for path in sorted([*remote, root / "pipeline.py", root / "model.py"]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in ("isdigit", "isdecimal", "isnumeric"):
+                raise AssertionError(f"{path.relative_to(root)}:{node.lineno}: str.{node.attr}()")

@@ -98,6 +98,11 @@ def _timegm(y: int, mo: int, d: int, h: int, mi: int, s: int) -> float | None:
     return float(calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)))
 
 
+def _n(digits: str) -> int:
+    """A date field the regex already bounded to ASCII digits."""
+    return read_int(digits, 4) or 0
+
+
 def _year_for(mo: int, d: int, h: int, mi: int, s: int, now: float | None) -> float | None:
     """Syslog stamps have no year: the latest one not after the target's clock (plus a day)."""
     if now is None:
@@ -124,13 +129,13 @@ def _strip_prefix(line: str, now: float | None) -> tuple[str, _Clock]:
         pos = m.end()
     dated = False
     if m := _ISO.match(s, pos):
-        t = _timegm(*(int(m.group(i)) for i in range(1, 7)))
+        t = _timegm(*(_n(m.group(i)) for i in range(1, 7)))
         zone = m.group(7)
         if t is not None and zone:
             if zone != "Z":
                 sign = -1 if zone[0] == "-" else 1
                 z = zone[1:].replace(":", "")
-                t -= sign * (int(z[:2]) * 3600 + int(z[2:]) * 60)
+                t -= sign * (_n(z[:2]) * 3600 + _n(z[2:]) * 60)
             wall = t
         else:
             local = t
@@ -138,12 +143,12 @@ def _strip_prefix(line: str, now: float | None) -> tuple[str, _Clock]:
     elif m := _CTIME.match(s, pos):
         mo = _MONTHS.get(m.group(1))
         if mo is not None:
-            local = _timegm(int(m.group(6)), mo, *(int(m.group(i)) for i in range(2, 6)))
+            local = _timegm(_n(m.group(6)), mo, *(_n(m.group(i)) for i in range(2, 6)))
         pos = m.end()
     elif (m := _SYSLOG.match(s, pos)) and _HOST_KERNEL.match(s, m.end()):
         mo = _MONTHS.get(m.group(1))  # a localised month name ("апр") leaves the time unknown
         if mo is not None:
-            d, h, mi, sec = (int(m.group(i)) for i in range(2, 6))
+            d, h, mi, sec = (_n(m.group(i)) for i in range(2, 6))
             local = _year_for(mo, d, h, mi, sec, now)
         pos, dated = m.end(), True
     if dated and (m := _HOST_KERNEL.match(s, pos)):
