@@ -1,10 +1,10 @@
 """Real probe captures and the ways a hostile or broken target can mangle them, for the fuzz test
 (tests/test_fuzz.py) and the hostile-input tests.
 
-The corpus is what fixtures/ holds: every recorded probe output under fixtures/procfs, and the
-newest of them with its kernel-log and nvidia-smi sections replaced by the published kernel logs
-(fixtures/kmsg) and nvidia-smi outputs (fixtures/nvidia-smi), in the probe's older and its
-current (`|`-prefixed, format 2) framing. Every mutation takes a `random.Random`, so a failing
+The corpus is what fixtures/ holds: every recorded probe output under fixtures/procfs, and
+`host-vm-kthreads-stat-only` with its kernel-log and nvidia-smi sections replaced by the published
+kernel logs (fixtures/kmsg) and nvidia-smi outputs (fixtures/nvidia-smi), in the probe's older and
+its current (`|`-prefixed, format 2) framing. Every mutation takes a `random.Random`, so a failing
 case is replayed from its seed.
 """
 
