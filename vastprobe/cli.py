@@ -218,8 +218,19 @@ HostKeyOpt = Annotated[
 ]  # fmt: skip
 VerboseOpt = Annotated[
     int,
-    typer.Option("-v", "--verbose", count=True, show_default=False, rich_help_panel=P_SSH,
-                 help="Handshake detail on stderr (-vv, -vvv: more)."),
+    typer.Option("-v", "--verbose", count=True, show_default=False, rich_help_panel=P_OUTPUT,
+                 help="More detail: the report lists every process in scope and every finding in full; "
+                      "SSH handshake detail on stderr (-vv, -vvv: more)."),
+]  # fmt: skip
+ReportVerboseOpt = Annotated[
+    int,
+    typer.Option("-v", "--verbose", count=True, show_default=False, rich_help_panel=P_OUTPUT,
+                 help="The report lists every process in scope and every finding in full."),
+]  # fmt: skip
+BriefOpt = Annotated[
+    bool,
+    typer.Option("--brief", rich_help_panel=P_OUTPUT,
+                 help="JSON/NDJSON without the snapshot (for pipes and cron); a table prints each host's headline alone."),
 ]  # fmt: skip
 ConcurrencyOpt = Annotated[
     int,
@@ -260,20 +271,20 @@ def _options(
     )
 
 
-def _emit(reports: list, fmt: OutputFormat) -> None:
+def _emit(reports: list, fmt: OutputFormat, verbose: int = 0, brief: bool = False) -> None:
     if fmt is OutputFormat.table:
         from vastprobe.render.table import render_reports
 
-        render_reports(reports)
+        render_reports(reports, verbose=verbose > 0, brief=brief)
         return
     from vastprobe.render.jsonable import dumps, host_report_dict, report_document
 
     if fmt is OutputFormat.ndjson:
         for r in reports:
-            sys.stdout.write(dumps(host_report_dict(r)) + "\n")
+            sys.stdout.write(dumps(host_report_dict(r, brief)) + "\n")
     else:
         indent = 1 if sys.stdout.isatty() else None  # compact for pipes: smaller and faster
-        sys.stdout.write(dumps(report_document(reports), indent=indent) + "\n")
+        sys.stdout.write(dumps(report_document(reports, brief), indent=indent) + "\n")
     sys.stdout.flush()
 
 
@@ -425,6 +436,7 @@ def diagnose(
     known_hosts: KnownHostsOpt = None,
     host_key_check: HostKeyOpt = None,
     verbose: VerboseOpt = 0,
+    brief: BriefOpt = False,
 ) -> None:
     """Probe each target once, classify its stall, print a report.
 
@@ -452,7 +464,7 @@ def diagnose(
     done, interrupted = _run_entries(entries, replace(options, ssh=ssh), len(entries), lambda r: None)
     order = {t: i for i, t in enumerate(expanded)}
     reports = sorted(done, key=lambda r: order.get(r.target, len(order)))
-    _emit(reports, _format(fmt, json_flag))
+    _emit(reports, _format(fmt, json_flag), verbose, brief)
     if interrupted:
         _say_interrupted(done, entries, "targets")
         raise typer.Exit(EXIT_INTERRUPTED)
@@ -545,13 +557,13 @@ def _inventory(
     return unique
 
 
-def _document(reports: list, fmt: OutputFormat) -> str:
+def _document(reports: list, fmt: OutputFormat, brief: bool = False) -> str:
     from vastprobe.render.jsonable import dumps, host_report_dict, report_document
 
     if fmt is OutputFormat.ndjson:
-        return "".join(dumps(host_report_dict(r)) + "\n" for r in reports)
+        return "".join(dumps(host_report_dict(r, brief)) + "\n" for r in reports)
     if fmt is OutputFormat.json:
-        return dumps(report_document(reports)) + "\n"
+        return dumps(report_document(reports, brief)) + "\n"
     import io
 
     from vastprobe.render.summary import render_summary
@@ -642,6 +654,7 @@ def sweep(
     known_hosts: KnownHostsOpt = None,
     host_key_check: HostKeyOpt = None,
     verbose: VerboseOpt = 0,
+    brief: BriefOpt = False,
 ) -> None:
     """The same diagnosis over a fleet: bounded concurrency, results streamed as hosts finish.
 
@@ -673,14 +686,16 @@ def sweep(
 
     def on_report(r) -> None:  # type: ignore[no-untyped-def]
         if chosen is OutputFormat.ndjson:
-            sys.stdout.write(dumps(host_report_dict(r)) + "\n")
+            sys.stdout.write(dumps(host_report_dict(r, brief)) + "\n")
             sys.stdout.flush()
         if tick is not None:
             tick(r)
 
     reports, interrupted = _run_entries(entries, options, p.concurrency, on_report)
     if chosen is not OutputFormat.ndjson:
-        sys.stdout.write(_document(reports, chosen) if chosen is OutputFormat.table else _json_out(reports))
+        sys.stdout.write(
+            _document(reports, chosen, brief) if chosen is OutputFormat.table else _json_out(reports, brief)
+        )
         sys.stdout.flush()
     if interrupted:
         _say_interrupted(reports, entries)
@@ -690,7 +705,7 @@ def sweep(
     from vastprobe.fileio import write_atomic
 
     if output is not None:
-        write_atomic(output.expanduser(), _document(reports, chosen))
+        write_atomic(output.expanduser(), _document(reports, chosen, brief))
     if prom is not None:
         from vastprobe.render.prometheus import render_prometheus
 
@@ -698,10 +713,10 @@ def sweep(
     raise typer.Exit(exit_code(reports))
 
 
-def _json_out(reports: list) -> str:
+def _json_out(reports: list, brief: bool = False) -> str:
     from vastprobe.render.jsonable import dumps, report_document
 
-    return dumps(report_document(reports), indent=1 if sys.stdout.isatty() else None) + "\n"
+    return dumps(report_document(reports, brief), indent=1 if sys.stdout.isatty() else None) + "\n"
 
 
 @app.command(cls=Command, context_settings=CONTEXT, epilog=EXIT_EPILOG)
@@ -786,6 +801,8 @@ def analyze(
     expect_gpus: GpusOpt = None,
     fmt: FormatOpt = None,
     json_flag: JsonOpt = False,
+    verbose: ReportVerboseOpt = 0,
+    brief: BriefOpt = False,
 ) -> None:
     """Run the rules on saved captures, offline.
 
@@ -822,7 +839,7 @@ def analyze(
             usage_error(f"capture of {cap.target}: scope {exc.format_message()}")
         opts = replace(base, params=cap.params, pids=scope_pids, matches=scope_matches)
         reports.append(report_from_capture(cap, opts))
-    _emit(reports, _format(fmt, json_flag))
+    _emit(reports, _format(fmt, json_flag), verbose, brief)
     raise typer.Exit(exit_code(reports))
 
 

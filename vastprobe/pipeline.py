@@ -17,6 +17,7 @@ from vastprobe.transport.base import TransportResult
 
 if TYPE_CHECKING:
     from vastprobe.model import Finding, HostReport, HostSnapshot
+    from vastprobe.rules.base import Context
 
 #: What turns raw output into a report. Imported lazily: while SSH probes wait on the network, a
 #: background thread imports these (warm_analysis), so their ~70 ms overlap the wait.
@@ -104,27 +105,41 @@ def report_from_capture(capture: Capture, options: DiagnoseOptions) -> HostRepor
     from vastprobe.analysis.scope import compute_scope
     from vastprobe.analysis.tree import ProcessTree
     from vastprobe.model import HostReport
+    from vastprobe.rules.base import Context
     from vastprobe.rules.engine import run_rules, verdict
 
     timings = dict(capture.timings)
     if capture.status != "ok":
-        return HostReport(capture.target, capture.status, capture.error, "unknown", (), None, timings)
+        return _told(HostReport(capture.target, capture.status, capture.error, "unknown", (), None, timings))
     t0 = time.monotonic()
     snap, err = parse_capture(capture)
     if snap is None:
-        return HostReport(capture.target, "probe-error", err, "unknown", (), None, timings)
+        return _told(HostReport(capture.target, "probe-error", err, "unknown", (), None, timings))
     tree = ProcessTree(snap)
     scope = compute_scope(snap, options.pids, options.matches, tree)
     if (options.pids or options.matches) and not scope:  # nothing to diagnose: say so, never "healthy"
-        return HostReport(
+        return _told(HostReport(
             capture.target, "ok", _no_process_matches(options, len(snap.processes)), "unknown",
             _probe_findings(snap), snap, timings, scope,
-        )  # fmt: skip
+        ))  # fmt: skip
     rule_options = replace(options.rules, explicit_scope=bool(options.pids or options.matches))
-    findings = run_rules(snap, scope, rule_options, tree)
+    ctx = Context(snap, scope, rule_options, tree)
+    findings = run_rules(snap, scope, rule_options, tree, context=ctx)
     findings = (*findings, *_probe_findings(snap))
+    report = _told(HostReport(capture.target, "ok", None, verdict(findings), findings, snap, timings, scope), ctx)
     timings["analysis"] = round(time.monotonic() - t0, 4)
-    return HostReport(capture.target, "ok", None, verdict(findings), findings, snap, timings, scope)
+    return report
+
+
+def _told(r: HostReport, ctx: Context | None = None) -> HostReport:
+    """The report with its findings grouped into incidents, its headline and, for a stall, its timeline."""
+    from vastprobe.analysis.incidents import build_incidents, host_headline
+    from vastprobe.analysis.timeline import build_timeline
+
+    incidents = build_incidents(r.findings, ctx)
+    timeline = build_timeline(ctx, incidents) if ctx is not None and r.verdict in ("stalled", "degraded") else ()
+    headline = host_headline(r.verdict, incidents, len(r.scope), r.error)
+    return replace(r, headline=headline, incidents=incidents, timeline=timeline)
 
 
 def _no_process_matches(options: DiagnoseOptions, n_processes: int) -> str:
