@@ -71,9 +71,11 @@ def host_report_dict(r: HostReport, brief: bool = False) -> dict[str, Any]:
         "verdict": r.verdict,
         "headline": r.headline if r.headline is not None else r.error,
         "findings": findings,
+        # notes (groups of info findings alone) are no incidents: they stay in `findings`
         "incidents": [
             {"headline": i.headline, "root": same(i.root), "consequences": [same(c) for c in i.consequences]}
             for i in r.incidents
+            if any(f.severity != "info" for f in i.findings)
         ],
         "scope": list(r.scope),
     }
