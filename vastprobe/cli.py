@@ -375,7 +375,7 @@ def _unique(targets: list[str], what: str = "target") -> list[str]:
     return out
 
 
-def _run_entries(entries: list, options, concurrency: int, on_report) -> tuple[list, bool]:  # type: ignore[no-untyped-def]
+def _run_entries(entries: list, options, concurrency: int, on_report, on_start=None) -> tuple[list, bool]:  # type: ignore[no-untyped-def]
     """Probe every entry; returns (reports in completion order, interrupted). Ctrl-C stops the run
     and keeps what finished."""
     import asyncio
@@ -393,7 +393,7 @@ def _run_entries(entries: list, options, concurrency: int, on_report) -> tuple[l
 
         warm_analysis()
     try:
-        asyncio.run(run_sweep(entries, options, concurrency, keep))
+        asyncio.run(run_sweep(entries, options, concurrency, keep, on_start))
     except KeyboardInterrupt:
         return done, True
     return done, False
@@ -557,7 +557,7 @@ def _inventory(
     return unique
 
 
-def _document(reports: list, fmt: OutputFormat, brief: bool = False) -> str:
+def _document(reports: list, fmt: OutputFormat, brief: bool = False, elapsed: float | None = None) -> str:
     from vastprobe.render.jsonable import dumps, host_report_dict, report_document
 
     if fmt is OutputFormat.ndjson:
@@ -569,7 +569,7 @@ def _document(reports: list, fmt: OutputFormat, brief: bool = False) -> str:
     from vastprobe.render.summary import render_summary
 
     buf = io.StringIO()
-    render_summary(reports, buf)
+    render_summary(reports, buf, elapsed=elapsed)
     return buf.getvalue()
 
 
@@ -663,9 +663,10 @@ def sweep(
       vastprobe sweep --hostfile fleet.txt --format ndjson --output last.ndjson
       vastai show instances --raw | vastprobe sweep - --concurrency 64
     """
+    import time
     from dataclasses import replace
 
-    from vastprobe.sweep import plan, progress_printer
+    from vastprobe.sweep import plan
 
     entries = _inventory(inventory, nodes or [], hostfile or [], exclude_nodes or [])
     options = _options(sample=sample, pid=pid, match=match, log=log, artifacts=artifacts,
@@ -682,21 +683,35 @@ def sweep(
     chosen = _format(fmt, json_flag)
     from vastprobe.render.jsonable import dumps, host_report_dict
 
-    tick = progress_printer(len(entries))
+    t0 = time.monotonic()
+    progress = None
+    if sys.stderr.isatty():
+        from vastprobe.render.progress import progress_for
+
+        progress = progress_for(len(entries))  # 0/N at once, then redrawn with the time and hosts in flight
 
     def on_report(r) -> None:  # type: ignore[no-untyped-def]
         if chosen is OutputFormat.ndjson:
             sys.stdout.write(dumps(host_report_dict(r, brief)) + "\n")
             sys.stdout.flush()
-        if tick is not None:
-            tick(r)
+        if progress is not None:
+            progress.finished(r.status, probed=r.status != "skipped")
 
-    reports, interrupted = _run_entries(entries, options, p.concurrency, on_report)
-    if chosen is not OutputFormat.ndjson:
-        sys.stdout.write(
-            _document(reports, chosen, brief) if chosen is OutputFormat.table else _json_out(reports, brief)
+    try:
+        reports, interrupted = _run_entries(
+            entries, options, p.concurrency, on_report, progress.started if progress is not None else None
         )
-        sys.stdout.flush()
+    finally:
+        if progress is not None:
+            progress.stop()
+    elapsed = time.monotonic() - t0
+    if chosen is OutputFormat.table:
+        from vastprobe.render.summary import render_summary
+
+        render_summary(reports, sys.stdout, elapsed=elapsed)
+    elif chosen is not OutputFormat.ndjson:
+        sys.stdout.write(_json_out(reports, brief))
+    sys.stdout.flush()
     if interrupted:
         _say_interrupted(reports, entries)
         if output is not None or prom is not None:
@@ -705,7 +720,7 @@ def sweep(
     from vastprobe.fileio import write_atomic
 
     if output is not None:
-        write_atomic(output.expanduser(), _document(reports, chosen, brief))
+        write_atomic(output.expanduser(), _document(reports, chosen, brief, elapsed))
     if prom is not None:
         from vastprobe.render.prometheus import render_prometheus
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import math
 import resource
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -58,8 +57,10 @@ async def sweep(
     options: DiagnoseOptions,
     concurrency: int,
     on_report: Callable[[HostReport], None],
+    on_start: Callable[[str], None] | None = None,
 ) -> list[HostReport]:
-    """Probe every entry once; `on_report` is called as each host finishes (for streaming).
+    """Probe every entry once; `on_report` is called as each host finishes (for streaming),
+    `on_start` as each probe begins (for the progress line's hosts in flight).
     Cancelling the sweep (Ctrl-C) returns nothing more; the caller keeps what `on_report` already
     saw and counts the rest as unfinished."""
     entries, _ = unique_entries(entries)  # a target listed twice is probed once
@@ -71,6 +72,8 @@ async def sweep(
             r = skipped_report(entry)
         else:
             async with sem:
+                if on_start is not None:
+                    on_start(entry.target)
                 cap = await probe_any(entry.target, options)
             r = report_from_capture(cap, options)
             if entry.labels:
@@ -80,23 +83,3 @@ async def sweep(
 
     await asyncio.gather(*(one(e) for e in entries))
     return reports
-
-
-def progress_printer(total: int) -> Callable[[HostReport], None] | None:
-    """A progress bar on stderr when it is a terminal; nothing in cron."""
-    if not sys.stderr.isatty():
-        return None
-    done = {"n": 0, "bad": 0}
-    width = 30
-
-    def tick(r: HostReport) -> None:
-        done["n"] += 1
-        done["bad"] += r.status not in ("ok", "skipped")
-        filled = width * done["n"] // max(1, total)
-        bar = "#" * filled + "." * (width - filled)
-        sys.stderr.write(f"\r[{bar}] {done['n']}/{total} hosts, {done['bad']} not probed ")
-        if done["n"] == total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-    return tick

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import io
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -29,6 +31,12 @@ REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.helpers import children_of, proc_state, proc_wchan, wait_for  # noqa: E402
+from vastprobe.capture import capture_from_dict  # noqa: E402
+from vastprobe.model import HostReport  # noqa: E402
+from vastprobe.pipeline import DiagnoseOptions, report_from_capture  # noqa: E402
+from vastprobe.render.summary import render_summary  # noqa: E402
+from vastprobe.sweep import skipped_report  # noqa: E402
+from vastprobe.targets import InventoryEntry  # noqa: E402
 
 BASE = Path("/tmp/vastprobe-golden")
 #: Widths each case is rendered at (COLUMNS); the seed at the three the docs show.
@@ -215,6 +223,41 @@ RECORDERS = {
 }
 
 
+SWEEP_GOLDEN = HERE / "sweep-40.100.txt"
+
+
+def fleet_of_forty() -> list[HostReport]:
+    """gpu01..gpu40: the seed case on three, an orphan pipe on one, a stopped child on one, two
+    unreachable, two exited vast.ai instances, healthy on the rest, every one with its instance."""
+    caps = {case: capture_from_dict(json.loads(read_capture(case))) for case in
+            ("seed-inside", "orphan-pipe", "stopped-child", "healthy")}  # fmt: skip
+    cases = {3: "seed-inside", 17: "seed-inside", 22: "seed-inside", 9: "orphan-pipe", 31: "stopped-child"}
+    out = []
+    for i in range(1, 41):
+        target = f"gpu{i:02d}"
+        labels = {"instance_id": str(8812300 + i), "label": f"llm-train-{i}"}
+        if i in (12, 13):
+            out.append(
+                skipped_report(InventoryEntry(target, f"vast.ai instance {8812300 + i} is exited, not running", labels))
+            )
+            continue
+        if i in (38, 39):
+            cap = replace(caps["healthy"], target=target, status="unreachable",
+                          error=f"{target}: connection refused on port 22; is sshd running there?")  # fmt: skip
+        else:
+            cap = replace(caps[cases.get(i, "healthy")], target=target)
+        r = report_from_capture(cap, DiagnoseOptions(pids=cap.pids, matches=cap.matches))
+        out.append(replace(r, labels=labels))
+    return out
+
+
+def summary(reports: list[HostReport], width: int = 100, **kw: object) -> str:
+    """The sweep summary as the terminal gets it, at this width."""
+    buf = io.StringIO()
+    render_summary(reports, buf, width=width, **kw)  # type: ignore[arg-type]
+    return buf.getvalue()
+
+
 def render_all() -> None:
     for case, widths in WIDTHS.items():
         if not capture_path(case).exists():
@@ -222,6 +265,8 @@ def render_all() -> None:
         for w in widths:
             golden_path(case, w).write_text(render(case, w))
             print(f"rendered {golden_path(case, w).name}")
+    SWEEP_GOLDEN.write_text(summary(fleet_of_forty()))
+    print(f"rendered {SWEEP_GOLDEN.name}")
 
 
 def main(argv: list[str]) -> None:

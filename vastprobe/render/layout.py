@@ -13,10 +13,12 @@ MIN_BODY = 24  # narrower than this, the body goes under the head instead of bes
 SHORT_HANG = 9  # a head wider than a third of the line: wrapped lines start this far in
 
 
-def hanging(console: Console, prefix: str, head: Text, body: Text, then: str | None = None) -> None:
+def hanging(
+    console: Console, prefix: str, head: Text, body: Text, then: str | None = None, hang: int | None = None
+) -> None:
     """`prefix head body`; when `body` wraps, its next lines start under its first character (or,
-    after a wide head, a little in), after `then` (default: `prefix`; a tree's guide where
-    `prefix` holds its branch)."""
+    after a wide head, a little in; `hang` sets how far), after `then` (default: `prefix`; a tree's
+    guide where `prefix` holds its branch)."""
     then = prefix if then is None else then[: len(prefix)].ljust(len(prefix))
     room = console.width - len(prefix)
     first = room - head.cell_len
@@ -25,7 +27,8 @@ def hanging(console: Console, prefix: str, head: Text, body: Text, then: str | N
         prefix = then = then + "    "
         head = Text("")
         room = first = max(MIN_BODY, console.width - len(prefix))
-    hang = head.cell_len if head.cell_len * 3 <= room else min(head.cell_len, SHORT_HANG)
+    if hang is None:
+        hang = head.cell_len if head.cell_len * 3 <= room else min(head.cell_len, SHORT_HANG)
     lines = body.wrap(console, first, overflow="fold")
     if len(lines) > 1 and hang != head.cell_len:  # the rest wraps at its own, wider measure
         cut = len(lines[0].plain)
