@@ -100,7 +100,7 @@ def test_rules_catalogue_and_explain() -> None:
     assert r.returncode == 0 and len(rows) >= 8
     assert all(set(row) == {"rule", "code", "severity", "summary"} for row in rows)
     e = run("rules", "VP102")
-    assert e.returncode == 0 and e.stdout.startswith("VP102 oom-killed-child (error)")
+    assert e.returncode == 0 and e.stdout.startswith("# oom-killed-child (VP102, error)")
     assert run("rules", "no-such-rule").returncode == 2
 
 

@@ -864,7 +864,7 @@ def rules(
     fmt: FormatOpt = None,
     json_flag: JsonOpt = False,
 ) -> None:
-    """The rule catalogue: slug, code, severity, one line each; with a name, what that rule does.
+    """The rule catalogue: slug, code, severity, one line each; with a name, that rule's page (docs/rules).
 
     [b]Examples[/b]
       vastprobe rules
@@ -877,9 +877,12 @@ def rules(
         rule = find_rule(name)
         if rule is None:
             usage_error(f"no rule {name!r}; `vastprobe rules` lists them")
-        doc = sys.modules[rule.check.__module__].__doc__ or ""
-        m = rule.meta
-        typer.echo(f"{m.code} {m.slug} ({m.severity}): {m.summary}\n\n{doc.strip()}")
+        page = _rule_page(rule.meta.slug)
+        if page is None:  # an installation without its docs: the module's own words
+            doc = sys.modules[rule.check.__module__].__doc__ or ""
+            m = rule.meta
+            page = f"{m.code} {m.slug} ({m.severity}): {m.summary}\n\n{doc.strip()}\n"
+        sys.stdout.write(page)
         return
 
     rows = [
@@ -895,6 +898,16 @@ def rules(
             typer.echo(json.dumps(row))
     else:
         typer.echo(json.dumps(rows, indent=1))
+
+
+def _rule_page(slug: str) -> str | None:
+    """docs/rules/<slug>.md, as shipped in the package (vastprobe/ruledocs links to docs/rules)."""
+    from importlib.resources import files
+
+    try:
+        return (files("vastprobe") / "ruledocs" / f"{slug}.md").read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        return None
 
 
 @app.command("probe-script", cls=Command, context_settings=CONTEXT, epilog=EXIT_EPILOG)
