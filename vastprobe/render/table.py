@@ -147,7 +147,7 @@ def _artifacts(console: Console, r: HostReport, snap: HostSnapshot, verbose: boo
             t = Text(f"{when}  {e.size:>10}  ", style="dim")
             t.append(safe(e.path[len(folder) :] if folder and e.path.startswith(folder) else e.path, 300))
             if ra.reason:
-                t.append(f"  {ra.reason}", style="italic")
+                t.append(f"  {safe(ra.reason, 300)}", style="italic")
             cropped(console, "    ", t)
 
 
