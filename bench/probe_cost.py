@@ -7,6 +7,8 @@ Run by hand (not in CI), as root, with strace and a C compiler installed:
 For each size it spawns that many extra `sleep` processes, then measures, alternating:
 - the vastprobe probe with one sample (--sample 0) and with the default two samples 1 s apart
   (the sleep costs no CPU; its second sample re-reads stat and io of every process);
+- the previous probe (bench/peers/probe-2026-12-02.sh, the script before the wait-for graph's sources:
+  syscall, threads, /proc/locks, FUSE mounts, socket tables), same parameters, --sample 0 and 1;
 - the named peer, the loop people type by hand:
   `for p in /proc/[0-9]*; do cat $p/stat $p/status $p/wchan; ls -la $p/fd; done`;
 - the floor: bench/proc_floor.c, one compiled process reading what the probe reads (six files
@@ -35,6 +37,19 @@ from vastprobe.probe.render import ProbeParams, render_script
 PEER = "for p in /proc/[0-9]*; do cat $p/stat $p/status $p/wchan 2>/dev/null; ls -la $p/fd 2>/dev/null; done\n"
 FORK = re.compile(r"^(clone3?|fork|vfork)\(.*= (\d+)$")
 PEER_NAME = "peer: per-PID cat/ls loop"
+OLD_NAME = "previous probe (2026-12-02), --sample 0"
+OLD_TEMPLATE = Path(__file__).with_name("peers") / "probe-2026-12-02.sh"
+
+
+def render_old(params: ProbeParams) -> str:
+    """The previous script with today's parameter block (it ignores the parameters it never had)."""
+    new = render_script(params)
+    start = new.index("# ---- parameters")
+    end = new.index("# ---- end of parameters ----")
+    block = new[new.index("\n", start) + 1 : end]
+    return OLD_TEMPLATE.read_text().replace("#@PARAMS@", block, 1)
+
+
 FLOOR_NAME = "floor: compiled reader (proc_floor.c)"
 
 
@@ -82,6 +97,8 @@ def main() -> None:
     tools: dict[str, tuple[list[str], str, float]] = {
         "vastprobe probe, --sample 0": (["dash", "-s"], render_script(ProbeParams(sample=0)), 0.0),
         "vastprobe probe, --sample 1 (default)": (["dash", "-s"], render_script(ProbeParams(sample=1.0)), 1.0),
+        OLD_NAME: (["dash", "-s"], render_old(ProbeParams(sample=0)), 0.0),
+        "previous probe (2026-12-02), --sample 1": (["dash", "-s"], render_old(ProbeParams(sample=1.0)), 1.0),
         PEER_NAME: (["dash", "-s"], PEER, 0.0),
     }
     with tempfile.TemporaryDirectory() as workdir:
@@ -89,9 +106,10 @@ def main() -> None:
         if floor:
             tools[FLOOR_NAME] = ([floor], "", 0.0)
         print(
-            "| extra processes | tool | forks | CPU s (median) | wall s (median) | output bytes | CPU vs peer | CPU vs floor |"
+            "| extra processes | tool | forks | CPU s (median) | wall s (median) | output bytes | CPU vs peer "
+            "| CPU vs floor | CPU vs previous probe |"
         )
-        print("|---:|---|---:|---:|---:|---:|---:|---:|")
+        print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
         for size in (int(s) for s in args.sizes.split(",")):
             sleepers = [subprocess.Popen(["sleep", "3600"]) for _ in range(size)]
             try:
@@ -115,12 +133,16 @@ def main() -> None:
             }
             peer_cpu = med[PEER_NAME][0]
             floor_cpu = med[FLOOR_NAME][0] if FLOOR_NAME in med else 0.0
+            old = {"0": med[OLD_NAME][0], "1": med["previous probe (2026-12-02), --sample 1"][0]}
             for name in tools:
                 cpu, wall, size_b = med[name]
                 vs_peer = f"{cpu / peer_cpu:.2f}x" if peer_cpu else "-"
                 vs_floor = f"{cpu / floor_cpu:.2f}x" if floor_cpu else "-"
+                same = old["1"] if "--sample 1" in name else old["0"]
+                vs_old = f"{cpu / same:.2f}x" if name.startswith("vastprobe") and same else "-"
                 print(
-                    f"| {size} | {name} | {fork_counts[name]} | {cpu:.3f} | {wall:.3f} | {size_b} | {vs_peer} | {vs_floor} |"
+                    f"| {size} | {name} | {fork_counts[name]} | {cpu:.3f} | {wall:.3f} | {size_b} | {vs_peer} | {vs_floor} "
+                    f"| {vs_old} |"
                 )
             sys.stdout.flush()
 

@@ -79,9 +79,10 @@ class OomNoise:
     """Unrelated OOM kills, over and over, in a cgroup of their own while a test runs: the shared
     host our users have. No test may depend on a quiet kernel log."""
 
-    def __init__(self) -> None:
+    def __init__(self, interval: float = 0.3) -> None:
         import threading
 
+        self.interval = interval
         self.cgroup = MemoryCgroup(24 * 1024 * 1024)
         self.name = self.cgroup.name
         self.kills = 0
@@ -98,7 +99,7 @@ class OomNoise:
             r = subprocess.run(["sh", "-c", f"echo $$ > {self.cgroup.procs_file}; exec {sys.executable} -c '{hog}'"])
             if r.returncode == -9:
                 self.kills += 1
-            self._stop.wait(0.3)
+            self._stop.wait(self.interval)
 
     def stop(self) -> None:
         self._stop.set()

@@ -130,7 +130,6 @@ class Process:
     samples: tuple[ProcSample, ...]  # one per probe sample, in order; may be 1
     kernel_thread: bool
     syscall: Syscall | Unavailable = Unavailable("not read by this probe version")
-    netns: int | None = None  # inode of its network namespace
     threads_detail: tuple[ThreadState, ...] = ()  # other threads' states, bounded; () when not read
 
     @property
@@ -245,7 +244,7 @@ class Socket:
 
     inode: int
     proto: SocketProto
-    netns: int | None
+    netns: int | None  # 0: the probe's own network namespace; else the PID whose /proc/PID/net showed it
     local: str  # "127.0.0.1:8080", a Unix path, or ""
     remote: str  # "" for Unix sockets and unconnected ones
     state: str  # ESTABLISHED, LISTEN, ... (Unix: CONNECTED, LISTEN, UNCONNECTED)

@@ -18,7 +18,6 @@ from vastprobe.model import FdEntry, FdMode
 
 _HEADER = re.compile(r"^/proc/([0-9]{1,10})/fd:$", re.ASCII)
 _ENTRY = re.compile(r"^l([r-])([w-])[x-]\S* +[0-9]+ +\S+ +\S+ +[0-9]+ +.{6,40}? ([0-9]{1,10}) -> (.*)$", re.ASCII)
-_NETNS = re.compile(r"^l\S* .* /proc/([0-9]{1,10})/ns/net -> net:\[([0-9]{1,20})\]$", re.ASCII)
 _DENIED_DIR = re.compile(r"^ls: (?:cannot open directory )?'?/proc/([0-9]{1,10})/fd'?: (.*)$", re.ASCII)
 _ESCAPES = {"n": b"\n", "t": b"\t", "r": b"\r", "a": b"\a", "b": b"\b", "f": b"\f", "v": b"\v", " ": b" "}
 
@@ -51,7 +50,6 @@ class FdTable:
     denied: dict[int, str] = field(default_factory=dict)
     truncated: set[int] = field(default_factory=set)
     unreadable_links: dict[int, int] = field(default_factory=dict)
-    netns: dict[int, int] = field(default_factory=dict)  # pid -> network namespace inode
 
 
 def _mode(r: str, w: str) -> FdMode:
@@ -69,11 +67,6 @@ def parse_fd_section(text: str, escaped: bool = False) -> FdTable:
     current: int | None = None
     for raw in text.split("\n"):
         line = raw[:8192]
-        if line.endswith("]") and "/ns/net -> net:[" in line:
-            ns = _NETNS.match(line)
-            if ns:
-                table.netns[int(ns.group(1))] = int(ns.group(2))
-                continue
         h = _HEADER.match(line)
         if h:
             current = int(h.group(1))

@@ -1,9 +1,10 @@
-"""Socket tables of the network namespaces listed processes live in, filtered by the probe to the
-sockets some process holds, and ss's Unix-socket peers.
+"""Socket tables, filtered by the probe to the sockets some listed fd holds: the probe's own network
+namespace's (`@ns self`), then those read through a process holding a socket found in none of
+them (`@ns PID`: another namespace, a container's); and ss's Unix-socket peers.
 
-    @ns net:[4026531833] /proc/1151
-    /proc/1151/net/tcp:   3: 0100007F:8B34 0100007F:DFE5 01 00000000:00000000 00:00000000 00000000  0  0 48036 1 ...
-    /proc/1151/net/unix:000000009e42ab5b: 00000003 00000000 00000000 0001 03 48035
+    @ns self
+    tcp:   3: 0100007F:8B34 0100007F:DFE5 01 00000000:00000000 00:00000000 00000000  0  0 48036 1 ...
+    unix:000000009e42ab5b: 00000003 00000000 00000000 0001 03 48035
     @ss u_str ESTAB 0      0                  * 48035            * 48034
 TCP addresses are hex in network order per 32-bit word, stored little-endian; the queues are
 `tx_queue:rx_queue` in hex (for a LISTEN socket rx_queue is the accept backlog).
@@ -33,8 +34,8 @@ TCP_STATES = {
 UNIX_STATES = {"01": "UNCONNECTED", "02": "CONNECTING", "03": "CONNECTED", "04": "DISCONNECTING"}
 _UNIX_LISTENING = 0x10000  # __SO_ACCEPTCON in Flags
 
-_NS = re.compile(r"^@ns net:\[([0-9]{1,20})\] /proc/([0-9]{1,10})$", re.ASCII)
-_ROW = re.compile(r"^/proc/([0-9]{1,10})/net/(tcp6?|udp6?|unix):(.*)$", re.ASCII)
+_NS = re.compile(r"^@ns (self|[0-9]{1,10})$", re.ASCII)
+_ROW = re.compile(r"^(tcp6?|udp6?|unix):(.*)$", re.ASCII)
 _INET = re.compile(
     r"^\s*[0-9]+: ([0-9A-F]{8}|[0-9A-F]{32}):([0-9A-F]{4}) ([0-9A-F]{8}|[0-9A-F]{32}):([0-9A-F]{4}) ([0-9A-F]{2}) "
     r"([0-9A-F]{8}):([0-9A-F]{8}) \S+ \S+ +[0-9]+ +[0-9]+ +([0-9]{1,20})",
@@ -58,7 +59,7 @@ def inet_address(hex_addr: str, hex_port: str) -> str:
 
 
 def parse_net_section(text: str, truncated: bool = False) -> SocketTable:
-    netns_of_pid: dict[int, int] = {}
+    netns: int | None = None
     sockets: dict[int, Socket] = {}
     peers: dict[int, int] = {}
     saw_ss = False
@@ -66,8 +67,7 @@ def parse_net_section(text: str, truncated: bool = False) -> SocketTable:
         line = raw[:4096]
         if line.startswith("@ns "):
             m = _NS.match(line)
-            if m:
-                netns_of_pid[int(m.group(2))] = int(m.group(1))
+            netns = None if m is None else 0 if m.group(1) == "self" else int(m.group(1))
             continue
         if line.startswith("@ss "):
             saw_ss = True
@@ -78,9 +78,8 @@ def parse_net_section(text: str, truncated: bool = False) -> SocketTable:
         row = _ROW.match(line)
         if row is None:
             continue
-        netns = netns_of_pid.get(int(row.group(1)))
-        proto: SocketProto = row.group(2)  # type: ignore[assignment]
-        sock = _unix(row.group(3), netns) if proto == "unix" else _inet(row.group(3), proto, netns)
+        proto: SocketProto = row.group(1)  # type: ignore[assignment]
+        sock = _unix(row.group(2), netns) if proto == "unix" else _inet(row.group(2), proto, netns)
         if sock is not None:
             sockets.setdefault(sock.inode, sock)
     if peers:

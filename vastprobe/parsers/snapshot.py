@@ -248,7 +248,7 @@ def build_snapshot(
     shell_status = statuses[0].get(shell_pid) if shell_pid is not None else None
     facts = host.parse_host(_text(out, src.HOST.name), meta, clk_tck, shell_status.uid if shell_status else None)
     btime = available(facts.btime)
-    syscalls, syscall_errors = _syscalls(out, proc_texts[0], fmt, facts.arch, facts.uid)
+    syscalls, syscall_errors = _syscalls(out, _text(out, src.SYSCALL.name), fmt, facts.arch, facts.uid)
     thread_table = threads.parse_threads_section(proc_texts[0]) if fmt >= 2 else {}
 
     ios = [proc_io.parse_io_section(t) for t in proc_texts]
@@ -332,7 +332,6 @@ def build_snapshot(
                 # the flag, not "pid 2 or its children": inside a PID namespace pid 2 is a user process
                 kernel_thread=kernel_thread,
                 syscall=_process_syscall(pid, kernel_thread, fmt, syscalls, syscall_errors),
-                netns=fd_table.netns.get(pid),
                 threads_detail=thread_table.get(pid, ()),
             )
         )
@@ -420,7 +419,7 @@ def _process_syscall(
     found = calls.get(pid)
     if found is not None:
         return found
-    return Unavailable(errors.get(pid, "not readable"))
+    return Unavailable(errors.get(pid, "not read: running, or its wait channel says what it waits on"))
 
 
 def _locks(out: ProbeOutput, fmt: int) -> tuple[FileLock, ...] | Unavailable:

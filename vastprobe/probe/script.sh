@@ -196,10 +196,10 @@ vp_lists() {
 	done
 	set -- $vp_lusr
 	vp_l0=$(printf '%s/status ' "$@" && printf '%s/io ' "$@" && printf '%s/wchan ' "$@" &&
-		printf '%s/cgroup ' "$@" && printf '%s/syscall ' "$@")
+		printf '%s/cgroup ' "$@")
 	vp_l0="$vp_l0 $vp_lthr"
 	vp_lcmd=$(printf '%s/cmdline ' "$@")
-	vp_lfd=$(printf '%s/fd ' "$@" && printf '%s/ns/net ' "$@")
+	vp_lfd=$(printf '%s/fd ' "$@")
 	vp_l1=
 	if [ "$VP_SAMPLE" != 0 ]; then vp_l1="$vp_lstat $(printf '%s/io ' "$@")"; fi
 }
@@ -230,11 +230,15 @@ function out(line) {
 # with the counter files it has ("F<TAB>file"), which the awk then reads itself.
 vp_s0() {
 	printf '\n@@%s@@ s0.proc\n' "$VP_B"
-	{
+	exec 4>&1
+	# the awk's stdout is the section; its stderr, captured, lists the syscall files worth reading
+	vp_lsys=$({ {
 		printf '%s\n' "$vp_st"
 		vp_proc_grep "$vp_l0" 2>&1
 	} | VP_B=$VP_B awk -v cap="$VP_MAXPROC" -v max=64 "$VP_CAP_AWK"'
 	FILENAME == "/proc/self/mountinfo" {
+		FD_WAIT = "^_*(pipe_|anon_pipe_|fifo_|wait_woken|sk_wait|sk_stream_wait|unix_|skb_wait|tcp_recvmsg|inet_wait_for_connect|sock_alloc_send|locks_|flock_|posix_lock|fcntl_setlk|break_lease|request_wait_answer|fuse_)"
+		SOCK_WAIT = "^_*(wait_woken|sk_wait|sk_stream_wait|unix_|skb_wait|tcp_recvmsg|inet_wait_for_connect|sock_alloc_send)"
 		for (i = 7; i <= NF; i++) if ($i == "-") break
 		if ($(i + 1) ~ /^fuse/ && n_fuse < 256) fuse[++n_fuse] = $3 " " $5 " " $(i + 1) " " $(i + 2)
 		if ($(i + 1) == "cgroup2") { v2m = $5; v2r = $4 }
@@ -242,6 +246,23 @@ vp_s0() {
 		next
 	}
 	{ out($0) }
+	index($0, "/stat:") && $0 ~ /^\/proc\/[0-9]+\/stat:/ {
+		s = $0
+		while ((i = index(s, ") ")) > 0) s = substr(s, i + 2)
+		st[substr($0, 1, index(substr($0, 7), "/") + 5)] = substr(s, 1, 1)
+	}
+	# the system call is worth reading (it needs root) for a sleeping or D-state process whose wait
+	# channel leaves the fd open (pipes, sockets, locks, FUSE) or says nothing ("0" where the
+	# unwinder cannot name it). getline cannot read it: mawk aborts on the EPERM a read can give.
+	index($0, "/wchan:") && $0 ~ /^\/proc\/[0-9]+\/wchan:/ {
+		i = index($0, "/wchan:")
+		p = substr($0, 1, i - 1)
+		w = substr($0, i + 7)
+		if ((st[p] == "S" || st[p] == "D") && (w == "0" || w ~ FD_WAIT)) {
+			print p "/syscall" > "/dev/stderr"
+			if (w ~ SOCK_WAIT || w == "0") need_ss = 1
+		}
+	}
 	n_cg < max && index($0, "/cgroup:") && $0 ~ /^\/proc\/[0-9]+\/cgroup:/ {
 		line = substr($0, index($0, "/cgroup:") + 8)
 		a = index(line, ":"); rest = substr(line, a + 1); b = index(rest, ":")
@@ -283,7 +304,20 @@ vp_s0() {
 		nl = 0
 		while (nl < 4096 && (getline l < "/proc/locks") > 0) { print l; nl++ }
 		printf "\n@@rc=%d\n\n@@%s@@ /locks\n", nl < 4096 ? 0 : 3, B
-	}' /proc/self/mountinfo -
+		exit need_ss ? 3 : 0
+	}' /proc/self/mountinfo - 2>&3; } 3>&1 1>&4)
+	# status 3: a process waits on a socket, so ss is worth a fork for Unix sockets' peers
+	if [ "$?" = 3 ]; then VP_SSNEED=$VP_SS; else VP_SSNEED=0; fi
+	exec 4>&-
+}
+
+# syscall of the processes the s0 awk picked, one grep (nothing to read: no fork at all).
+vp_syscall() {
+	vp_l=
+	for vp_f in $vp_lsys; do
+		case $vp_f in /proc/*/syscall) vp_l="$vp_l $vp_f" ;; esac
+	done
+	[ -z "$vp_l" ] || vp_many "$vp_l" grep -H ''
 }
 
 vp_s1() { vp_proc_grep "$vp_l1" 2>&1 | VP_B=$VP_B awk -v cap="$VP_MAXPROC" "$VP_CAP_AWK"'{ out($0) }'; }
@@ -297,49 +331,52 @@ vp_cmdline() {
 		{ i = index($0, ":"); f = substr($0, 1, i - 1); if (++c[f] <= 64) out(substr($0, 1, 1100)) }'
 }
 
-# fd links (the link mode tells read end from write end), at most VP_MAXFD per process, and each
-# process's network namespace. GNU ls -b escapes link targets (a path holding a newline cannot
-# pass for another line); BusyBox ls prints control characters as '?'. The same awk then reads
-# the socket tables of one process per network namespace (at most 64), keeping only the sockets
-# some listed process holds, and ss's Unix-socket peers (/proc/net/unix has none) when ss exists.
+# fd links (the link mode tells read end from write end), at most VP_MAXFD per process. GNU ls -b
+# escapes link targets (a path holding a newline cannot pass for another line); BusyBox ls prints
+# control characters as '?'. The same awk then reads the socket tables, keeping only sockets the
+# listed fds hold: the probe's own network namespace's (/proc/self/net), then, for a held socket
+# found in none read yet, the tables of a process holding it (another namespace: a container),
+# at most 16 times. ss names Unix sockets' peers (/proc/net/unix has none), only when a process
+# waits on a socket.
 vp_fd() {
 	printf '\n@@%s@@ fd\n' "$VP_B"
 	vp_many "$vp_lfd" ls -ln$VP_LSB 2>&1 |
-		VP_B=$VP_B awk -v cap="$VP_MAXPROC" -v max="$VP_MAXFD" -v ncap="$VP_MAXNET" -v ss="$VP_SS" "$VP_CAP_AWK"'
-			/^\/proc\/[0-9]+\/fd:$/ { k = 0; out($0); next }
-			/^total / || /^$/ { next }
-			/^l.* \/proc\/[0-9]+\/ns\/net -> net:\[[0-9]+\]$/ {
-				out($0)
-				ns = $NF
-				if (!(ns in nspid) && n_ns < 64) {
-					p = $(NF - 2)
-					sub(/\/ns\/net$/, "", p)
-					nspid[ns] = p
-					nsl[++n_ns] = ns
+		VP_B=$VP_B awk -v cap="$VP_MAXPROC" -v max="$VP_MAXFD" -v ncap="$VP_MAXNET" -v ss="$VP_SSNEED" "$VP_CAP_AWK"'
+			function readns(p, label,   t, f, col, l, c) {
+				out("@ns " label)
+				for (t = 1; t <= 5; t++) {
+					f = p "/net/" tabs[t]
+					col = tabs[t] == "unix" ? 7 : 10
+					while ((getline l < f) > 0) {
+						split(l, c, " ")
+						if (c[col] in held && !(c[col] in found)) { out(tabs[t] ":" l); found[c[col]] = 1 }
+					}
+					close(f)
 				}
-				next
 			}
+			/^\/proc\/[0-9]+\/fd:$/ { k = 0; pid = substr($0, 1, length($0) - 4); out($0); next }
+			/^total / || /^$/ { next }
 			{
-				if (++k <= max) out($0); else if (k == max + 1) out("@@more")
-				if ((i = index($0, " -> socket:[")) > 0) held[substr($0, i + 12, length($0) - i - 12)] = 1
+				if (++k > max) { if (k == max + 1) out("@@more"); next }
+				out($0)
+				if ((i = index($0, " -> socket:[")) > 0) {
+					ino = substr($0, i + 12, length($0) - i - 12)
+					held[ino] = 1
+					if (!(ino in holder)) holder[ino] = pid
+				}
 			}
 			END {
 				if (!cut) printf "\n@@rc=0\n"
 				printf "\n@@%s@@ /fd\n\n@@%s@@ net\n", B, B
 				cut = 0; n = 0; cap = ncap
-				for (j = 1; j <= n_ns; j++) {
-					p = nspid[nsl[j]]
-					out("@ns " nsl[j] " " p)
-					split("tcp tcp6 udp udp6 unix", tabs, " ")
-					for (t = 1; t <= 5; t++) {
-						f = p "/net/" tabs[t]
-						col = tabs[t] == "unix" ? 7 : 10
-						while ((getline l < f) > 0) {
-							split(l, c, " ")
-							if (c[col] in held) out(f ":" l)
-						}
-						close(f)
-					}
+				split("tcp tcp6 udp udp6 unix", tabs, " ")
+				readns("/proc/self", "self")
+				for (r = 0; r < 16; r++) {
+					p = ""
+					for (ino in held) if (!(ino in found) && !(holder[ino] in tried)) { p = holder[ino]; break }
+					if (p == "") break
+					tried[p] = 1
+					readns(p, substr(p, 7))
 				}
 				if (ss == 1) {
 					while (("ss -xan 2>/dev/null" | getline l) > 0) {
@@ -532,6 +569,7 @@ vp_main() {
 	secn s0.now vp_now
 	vp_lists # reads every stat: the first sample starts here
 	vp_s0
+	secn syscall vp_syscall
 	vp_gpu_sec s0.gpu vp_gpu
 	secn s0.logs vp_logstats
 	vp_sl=

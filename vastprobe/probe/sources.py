@@ -49,12 +49,20 @@ PROC = Source(
     MAX_PROC_SECTION,
     "per-sample",
     "vastprobe.parsers.proc_stat:parse_stat_section",
-    "stat of every process; status, io, wchan, cgroup, syscall and threads of user processes (s1: stat, io)",
+    "stat of every process; status, io, wchan, cgroup and threads of user processes (s1: stat, io)",
 )
 CGMAP = Source(
     "cgmap", "vp_s0", None, "once", "vastprobe.parsers.cgroup:parse_cgmap", "memory cgroups of the processes"
 )
 CGMEM = Source("cgmem", "vp_s0", None, "once", "vastprobe.parsers.cgroup:parse_cgmem", "their memory and OOM counters")
+SYSCALL = Source(
+    "syscall",
+    "vp_syscall",
+    None,
+    "once",
+    "vastprobe.parsers.syscall:parse_syscall_section",
+    "/proc/PID/syscall of sleeping processes whose wait channel leaves the fd open (needs root)",
+)
 MOUNTS = Source(
     "mounts", "vp_s0", None, "once", "vastprobe.parsers.mounts:parse_fuse_mounts", "FUSE mounts (at most 256)"
 )
@@ -146,7 +154,7 @@ LEGACY_CLK = Source(
 )
 
 SOURCES: tuple[Source, ...] = (
-    META, HOST, NOW, PROC, CGMAP, CGMEM, MOUNTS, LOCKS, GPU, LOGSTAT, CMDLINE, FD, NET,
+    META, HOST, NOW, PROC, CGMAP, CGMEM, SYSCALL, MOUNTS, LOCKS, GPU, LOGSTAT, CMDLINE, FD, NET,
     KMSG, KMSG_FALLBACK, GPUAPPS, LOGTAIL, DF, ARTIFACTS, TIMES,
 )  # fmt: skip
 LEGACY: tuple[Source, ...] = (LEGACY_CLK,)
