@@ -112,7 +112,7 @@ def oom_noise() -> Iterator[OomNoise]:
     """Other processes on the host being OOM-killed in another memory cgroup, concurrently."""
     import time
 
-    noise = OomNoise()
+    noise = OomNoise(interval=1.0)
     deadline = time.monotonic() + 30
     while noise.kills < 1 and time.monotonic() < deadline:
         time.sleep(0.05)  # the first unrelated kill is in the log before the test looks

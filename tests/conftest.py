@@ -34,3 +34,9 @@ def reap() -> Iterator[list[subprocess.Popen]]:
         with contextlib.suppress(ProcessLookupError):
             p.kill()
         p.wait()
+
+
+@pytest.fixture(autouse=True)
+def _history_out_of_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sweep` records history by default under $XDG_STATE_HOME: never into the real home from a test."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("xdg-state")))

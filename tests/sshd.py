@@ -46,7 +46,9 @@ class Sshd:
 
 
 def start_sshd(d: Path, force_command: str | None = None, user_key: Path | None = None, extra: str = "",
-               address: str = "127.0.0.1", log_level: str = "ERROR", addresses: list[str] | None = None) -> Sshd:  # fmt: skip
+               address: str = "127.0.0.1", log_level: str = "ERROR", addresses: list[str] | None = None,
+               wrap: list[str] | None = None) -> Sshd:  # fmt: skip
+    """`wrap`: a command line that runs sshd's as its last arguments (e.g. `unshare ... sh -c '... exec "$@"' sh`)."""
     if not Path(SSHD).exists() or os.geteuid() != 0:
         pytest.skip("needs root and OpenSSH sshd (apt-get install openssh-server)")
     d.mkdir(parents=True, exist_ok=True)
@@ -79,7 +81,9 @@ def start_sshd(d: Path, force_command: str | None = None, user_key: Path | None 
     conf.write_text("\n".join(lines) + "\n" + extra)
     log = d / "sshd.log"
     proc = subprocess.Popen(
-        [SSHD, "-D", "-E", str(log), "-f", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [*(wrap or ()), SSHD, "-D", "-E", str(log), "-f", str(conf)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:

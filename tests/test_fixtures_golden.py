@@ -56,3 +56,35 @@ def test_stat_first_fixture_facts() -> None:
     assert users and all(p.uid == 0 and isinstance(p.wchan, str) for p in users)
     states = {p.comm + ":" + p.state for p in snap.processes}
     assert {"sh:T", "sleep:Z"} <= states
+
+
+@pytest.mark.parametrize("case", ["waits-host", "waits-pidns", "waits-busybox"])
+def test_wait_graph_sources_recorded(case: str) -> None:
+    """Probe format 2 on a real host, a PID namespace and BusyBox: the graph names the flock holder,
+    the silent server behind the loopback connection, and (with ss) the socketpair's peer."""
+    from vastprobe.analysis.tree import ProcessTree
+    from vastprobe.analysis.waitgraph import WaitGraph
+    from vastprobe.model import SocketTable, Syscall
+
+    snap = parse_fixture(FIXTURES / case)
+    g = WaitGraph(snap, ProcessTree(snap))
+    by_comm = {}
+    for p in snap.processes:
+        by_comm.setdefault(p.comm, []).append(p)
+    waiter = next(p for p in by_comm["flock"] if isinstance(p.wchan, str) and p.wchan.startswith("locks_"))
+    assert isinstance(waiter.syscall, Syscall) and waiter.syscall.name == "flock"
+    (lock_edge,) = g.edges(waiter.pid)
+    holder = snap.process(lock_edge.holders[0])
+    assert lock_edge.kind == "file-lock" and lock_edge.path == "/tmp/vastprobe-waits/lock"
+    assert holder is not None and holder.comm == "flock" and holder.wchan == "do_wait"
+    assert isinstance(snap.sockets, SocketTable)
+    client = next(p for p in by_comm["python"] if p.wchan == "wait_woken")
+    (tcp,) = g.edges(client.pid)
+    assert tcp.kind == "tcp" and tcp.peer is not None and tcp.peer.recv_queue == 24  # the unread request
+    server = snap.process(min(tcp.holders))
+    assert server is not None and server.wchan == "hrtimer_nanosleep"
+    reader = next(p for p in by_comm["python"] if p.wchan == "unix_stream_read_generic")
+    (unix,) = g.edges(reader.pid)
+    assert unix.kind == "unix-socket" and bool(unix.holders) == snap.sockets.unix_peers_known
+    assert snap.sockets.unix_peers_known == (case != "waits-busybox")
+    assert not snap.probe.tampering

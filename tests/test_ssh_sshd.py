@@ -56,7 +56,10 @@ def test_same_findings_as_local(sshd, tmp_path: Path) -> None:
         rc_l, local, _ = vp("local", *common)
         rc_s, remote, _ = vp(sshd.target, "-i", str(sshd.user_key), "--known-hosts", str(sshd.known_hosts), *common)
         assert remote["status"] == "ok"
-        key = lambda h: sorted((f["rule"], f["severity"], tuple(f["pids"])) for f in h["findings"])  # noqa: E731
+        # info-level context (OOM kills elsewhere on this shared host) may change between the two runs
+        key = lambda h: sorted(  # noqa: E731
+            (f["rule"], f["severity"], tuple(f["pids"])) for f in h["findings"] if f["severity"] != "info"
+        )
         assert key(local) == key(remote) and ("stopped-child", "error", (child,)) in key(remote)
         assert rc_l == rc_s == 1
     finally:

@@ -437,6 +437,8 @@ def diagnose(
     host_key_check: HostKeyOpt = None,
     verbose: VerboseOpt = 0,
     brief: BriefOpt = False,
+    history: HistoryOpt = None,
+    keep: KeepOpt = "30d",
 ) -> None:
     """Probe each target once, classify its stall, print a report.
 
@@ -461,9 +463,12 @@ def diagnose(
                        known_hosts=known_hosts, host_key_check=host_key_check, connect_timeout=connect_timeout,
                        timeout=timeout, config_options=config_options, jump=jump, verbose=verbose)  # fmt: skip
     entries = [InventoryEntry(t) for t in expanded]
+    fleet = _FleetMemory(history, keep) if history is not None else None  # recorded only when asked
     done, interrupted = _run_entries(entries, replace(options, ssh=ssh), len(entries), lambda r: None)
     order = {t: i for i, t in enumerate(expanded)}
     reports = sorted(done, key=lambda r: order.get(r.target, len(order)))
+    if fleet is not None:
+        reports = fleet.finish(reports, kind="diagnose", complete=not interrupted)
     _emit(reports, _format(fmt, json_flag), verbose, brief)
     if interrupted:
         _say_interrupted(done, entries, "targets")
@@ -557,7 +562,7 @@ def _inventory(
     return unique
 
 
-def _document(reports: list, fmt: OutputFormat, brief: bool = False, elapsed: float | None = None) -> str:
+def _document(reports: list, fmt: OutputFormat, brief: bool = False, elapsed: float | None = None, memory=None) -> str:  # type: ignore[no-untyped-def]
     from vastprobe.render.jsonable import dumps, host_report_dict, report_document
 
     if fmt is OutputFormat.ndjson:
@@ -569,7 +574,7 @@ def _document(reports: list, fmt: OutputFormat, brief: bool = False, elapsed: fl
     from vastprobe.render.summary import render_summary
 
     buf = io.StringIO()
-    render_summary(reports, buf, elapsed=elapsed)
+    render_summary(reports, buf, memory=memory, elapsed=elapsed)
     return buf.getvalue()
 
 
@@ -655,6 +660,11 @@ def sweep(
     host_key_check: HostKeyOpt = None,
     verbose: VerboseOpt = 0,
     brief: BriefOpt = False,
+    history: HistoryOpt = None,
+    no_history: NoHistoryOpt = False,
+    keep: KeepOpt = "30d",
+    group_by: GroupByOpt = None,
+    shard: ShardOpt = None,
 ) -> None:
     """The same diagnosis over a fleet: bounded concurrency, results streamed as hosts finish.
 
@@ -669,6 +679,8 @@ def sweep(
     from vastprobe.sweep import plan
 
     entries = _inventory(inventory, nodes or [], hostfile or [], exclude_nodes or [])
+    fleet = _FleetMemory(None if no_history else history or _default_history(), keep, group_by, shard)
+    entries = fleet.select(entries)
     options = _options(sample=sample, pid=pid, match=match, log=log, artifacts=artifacts,
                        stale_after=stale_after, expect_gpu=expect_gpu, timeout=timeout,
                        expect_gpus=expect_gpus)  # fmt: skip
@@ -691,7 +703,7 @@ def sweep(
         progress = progress_for(len(entries))  # 0/N at once, then redrawn with the time and hosts in flight
 
     def on_report(r) -> None:  # type: ignore[no-untyped-def]
-        if chosen is OutputFormat.ndjson:
+        if chosen is OutputFormat.ndjson and fleet.group_by is None:  # outliers need the whole group first
             sys.stdout.write(dumps(host_report_dict(r, brief)) + "\n")
             sys.stdout.flush()
         if progress is not None:
@@ -705,12 +717,15 @@ def sweep(
         if progress is not None:
             progress.stop()
     elapsed = time.monotonic() - t0
+    reports = fleet.finish(reports, complete=not interrupted)
     if chosen is OutputFormat.table:
         from vastprobe.render.summary import render_summary
 
-        render_summary(reports, sys.stdout, elapsed=elapsed)
-    elif chosen is not OutputFormat.ndjson:
+        render_summary(reports, sys.stdout, memory=fleet.memory, elapsed=elapsed)
+    elif chosen is OutputFormat.json:
         sys.stdout.write(_json_out(reports, brief))
+    elif fleet.group_by is not None:  # NDJSON held back until the outliers are known
+        sys.stdout.write(_document(reports, chosen, brief))
     sys.stdout.flush()
     if interrupted:
         _say_interrupted(reports, entries)
@@ -720,11 +735,11 @@ def sweep(
     from vastprobe.fileio import write_atomic
 
     if output is not None:
-        write_atomic(output.expanduser(), _document(reports, chosen, brief, elapsed))
+        write_atomic(output.expanduser(), _document(reports, chosen, brief, elapsed, fleet.memory))
     if prom is not None:
         from vastprobe.render.prometheus import render_prometheus
 
-        write_atomic(prom.expanduser(), render_prometheus(reports))
+        write_atomic(prom.expanduser(), render_prometheus(reports, memory=fleet.memory, shard=fleet.shard))
     raise typer.Exit(exit_code(reports))
 
 
@@ -926,6 +941,198 @@ def probe_script(
     from vastprobe.probe.render import render_script
 
     sys.stdout.write(render_script(options.params))
+
+
+# ---- fleet memory: history, --group-by, --shard (docs/history.md) --------------------------------
+# Self-contained: the options with their checks, the object a command asks, and `history`.
+
+P_HISTORY = "History and fleet"
+
+
+DEFAULT_KEEP = "30d"  # the default of --keep (written out in each command)
+
+
+def _keep_check(value: str) -> str:
+    if value == DEFAULT_KEEP:  # the default needs no check, and `diagnose` without --history imports no history
+        return value
+    from vastprobe.history.timespec import TimeSpecError, parse_duration
+
+    try:
+        parse_duration(value)
+    except TimeSpecError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    return value
+
+
+def _shard_check(value: Optional[str]) -> Optional[str]:
+    if value is not None:
+        from vastprobe.history.shard import ShardError, parse_shard
+
+        try:
+            parse_shard(value)
+        except ShardError as exc:
+            raise typer.BadParameter(str(exc)) from exc
+    return value
+
+
+def _group_by_check(value: Optional[str]) -> Optional[str]:
+    if value is not None:
+        from vastprobe.history.outliers import GroupByError, group_key
+
+        try:
+            group_key(value)
+        except GroupByError as exc:
+            raise typer.BadParameter(str(exc)) from exc
+    return value
+
+
+HistoryOpt = Annotated[
+    Optional[Path],
+    typer.Option("--history", metavar="PATH", rich_help_panel=P_HISTORY,
+                 help="History file (SQLite). sweep: by default ${XDG_STATE_HOME:-~/.local/state}/vastprobe/history.sqlite; "
+                      "diagnose: recorded only with this option."),
+]  # fmt: skip
+NoHistoryOpt = Annotated[
+    bool, typer.Option("--no-history", rich_help_panel=P_HISTORY, help="Record nothing in the history.")
+]
+KeepOpt = Annotated[
+    str,
+    typer.Option("--keep", metavar="DURATION", callback=_keep_check, rich_help_panel=P_HISTORY,
+                 help="Prune history older than this as it writes (30d, 12h, 90m, seconds)."),
+]  # fmt: skip
+GroupByOpt = Annotated[
+    Optional[str],
+    typer.Option("--group-by", metavar="label|REGEX", callback=_group_by_check, rich_help_panel=P_HISTORY,
+                 help="Compare the hosts of each job: 'label' (vast.ai label) or a regex over the target whose "
+                      "first group names the job; odd hosts get outlier_of."),
+]  # fmt: skip
+ShardOpt = Annotated[
+    Optional[str],
+    typer.Option("--shard", metavar="K/N", callback=_shard_check, rich_help_panel=P_HISTORY,
+                 help="Sweep only shard K of N of the inventory (a stable hash of each target)."),
+]  # fmt: skip
+
+
+def _default_history() -> Path:
+    from vastprobe.history.store import default_path
+
+    return default_path()
+
+
+class _FleetMemory:
+    """One run's history, group and shard settings (checked while parsing), and what it asks of them."""
+
+    def __init__(
+        self, history: Optional[Path], keep: str, group_by: Optional[str] = None, shard: Optional[str] = None
+    ) -> None:
+        import time
+
+        from vastprobe.history.shard import parse_shard
+        from vastprobe.history.timespec import parse_duration
+
+        self.started_at = time.time()
+        self.history = history.expanduser() if history is not None else None
+        self.keep = parse_duration(keep)
+        self.shard = parse_shard(shard) if shard is not None else None
+        self.group_by = group_by
+        self.memory: dict = {}
+
+    def select(self, entries: list) -> list:
+        if self.shard is None:
+            return entries
+        from vastprobe.history.shard import in_shard
+
+        return in_shard(entries, [e.target for e in entries], *self.shard)
+
+    def finish(self, reports: list, kind: str = "sweep", complete: bool = True) -> list:
+        """Outliers marked, the run recorded; a history failure is one warning line, nothing more."""
+        if self.group_by is not None:
+            from vastprobe.history.outliers import mark_outliers
+
+            reports = mark_outliers(reports, self.group_by)
+        from vastprobe.sweep import remember
+
+        shard = f"{self.shard[0]}/{self.shard[1]}" if self.shard else None
+        memory, warning = remember(reports, self.history, started_at=self.started_at, keep=self.keep, kind=kind,
+                                   shard=shard, complete=complete)  # fmt: skip
+        self.memory = dict(memory)
+        if warning:
+            say(f"vastprobe: warning: {warning}")
+        return reports
+
+
+@app.command("history", cls=Command, context_settings=CONTEXT, epilog=EXIT_EPILOG)
+def history_command(
+    targets: Annotated[
+        Optional[list[str]],
+        typer.Argument(
+            metavar="[TARGET|NODESET...]",
+            help="Targets as swept, host names, or ranges like gpu\\[01-04]; all when none.",
+        ),
+    ] = None,
+    history: HistoryOpt = None,
+    since: Annotated[
+        str,
+        typer.Option(
+            "--since",
+            metavar="WHEN",
+            rich_help_panel=P_HISTORY,
+            help="Window for transitions and flapping: back from now (24h, 7d) or a time (2026-12-02T14:00).",
+        ),
+    ] = "24h",
+    fmt: FormatOpt = None,
+    json_flag: JsonOpt = False,
+) -> None:
+    """What the recorded sweeps say per host: the state and since when, the last time healthy,
+    transitions and flapping. Exit 2 when the file is missing or unreadable.
+
+    [b]Examples[/b]
+      vastprobe history
+      vastprobe history 'gpu\\[01-04]' --since 7d
+      vastprobe history --history /var/lib/vastprobe/history.sqlite --format json
+    """
+    import time
+
+    from vastprobe.history.queries import host_histories
+    from vastprobe.history.render import history_document, history_lines
+    from vastprobe.history.store import HistoryError, open_history
+    from vastprobe.history.timespec import TimeSpecError, parse_since
+    from vastprobe.render.jsonable import dumps
+    from vastprobe.targets import InventoryError, expand_nodeset
+
+    now = time.time()
+    try:
+        start = parse_since(since, now)
+    except TimeSpecError as exc:
+        usage_error(f"--since: {exc}")
+    try:
+        words = [t for text in targets or () for t in expand_nodeset(text)]
+    except InventoryError as exc:
+        usage_error(str(exc))
+    path = history.expanduser() if history is not None else _default_history()
+    try:
+        con = open_history(path, readonly=True)
+        try:
+            found, missing = host_histories(con, words, start)
+        finally:
+            con.close()
+    except HistoryError as exc:
+        say(f"vastprobe: {exc}")
+        raise typer.Exit(EXIT_USAGE) from exc
+    if missing:
+        say(f"vastprobe: no history for {', '.join(missing[:20])}{' ...' if len(missing) > 20 else ''} in {path}")
+        if not found:
+            raise typer.Exit(EXIT_USAGE)
+    chosen = _format(fmt, json_flag)
+    if chosen is OutputFormat.table:
+        sys.stdout.write("".join(line + "\n" for line in history_lines(found, start, now)))
+    elif chosen is OutputFormat.ndjson:
+        doc = history_document(found, start, now, missing)
+        sys.stdout.write("".join(dumps(h) + "\n" for h in doc["hosts"]))
+    else:
+        doc = history_document(found, start, now, missing)
+        sys.stdout.write(dumps(doc, indent=1 if sys.stdout.isatty() else None) + "\n")
+    raise typer.Exit(EXIT_OK)
 
 
 # ---- the process: one line per failure, documented exit codes ---------------------------------

@@ -519,6 +519,16 @@ class Instant:
 
 
 @dataclass(frozen=True)
+class Outlier:
+    """This host differs from the majority of its group (`sweep --group-by`): the odd host out."""
+
+    group: str
+    group_size: int  # hosts compared in the group
+    majority_size: int  # hosts that share the majority's signature
+    differences: tuple[str, ...]  # what sets this host apart, in words
+
+
+@dataclass(frozen=True)
 class HostReport:
     target: str
     status: Status
@@ -532,3 +542,4 @@ class HostReport:
     headline: str | None = None  # one line: why the verdict is what it is
     incidents: tuple[Incident, ...] = ()  # every finding once, grouped by cause, worst first
     timeline: tuple[Instant, ...] = ()  # key instants, when they tell the story (terminal only)
+    outlier_of: Outlier | None = None  # set by `sweep --group-by` on hosts unlike their group

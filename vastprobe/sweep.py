@@ -8,12 +8,17 @@ from __future__ import annotations
 import asyncio
 import math
 import resource
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vastprobe.model import HostReport
 from vastprobe.pipeline import DiagnoseOptions, probe_any, report_from_capture
 from vastprobe.targets import InventoryEntry, unique_entries
+
+if TYPE_CHECKING:
+    from vastprobe.history.store import HostMemory
 
 FDS_PER_HOST = 4  # socket, and a little slack for a jump host and pipes
 FDS_RESERVED = 64
@@ -83,3 +88,27 @@ async def sweep(
 
     await asyncio.gather(*(one(e) for e in entries))
     return reports
+
+
+def remember(
+    reports: list[HostReport],
+    history: Path | None,
+    *,
+    started_at: float,
+    keep: float,
+    kind: str = "sweep",
+    shard: str | None = None,
+    complete: bool = True,
+) -> tuple[Mapping[str, HostMemory], str | None]:
+    """Hand the finished reports to the history store: what each host was before this run, for the
+    summary and the textfile. History never costs a result: a failure is one warning line."""
+    if history is None:
+        return {}, None
+    import time
+
+    from vastprobe.history.store import record_safely
+
+    return record_safely(
+        history, reports, started_at=started_at, finished_at=time.time(), kind=kind, shard=shard, complete=complete,
+        keep=keep,
+    )  # fmt: skip

@@ -94,3 +94,34 @@ def test_unreadable_kernel_log_falls_back_to_cgroup_counters(reap, memcg: Memory
     f = next(f for f in host["findings"] if f["rule"] == "oom-killed-child")
     assert f["severity"] == "warning" and cg.name in f["summary"] and "1 OOM kill" in f["summary"]
     assert any("not usable" in e["detail"] for e in f["evidence"])
+
+
+def test_kill_whose_cgroup_line_the_kernel_rate_limited(reap, memcg: MemoryCgroup) -> None:
+    """Under an OOM storm the kernel drops the report lines that name the cgroup (10 reports in
+    5 s), never the "Killed process" line: the job's own counter and the victim's size still tell
+    the job's kill from the neighbours'."""
+    noise = MemoryCgroup(24 * 1024 * 1024)
+    try:
+        job = subprocess.Popen(["bash", "-c", f"echo $$ > {memcg.procs_file}; sleep 1000 & wait"],
+                               start_new_session=True)  # fmt: skip
+        reap.append(job)
+        wait_for(lambda: len(children_of(job.pid)) == 1, what="job started")
+        for _ in range(14):  # the storm: past the rate limit's burst
+            oom_kill_now(noise)
+        r = subprocess.run(["bash", "-c", f"echo $$ > {memcg.procs_file}; exec {sys.executable} -c '{HOG}'"])
+        assert r.returncode == -9
+        wait_for(lambda: memcg.oom_kills() >= 1, what="the job's kill counted")
+        log = subprocess.run(["dmesg"], capture_output=True, text=True).stdout.splitlines()
+        named = [line for line in log if f"task_memcg={memcg.name}," in line]
+        if named:
+            import pytest
+
+            pytest.skip("the kernel did not rate-limit this kill's report here")
+        _rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3")
+        ooms = [f for f in host["findings"] if f["rule"] == "oom-killed-child"]
+        mine = [f for f in ooms if f["severity"] == "error"]
+        assert len(mine) == 1 and mine[0]["pids"] == [job.pid], ooms
+        assert any("by its counter" in e["detail"] for e in mine[0]["evidence"])
+        assert all(f["severity"] == "info" and not f["pids"] for f in ooms if f is not mine[0])
+    finally:
+        noise.remove()

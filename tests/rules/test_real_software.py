@@ -285,8 +285,11 @@ def test_setsid_daemon_and_tail_f_under_waiting_shells_are_healthy(reap, tmp_pat
 # ---------------------------------------------------------------- FUSE
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/dev/fuse"), reason="needs root and /dev/fuse")
-def test_reader_of_a_fuse_mount_whose_server_never_answers(reap, tmp_path: Path) -> None:
+@pytest.fixture
+def silent_fuse(reap, tmp_path: Path):
+    """A FUSE mount on the real kernel interface whose server answers INIT and nothing else."""
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        pytest.skip("needs root and /dev/fuse")
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     server = subprocess.Popen([sys.executable, str(Path(__file__).parents[1] / "fuse_server.py"), str(mnt)],
@@ -295,16 +298,46 @@ def test_reader_of_a_fuse_mount_whose_server_never_answers(reap, tmp_path: Path)
     assert server.stdout is not None
     if server.stdout.readline().strip() != "ready":
         pytest.skip("could not mount a FUSE file system here")
+    yield server, mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_reader_of_a_fuse_mount_whose_server_never_answers(silent_fuse, reap) -> None:
+    server, mnt = silent_fuse
+    job = subprocess.Popen(["bash", "-c", f"cat {mnt}/params.bin > /dev/null; echo done"], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: find_desc(job.pid, "cat", "request_wait_answer") is not None, what="cat waiting on FUSE")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3")
+    f = finding(host, "fuse-no-answer")
+    assert server.pid in f["pids"] and str(mnt) in f["summary"] and f["severity"] == "warning"
+    assert str(server.pid) in f["hint"] and rc == 0
+
+
+def test_a_worker_thread_stuck_on_a_fuse_mount(silent_fuse, reap) -> None:
+    """A data loader's thread waits on the mount while the main thread joins it (futex)."""
+    server, mnt = silent_fuse
+    loader = f"import threading\nt = threading.Thread(target=lambda: open({str(mnt / 'shard0')!r}).read())\nt.start(); t.join()\n"
+    app = subprocess.Popen([sys.executable, "-c", loader], start_new_session=True)
+    reap.append(app)
+    wait_for(lambda: any(proc_wchan_of_task(app.pid, t) == "request_wait_answer" for t in tasks(app.pid)),
+             what="the loader thread waiting on FUSE")  # fmt: skip
+    _rc, host = vastprobe_json("--pid", str(app.pid), "--sample", "0.3")
+    f = finding(host, "fuse-no-answer")
+    assert f["pids"][0] == app.pid and server.pid in f["pids"] and "thread" in f["summary"]
+
+
+def tasks(pid: int) -> list[int]:
     try:
-        job = subprocess.Popen(["bash", "-c", f"cat {mnt}/params.bin > /dev/null; echo done"], start_new_session=True)
-        reap.append(job)
-        wait_for(lambda: find_desc(job.pid, "cat", "request_wait_answer") is not None, what="cat waiting on FUSE")
-        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3")
-        f = finding(host, "fuse-no-answer")
-        assert server.pid in f["pids"] and str(mnt) in f["summary"] and f["severity"] == "warning"
-        assert str(server.pid) in f["hint"] and rc == 0
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []
+
+
+def proc_wchan_of_task(pid: int, tid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/task/{tid}/wchan").read_text()
+    except OSError:
+        return ""
 
 
 # ---------------------------------------------------------------- OOM

@@ -29,11 +29,10 @@ class LogHealth:
     rotated_writers: tuple[tuple[int, int, str], ...] = ()  # (pid, fd, path): still writing a rotated copy
 
     def alarming(self, stale_after: float) -> bool:
-        """Says the job stopped: absent, stale, deleted while open, or empty for longer than stale_after.
-        A rotated log whose writer moved on to the rotated copy is not that."""
-        return self.state in ("stale", "absent", "deleted-open") or (
-            self.state == "empty" and (self.age or 0) > stale_after
-        )
+        """Says the job stopped writing: stale, deleted while open, or empty for longer than
+        stale_after. An absent log may just be a wrong path, and a rotated one whose writer moved on
+        to the rotated copy is alive: neither is that."""
+        return self.state in ("stale", "deleted-open") or (self.state == "empty" and (self.age or 0) > stale_after)
 
 
 def rotated_writers(log: LogFile, processes: Iterable[Process]) -> tuple[tuple[int, int, str], ...]:

@@ -11,7 +11,7 @@ The loser named is the victim's likely parent: the watched process closest to it
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from vastprobe.analysis.waitgraph import WaitGraph
@@ -26,6 +26,7 @@ class OomMatch:
     loser: int | None  # the watched process that most likely lost the victim (its parent)
     how: str  # how the victim was tied to the job, or why it was not
     tie: Literal["job", "before", "elsewhere"]  # the job's kill, or context: before it started, or not its own
+    cgroup: str | None = None  # the memory cgroup the kill is placed in (the log's, or the job's that counted it)
 
     @property
     def relevant(self) -> bool:
@@ -70,6 +71,10 @@ def match_oom_kills(
     # behind a cgroup namespace (a container sees its own cgroup as "/"), cannot
     comparable = bool(job_cgroups - set(ROOT_CGROUPS))
     bounded = job_is_bounded(snapshot, explicit_scope)
+    own = [c for c in snapshot.cgroups if c.path in job_cgroups and c.path not in ROOT_CGROUPS]
+    counters = [c.oom_kill for c in own if c.oom_kill is not None]
+    job_counted_none = bool(counters) and all(n == 0 for n in counters)
+    job_limit_kb = max((c.limit_bytes // 1024 for c in own if c.limit_bytes), default=None)
     tree = graph.tree
     waiting = {p.pid for p in watched if graph.waits_on_jobs(p)}
     # indexes built once: a host's log can hold hundreds of kills, a host hundreds of processes
@@ -82,7 +87,8 @@ def match_oom_kills(
             runs.setdefault(name, []).append(p)
         for name in {k.comm for k in tree.kids(p.pid) if k.state != "Z"}:
             parents_of.setdefault(name, []).append(p)
-    out = []
+    out: list[OomMatch | None] = []
+    unnamed: list[tuple[int, KernelEvent, list[Process]]] = []  # kills whose cgroup line the kernel dropped
     for ev in kills:
         when = ev.wall_time
 
@@ -99,10 +105,24 @@ def match_oom_kills(
             if bounded
             else []
         )
+        if ev.task_memcg is None and comparable:
+            # the kernel rate-limits the lines that name the cgroup (10 reports in 5 s), never the
+            # "Killed process" line; the job's own counters say whether, and how often, it lost one
+            if job_counted_none:
+                out.append(OomMatch(ev, None, "the job's memory cgroups count no OOM kill", "elsewhere"))
+            else:
+                unnamed.append((len(out), ev, [p for p in watched if alive_before(p)]))
+                out.append(None)
+            continue
         if ev.task_memcg is not None and comparable:
             members = [p for p in watched if _in_cgroup(ev.task_memcg, _cgroups(p)) and alive_before(p)]
             if ev.task_memcg not in ROOT_CGROUPS and members:
-                out.append(_blame(ev, members, waiting, parents_of, runs, "in the job's memory cgroup"))
+                out.append(
+                    replace(
+                        _blame(ev, members, waiting, parents_of, runs, "in the job's memory cgroup"),
+                        cgroup=ev.task_memcg,
+                    )
+                )
             else:  # the victim was demonstrably elsewhere, whatever its name
                 where = ev.task_memcg or "the root cgroup"
                 out.append(OomMatch(ev, None, f"in memory cgroup {where}, not the job's", "elsewhere"))
@@ -115,7 +135,51 @@ def match_oom_kills(
             )
         else:
             out.append(OomMatch(ev, None, "no watched process could be tied to the victim", "elsewhere"))
-    return out
+    if unnamed:
+        counted = next((c.path for c in own if c.oom_kill), None)
+        _place_unnamed(out, unnamed, sum(counters), job_limit_kb, counted, waiting, parents_of, runs, bounded)
+    return [m for m in out if m is not None]
+
+
+def _place_unnamed(
+    out: list[OomMatch | None],
+    unnamed: list[tuple[int, KernelEvent, list[Process]]],
+    budget: int,
+    limit_kb: int | None,
+    counted: str | None,
+    waiting: set[int],
+    parents_of: dict[str, list[Process]],
+    runs: dict[str, list[Process]],
+    bounded: bool,
+) -> None:
+    """Kills without their cgroup line, when the job's cgroups count `budget` kills: at most that
+    many are the job's, the likeliest first — a victim tied to the job by name, then one whose
+    memory at death was near the job's limit (a memory cgroup kills when it is full, and takes its
+    largest process), then the newest."""
+
+    def near_limit(ev: KernelEvent) -> bool:
+        if limit_kb is None or ev.anon_rss_kb is None:
+            return False
+        return 0.75 * limit_kb <= ev.anon_rss_kb <= 1.1 * limit_kb
+
+    def named(ev: KernelEvent, alive: list[Process]) -> list[Process]:
+        ids = {p.pid for p in alive}
+        return [p for p in parents_of.get(ev.comm or "", []) + runs.get(ev.comm or "", []) if p.pid in ids]
+
+    ranked = sorted(
+        unnamed, key=lambda u: (not (bounded and named(u[1], u[2])), not near_limit(u[1]), -(u[1].uptime or 0))
+    )
+    for n, (i, ev, alive) in enumerate(ranked):
+        if n < budget and alive:
+            pool = (bounded and named(ev, alive)) or alive
+            how = (
+                f"in the job's memory cgroup {counted} by its counter"
+                if counted
+                else "in the job's memory cgroup by its counter"
+            )
+            out[i] = replace(_blame(ev, pool, waiting, parents_of, runs, how), cgroup=counted)
+        else:
+            out[i] = OomMatch(ev, None, "its cgroup is not in the log and the job's counters are spent", "elsewhere")
 
 
 def _blame(

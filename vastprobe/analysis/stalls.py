@@ -13,7 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from vastprobe.analysis.gpu import gpu_expected, idle_gpus
+from vastprobe.analysis.gpu import gpu_expected, gpu_holders, idle_gpus
+from vastprobe.analysis.oom import job_is_bounded
 from vastprobe.analysis.waitgraph import Chain, WaitEdge
 from vastprobe.model import Evidence
 
@@ -49,8 +50,19 @@ class StallEvidence:
         return bool(self.evidence)
 
 
+def _related(ctx: Context, pids: set[int], waiter: int, others: Iterable[int]) -> bool:
+    """Whether any of `others` belongs to this chain: in it, below its waiter, or above it."""
+    return any(o in pids or ctx.tree.in_subtree(o, waiter) or ctx.tree.in_subtree(waiter, o) for o in others)
+
+
 def stall_evidence(ctx: Context, pids: Iterable[int], waiter: int) -> StallEvidence:
+    """Evidence that counts for this chain: an OOM kill whose loser is in it or below its waiter; a
+    silent log written (held open) by a process related to it, or, when nobody holds the log, any
+    log where the scope is the job; an idle GPU that a related process holds, or that the job was
+    expected to use where the scope is the job. On a whole host, one silent log or idle GPU does
+    not make every idle shell's wait a stall."""
     chain_pids = set(pids)
+    bounded = job_is_bounded(ctx.snapshot, ctx.options.explicit_scope)
     ev: list[Evidence] = []
     oom = False
     for m in ctx.oom_matches:
@@ -58,13 +70,17 @@ def stall_evidence(ctx: Context, pids: Iterable[int], waiter: int) -> StallEvide
             ev.append(Evidence("oom-killed-child", f"{m.event.comm} was OOM-killed; {m.how}"))
             oom = True
     for h in ctx.log_healths:
-        if h.alarming(ctx.options.stale_after):
+        if not h.alarming(ctx.options.stale_after):
+            continue
+        if (h.writers and _related(ctx, chain_pids, waiter, h.writers)) or (not h.writers and bounded):
             ev.append(Evidence("missing-logs", f"{h.log.path}: {h.state}" + (f", {h.age:.0f}s old" if h.age else "")))
     expected, why = gpu_expected(ctx.snapshot, ctx.scope, ctx.options.expect_gpu)
     g = ctx.snapshot.gpus
     if expected and g.present and g.error is None:
-        for idle in idle_gpus(ctx.snapshot):
-            ev.append(Evidence("idle-gpu", f"GPU {idle.index} idle ({why})"))
+        holders = gpu_holders(ctx.snapshot, ctx.scope)
+        if (holders and _related(ctx, chain_pids, waiter, holders)) or (not holders and bounded):
+            for idle in idle_gpus(ctx.snapshot):
+                ev.append(Evidence("idle-gpu", f"GPU {idle.index} idle ({why})"))
     return StallEvidence(tuple(ev), oom)
 
 

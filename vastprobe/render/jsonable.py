@@ -84,6 +84,14 @@ def host_report_dict(r: HostReport, brief: bool = False) -> dict[str, Any]:
     out["timings"] = r.timings
     if r.labels:
         out["labels"] = r.labels
+    if r.outlier_of is not None:
+        o = r.outlier_of
+        out["outlier_of"] = {
+            "group": o.group,
+            "group_size": o.group_size,
+            "majority_size": o.majority_size,
+            "differences": list(o.differences),
+        }
     return out
 
 

@@ -1,13 +1,20 @@
 """A node_exporter textfile-collector file: `vastprobe_`-prefixed gauges, no PIDs as labels,
-written atomically by vastprobe.fileio.write_atomic (the one writer of every file vastprobe makes)."""
+written atomically by vastprobe.fileio.write_atomic (the one writer of every file vastprobe makes).
+With history, each host also gets when its stall began, when it was last healthy and a counter of
+its state changes."""
 
 from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from vastprobe.fileio import write_atomic
 from vastprobe.model import HostReport
+
+if TYPE_CHECKING:
+    from vastprobe.history.store import HostMemory
 
 __all__ = ["METRICS", "render_prometheus", "write_atomic"]
 
@@ -18,7 +25,12 @@ METRICS = {
     "vastprobe_probe_duration_seconds": "Seconds the last probe of the host took, connect included.",
     "vastprobe_last_sweep_timestamp_seconds": "Unix time the last sweep finished.",
     "vastprobe_sweep_hosts": "Hosts in the last sweep, by status.",
+    "vastprobe_host_stalled_since_timestamp_seconds": "Unix time of the first sweep of the host's current stall.",
+    "vastprobe_host_last_healthy_timestamp_seconds": "Unix time of the last sweep that found the host healthy.",
+    "vastprobe_host_transitions_total": "Changes of the host's state (status, verdict or rules) in its history.",
+    "vastprobe_sweep_shard_info": "This controller's share of the inventory (--shard K/N).",
 }
+COUNTERS = {"vastprobe_host_transitions_total"}
 
 
 def _esc(value: str) -> str:
@@ -29,12 +41,17 @@ def _labels(**kv: str) -> str:
     return "{" + ",".join(f'{k}="{_esc(v)}"' for k, v in kv.items()) + "}"
 
 
-def render_prometheus(reports: list[HostReport], now: float | None = None) -> str:
+def render_prometheus(
+    reports: list[HostReport],
+    now: float | None = None,
+    memory: Mapping[str, HostMemory] | None = None,
+    shard: tuple[int, int] | None = None,
+) -> str:
     lines: list[str] = []
 
     def head(name: str) -> None:
         lines.append(f"# HELP {name} {METRICS[name]}")
-        lines.append(f"# TYPE {name} gauge")
+        lines.append(f"# TYPE {name} {'counter' if name in COUNTERS else 'gauge'}")
 
     probed = [r for r in reports if r.status != "skipped"]
     head("vastprobe_host_up")
@@ -52,6 +69,26 @@ def render_prometheus(reports: list[HostReport], now: float | None = None) -> st
     for r in probed:
         total = sum(v for k, v in r.timings.items() if k in ("connect", "probe"))
         lines.append(f"vastprobe_probe_duration_seconds{_labels(target=r.target)} {total:.3f}")
+    if memory:
+        remembered = [(r, memory[r.target]) for r in probed if r.target in memory]
+        head("vastprobe_host_stalled_since_timestamp_seconds")
+        for r, m in remembered:
+            if r.verdict == "stalled":
+                lines.append(
+                    f"vastprobe_host_stalled_since_timestamp_seconds{_labels(target=r.target)} {m.verdict_since:.3f}"
+                )
+        head("vastprobe_host_last_healthy_timestamp_seconds")
+        for r, m in remembered:
+            if m.last_healthy is not None:
+                lines.append(
+                    f"vastprobe_host_last_healthy_timestamp_seconds{_labels(target=r.target)} {m.last_healthy:.3f}"
+                )
+        head("vastprobe_host_transitions_total")
+        for r, m in remembered:
+            lines.append(f"vastprobe_host_transitions_total{_labels(target=r.target)} {m.transitions_total}")
+    if shard is not None:
+        head("vastprobe_sweep_shard_info")
+        lines.append(f"vastprobe_sweep_shard_info{_labels(shard=str(shard[0]), shards=str(shard[1]))} 1")
     head("vastprobe_sweep_hosts")
     for status, n in sorted(Counter(r.status for r in reports).items()):
         lines.append(f"vastprobe_sweep_hosts{_labels(status=status)} {n}")

@@ -1,17 +1,20 @@
 """The sweep's terminal summary: hosts grouped by verdict as folded host sets (`gpu[01-04,07]`,
-ClusterShell's NodeSet), each stalled host on a line of its own with its vast.ai instance and the
-headline of why; failures and findings that hosts share folded into one row each (like
-`clush -b`), worst first. Lines that wrap keep a hanging indent.
+ClusterShell's NodeSet), each stalled or degraded host on a line of its own with its vast.ai
+instance and the headline of why; failures and findings that hosts share folded into one row each
+(like `clush -b`), worst first. Lines that wrap keep a hanging indent.
 
-A per-host `mark` (a short word such as "new" or "recovered", from the sweep history) can be
-given for any target; it is shown before the target on that host's line."""
+With history, each stalled host is marked `new` or `still` (stalled since when, for how many
+sweeps), and the hosts that recovered since their last record are listed; with `--group-by`, the
+odd hosts out are named with what sets them apart. Other marks can be passed per target."""
 
 from __future__ import annotations
 
+import io
 import re
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from rich.console import Console
 from rich.text import Text
@@ -20,6 +23,9 @@ from vastprobe.model import HostReport
 from vastprobe.render.layout import hanging
 from vastprobe.render.safe import safe
 
+if TYPE_CHECKING:
+    from vastprobe.history.store import HostMemory
+
 VERDICT_ORDER = {"stalled": 0, "unknown": 1, "degraded": 2, "healthy": 3}
 VERDICT_STYLE = {"healthy": "bold green", "degraded": "bold yellow", "stalled": "bold red", "unknown": "bold magenta"}
 SEVERITY_ORDER = {"info": 0, "warning": 1, "error": 2, "critical": 3}
@@ -27,6 +33,7 @@ SEVERITY_STYLE = {"info": "cyan", "warning": "yellow", "error": "red", "critical
 _NUM = re.compile(r"\d+")
 #: Names NodeSet can fold as they are: no brackets, commas, spaces or set operators.
 _FOLDABLE = re.compile(r"[A-Za-z0-9._@:-]{1,253}")
+LIMIT = 12
 
 
 def natural_key(name: str) -> list[object]:
@@ -56,15 +63,83 @@ def instance(r: HostReport) -> str:
     return " ".join(x for x in (f"#{safe(iid, 40)}" if iid else "", safe(label, 80)) if x)
 
 
+def why(r: HostReport) -> str:
+    return r.headline or (r.findings[0].summary if r.findings else "") or r.error or ""
+
+
+def _minute(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+
+
+def _span(seconds: float) -> str:
+    from vastprobe.history.timespec import span
+
+    return span(seconds)
+
+
+def history_marks(
+    reports: list[HostReport], memory: Mapping[str, HostMemory], now: float
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(target -> `new`/`still`, target -> `stalled since … (47 min, 10 sweeps)`) for stalled hosts."""
+    marks: dict[str, str] = {}
+    since: dict[str, str] = {}
+    for r in reports:
+        m = memory.get(r.target)
+        if m is None or m.change not in ("new", "still"):
+            continue
+        marks[r.target] = m.change
+        if m.change == "still":
+            since[r.target] = (
+                f"stalled since {_minute(m.verdict_since)} ({_span(now - m.verdict_since)}, {m.verdict_sweeps} sweeps)"
+            )
+    return marks, since
+
+
+def recovered_lines(reports: list[HostReport], memory: Mapping[str, HostMemory]) -> list[str]:
+    """Hosts stalled at their last record and healthy or degraded now."""
+    back = []
+    for r in reports:
+        m = memory.get(r.target)
+        if m is not None and m.change == "recovered":
+            back.append((r.target, m.previous_verdict_since))
+    if not back:
+        return []
+    back.sort(key=lambda b: natural_key(b[0]))
+    shown = ", ".join(
+        safe(t) + (f" (stalled since {_minute(since)})" if since is not None else "") for t, since in back[:LIMIT]
+    )
+    return [f"RECOVERED ({len(back)}): {shown}" + (f" (+{len(back) - LIMIT} more)" if len(back) > LIMIT else "")]
+
+
+def outlier_lines(reports: list[HostReport]) -> list[str]:
+    odd = [(r.outlier_of, r.target) for r in reports if r.outlier_of is not None]
+    if not odd:
+        return []
+    out = [f"OUTLIERS ({len(odd)}):"]
+    for o, target in sorted(odd, key=lambda x: (x[0].group, natural_key(x[1]))):
+        differs = "; ".join(o.differences) or "differs"
+        out.append(
+            f"  {safe(target)} in {safe(o.group)} ({o.majority_size} of {o.group_size} hosts alike): {safe(differs, 400)}"
+        )
+    return out
+
+
 def render_summary(
     reports: list[HostReport],
     file: IO[str],
+    memory: Mapping[str, HostMemory] | None = None,
+    now: float | None = None,
     marks: Mapping[str, str] | None = None,
     elapsed: float | None = None,
     width: int | None = None,
 ) -> None:
     console = Console(file=file, highlight=False, soft_wrap=False, width=width)
-    marks = marks or {}
+    now = time.time() if now is None else now
+    marks = dict(marks or {})
+    since: dict[str, str] = {}
+    if memory:
+        from_history, since = history_marks(reports, memory, now)
+        marks = {**from_history, **marks}
     by_status: dict[str, int] = defaultdict(int)
     by_verdict: dict[str, list[HostReport]] = defaultdict(list)
     for r in reports:
@@ -80,20 +155,43 @@ def render_summary(
         head.append(f" ({len(hosts)}): ")
         hanging(console, "", head, Text(fold_hosts(r.target for r in hosts)))
         if verdict in ("stalled", "degraded"):
-            _host_lines(console, sorted(hosts, key=lambda r: natural_key(r.target)), marks)
+            _host_lines(console, sorted(hosts, key=lambda r: natural_key(r.target)), marks, since)
         elif verdict == "unknown":
             _failures(console, hosts, marks)
     _findings(console, reports)
+    for line in [*(recovered_lines(reports, memory) if memory else []), *outlier_lines(reports)]:
+        _plain(console, line)
 
 
-def _host_lines(console: Console, hosts: list[HostReport], marks: Mapping[str, str]) -> None:
-    """One line per host: mark, target, vast.ai instance, then the headline under a hanging indent."""
+def summary_lines(
+    reports: list[HostReport],
+    memory: Mapping[str, HostMemory] | None = None,
+    now: float | None = None,
+    width: int = 120,
+) -> list[str]:
+    """The summary as plain lines (no colour) at this width."""
+    buf = io.StringIO()
+    render_summary(reports, buf, memory, now, width=width)
+    return buf.getvalue().splitlines()
+
+
+def _plain(console: Console, line: str) -> None:
+    """A line already escaped, wrapping under the text after its first `: `."""
+    head, sep, body = line.partition(": ")
+    if not sep:
+        console.print(Text(line), overflow="fold")
+        return
+    hanging(console, "", Text(head + sep), Text(body))
+
+
+def _host_lines(console: Console, hosts: list[HostReport], marks: Mapping[str, str], since: Mapping[str, str]) -> None:
+    """One line per host: mark, target, vast.ai instance, then its why under a hanging indent."""
+    width = max((len(safe(marks[r.target], 20)) for r in hosts if r.target in marks), default=0)
     heads = []
     for r in hosts:
         head = Text("  ")
-        mark = marks.get(r.target)
-        if mark:
-            head.append(f"{safe(mark, 20)} ", style="bold")
+        if width:
+            head.append(f"{safe(marks.get(r.target, ''), 20):<{width}} ", style="bold")
         head.append(safe(r.target, 120), style="bold")
         inst = instance(r)
         if inst:
@@ -102,11 +200,11 @@ def _host_lines(console: Console, hosts: list[HostReport], marks: Mapping[str, s
     # one column for every host's why, unless a long name would squeeze it
     column = max(h.cell_len for h in heads) + 2 if heads else 0
     for r, head in zip(hosts, heads, strict=True):
-        if column * 3 <= console.width:
-            head.append(" " * (column - head.cell_len))
-        else:
-            head.append("  ")
-        hanging(console, "", head, Text(safe(r.headline or r.error or "", 600)))
+        head.append(" " * (column - head.cell_len) if column * 3 <= console.width else "  ")
+        text = why(r)
+        if r.target in since:
+            text = f"{since[r.target]}: {text}"
+        hanging(console, "", head, Text(safe(text, 700)))
 
 
 def _failures(console: Console, hosts: list[HostReport], marks: Mapping[str, str]) -> None:

@@ -73,7 +73,8 @@ def check(ctx: Context) -> Iterator[Finding]:
         )
         limit = f"memory cgroup limit {_mib(e.limit_kb)} ({e.memcg or e.task_memcg})" if e.limit_kb else None
         if limit is None:
-            cg = next((c for c in snap.cgroups if e.task_memcg and c.path == e.task_memcg), None)
+            where = e.task_memcg or m.cgroup
+            cg = next((c for c in snap.cgroups if where and c.path == where), None)
             if cg is not None and cg.limit_bytes:
                 limit = f"memory cgroup limit {cg.limit_bytes // 2**20} MiB ({cg.path})"
             elif e.constraint and "MEMCG" not in e.constraint:

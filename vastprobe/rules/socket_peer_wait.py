@@ -45,6 +45,12 @@ def check(ctx: Context) -> Iterator[Finding]:
                 + (f" (it has not even read the {unread} B sent)" if unread else "")
                 + ": look at what it is blocked on, then restart it; give clients a timeout"
             )
+        elif edge.kind == "unix-socket":
+            summary = f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}, whose peer is unknown"
+            hint = (
+                "the peer of a Unix socket is named by ss, which this target lacks (iproute2): find who holds the "
+                "other end, and give the client a timeout"
+            )
         else:
             remote = edge.socket.remote if edge.socket is not None else "its peer"
             summary = f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}: {remote} does not answer"

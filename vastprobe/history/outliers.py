@@ -1,0 +1,157 @@
+"""The odd host out (`sweep --group-by`): hosts of one job should look alike. Within each group,
+the hosts that lack what nearly all the others share, or have what nearly none of them has, get
+`outlier_of`.
+
+A stuck collective looks the same on every host but the one that caused it, so a host is described
+by the features a stuck host changes: its status, verdict, each rule at warning or above, each of
+the job's processes (command name, state and wait channel of one that did not move between the
+probe's samples; one that moved counts as "moving" whatever its state at the instant of the
+sample) and whether its GPUs are busy or idle. Features are voted on one by one rather than as one
+signature, so benign variety (a wait channel that differs on a third of the hosts) flags no one,
+while the one host whose verdict, rules or processes nobody else shares is flagged."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from vastprobe.analysis.gpu import idle_gpus
+from vastprobe.analysis.progress import progress
+from vastprobe.model import HostReport, Outlier, Unavailable
+from vastprobe.render.safe import safe
+
+LABEL = "label"  # --group-by label: the vast.ai instance label
+SHOWN = 4  # process entries named per difference
+
+
+class GroupByError(ValueError):
+    pass
+
+
+COMMON = 2 / 3  # a feature held by at least this share of a group is what the group looks like
+RARE = 1 / 4  # one held by at most this share is odd
+MIN_GROUP = 3
+
+Feature = tuple[str, ...]  # ("verdict", "stalled"), ("rule", slug), ("proc", comm, state, wchan), ...
+
+
+def group_key(spec: str) -> Callable[[HostReport], str | None]:
+    """`label`, or a regex over the target whose first group names the job."""
+    if spec == LABEL:
+        return lambda r: r.labels.get("label") or None
+    try:
+        rx = re.compile(spec)
+    except re.error as exc:
+        raise GroupByError(f"--group-by {spec!r}: {exc}") from exc
+    if rx.groups < 1:
+        raise GroupByError(f"--group-by {spec!r}: the regex needs a group, e.g. '^(train-[a-z]+)-' (or use 'label')")
+
+    def key(r: HostReport) -> str | None:
+        m = rx.search(r.target)
+        return m.group(1) if m and m.group(1) else None
+
+    return key
+
+
+def _wchan(value: str | Unavailable) -> str:
+    if isinstance(value, Unavailable):
+        return "?"
+    return value.split(".", 1)[0]  # do_wait.isra.0 on one kernel build, do_wait on another
+
+
+def _gpu(r: HostReport) -> str:
+    snap = r.snapshot
+    if snap is None:
+        return "unknown"
+    if snap.gpus.error:
+        return "error"
+    indices = {g.index for sample in snap.gpus.samples for g in sample}
+    if not snap.gpus.present or not indices:
+        return "none"
+    idle = {g.index for g in idle_gpus(snap)}
+    if not idle:
+        return "busy"
+    return "idle" if idle >= indices else f"idle {len(idle)}/{len(indices)}"
+
+
+def features(r: HostReport) -> frozenset[Feature]:
+    out: set[Feature] = {("status", r.status), ("verdict", r.verdict), ("gpu", _gpu(r))}
+    out.update(("rule", f.rule) for f in r.findings if f.severity in ("warning", "error", "critical"))
+    if r.snapshot is not None:
+        scope = set(r.scope)
+        for p in r.snapshot.processes:
+            if p.pid not in scope:
+                continue
+            pr = progress(p)
+            state = p.samples[-1].state if p.samples else p.state
+            if pr.sampled and pr.moved:
+                out.add(("proc", p.comm, "moving", ""))
+            elif state == "R":
+                out.add(("proc", p.comm, "R", ""))
+            else:
+                out.add(("proc", p.comm, state, _wchan(p.wchan)))
+    return frozenset(out)
+
+
+def _word(f: Feature) -> str:
+    if f[0] == "proc":
+        return f"{f[1]} {f[2]}" + (f" in {f[3]}" if f[3] else "")
+    return f[1]
+
+
+def _words(items: list[Feature]) -> str:
+    words = sorted(_word(f) for f in items)
+    return ", ".join(words[:SHOWN]) + (f" (+{len(words) - SHOWN} more)" if len(words) > SHOWN else "")
+
+
+def differences(own: frozenset[Feature], common: set[Feature], rare: set[Feature]) -> tuple[str, ...]:
+    """In words: what this host has that nearly no other has, and what it lacks that nearly all have."""
+    out = []
+    for kind, label in (("status", "status"), ("verdict", "verdict"), ("gpu", "GPUs")):
+        odd = [f for f in own if f[0] == kind and f in rare]
+        usual = [f for f in common if f[0] == kind and f not in own]
+        if odd or usual:
+            out.append(
+                f"{label} {_words(odd) if odd else 'differs'}" + (f" (the group: {_words(usual)})" if usual else "")
+            )
+    gained = sorted(f"+{f[1]}" for f in own if f[0] == "rule" and f in rare)
+    lost = sorted(f"-{f[1]}" for f in common if f[0] == "rule" and f not in own)
+    if gained or lost:
+        out.append("rules " + " ".join(gained + lost))
+    if ("status", "ok") in own:
+        odd = [f for f in own if f[0] == "proc" and f in rare]
+        usual = [f for f in common if f[0] == "proc" and f not in own]
+        if odd or usual:
+            text = "processes: " + (_words(odd) if odd else "none of the group's")
+            out.append(text + (f" (the group: {_words(usual)})" if usual else ""))
+    return tuple(safe(d, 240) for d in out)
+
+
+def mark_outliers(reports: Sequence[HostReport], spec: str) -> list[HostReport]:
+    """The same reports, in the same order; outliers carry `outlier_of`. Groups of fewer than
+    three hosts are not judged (two that differ say nothing about which is odd); skipped hosts
+    are not compared."""
+    key = group_key(spec)
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(reports):
+        if r.status == "skipped":
+            continue
+        name = key(r)
+        if name is not None:
+            groups.setdefault(name, []).append(i)
+    out = list(reports)
+    for name, members in groups.items():
+        n = len(members)
+        if n < MIN_GROUP:
+            continue
+        feats = {i: features(reports[i]) for i in members}
+        counts = Counter(f for fs in feats.values() for f in fs)
+        common = {f for f, c in counts.items() if c >= COMMON * n}
+        rare = {f for f, c in counts.items() if c <= RARE * n}
+        odd = [i for i in members if (common - feats[i]) or (feats[i] & rare)]
+        for i in odd:
+            outlier = Outlier(name, n, n - len(odd), differences(feats[i], common, rare))
+            out[i] = replace(reports[i], outlier_of=outlier)
+    return out

@@ -1,0 +1,378 @@
+"""The history file: each finished sweep (or `diagnose --history`) is one write transaction that
+records every host's state, findings and timings, moves each host's current state on, and prunes
+what is older than `--keep`.
+
+Overlapping cron runs are safe: WAL lets readers go on while one writer writes, a write waits for
+another (busy timeout) instead of failing, and the previous state is read under the same write
+lock that replaces it. Any failure is a `HistoryError` with one line; callers print it and carry
+on (history never costs a result)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from vastprobe.history.schema import SchemaError, migrate, needs_migration
+from vastprobe.model import HostReport
+
+DEFAULT_KEEP = 30 * 86400.0
+BUSY_TIMEOUT = 20.0  # seconds a writer waits for another one (a sweep writes for milliseconds)
+AT_RISK = ("warning", "error", "critical")  # severities whose rules make up a host's state
+MAX_PIDS = 64  # per finding, in the record
+_CHUNK = 500  # SQLite's bound on ? parameters is 32766; stay far below it
+
+
+class HistoryError(Exception):
+    """One line: what happened to which file."""
+
+
+def default_path() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "vastprobe" / "history.sqlite"
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:200]
+
+
+@contextlib.contextmanager
+def _errors(path: Path, doing: str):  # type: ignore[no-untyped-def]
+    try:
+        yield
+    except HistoryError:
+        raise
+    except SchemaError as exc:
+        raise HistoryError(f"history {path} {exc}; {doing}") from exc
+    except (sqlite3.Error, OSError, ValueError) as exc:
+        raise HistoryError(f"history {path}: {_reason(exc)}; {doing}") from exc
+
+
+def open_history(path: Path, readonly: bool = False, busy_timeout: float = BUSY_TIMEOUT) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are explicit). Read-only opens never create
+    the file and never migrate it."""
+    path = Path(path)
+    doing = "nothing was read" if readonly else "this run was not recorded"
+    with _errors(path, doing):
+        if readonly:
+            if not path.is_file():
+                raise HistoryError(f"history {path}: no such file (a sweep writes it)")
+            mode = "rw" if os.access(path, os.W_OK) and os.access(path.parent, os.W_OK) else "ro"
+            con = sqlite3.connect(f"{path.resolve().as_uri()}?mode={mode}", uri=True, timeout=busy_timeout)
+        else:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            new = not path.exists()
+            con = sqlite3.connect(path, timeout=busy_timeout)
+            if new:  # host names and process names: readable by the owner only, before anything is in it
+                os.chmod(path, 0o600)
+        con.isolation_level = None
+        try:
+            con.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            if readonly:
+                if needs_migration(con):
+                    raise SchemaError("is from an older vastprobe; the next sweep migrates it")
+            else:
+                _wal(con, busy_timeout)
+                con.execute("PRAGMA synchronous = NORMAL")  # with WAL: a power cut loses the last sweep, never the file
+                migrate(con)
+        except BaseException:
+            con.close()
+            raise
+    return con
+
+
+def _wal(con: sqlite3.Connection, busy_timeout: float) -> None:
+    """Switch a file to WAL (a no-op once it is). The switch wants the file to itself, and SQLite
+    answers "locked" at once, without waiting, while other processes are opening a new file too:
+    so retry it here, within the same bound as any other wait."""
+    deadline = time.monotonic() + busy_timeout
+    while True:
+        try:
+            con.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    """What the history knew of a host when a sweep recorded it: the comparison a summary needs."""
+
+    target: str
+    verdict: str
+    previous_verdict: str | None  # in the host's last recorded run before this one; None: first seen
+    previous_verdict_since: float | None
+    verdict_since: float  # start of the current run of this verdict
+    verdict_sweeps: int
+    last_healthy: float | None
+    transitions_total: int
+    in_order: bool = True  # False: an overlapping run older than the host's last record; kept as raw only
+
+    @property
+    def change(self) -> Literal["new", "still", "recovered"] | None:
+        if not self.in_order:
+            return None
+        if self.verdict == "stalled":
+            return "still" if self.previous_verdict == "stalled" else "new"
+        if self.previous_verdict == "stalled" and self.verdict in ("healthy", "degraded"):
+            return "recovered"
+        return None
+
+
+def state_rules(r: HostReport) -> str:
+    return ",".join(sorted({f.rule for f in r.findings if f.severity in AT_RISK}))
+
+
+def details_body(r: HostReport) -> str | None:
+    if r.error is None and not r.findings:
+        return None
+    findings = [
+        {"rule": f.rule, "code": f.code, "severity": f.severity, "summary": f.summary, "pids": list(f.pids[:MAX_PIDS])}
+        for f in r.findings
+    ]
+    return json.dumps({"error": r.error, "findings": findings}, separators=(",", ":"), ensure_ascii=False)
+
+
+def _ms(timings: dict[str, float], key: str) -> int | None:
+    v = timings.get(key)
+    return round(v * 1000) if isinstance(v, (int, float)) and v == v else None
+
+
+_HOST_COLUMNS = (
+    "id, target, labels, state_id, episode_id, last_seen, state_since, state_sweeps, verdict_since, "
+    "verdict_sweeps, last_healthy, transitions_total"
+)
+
+
+@dataclass
+class _Host:
+    id: int
+    target: str
+    labels: str | None
+    state_id: int
+    episode_id: int
+    last_seen: float
+    state_since: float
+    state_sweeps: int
+    verdict_since: float
+    verdict_sweeps: int
+    last_healthy: float | None
+    transitions_total: int
+
+
+def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
+    for i in range(0, len(items), _CHUNK):
+        yield items[i : i + _CHUNK]
+
+
+class HistoryStore:
+    def __init__(self, path: Path, busy_timeout: float = BUSY_TIMEOUT) -> None:
+        self.path = Path(path)
+        self.con = open_history(self.path, busy_timeout=busy_timeout)
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> HistoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def record(
+        self,
+        reports: Sequence[HostReport],
+        *,
+        started_at: float,
+        finished_at: float,
+        kind: str = "sweep",
+        shard: str | None = None,
+        complete: bool = True,
+        keep: float = DEFAULT_KEEP,
+    ) -> dict[str, HostMemory]:
+        """One transaction: the sweep, every host's observation and new state, the pruning."""
+        latest = {r.target: r for r in reports}  # a target named twice counts once, as last seen
+        with _errors(self.path, "this run was not recorded"):
+            con = self.con
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                memory = self._record(con, list(latest.values()), started_at, finished_at, kind, shard, complete)
+                prune(con, finished_at - keep)
+                con.execute("COMMIT")
+            except BaseException:
+                if con.in_transaction:
+                    con.execute("ROLLBACK")
+                raise
+        return memory
+
+    def _record(
+        self,
+        con: sqlite3.Connection,
+        reports: list[HostReport],
+        t: float,
+        finished_at: float,
+        kind: str,
+        shard: str | None,
+        complete: bool,
+    ) -> dict[str, HostMemory]:
+        cur = con.execute(
+            "INSERT INTO sweeps (started_at, finished_at, kind, shard, hosts, complete) VALUES (?, ?, ?, ?, ?, ?)",
+            (t, finished_at, kind, shard, len(reports), int(complete)),
+        )
+        sweep_id = cur.lastrowid
+        states = {(s, v, r): i for i, s, v, r in con.execute("SELECT id, status, verdict, rules FROM states")}
+        verdict_of = {i: v for (_, v, _), i in states.items()}
+        hosts: dict[str, _Host] = {}
+        for chunk in _chunks([r.target for r in reports]):
+            marks = ",".join("?" * len(chunk))
+            for row in con.execute(f"SELECT {_HOST_COLUMNS} FROM hosts WHERE target IN ({marks})", chunk):
+                hosts[row[1]] = _Host(*row)
+        details_ids: dict[bytes, int] = {}
+        observations = []
+        host_updates = []
+        memory: dict[str, HostMemory] = {}
+        for r in reports:
+            key = (r.status, r.verdict, state_rules(r))
+            if key not in states:
+                row = con.execute("INSERT INTO states (status, verdict, rules) VALUES (?, ?, ?) RETURNING id", key)
+                states[key] = row.fetchone()[0]
+                verdict_of[states[key]] = r.verdict
+            state_id = states[key]
+            details_id = None
+            body = details_body(r)
+            if body is not None:
+                digest = hashlib.sha256(body.encode()).digest()[:16]
+                details_id = details_ids.get(digest)
+                if details_id is None:
+                    details_id = details_ids[digest] = con.execute(
+                        "INSERT INTO details (digest, body, last_used) VALUES (?, ?, ?) ON CONFLICT (digest) "
+                        "DO UPDATE SET last_used = max(last_used, excluded.last_used) RETURNING id",
+                        (digest, body, t),
+                    ).fetchone()[0]
+            labels = json.dumps(r.labels, sort_keys=True) if r.labels else None
+            h = hosts.get(r.target)
+            if h is None:
+                host_id = con.execute(
+                    "INSERT INTO hosts (target, labels, first_seen, last_seen, state_id, details_id, episode_id, "
+                    "state_since, state_sweeps, verdict_since, verdict_sweeps, last_healthy, transitions_total) "
+                    "VALUES (?, ?, ?, ?, ?, ?, 0, ?, 1, ?, 1, ?, 0)",
+                    (r.target, labels, t, t, state_id, details_id, t, t, t if r.verdict == "healthy" else None),
+                ).lastrowid
+                episode = con.execute(
+                    "INSERT INTO episodes (host_id, state_id, started_at) VALUES (?, ?, ?)", (host_id, state_id, t)
+                ).lastrowid
+                con.execute("UPDATE hosts SET episode_id = ? WHERE id = ?", (episode, host_id))
+                memory[r.target] = HostMemory(
+                    r.target, r.verdict, None, None, t, 1, t if r.verdict == "healthy" else None, 0
+                )
+            else:
+                host_id = h.id
+                previous_verdict = verdict_of.get(h.state_id)
+                if t < h.last_seen:  # an overlapping run that started earlier finished later
+                    memory[r.target] = HostMemory(
+                        r.target, r.verdict, previous_verdict, h.verdict_since, h.verdict_since,
+                        h.verdict_sweeps, h.last_healthy, h.transitions_total, in_order=False,
+                    )  # fmt: skip
+                else:
+                    memory[r.target] = self._advance(con, h, r, state_id, previous_verdict, t)
+                    host_updates.append(
+                        (labels, t, h.state_id, details_id, h.episode_id, h.state_since, h.state_sweeps,
+                         h.verdict_since, h.verdict_sweeps, h.last_healthy, h.transitions_total, h.id)
+                    )  # fmt: skip
+            observations.append(
+                (sweep_id, host_id, state_id, details_id, _ms(r.timings, "connect"), _ms(r.timings, "probe"),
+                 _ms(r.timings, "analysis"))
+            )  # fmt: skip
+        con.executemany("INSERT INTO observations VALUES (?, ?, ?, ?, ?, ?, ?)", observations)
+        con.executemany(
+            "UPDATE hosts SET labels = ?, last_seen = ?, state_id = ?, details_id = ?, episode_id = ?, "
+            "state_since = ?, state_sweeps = ?, verdict_since = ?, verdict_sweeps = ?, last_healthy = ?, "
+            "transitions_total = ? WHERE id = ?",
+            host_updates,
+        )
+        return memory
+
+    @staticmethod
+    def _advance(
+        con: sqlite3.Connection, h: _Host, r: HostReport, state_id: int, previous_verdict: str | None, t: float
+    ) -> HostMemory:
+        """Move a host's current state on by one observation (mutates `h`)."""
+        previous_verdict_since = h.verdict_since
+        if state_id != h.state_id:
+            con.execute(
+                "UPDATE episodes SET last_seen = ?, sweeps = ? WHERE id = ?",
+                (h.last_seen, h.state_sweeps, h.episode_id),
+            )
+            h.episode_id = con.execute(
+                "INSERT INTO episodes (host_id, state_id, started_at, prev_state_id, prev_last_seen) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (h.id, state_id, t, h.state_id, h.last_seen),
+            ).lastrowid  # type: ignore[assignment]
+            h.state_id, h.state_since, h.state_sweeps = state_id, t, 1
+            h.transitions_total += 1
+        else:
+            h.state_sweeps += 1
+        if r.verdict != previous_verdict:
+            h.verdict_since, h.verdict_sweeps = t, 1
+        else:
+            h.verdict_sweeps += 1
+        if r.verdict == "healthy":
+            h.last_healthy = t
+        h.last_seen = t
+        return HostMemory(
+            r.target, r.verdict, previous_verdict, previous_verdict_since, h.verdict_since, h.verdict_sweeps,
+            h.last_healthy, h.transitions_total,
+        )  # fmt: skip
+
+
+def prune(con: sqlite3.Connection, cutoff: float) -> None:
+    """Drop what ended before `cutoff`. A host's current state is kept with its true start, however
+    old; a host not seen since the cutoff goes with all it had."""
+    old = con.execute("SELECT max(id) FROM sweeps WHERE started_at < ?", (cutoff,)).fetchone()[0]
+    if old is not None:
+        con.execute("DELETE FROM observations WHERE sweep_id <= ?", (old,))
+        con.execute("DELETE FROM sweeps WHERE id <= ?", (old,))
+    con.execute(  # through the started_at index: only what began before the cutoff is looked at
+        "DELETE FROM episodes WHERE started_at < ? AND last_seen IS NOT NULL AND last_seen < ?", (cutoff, cutoff)
+    )
+    gone = [row[0] for row in con.execute("SELECT id FROM hosts WHERE last_seen < ?", (cutoff,))]
+    if gone:
+        con.executemany("DELETE FROM episodes WHERE host_id = ?", [(i,) for i in gone])
+        con.executemany("DELETE FROM hosts WHERE id = ?", [(i,) for i in gone])
+    con.execute("DELETE FROM details WHERE last_used < ?", (cutoff,))
+
+
+def record_safely(
+    path: Path,
+    reports: Sequence[HostReport],
+    *,
+    started_at: float,
+    finished_at: float,
+    kind: str = "sweep",
+    shard: str | None = None,
+    complete: bool = True,
+    keep: float = DEFAULT_KEEP,
+    busy_timeout: float = BUSY_TIMEOUT,
+) -> tuple[dict[str, HostMemory], str | None]:
+    """Record and compare, or say in one line why not: (memory, warning). Never raises."""
+    try:
+        with HistoryStore(path, busy_timeout) as store:
+            memory = store.record(
+                reports, started_at=started_at, finished_at=finished_at, kind=kind, shard=shard,
+                complete=complete, keep=keep,
+            )  # fmt: skip
+        return memory, None
+    except HistoryError as exc:
+        return {}, str(exc)
+    except Exception as exc:  # history never costs a result, whatever went wrong
+        return {}, f"history {path}: {type(exc).__name__}: {_reason(exc)}; this run was not recorded"
