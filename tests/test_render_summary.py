@@ -89,7 +89,7 @@ def test_a_real_sweep_of_forty_vast_instances(tmp_path: Path, reap) -> None:
             data.append({"id": 7700 + i, "label": f"train-{i}", "actual_status": status,
                          "ssh_host": f"127.0.0.{i}", "ssh_port": port})  # fmt: skip
         r = subprocess.run([sys.executable, "-m", "vastprobe", "sweep", "-", "--format", "table", "-i", str(key),
-                            "--known-hosts", str(kh), "--sample", "0.2", "--pid", str(p.pid)],
+                            "--known-hosts", str(kh), "--sample", "0.2", "--pid", str(p.pid), "--no-history"],
                            input=json.dumps(data), capture_output=True, text=True, timeout=300,
                            env={**os.environ, "COLUMNS": "120"})  # fmt: skip
         out = r.stdout
@@ -120,7 +120,7 @@ def test_progress_line_is_there_at_once_with_time_and_hosts_in_flight(tmp_path: 
     sock = tmp_path / "tmux.sock"
     targets = f"root@127.0.0.1:{hang.port},root@127.0.0.2:{hang.port}"
     cmd = (f"{sys.executable} -m vastprobe sweep -w {targets} -i {hang.user_key} --known-hosts {hang.known_hosts} "
-           f"--timeout 120 --format table; sleep 60")  # fmt: skip
+           f"--timeout 120 --format table --no-history; sleep 60")  # fmt: skip
     subprocess.run(["tmux", "-S", str(sock), "new-session", "-d", "-x", "120", "-y", "20", "-s", "vp", cmd], check=True)
     try:
 
