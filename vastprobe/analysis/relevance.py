@@ -96,10 +96,16 @@ def rank_artifacts(
     return out
 
 
+#: Processes that started this soon after boot are the system's (a host's init), not a job's.
+BOOT_SECONDS = 30
+
+
 def job_start(snapshot: HostSnapshot, job: Sequence[Process]) -> tuple[float, Process] | None:
-    """When the job's earliest process started, on the target's clock."""
+    """When the job's earliest process started, on the target's clock; None for the boot's own."""
     btime = snapshot.host.btime
-    if isinstance(btime, Unavailable) or not job:
+    tck = snapshot.host.clk_tck
+    started = [p for p in job if p.starttime / tck >= BOOT_SECONDS]
+    if isinstance(btime, Unavailable) or not started:
         return None
-    first = min(job, key=lambda p: (p.starttime, p.pid))
-    return btime + first.starttime / snapshot.host.clk_tck, first
+    first = min(started, key=lambda p: (p.starttime, p.pid))
+    return btime + first.starttime / tck, first

@@ -91,7 +91,7 @@ def _process_rows(console: Console, snap: HostSnapshot, shown: list[Process]) ->
     for p in shown:
         pr = progress(p)
         cpu = f"{pr.cpu_ticks / snap.host.clk_tck:.2f}s" if pr.sampled else "-"
-        wchan = p.wchan if not isinstance(p.wchan, Unavailable) else "?"
+        wchan = "?" if isinstance(p.wchan, Unavailable) else "-" if p.wchan in ("0", "") else p.wchan
         row = Text(f"{p.pid:>7} {p.ppid:>7} {p.state:<2} {safe(wchan, 18):<18} {cpu:>6}  ")
         row.append(safe(p.command, 400), style="dim")
         cropped(console, "  ", row)
