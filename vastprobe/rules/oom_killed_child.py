@@ -52,8 +52,8 @@ def check(ctx: Context) -> Iterator[Finding]:
     yield from _folded(
         [m for m in ctx.oom_matches if m.tie == "elsewhere"],
         "elsewhere on the host, not tied to the watched job",
-        "victims",
-        "context: other memory cgroups or processes",
+        "context",
+        "in other memory cgroups, or tied to no watched process",
         "nothing to do for the watched job; the host (or a neighbour) is short of memory",
         "info",
     )
