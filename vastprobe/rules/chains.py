@@ -8,7 +8,9 @@ progress over the window; nothing when it is working (a slow server, a busy lock
 
 from __future__ import annotations
 
-from vastprobe.analysis.stalls import StalledChain, StallEvidence
+from collections.abc import Iterator
+
+from vastprobe.analysis.stalls import ChainKind, StalledChain, StallEvidence
 from vastprobe.analysis.waitgraph import Chain, WaitEdge
 from vastprobe.model import Evidence, Process, Severity, Unavailable
 from vastprobe.rules.base import Context
@@ -82,6 +84,18 @@ def severity(ctx: Context, s: StalledChain, stall: StallEvidence) -> Severity | 
     if stall:
         return "error"
     return "warning"
+
+
+def stalled(ctx: Context, *kinds: ChainKind) -> Iterator[tuple[StalledChain, WaitEdge, StallEvidence, Severity]]:
+    """The stalled chains of these kinds that are worth a finding, with their resource edge, the
+    evidence that work should be happening, and the severity; a chain whose blocker works is left out."""
+    for s in ctx.stalled_chains:
+        if s.kind not in kinds or s.edge is None:
+            continue
+        stall = ctx.stall_evidence(s)
+        sev = severity(ctx, s, stall)
+        if sev is not None:
+            yield s, s.edge, stall, sev
 
 
 def names(ctx: Context, pids: tuple[int, ...], limit: int = 4) -> str:

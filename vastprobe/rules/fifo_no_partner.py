@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from vastprobe.model import Finding
 from vastprobe.rules.base import Context, Rule, RuleMeta
-from vastprobe.rules.chains import chain_evidence, severity
+from vastprobe.rules.chains import chain_evidence, stalled
 
 META = RuleMeta(
     "fifo-no-partner", "VP113", "error", "a process waits to open a FIFO that nobody opens from the other end"
@@ -20,21 +20,16 @@ META = RuleMeta(
 
 
 def check(ctx: Context) -> Iterator[Finding]:
-    for s in ctx.stalled_chains:
-        if s.kind != "fifo-open" or s.edge is None:
-            continue
-        stall = ctx.stall_evidence(s)
-        sev = "error" if stall else "warning"
-        if severity(ctx, s, stall) is None:
-            continue
-        opener = ctx.tree.by_pid[s.edge.waiter]
+    for s, edge, stall, _sev in stalled(ctx, "fifo-open"):
+        sev = "error" if stall else "warning"  # the opener is its own blocker: only evidence raises it
+        opener = ctx.tree.by_pid[edge.waiter]
         via = (
             f"{ctx.proc_label(s.waiter)} waits on {opener.comm} ({opener.pid}), which"
             if s.waiter != opener.pid
             else f"{opener.comm} ({opener.pid})"
         )
         yield META.finding(
-            f"{via} is blocked opening {s.edge.what}",
+            f"{via} is blocked opening {edge.what}",
             s.chain.pids,
             [*chain_evidence(ctx, s), *stall.evidence],
             "whatever should open the other end never did (it failed, or was never started): start it, or "

@@ -12,20 +12,13 @@ from collections.abc import Iterator
 
 from vastprobe.model import Finding
 from vastprobe.rules.base import Context, Rule, RuleMeta
-from vastprobe.rules.chains import chain_evidence, names, severity
+from vastprobe.rules.chains import chain_evidence, names, stalled
 
 META = RuleMeta("file-lock-wait", "VP111", "error", "a process waits for a file lock held by a process that is stuck")
 
 
 def check(ctx: Context) -> Iterator[Finding]:
-    for s in ctx.stalled_chains:
-        if s.kind != "file-lock" or s.edge is None:
-            continue
-        stall = ctx.stall_evidence(s)
-        sev = severity(ctx, s, stall)
-        if sev is None:
-            continue  # the holder works: ordinary contention
-        edge = s.edge
+    for s, edge, stall, sev in stalled(ctx, "file-lock"):  # a chain whose blocker works is left out
         waiter = ctx.tree.by_pid[s.waiter]
         where = edge.path or "a file"
         if not edge.holders:

@@ -11,20 +11,13 @@ from collections.abc import Iterator
 
 from vastprobe.model import Finding
 from vastprobe.rules.base import Context, Rule, RuleMeta
-from vastprobe.rules.chains import chain_evidence, names, severity
+from vastprobe.rules.chains import chain_evidence, names, stalled
 
 META = RuleMeta("fuse-no-answer", "VP114", "error", "a process waits on a FUSE server that does not answer")
 
 
 def check(ctx: Context) -> Iterator[Finding]:
-    for s in ctx.stalled_chains:
-        if s.kind != "fuse" or s.edge is None:
-            continue
-        stall = ctx.stall_evidence(s)
-        sev = severity(ctx, s, stall)
-        if sev is None:
-            continue  # the server works: a slow backend
-        edge = s.edge
+    for s, edge, stall, sev in stalled(ctx, "fuse"):  # a chain whose blocker works is left out
         waiter = ctx.tree.by_pid[s.waiter]
         who = f"thread {edge.thread} of " if edge.thread else ""
         via = f", through {who}{ctx.proc_label(edge.waiter)}," if edge.waiter != s.waiter or edge.thread else ""

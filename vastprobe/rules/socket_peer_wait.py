@@ -14,25 +14,18 @@ from collections.abc import Iterator
 
 from vastprobe.model import Evidence, Finding
 from vastprobe.rules.base import Context, Rule, RuleMeta
-from vastprobe.rules.chains import chain_evidence, names, severity
+from vastprobe.rules.chains import chain_evidence, names, stalled
 
 META = RuleMeta("socket-peer-wait", "VP112", "error", "a process waits on a connection whose peer does not answer")
 
 
 def check(ctx: Context) -> Iterator[Finding]:
-    for s in ctx.stalled_chains:
-        if s.kind not in ("tcp", "unix-socket") or s.edge is None:
-            continue
-        edge = s.edge
-        stall = ctx.stall_evidence(s)
+    for s, edge, stall, sev in stalled(ctx, "tcp", "unix-socket"):  # a peer that works is left out
         unread = edge.peer.recv_queue if edge.peer is not None and edge.peer.recv_queue else 0
         if not edge.holders and not stall:
             continue  # a remote peer, or one we cannot see: only other evidence makes it a stall
         if edge.inferred and not unread and not stall:
             continue  # poll() over a connection whose peer has nothing pending: an idle client
-        sev = severity(ctx, s, stall)
-        if sev is None:
-            continue
         waiter = ctx.tree.by_pid[s.waiter]
         via = f", through {ctx.proc_label(edge.waiter)}," if edge.waiter != s.waiter else ""
         if edge.holders:
