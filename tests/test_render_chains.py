@@ -79,3 +79,28 @@ def test_a_socket_peer_is_named_with_its_connection(reap, tmp_path: Path) -> Non
     assert lines[i + 2].startswith(f"        └─ connected to 127.0.0.1:{port} (TCP) held by {srv.pid} ")
     assert lines[i + 2].endswith(" (below)")
     assert lines[i + 3].startswith(f"     {srv.pid} ") and "◀ blocker (idle)" in lines[i + 3]
+
+
+VFORK_C = "#include <unistd.h>\nint main(void) { if (vfork() == 0) { for (;;) pause(); } return 0; }\n"
+
+
+def test_a_d_state_chain_is_drawn_like_a_stopped_one(reap, tmp_path: Path) -> None:
+    """A vfork() parent sleeps uninterruptibly until its child execs or exits: a real D state."""
+    import shutil
+
+    import pytest
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("needs a C compiler to make a vfork() parent")
+    (tmp_path / "v.c").write_text(VFORK_C)
+    subprocess.run([cc, "-o", str(tmp_path / "vforker"), str(tmp_path / "v.c")], check=True)
+    job = subprocess.Popen(["bash", "-c", f"{tmp_path / 'vforker'}; echo done"], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: any(Path(f"/proc/{k}/stat").read_text().split(") ")[1][0] == "D" for k in children_of(job.pid)),
+             what="vforker in D")  # fmt: skip
+    vforker = children_of(job.pid)[0]
+    lines = table(job.pid)
+    assert "waits on it" in lines[0] and "uninterruptible" in lines[0]
+    i = next(n for n, line in enumerate(lines) if line.startswith(f"     {job.pid} bash  S do_wait"))
+    assert lines[i + 1].startswith(f"     └─ waits for child → {vforker} vforker  ◀ blocker (uninterruptible)  D ")

@@ -231,9 +231,11 @@ def _why(ctx: Context, s: StalledChain) -> str | None:
         return "orphan"
     if s.kind == "deadlock":
         return "cycle"
+    end = ctx.tree.by_pid.get(s.chain.end)
+    if end is not None and end.state in ("T", "t", "D"):
+        return _state_word(ctx, s.chain.end)
     if s.dead_end:
-        end = ctx.tree.by_pid.get(s.chain.end)
-        return _state_word(ctx, s.chain.end) if end is not None and end.state in ("T", "t") else s.dead_end
+        return s.dead_end
     if s.idle:
         return "idle"
     return None
