@@ -83,7 +83,7 @@ def test_hostile_names_do_not_reach_the_terminal(tmp_path: Path) -> None:
         import os
 
         wide = {**os.environ, "COLUMNS": "400"}
-        r = run("diagnose", "local", "--format", "table", "--sample", "0", "--pid", str(p.pid), env=wide)
+        r = run("diagnose", "local", "--format", "table", "--sample", "0", "--pid", str(p.pid), "-v", env=wide)
         assert "\x1b" not in r.stdout
         assert "\\x1b]0;pwned\\x07[bold red]X[/bold red]" in r.stdout
         j = run("diagnose", "local", "--format", "json", "--sample", "0", "--pid", str(p.pid))
@@ -100,7 +100,7 @@ def test_rules_catalogue_and_explain() -> None:
     assert r.returncode == 0 and len(rows) >= 8
     assert all(set(row) == {"rule", "code", "severity", "summary"} for row in rows)
     e = run("rules", "VP102")
-    assert e.returncode == 0 and e.stdout.startswith("VP102 oom-killed-child (error)")
+    assert e.returncode == 0 and e.stdout.startswith("# oom-killed-child (VP102, error)")
     assert run("rules", "no-such-rule").returncode == 2
 
 

@@ -72,6 +72,7 @@ def render_everything(r: HostReport, table: bool = True) -> dict[str, str]:
     text, summary = io.StringIO(), io.StringIO()
     if table:
         render_reports([r], file=text)
+        render_reports([r], file=text, verbose=True)
     render_summary([r], summary)
     return {
         "table": text.getvalue(),

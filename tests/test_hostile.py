@@ -326,7 +326,7 @@ async def test_bytes_in_flight_stay_within_the_sweep_budget(tmp_path: Path, monk
         options = DiagnoseOptions(params=ProbeParams(sample=0), timeout=30, ssh=ssh)
         got: list[HostReport] = []
         kept: list[HostReport] = []
-        await sweep([InventoryEntry(t) for t in fleet.targets], options, 7, got.append, budget, kept)
+        await sweep([InventoryEntry(t) for t in fleet.targets], options, 7, got.append, budget=budget, kept=kept)
     finally:
         fleet.stop()
     assert budget.peak <= 6 << 20 and budget.in_flight == 0 and budget.pool_used == 0

@@ -218,8 +218,19 @@ HostKeyOpt = Annotated[
 ]  # fmt: skip
 VerboseOpt = Annotated[
     int,
-    typer.Option("-v", "--verbose", count=True, show_default=False, rich_help_panel=P_SSH,
-                 help="Handshake detail on stderr (-vv, -vvv: more)."),
+    typer.Option("-v", "--verbose", count=True, show_default=False, rich_help_panel=P_OUTPUT,
+                 help="More detail: the report lists every process in scope and every finding in full; "
+                      "SSH handshake detail on stderr (-vv, -vvv: more)."),
+]  # fmt: skip
+ReportVerboseOpt = Annotated[
+    int,
+    typer.Option("-v", "--verbose", count=True, show_default=False, rich_help_panel=P_OUTPUT,
+                 help="The report lists every process in scope and every finding in full."),
+]  # fmt: skip
+BriefOpt = Annotated[
+    bool,
+    typer.Option("--brief", rich_help_panel=P_OUTPUT,
+                 help="JSON/NDJSON without the snapshot (for pipes and cron); a table prints each host's headline alone."),
 ]  # fmt: skip
 ConcurrencyOpt = Annotated[
     int,
@@ -260,20 +271,20 @@ def _options(
     )
 
 
-def _emit(reports: list, fmt: OutputFormat) -> None:
+def _emit(reports: list, fmt: OutputFormat, verbose: int = 0, brief: bool = False) -> None:
     if fmt is OutputFormat.table:
         from vastprobe.render.table import render_reports
 
-        render_reports(reports)
+        render_reports(reports, verbose=verbose > 0, brief=brief)
         return
     from vastprobe.render.jsonable import dumps, host_report_dict, report_document
 
     if fmt is OutputFormat.ndjson:
         for r in reports:
-            sys.stdout.write(dumps(host_report_dict(r)) + "\n")
+            sys.stdout.write(dumps(host_report_dict(r, brief)) + "\n")
     else:
         indent = 1 if sys.stdout.isatty() else None  # compact for pipes: smaller and faster
-        sys.stdout.write(dumps(report_document(reports), indent=indent) + "\n")
+        sys.stdout.write(dumps(report_document(reports, brief), indent=indent) + "\n")
     sys.stdout.flush()
 
 
@@ -364,7 +375,7 @@ def _unique(targets: list[str], what: str = "target") -> list[str]:
     return out
 
 
-def _run_entries(entries: list, options, concurrency: int, on_report) -> tuple[list, bool]:  # type: ignore[no-untyped-def]
+def _run_entries(entries: list, options, concurrency: int, on_report, on_start=None) -> tuple[list, bool]:  # type: ignore[no-untyped-def]
     """Probe every entry; returns (reports in completion order, interrupted). Ctrl-C stops the run
     and keeps what finished."""
     import asyncio
@@ -378,7 +389,7 @@ def _run_entries(entries: list, options, concurrency: int, on_report) -> tuple[l
 
         warm_analysis()
     try:
-        asyncio.run(run_sweep(entries, options, concurrency, on_report, kept=done))
+        asyncio.run(run_sweep(entries, options, concurrency, on_report, on_start, kept=done))
     except KeyboardInterrupt:
         return done, True
     return done, False
@@ -421,6 +432,7 @@ def diagnose(
     known_hosts: KnownHostsOpt = None,
     host_key_check: HostKeyOpt = None,
     verbose: VerboseOpt = 0,
+    brief: BriefOpt = False,
     history: HistoryOpt = None,
     keep: KeepOpt = "30d",
 ) -> None:
@@ -453,7 +465,7 @@ def diagnose(
     reports = sorted(done, key=lambda r: order.get(r.target, len(order)))
     if fleet is not None:
         reports = fleet.finish(reports, kind="diagnose", complete=not interrupted)
-    _emit(reports, _format(fmt, json_flag))
+    _emit(reports, _format(fmt, json_flag), verbose, brief)
     if interrupted:
         _say_interrupted(done, entries, "targets")
         raise typer.Exit(EXIT_INTERRUPTED)
@@ -546,19 +558,19 @@ def _inventory(
     return unique
 
 
-def _document(reports: list, fmt: OutputFormat, memory=None) -> str:  # type: ignore[no-untyped-def]
+def _document(reports: list, fmt: OutputFormat, brief: bool = False, elapsed: float | None = None, memory=None) -> str:  # type: ignore[no-untyped-def]
     from vastprobe.render.jsonable import dumps, host_report_dict, report_document
 
     if fmt is OutputFormat.ndjson:
-        return "".join(dumps(host_report_dict(r)) + "\n" for r in reports)
+        return "".join(dumps(host_report_dict(r, brief)) + "\n" for r in reports)
     if fmt is OutputFormat.json:
-        return dumps(report_document(reports)) + "\n"
+        return dumps(report_document(reports, brief)) + "\n"
     import io
 
     from vastprobe.render.summary import render_summary
 
     buf = io.StringIO()
-    render_summary(reports, buf, memory)
+    render_summary(reports, buf, memory=memory, elapsed=elapsed)
     return buf.getvalue()
 
 
@@ -643,6 +655,7 @@ def sweep(
     known_hosts: KnownHostsOpt = None,
     host_key_check: HostKeyOpt = None,
     verbose: VerboseOpt = 0,
+    brief: BriefOpt = False,
     history: HistoryOpt = None,
     no_history: NoHistoryOpt = False,
     keep: KeepOpt = "30d",
@@ -656,9 +669,10 @@ def sweep(
       vastprobe sweep --hostfile fleet.txt --format ndjson --output last.ndjson
       vastai show instances --raw | vastprobe sweep - --concurrency 64
     """
+    import time
     from dataclasses import replace
 
-    from vastprobe.sweep import plan, progress_printer
+    from vastprobe.sweep import plan
 
     entries = _inventory(inventory, nodes or [], hostfile or [], exclude_nodes or [])
     fleet = _FleetMemory(None if no_history else history or _default_history(), keep, group_by, shard)
@@ -677,22 +691,38 @@ def sweep(
     chosen = _format(fmt, json_flag)
     from vastprobe.render.jsonable import dumps, host_report_dict
 
-    tick = progress_printer(len(entries))
+    t0 = time.monotonic()
+    progress = None
+    if sys.stderr.isatty():
+        from vastprobe.render.progress import progress_for
+
+        progress = progress_for(len(entries))  # 0/N at once, then redrawn with the time and hosts in flight
 
     def on_report(r) -> None:  # type: ignore[no-untyped-def]
         if chosen is OutputFormat.ndjson and fleet.group_by is None:  # outliers need the whole group first
-            sys.stdout.write(dumps(host_report_dict(r)) + "\n")
+            sys.stdout.write(dumps(host_report_dict(r, brief)) + "\n")
             sys.stdout.flush()
-        if tick is not None:
-            tick(r)
+        if progress is not None:
+            progress.finished(r.status, probed=r.status != "skipped")
 
-    reports, interrupted = _run_entries(entries, options, p.concurrency, on_report)
-    reports = fleet.finish(reports, complete=not interrupted)
-    if chosen is not OutputFormat.ndjson or fleet.group_by is not None:
-        sys.stdout.write(
-            _json_out(reports) if chosen is OutputFormat.json else _document(reports, chosen, fleet.memory)
+    try:
+        reports, interrupted = _run_entries(
+            entries, options, p.concurrency, on_report, progress.started if progress is not None else None
         )
-        sys.stdout.flush()
+    finally:
+        if progress is not None:
+            progress.stop()
+    elapsed = time.monotonic() - t0
+    reports = fleet.finish(reports, complete=not interrupted)
+    if chosen is OutputFormat.table:
+        from vastprobe.render.summary import render_summary
+
+        render_summary(reports, sys.stdout, memory=fleet.memory, elapsed=elapsed)
+    elif chosen is OutputFormat.json:
+        sys.stdout.write(_json_out(reports, brief))
+    elif fleet.group_by is not None:  # NDJSON held back until the outliers are known
+        sys.stdout.write(_document(reports, chosen, brief))
+    sys.stdout.flush()
     if interrupted:
         _say_interrupted(reports, entries)
         if output is not None or prom is not None:
@@ -701,7 +731,7 @@ def sweep(
     from vastprobe.fileio import write_atomic
 
     if output is not None:
-        write_atomic(output.expanduser(), _document(reports, chosen, fleet.memory))
+        write_atomic(output.expanduser(), _document(reports, chosen, brief, elapsed, fleet.memory))
     if prom is not None:
         from vastprobe.render.prometheus import render_prometheus
 
@@ -709,10 +739,10 @@ def sweep(
     raise typer.Exit(exit_code(reports))
 
 
-def _json_out(reports: list) -> str:
+def _json_out(reports: list, brief: bool = False) -> str:
     from vastprobe.render.jsonable import dumps, report_document
 
-    return dumps(report_document(reports), indent=1 if sys.stdout.isatty() else None) + "\n"
+    return dumps(report_document(reports, brief), indent=1 if sys.stdout.isatty() else None) + "\n"
 
 
 @app.command(cls=Command, context_settings=CONTEXT, epilog=EXIT_EPILOG)
@@ -797,6 +827,8 @@ def analyze(
     expect_gpus: GpusOpt = None,
     fmt: FormatOpt = None,
     json_flag: JsonOpt = False,
+    verbose: ReportVerboseOpt = 0,
+    brief: BriefOpt = False,
 ) -> None:
     """Run the rules on saved captures, offline.
 
@@ -833,7 +865,7 @@ def analyze(
             usage_error(f"capture of {cap.target}: scope {exc.format_message()}")
         opts = replace(base, params=cap.params, pids=scope_pids, matches=scope_matches)
         reports.append(report_from_capture(cap, opts))
-    _emit(reports, _format(fmt, json_flag))
+    _emit(reports, _format(fmt, json_flag), verbose, brief)
     raise typer.Exit(exit_code(reports))
 
 
@@ -843,7 +875,7 @@ def rules(
     fmt: FormatOpt = None,
     json_flag: JsonOpt = False,
 ) -> None:
-    """The rule catalogue: slug, code, severity, one line each; with a name, what that rule does.
+    """The rule catalogue: slug, code, severity, one line each; with a name, that rule's page (docs/rules).
 
     [b]Examples[/b]
       vastprobe rules
@@ -856,9 +888,12 @@ def rules(
         rule = find_rule(name)
         if rule is None:
             usage_error(f"no rule {name!r}; `vastprobe rules` lists them")
-        doc = sys.modules[rule.check.__module__].__doc__ or ""
-        m = rule.meta
-        typer.echo(f"{m.code} {m.slug} ({m.severity}): {m.summary}\n\n{doc.strip()}")
+        page = _rule_page(rule.meta.slug)
+        if page is None:  # an installation without its docs: the module's own words
+            doc = sys.modules[rule.check.__module__].__doc__ or ""
+            m = rule.meta
+            page = f"{m.code} {m.slug} ({m.severity}): {m.summary}\n\n{doc.strip()}\n"
+        sys.stdout.write(page)
         return
 
     rows = [
@@ -874,6 +909,16 @@ def rules(
             typer.echo(json.dumps(row))
     else:
         typer.echo(json.dumps(rows, indent=1))
+
+
+def _rule_page(slug: str) -> str | None:
+    """docs/rules/<slug>.md, as shipped in the package (vastprobe/ruledocs links to docs/rules)."""
+    from importlib.resources import files
+
+    try:
+        return (files("vastprobe") / "ruledocs" / f"{slug}.md").read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        return None
 
 
 @app.command("probe-script", cls=Command, context_settings=CONTEXT, epilog=EXIT_EPILOG)

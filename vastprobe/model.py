@@ -487,6 +487,49 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class WaitLink:
+    """One drawn edge of a wait chain: `waiter` waits on `holder` (None: no visible process can end
+    it). `label` reads before the holder: "waits for child", "reads pipe:[91234] held by"."""
+
+    waiter: int
+    holder: int | None
+    label: str
+
+
+@dataclass(frozen=True)
+class WaitPicture:
+    """The processes behind one finding, to draw as a tree by PPid with its wait edges labelled."""
+
+    pids: tuple[int, ...]  # waiter first
+    links: tuple[WaitLink, ...]
+    blockers: tuple[int, ...]  # who ends the wait (marked in the drawing)
+    why: str | None = None  # why the blocker does not end it: "idle", "stopped", "orphan", ...
+
+
+@dataclass(frozen=True)
+class Incident:
+    """Findings grouped by cause: the root cause and what follows from it (`caused_by`, the wait
+    chains). `pictures` and the order are for the terminal; JSON carries headline, root, consequences."""
+
+    headline: str
+    root: Finding
+    consequences: tuple[Finding, ...] = ()
+    pictures: tuple[tuple[Finding, WaitPicture], ...] = ()
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return (self.root, *self.consequences)
+
+
+@dataclass(frozen=True)
+class Instant:
+    """A moment of the story on the target's clock (epoch seconds): job start, OOM kill, last log write."""
+
+    wall: float
+    what: str
+
+
+@dataclass(frozen=True)
 class Outlier:
     """This host differs from the majority of its group (`sweep --group-by`): the odd host out."""
 
@@ -507,4 +550,7 @@ class HostReport:
     timings: dict[str, float]
     scope: tuple[int, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)  # from the inventory: vast.ai instance id, label
+    headline: str | None = None  # one line: why the verdict is what it is
+    incidents: tuple[Incident, ...] = ()  # every finding once, grouped by cause, worst first
+    timeline: tuple[Instant, ...] = ()  # key instants, when they tell the story (terminal only)
     outlier_of: Outlier | None = None  # set by `sweep --group-by` on hosts unlike their group

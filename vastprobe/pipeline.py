@@ -19,6 +19,7 @@ from vastprobe.transport.base import TransportResult
 
 if TYPE_CHECKING:
     from vastprobe.model import Finding, HostReport, HostSnapshot
+    from vastprobe.rules.base import Context
 
 #: What turns raw output into a report. Imported lazily: while SSH probes wait on the network, a
 #: background thread imports these (warm_analysis), so their ~70 ms overlap the wait.
@@ -230,31 +231,45 @@ def analyse_capture(capture: Capture, options: DiagnoseOptions, budget: _Budget 
     from vastprobe.analysis.scope import compute_scope
     from vastprobe.analysis.tree import ProcessTree
     from vastprobe.model import HostReport
+    from vastprobe.rules.base import Context
     from vastprobe.rules.engine import run_rules, verdict
 
     budget = budget or _Budget()
     timings = dict(capture.timings)
     if capture.status != "ok":
-        return HostReport(capture.target, capture.status, capture.error, "unknown", (), None, timings)
+        return _told(HostReport(capture.target, capture.status, capture.error, "unknown", (), None, timings))
     t0 = time.monotonic()
     snap, err = _parse(capture, budget)
     if snap is None:
-        return HostReport(capture.target, "probe-error", err, "unknown", (), None, timings)
+        return _told(HostReport(capture.target, "probe-error", err, "unknown", (), None, timings))
     snap = _printable_params(snap)
     budget.check("the process tree")
     tree = ProcessTree(snap)
     scope = compute_scope(snap, options.pids, options.matches, tree)
     if (options.pids or options.matches) and not scope:  # nothing to diagnose: say so, never "healthy"
-        return HostReport(
+        return _told(HostReport(
             capture.target, "ok", _no_process_matches(options, len(snap.processes)), "unknown",
             _probe_findings(snap), snap, timings, scope,
-        )  # fmt: skip
+        ))  # fmt: skip
     budget.check("the rules")
     rule_options = replace(options.rules, explicit_scope=bool(options.pids or options.matches))
-    findings = run_rules(snap, scope, rule_options, tree)
+    ctx = Context(snap, scope, rule_options, tree)
+    findings = run_rules(snap, scope, rule_options, tree, context=ctx)
     findings = (*findings, *_probe_findings(snap))
+    report = _told(HostReport(capture.target, "ok", None, verdict(findings), findings, snap, timings, scope), ctx)
     timings["analysis"] = round(time.monotonic() - t0, 4)
-    return HostReport(capture.target, "ok", None, verdict(findings), findings, snap, timings, scope)
+    return report
+
+
+def _told(r: HostReport, ctx: Context | None = None) -> HostReport:
+    """The report with its findings grouped into incidents, its headline and, for a stall, its timeline."""
+    from vastprobe.analysis.incidents import build_incidents, host_headline
+    from vastprobe.analysis.timeline import build_timeline
+
+    incidents = build_incidents(r.findings, ctx)
+    timeline = build_timeline(ctx, incidents) if ctx is not None and r.verdict in ("stalled", "degraded") else ()
+    headline = host_headline(r.verdict, incidents, len(r.scope), r.error)
+    return replace(r, headline=headline, incidents=incidents, timeline=timeline)
 
 
 def report_from_capture(
@@ -265,7 +280,6 @@ def report_from_capture(
 ) -> HostReport:
     """Never raises: a capture that cannot be analysed at all is a `probe-error` with the reason,
     and one host's capture never costs the others of a sweep their reports."""
-    from vastprobe.model import HostReport
 
     budget = _Budget(time.monotonic() + budget_s if budget_s is not None else None, cancelled)
     try:
@@ -273,20 +287,27 @@ def report_from_capture(
     except AnalysisBudgetExceeded:
         return _over_budget(capture, budget_s)
     except Exception as exc:
-        return HostReport(
-            capture.target, "probe-error", _analysis_failed(exc), "unknown", (), None, dict(capture.timings)
-        )
+        return _failed(capture, _analysis_failed(exc))
+
+
+def _failed(capture: Capture, error: str) -> HostReport:
+    """A host whose output was not analysed: a probe-error with the reason (and, when that much
+    works, its headline)."""
+    from vastprobe.model import HostReport
+
+    r = HostReport(capture.target, "probe-error", error, "unknown", (), None, dict(capture.timings))
+    try:
+        return _told(r)
+    except Exception:
+        return r
 
 
 def _over_budget(capture: Capture, budget_s: float | None) -> HostReport:
-    from vastprobe.model import HostReport
-
-    return HostReport(
-        capture.target, "probe-error",
+    return _failed(
+        capture,
         f"analysing the probe's output ({len(capture.output)} bytes) took longer than its budget of "
         f"{budget_s or ANALYSIS_BUDGET_S:g}s; not analysed (collect it with `vastprobe collect` and analyze it offline)",
-        "unknown", (), None, dict(capture.timings),
-    )  # fmt: skip
+    )
 
 
 _gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()

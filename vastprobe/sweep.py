@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import math
 import resource
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -143,10 +142,13 @@ async def sweep(
     options: DiagnoseOptions,
     concurrency: int,
     on_report: Callable[[HostReport], None],
+    on_start: Callable[[str], None] | None = None,
+    *,
     budget: ByteBudget | None = None,
     kept: list[HostReport] | None = None,
 ) -> list[HostReport]:
-    """Probe every entry once; `on_report` is called as each host finishes (for streaming).
+    """Probe every entry once; `on_report` is called as each host finishes (for streaming),
+    `on_start` as each probe begins (for the progress line's hosts in flight).
     Cancelling the sweep (Ctrl-C) returns nothing more; the caller keeps what `on_report` already
     saw and counts the rest as unfinished. A host's slot (and its bytes) is held until its report
     is made, so at most `concurrency` hosts hold output at once. The reports kept for the end (in
@@ -164,6 +166,8 @@ async def sweep(
             r = skipped_report(entry)
         else:
             async with sem:
+                if on_start is not None:
+                    on_start(entry.target)
                 held = bytes_budget.account()
                 try:
                     cap = await probe_any(entry.target, options, held.take)
@@ -186,26 +190,6 @@ async def sweep(
 
     await asyncio.gather(*(one(e) for e in entries))
     return reports
-
-
-def progress_printer(total: int) -> Callable[[HostReport], None] | None:
-    """A progress bar on stderr when it is a terminal; nothing in cron."""
-    if not sys.stderr.isatty():
-        return None
-    done = {"n": 0, "bad": 0}
-    width = 30
-
-    def tick(r: HostReport) -> None:
-        done["n"] += 1
-        done["bad"] += r.status not in ("ok", "skipped")
-        filled = width * done["n"] // max(1, total)
-        bar = "#" * filled + "." * (width - filled)
-        sys.stderr.write(f"\r[{bar}] {done['n']}/{total} hosts, {done['bad']} not probed ")
-        if done["n"] == total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-    return tick
 
 
 def remember(

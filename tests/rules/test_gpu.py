@@ -425,7 +425,7 @@ def test_xid_catalogue_in_rules_command_and_docs() -> None:
     r = subprocess.run(
         [sys.executable, "-m", "vastprobe", "rules", "gpu-xid"], capture_output=True, text=True, timeout=60
     )
-    assert r.returncode == 0 and "VP107 gpu-xid" in r.stdout
+    assert r.returncode == 0 and "# gpu-xid (VP107, error)" in r.stdout
     assert "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS" in r.stdout and "docs.nvidia.com/deploy/xid-errors" in r.stdout
     doc = (STANDINS.parent.parent / "docs" / "rules" / "gpu-xid.md").read_text()
     for info in CATALOGUE.values():

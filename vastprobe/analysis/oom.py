@@ -177,7 +177,7 @@ def _place_unnamed(
                 if counted
                 else "in the job's memory cgroup by its counter"
             )
-            out[i] = replace(_blame(ev, pool, waiting, parents_of, runs, how), cgroup=counted)
+            out[i] = replace(_blame(ev, pool, waiting, parents_of, runs, how, bounded), cgroup=counted)
         else:
             out[i] = OomMatch(ev, None, "its cgroup is not in the log and the job's counters are spent", "elsewhere")
 
@@ -189,15 +189,17 @@ def _blame(
     parents_of: dict[str, list[Process]],
     runs: dict[str, list[Process]],
     how: str,
+    bounded: bool = True,
 ) -> OomMatch:
     """The victim's likely parent among `pool`: one that still has children of the victim's name,
-    then a wrapper running its program, then one waiting on children; the closest (started last)."""
+    then a wrapper running its program, then one waiting on children; the closest (started last).
+    On a whole host, any process in the victim's cgroup is no parent of it: nobody is named then."""
     ids = {p.pid for p in pool}
     for group, why in (
         (parents_of.get(ev.comm or "", []), "its other children share the victim's name"),
         (runs.get(ev.comm or "", []), "its command line runs the victim's program"),
         ([p for p in pool if p.pid in waiting], "waits on children"),
-        (pool, "the closest watched process"),
+        (pool if bounded else [], "the closest watched process"),
     ):
         cands = [p for p in group if p.pid in ids]
         if cands:

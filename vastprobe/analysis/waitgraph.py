@@ -248,11 +248,10 @@ class WaitGraph:
             candidates = [entry]
         elif isinstance(p.fds, Unavailable):
             candidates = []
-        else:  # no system call to say which fd: every pipe or FIFO end it holds that way
+        else:  # no system call to say which fd: every anonymous pipe end it holds that way (a path
+            # could be a FIFO, or /dev/null opened read-write as stdio: only the system call tells)
             want = ("r", "rw") if reading else ("w", "rw")
-            candidates = [
-                e for e in p.fds if e.mode in want and (e.pipe_inode is not None or e.path in self._fds.paths)
-            ]
+            candidates = [e for e in p.fds if e.mode in want and e.pipe_inode is not None]
         other_modes = ("w", "rw") if reading else ("r", "rw")
         for e in candidates:
             ino = e.pipe_inode
@@ -264,7 +263,7 @@ class WaitGraph:
                 name, kind_e, path = f"FIFO {e.path}", "fifo", e.path
             others = sorted({pid for pid, o in ends if o.mode in other_modes and pid != p.pid})
             own = any(pid == p.pid and o.mode in other_modes and o.fd != e.fd for pid, o in ends)
-            if not others and own:
+            if not others and own and entry is not None:
                 others = [p.pid]  # it holds the other end itself: nobody else can end the wait
             role = "writer" if reading else "reader"
             ev = [Evidence("/proc/fd", f"{p.pid} ({p.comm}) {'reads' if reading else 'writes'} {name} on fd {e.fd}")]
@@ -277,6 +276,7 @@ class WaitGraph:
                 tuple(ev),
                 fd=e.fd,
                 path=path,
+                inferred=entry is None and len(candidates) > 1,  # which of its pipes, only the syscall says
             )
 
     def _fifo_open_edge(self, p: Process) -> WaitEdge:

@@ -9,7 +9,7 @@ import json
 import time
 from typing import Any
 
-from vastprobe.model import HostReport, Unavailable
+from vastprobe.model import Finding, HostReport, Unavailable
 
 SCHEMA = "vastprobe.report/1"
 
@@ -41,31 +41,47 @@ def to_jsonable(obj: Any) -> Any:
     return json.loads(dumps(obj))
 
 
-def host_report_dict(r: HostReport) -> dict[str, Any]:
-    findings = []
-    for f in r.findings:
-        d: dict[str, Any] = {
-            "rule": f.rule,
-            "code": f.code,
-            "severity": f.severity,
-            "summary": f.summary,
-            "pids": list(f.pids),
-            "evidence": [{"source": e.source, "detail": e.detail} for e in f.evidence],
-            "hint": f.hint,
-        }
-        if f.caused_by:
-            d["caused_by"] = f.caused_by
-        findings.append(d)
+def _finding_dict(f: Finding) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "rule": f.rule,
+        "code": f.code,
+        "severity": f.severity,
+        "summary": f.summary,
+        "pids": list(f.pids),
+        "evidence": [{"source": e.source, "detail": e.detail} for e in f.evidence],
+        "hint": f.hint,
+    }
+    if f.caused_by:
+        d["caused_by"] = f.caused_by
+    return d
+
+
+def host_report_dict(r: HostReport, brief: bool = False) -> dict[str, Any]:
+    """`brief`: without the snapshot (the bulk of a report), for pipes and cron."""
+    findings = [_finding_dict(f) for f in r.findings]
+    by_identity = {id(f): d for f, d in zip(r.findings, findings, strict=True)}
+
+    def same(f: Finding) -> dict[str, Any]:
+        return by_identity.get(id(f)) or _finding_dict(f)
+
     out: dict[str, Any] = {
         "target": r.target,
         "status": r.status,
         "error": r.error,
         "verdict": r.verdict,
+        "headline": r.headline if r.headline is not None else r.error,
         "findings": findings,
+        # notes (groups of info findings alone) are no incidents: they stay in `findings`
+        "incidents": [
+            {"headline": i.headline, "root": same(i.root), "consequences": [same(c) for c in i.consequences]}
+            for i in r.incidents
+            if any(f.severity != "info" for f in i.findings)
+        ],
         "scope": list(r.scope),
-        "snapshot": r.snapshot,
-        "timings": r.timings,
     }
+    if not brief:
+        out["snapshot"] = r.snapshot
+    out["timings"] = r.timings
     if r.labels:
         out["labels"] = r.labels
     if r.outlier_of is not None:
@@ -79,9 +95,9 @@ def host_report_dict(r: HostReport) -> dict[str, Any]:
     return out
 
 
-def report_document(reports: list[HostReport]) -> dict[str, Any]:
+def report_document(reports: list[HostReport], brief: bool = False) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "hosts": [host_report_dict(r) for r in reports],
+        "hosts": [host_report_dict(r, brief) for r in reports],
     }

@@ -1,31 +1,70 @@
-"""The sweep's terminal summary: hosts grouped by verdict, identical findings across hosts folded
-into one row with the host list (like `clush -b`), worst first. With history, stalled hosts are
-marked new or still stalled since when, and the hosts that recovered since their last record are
-listed; with `--group-by`, the odd hosts out are named with what sets them apart."""
+"""The sweep's terminal summary: hosts grouped by verdict as folded host sets (`gpu[01-04,07]`,
+ClusterShell's NodeSet), each stalled or degraded host on a line of its own with its vast.ai
+instance and the headline of why; failures and findings that hosts share folded into one row each
+(like `clush -b`), worst first. Lines that wrap keep a hanging indent.
+
+With history, each stalled host is marked `new` or `still` (stalled since when, for how many
+sweeps), and the hosts that recovered since their last record are listed; with `--group-by`, the
+odd hosts out are named with what sets them apart. Other marks can be passed per target."""
 
 from __future__ import annotations
 
+import io
 import re
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import IO, TYPE_CHECKING
 
+from rich.console import Console
+from rich.text import Text
+
 from vastprobe.model import HostReport
+from vastprobe.render.layout import hanging
 from vastprobe.render.safe import safe
-from vastprobe.rules.engine import SEVERITY_ORDER
 
 if TYPE_CHECKING:
     from vastprobe.history.store import HostMemory
 
 VERDICT_ORDER = {"stalled": 0, "unknown": 1, "degraded": 2, "healthy": 3}
+VERDICT_STYLE = {"healthy": "bold green", "degraded": "bold yellow", "stalled": "bold red", "unknown": "bold magenta"}
+SEVERITY_ORDER = {"info": 0, "warning": 1, "error": 2, "critical": 3}
+SEVERITY_STYLE = {"info": "cyan", "warning": "yellow", "error": "red", "critical": "bold red"}
 _NUM = re.compile(r"\d+")
+#: Names NodeSet can fold as they are: no brackets, commas, spaces or set operators.
+_FOLDABLE = re.compile(r"[A-Za-z0-9._@:-]{1,253}")
 LIMIT = 12
 
 
-def _hosts(names: list[str], limit: int = LIMIT) -> str:
-    shown = ", ".join(safe(n) for n in names[:limit])
-    return shown + (f" (+{len(names) - limit} more)" if len(names) > limit else "")
+def natural_key(name: str) -> list[object]:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def fold_hosts(names: Iterable[str]) -> str:
+    """`gpu[01-04,07],other`: ranges where names differ only in numbers, natural order."""
+    unique = sorted(set(names), key=natural_key)
+    foldable = [n for n in unique if _FOLDABLE.fullmatch(n)]
+    rest = [safe(n) for n in unique if not _FOLDABLE.fullmatch(n)]
+    if not foldable:
+        return ",".join(rest)
+    try:
+        from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
+
+        folded = str(NodeSet.fromlist(foldable, resolver=RESOLVER_NOGROUP))
+    except Exception:  # an odd name NodeSet refuses: list them as they are
+        folded = ",".join(foldable)
+    return ",".join([folded, *rest]) if rest else folded
+
+
+def instance(r: HostReport) -> str:
+    """`#8812345 llm-train-7`: the vast.ai instance id and label, when the inventory had them."""
+    iid = r.labels.get("instance_id", "")
+    label = r.labels.get("label", "")
+    return " ".join(x for x in (f"#{safe(iid, 40)}" if iid else "", safe(label, 80)) if x)
+
+
+def why(r: HostReport) -> str:
+    return r.headline or (r.findings[0].summary if r.findings else "") or r.error or ""
 
 
 def _minute(ts: float) -> str:
@@ -38,23 +77,22 @@ def _span(seconds: float) -> str:
     return span(seconds)
 
 
-def stall_lines(reports: list[HostReport], memory: Mapping[str, HostMemory], now: float) -> list[str]:
-    """Under STALLED: which stalls are new since each host's last record, which go on and since when."""
-    new, still = [], []
+def history_marks(
+    reports: list[HostReport], memory: Mapping[str, HostMemory], now: float
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(target -> `new`/`still`, target -> `stalled since … (47 min, 10 sweeps)`) for stalled hosts."""
+    marks: dict[str, str] = {}
+    since: dict[str, str] = {}
     for r in reports:
         m = memory.get(r.target)
-        if m is None or m.change is None:
+        if m is None or m.change not in ("new", "still"):
             continue
-        if m.change == "new":
-            new.append(r.target)
-        elif m.change == "still":
-            still.append((m.verdict_since, r.target, m.verdict_sweeps))
-    out = [f"  new: {_hosts(sorted(new))}"] if new else []
-    for since, target, sweeps in sorted(still)[:LIMIT]:
-        out.append(f"  still stalled: {safe(target)} since {_minute(since)} ({_span(now - since)}, {sweeps} sweeps)")
-    if len(still) > LIMIT:
-        out.append(f"  still stalled: +{len(still) - LIMIT} more")
-    return out
+        marks[r.target] = m.change
+        if m.change == "still":
+            since[r.target] = (
+                f"stalled since {_minute(m.verdict_since)} ({_span(now - m.verdict_since)}, {m.verdict_sweeps} sweeps)"
+            )
+    return marks, since
 
 
 def recovered_lines(reports: list[HostReport], memory: Mapping[str, HostMemory]) -> list[str]:
@@ -66,7 +104,7 @@ def recovered_lines(reports: list[HostReport], memory: Mapping[str, HostMemory])
             back.append((r.target, m.previous_verdict_since))
     if not back:
         return []
-    back.sort()
+    back.sort(key=lambda b: natural_key(b[0]))
     shown = ", ".join(
         safe(t) + (f" (stalled since {_minute(since)})" if since is not None else "") for t, since in back[:LIMIT]
     )
@@ -78,61 +116,139 @@ def outlier_lines(reports: list[HostReport]) -> list[str]:
     if not odd:
         return []
     out = [f"OUTLIERS ({len(odd)}):"]
-    for o, target in sorted(odd, key=lambda x: (x[0].group, x[1])):
-        why = "; ".join(o.differences) or "differs"
+    for o, target in sorted(odd, key=lambda x: (x[0].group, natural_key(x[1]))):
+        differs = "; ".join(o.differences) or "differs"
         out.append(
-            f"  {safe(target)} in {safe(o.group)} ({o.majority_size} of {o.group_size} hosts alike): {safe(why, 400)}"
+            f"  {safe(target)} in {safe(o.group)} ({o.majority_size} of {o.group_size} hosts alike): {safe(differs, 400)}"
         )
     return out
 
 
-def summary_lines(
-    reports: list[HostReport], memory: Mapping[str, HostMemory] | None = None, now: float | None = None
-) -> list[str]:
+def render_summary(
+    reports: list[HostReport],
+    file: IO[str],
+    memory: Mapping[str, HostMemory] | None = None,
+    now: float | None = None,
+    marks: Mapping[str, str] | None = None,
+    elapsed: float | None = None,
+    width: int | None = None,
+) -> None:
+    console = Console(file=file, highlight=False, soft_wrap=False, width=width)
     now = time.time() if now is None else now
-    by_status: dict[str, list[str]] = defaultdict(list)
-    by_verdict: dict[str, list[str]] = defaultdict(list)
+    marks = dict(marks or {})
+    since: dict[str, str] = {}
+    if memory:
+        from_history, since = history_marks(reports, memory, now)
+        marks = {**from_history, **marks}
+    by_status: dict[str, int] = defaultdict(int)
+    by_verdict: dict[str, list[HostReport]] = defaultdict(list)
     for r in reports:
-        by_status[r.status].append(r.target)
-        by_verdict[r.verdict].append(r.target)
-    out = [
-        f"{len(reports)} hosts: "
-        + ", ".join(f"{len(v)} {k}" for k, v in sorted(by_status.items(), key=lambda kv: (-len(kv[1]), kv[0])))
-    ]
+        by_status[r.status] += 1
+        by_verdict[r.verdict].append(r)
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(by_status.items(), key=lambda kv: (-kv[1], kv[0])))
+    took = f" ({elapsed:.1f}s)" if elapsed is not None else ""
+    console.print(Text(f"{len(reports)} hosts: {counts}{took}", style="bold"))
     for verdict in sorted(by_verdict, key=lambda v: VERDICT_ORDER[v]):
-        out.append(f"{verdict.upper()} ({len(by_verdict[verdict])}): {_hosts(sorted(by_verdict[verdict]))}")
-        if verdict == "stalled" and memory:
-            out += stall_lines(reports, memory, now)
-    # findings that differ only in numbers (pids, sizes, times) fold into one row; the row shows
-    # the text itself when every host said exactly the same
+        hosts = by_verdict[verdict]
+        head = Text()
+        head.append(verdict.upper(), style=VERDICT_STYLE[verdict])
+        head.append(f" ({len(hosts)}): ")
+        hanging(console, "", head, Text(fold_hosts(r.target for r in hosts)))
+        if verdict in ("stalled", "degraded"):
+            _host_lines(console, sorted(hosts, key=lambda r: natural_key(r.target)), marks, since)
+        elif verdict == "unknown":
+            _failures(console, hosts, marks)
+    _findings(console, reports)
+    for line in [*(recovered_lines(reports, memory) if memory else []), *outlier_lines(reports)]:
+        _plain(console, line)
+
+
+def summary_lines(
+    reports: list[HostReport],
+    memory: Mapping[str, HostMemory] | None = None,
+    now: float | None = None,
+    width: int = 120,
+) -> list[str]:
+    """The summary as plain lines (no colour) at this width."""
+    buf = io.StringIO()
+    render_summary(reports, buf, memory, now, width=width)
+    return buf.getvalue().splitlines()
+
+
+def _plain(console: Console, line: str) -> None:
+    """A line already escaped, wrapping under the text after its first `: `."""
+    head, sep, body = line.partition(": ")
+    if not sep:
+        console.print(Text(line), overflow="fold")
+        return
+    hanging(console, "", Text(head + sep), Text(body))
+
+
+def _host_lines(console: Console, hosts: list[HostReport], marks: Mapping[str, str], since: Mapping[str, str]) -> None:
+    """One line per host: mark, target, vast.ai instance, then its why under a hanging indent."""
+    width = max((len(safe(marks[r.target], 20)) for r in hosts if r.target in marks), default=0)
+    heads = []
+    for r in hosts:
+        head = Text("  ")
+        if width:
+            head.append(f"{safe(marks.get(r.target, ''), 20):<{width}} ", style="bold")
+        head.append(safe(r.target, 120), style="bold")
+        inst = instance(r)
+        if inst:
+            head.append(f" {inst}", style="cyan")
+        heads.append(head)
+    # one column for every host's why, unless a long name would squeeze it
+    column = max(h.cell_len for h in heads) + 2 if heads else 0
+    for r, head in zip(hosts, heads, strict=True):
+        head.append(" " * (column - head.cell_len) if column * 3 <= console.width else "  ")
+        text = why(r)
+        if r.target in since:
+            text = f"{since[r.target]}: {text}"
+        hanging(console, "", head, Text(safe(text, 700)))
+
+
+def _failures(console: Console, hosts: list[HostReport], marks: Mapping[str, str]) -> None:
+    """Failed probes, skipped rows, undiagnosed hosts: one row per reason, the hosts folded. The
+    text is the host's own when all of them said the same; otherwise the target in it is folded
+    (HOST), and the numbers too (N) only when that is not enough."""
+    groups: dict[tuple[str, str], list[HostReport]] = defaultdict(list)
+    for r in hosts:
+        text = (r.error or r.headline or "").replace(r.target, "HOST")
+        label: str = r.status if r.status != "ok" else r.verdict
+        groups[(label, _NUM.sub("N", text))].append(r)
+    for (label, folded), rs in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        texts = {r.error or r.headline or "" for r in rs}
+        hosted = {(r.error or r.headline or "").replace(r.target, "HOST") for r in rs}
+        shown = next(iter(texts)) if len(texts) == 1 else next(iter(hosted)) if len(hosted) == 1 else folded
+        where = fold_hosts(r.target for r in rs)
+        marked = sorted({marks[r.target] for r in rs if r.target in marks})
+        head = Text(f"  {label}{' (' + ', '.join(marked) + ')' if marked else ''}: ", style="bold")
+        hanging(console, "", head, Text(f"{safe(shown, 300)}  [{len(rs)}: {where}]"))
+        if len(rs) <= 3:
+            for r in rs:
+                inst = instance(r)
+                if inst:
+                    console.print(Text(f"    {safe(r.target, 120)} {inst}", style="dim"), overflow="fold")
+
+
+def _findings(console: Console, reports: list[HostReport]) -> None:
+    """Findings that differ only in numbers (pids, sizes, times) fold into one row; the row shows
+    the text itself when every host said exactly the same."""
     rows: dict[tuple[str, str, str, str], list[tuple[str, str]]] = defaultdict(list)
     for r in reports:
         for f in r.findings:
             rows[(f.severity, f.code, f.rule, _NUM.sub("N", f.summary))].append((r.target, f.summary))
+    if not rows:
+        return
+    console.print(Text("findings across hosts:", style="bold"))
     for (sev, code, rule, folded), seen in sorted(
         rows.items(), key=lambda kv: (-SEVERITY_ORDER[kv[0][0]], -len({t for t, _ in kv[1]}), kv[0][1])
     ):
         hosts = sorted({t for t, _ in seen})
         texts = {text for _, text in seen}
         shown = next(iter(texts)) if len(texts) == 1 else folded
-        out.append(f"  {sev:<8} {code} {rule}: {safe(shown, 160)}  [{len(hosts)}: {_hosts(hosts)}]")
-    failures: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
-    for r in reports:
-        if r.error:  # a failed probe, a skipped row, or an undiagnosed host (status ok, verdict unknown)
-            text = r.error.replace(r.target, "HOST")
-            label = r.status if r.status != "ok" else r.verdict
-            failures[(label, _NUM.sub("N", text))].append((r.target, text))
-    for (status, folded), seen in sorted(failures.items(), key=lambda kv: -len(kv[1])):
-        texts = {text for _, text in seen}
-        shown = next(iter(texts)) if len(texts) == 1 else folded
-        out.append(f"  {status}: {safe(shown, 160)}  [{len(seen)}: {_hosts(sorted(t for t, _ in seen))}]")
-    if memory:
-        out += recovered_lines(reports, memory)
-    return out + outlier_lines(reports)
-
-
-def render_summary(
-    reports: list[HostReport], file: IO[str], memory: Mapping[str, HostMemory] | None = None, now: float | None = None
-) -> None:
-    for line in summary_lines(reports, memory, now):
-        file.write(line + "\n")
+        head = Text("  ")
+        head.append(f"{sev:<8} ", style=SEVERITY_STYLE[sev])
+        head.append(f"{code} {rule}: ", style="bold")
+        body = Text(f"{safe(shown, 300)}  [{len(hosts)}: {fold_hosts(hosts)}]")
+        hanging(console, "", head, body, hang=len("  error    "))

@@ -1,128 +1,100 @@
-"""The terminal report. Every remote string goes through `safe()` and into a Text object, so
-neither rich markup nor escape sequences from a target reach the terminal. rich itself drops
-colour for NO_COLOR and for output that is not a terminal."""
+"""The terminal report, per host: the headline (verdict and the one line of why), incidents root
+cause first with their chains drawn as trees, findings below the verdict folded, the timeline;
+then the processes the findings name (all in scope with -v), GPUs, logs, and the job's files.
+
+Every remote string goes through `safe()` and into a Text object, so neither rich markup nor
+escape sequences from a target reach the terminal. rich itself drops colour for NO_COLOR and for
+output that is not a terminal; its width comes from the terminal, or COLUMNS."""
 
 from __future__ import annotations
 
 from typing import IO
 
 from rich.console import Console
-from rich.padding import Padding
-from rich.table import Table
 from rich.text import Text
-from rich.tree import Tree
 
 from vastprobe.analysis.logs import log_health
 from vastprobe.analysis.progress import progress
+from vastprobe.analysis.relevance import job_start, rank_artifacts
 from vastprobe.clock import utc_text
-from vastprobe.model import Finding, HostReport, HostSnapshot, Process, Unavailable
+from vastprobe.model import HostReport, HostSnapshot, Process, Unavailable
+from vastprobe.render import incidents as story
+from vastprobe.render.layout import cropped, hanging
 from vastprobe.render.safe import safe
 
-VERDICT_STYLE = {"healthy": "bold green", "degraded": "bold yellow", "stalled": "bold red", "unknown": "bold magenta"}
-SEVERITY_STYLE = {"info": "cyan", "warning": "yellow", "error": "red", "critical": "bold red"}
+MAX_ARTIFACTS = 5
 
 
-def render_reports(reports: list[HostReport], file: IO[str] | None = None) -> None:
-    console = Console(file=file, highlight=False, soft_wrap=False)
+def make_console(file: IO[str] | None = None) -> Console:
+    return Console(file=file, highlight=False, soft_wrap=False)
+
+
+def render_reports(
+    reports: list[HostReport], file: IO[str] | None = None, verbose: bool = False, brief: bool = False
+) -> None:
+    """`brief`: the headline alone, one host after another."""
+    console = make_console(file)
     for r in reports:
-        _render_host(console, r)
-
-
-def _proc_line(snap: HostSnapshot, p: Process) -> Text:
-    pr = progress(p)
-    cpu = f"{pr.cpu_ticks / snap.host.clk_tck:.2f}s cpu" if pr.sampled else "not sampled"
-    wchan = p.wchan if not isinstance(p.wchan, Unavailable) else "?"
-    t = Text()
-    t.append(f"{p.pid} ", style="bold")
-    t.append(safe(p.comm, 32))
-    t.append(f"  {p.state} {safe(wchan, 40)}  {cpu}  ", style="dim")
-    t.append(safe(p.command, 80), style="dim")
-    return t
-
-
-def _finding(console: Console, f: Finding, snap: HostSnapshot | None) -> None:
-    line = Text("  ")
-    line.append(f"{f.severity:<8}", style=SEVERITY_STYLE[f.severity])
-    line.append(f" {f.code} {f.rule}: ", style="bold")
-    line.append(safe(f.summary))
-    console.print(line)
-    if f.caused_by:
-        console.print(Text(f"      follows from: {f.caused_by}", style="italic"))
-    if f.rule == "do-wait-orphan" and snap is not None and f.pids:
-        by_pid = {p.pid: p for p in snap.processes}
-        root = by_pid.get(f.pids[0])
-        if root is not None:
-            tree = Tree(_proc_line(snap, root), guide_style="dim")
-            node = tree
-            rest = [by_pid[pid] for pid in f.pids[1:] if pid in by_pid]
-            for p in rest:
-                if p.ppid in (root.pid, *[q.pid for q in rest]) and p.ppid != 1:
-                    node = node.add(_proc_line(snap, p))
-                else:  # an orphan writer: not in the chain's tree
-                    tree.add(Text("holds the pipe: ", style="yellow") + _proc_line(snap, p))
-            console.print(Text("      wait chain:"))
-            console.print(Padding(tree, (0, 0, 0, 8)), overflow="ellipsis", crop=True)
-    for e in f.evidence:
-        if f.rule == "do-wait-orphan" and e.source == "wait chain":
+        story.headline(console, r)
+        if brief:
             continue
-        console.print(Text(f"      {safe(e.source)}: {safe(e.detail, 300)}", style="dim"))
-    if f.hint:
-        console.print(Text(f"      hint: {safe(f.hint)}", style="italic"))
-
-
-def _render_host(console: Console, r: HostReport) -> None:
-    head = Text()
-    head.append(safe(r.target), style="bold")
-    head.append("  ")
-    head.append(r.verdict.upper(), style=VERDICT_STYLE[r.verdict])
-    head.append(f"  status={r.status}")
-    snap = r.snapshot
-    if snap is not None:
-        h = snap.host
-        head.append(f"  host={safe(h.hostname)} kernel={safe(h.kernel)} window={snap.sample_window:.1f}s")
-    console.print(head)
-    if r.error:
-        console.print(Text("  " + safe(r.error), style="red"))
-    for f in r.findings:
-        _finding(console, f, snap)
-    if snap is None:
+        render_host(console, r, verbose)
         console.print()
+
+
+def render_host(console: Console, r: HostReport, verbose: bool) -> None:
+    story.incidents(console, r, verbose)
+    story.timeline(console, r.timeline)
+    snap = r.snapshot
+    if snap is None:
         return
-    _processes(console, r, snap)
+    console.print()
+    _processes(console, r, snap, verbose)
     _gpus(console, snap)
     _logs(console, snap)
-    _artifacts(console, snap)
-    console.print()
+    _artifacts(console, r, snap, verbose)
 
 
-def _processes(console: Console, r: HostReport, snap: HostSnapshot) -> None:
-    table = Table(title=Text(f"processes in scope ({len(r.scope)})"), show_edge=False, pad_edge=False)
-    for col, just, width in (
-        ("pid", "right", 7),
-        ("ppid", "right", 7),
-        ("st", "left", 2),
-        ("wchan", "left", 20),
-        ("cpu Δ", "right", 7),
-    ):
-        table.add_column(col, justify=just, no_wrap=True, width=width)  # type: ignore[arg-type]
-    table.add_column("command", no_wrap=True)
-    room = max(20, console.width - (7 + 7 + 2 + 20 + 7) - 6 * 3)  # the fixed columns and separators
+def named_pids(r: HostReport) -> list[int]:
+    """The processes the findings and their drawn chains name, in the order they name them."""
+    pids: list[int] = []
+    for inc in r.incidents:
+        for f in inc.findings:
+            pids += f.pids
+        for _f, pic in inc.pictures:
+            pids += pic.pids
+    return list(dict.fromkeys(pids))
+
+
+def _processes(console: Console, r: HostReport, snap: HostSnapshot, verbose: bool) -> None:
+    by_pid = {p.pid: p for p in snap.processes}
+    named = {p for p in named_pids(r) if p in by_pid}
     scope = set(r.scope)
-    for p in snap.processes:
-        if p.pid not in scope:
-            continue
+    if verbose:
+        shown = [p for p in snap.processes if p.pid in scope or p.pid in named]
+        title = f"processes in scope ({len(scope)})" + (
+            f" and {len(named - scope)} more the findings name" if named - scope else ""
+        )
+    else:
+        shown = [p for p in snap.processes if p.pid in named]
+        if not shown:
+            console.print(Text(f"  {len(scope)} processes in scope, none named by a finding (-v lists them)"))
+            return
+        title = f"processes the findings name ({len(shown)}; {len(scope)} in scope, -v lists them)"
+    console.print(Text(f"  {title}:", style="bold"))
+    _process_rows(console, snap, shown)
+
+
+def _process_rows(console: Console, snap: HostSnapshot, shown: list[Process]) -> None:
+    header = Text(f"{'pid':>7} {'ppid':>7} st {'wchan':<18} {'cpu Δ':>6}  command", style="dim")
+    cropped(console, "  ", header)
+    for p in shown:
         pr = progress(p)
         cpu = f"{pr.cpu_ticks / snap.host.clk_tck:.2f}s" if pr.sampled else "-"
-        wchan = p.wchan if not isinstance(p.wchan, Unavailable) else "?"
-        table.add_row(
-            Text(str(p.pid)),
-            Text(str(p.ppid)),
-            Text(p.state),
-            Text(safe(wchan, 20)),
-            Text(cpu),
-            Text(safe(p.command, room)),
-        )
-    console.print(table)
+        wchan = "?" if isinstance(p.wchan, Unavailable) else "-" if p.wchan in ("0", "") else p.wchan
+        row = Text(f"{p.pid:>7} {p.ppid:>7} {p.state:<2} {safe(wchan, 18):<18} {cpu:>6}  ")
+        row.append(safe(p.command, 400), style="dim")
+        cropped(console, "  ", row)
 
 
 def _gpus(console: Console, snap: HostSnapshot) -> None:
@@ -131,7 +103,7 @@ def _gpus(console: Console, snap: HostSnapshot) -> None:
         console.print(Text("  GPUs: no nvidia-smi on the target", style="dim"))
         return
     if g.error:
-        console.print(Text(f"  GPUs: {safe(g.error)}", style="red"))
+        hanging(console, "  ", Text("GPUs: ", style="red"), Text(safe(g.error), style="red"))
     for sample_rows in g.samples[-1:]:
         for row in sample_rows:
             utils = [s.utilization_gpu for samp in g.samples for s in samp if s.index == row.index]
@@ -141,7 +113,7 @@ def _gpus(console: Console, snap: HostSnapshot) -> None:
                 if row.memory_used_mib is not None and row.memory_total_mib
                 else "n/a"
             )
-            console.print(Text(f"  GPU {row.index} {safe(row.name)}  util {text}  mem {mem}"))
+            cropped(console, "  ", Text(f"GPU {row.index} {safe(row.name)}  util {text}  mem {mem}"))
 
 
 def _logs(console: Console, snap: HostSnapshot) -> None:
@@ -150,17 +122,38 @@ def _logs(console: Console, snap: HostSnapshot) -> None:
         now = snap.host.btime + snap.probe.sample_uptimes[-1]
     for log in snap.logs:
         h = log_health(log, now, float("inf"))
-        age = f", last written {h.age:.0f}s ago" if h.age is not None else ""
-        console.print(Text(f"  log {safe(log.path)}: {h.state}{age}" + (", growing" if h.grew else "")))
+        age = f", last written {h.age:.0f}s before the probe" if h.age is not None else ""
+        body = Text(f"{h.state}{age}" + (", growing" if h.grew else ""))
+        hanging(console, "  ", Text(f"log {safe(log.path, 300)}: "), body)
 
 
-def _artifacts(console: Console, snap: HostSnapshot) -> None:
+def _artifacts(console: Console, r: HostReport, snap: HostSnapshot, verbose: bool) -> None:
+    by_pid = {p.pid: p for p in snap.processes}
+    job = [by_pid[p] for p in named_pids(r) if p in by_pid] or [p for p in snap.processes if p.pid in set(r.scope)]
+    start = job_start(snap, job)
+    limit = MAX_ARTIFACTS * 4 if verbose else MAX_ARTIFACTS
     for a in snap.artifacts:
-        newest = sorted(a.entries, key=lambda e: e.mtime, reverse=True)[:5]
-        line = Text(f"  artifacts {safe(a.pattern)}: {a.matched} match(es)")
+        ranked = rank_artifacts(snap, a.entries, job, start[0] if start else None)
+        line = Text(f"  artifacts {safe(a.pattern, 200)}: {a.matched} match{'es' if a.matched != 1 else ''}")
+        if ranked:
+            line.append(", the job's first" if ranked[0].score > 0 else ", newest first")
         if a.error:
             line.append(f" ({safe(a.error, 120)})", style="dim")
         console.print(line)
-        for e in newest:
+        folder = _folder(a.pattern)
+        for ra in ranked[:limit]:
+            e = ra.artifact
             when = utc_text(e.mtime)  # a target can send any mtime (2^62): never raises
-            console.print(Text(f"    {when}  {e.size:>12}  {safe(e.path, 100)}", style="dim"))
+            t = Text(f"{when}  {e.size:>10}  ", style="dim")
+            t.append(safe(e.path[len(folder) :] if folder and e.path.startswith(folder) else e.path, 300))
+            if ra.reason:
+                t.append(f"  {safe(ra.reason, 300)}", style="italic")
+            cropped(console, "    ", t)
+
+
+def _folder(pattern: str) -> str:
+    """`/tmp/run/` for `/tmp/run/*`: the part every match shares, left out of each row."""
+    head, _, last = pattern.rpartition("/")
+    if not head or any(c in head for c in "*?["):
+        return ""
+    return head + "/" if any(c in last for c in "*?[") else ""

@@ -15,9 +15,14 @@ SEVERITY_ORDER = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 
 
 def run_rules(
-    snapshot: HostSnapshot, scope: tuple[int, ...], options: RuleOptions, tree: ProcessTree | None = None
+    snapshot: HostSnapshot,
+    scope: tuple[int, ...],
+    options: RuleOptions,
+    tree: ProcessTree | None = None,
+    context: Context | None = None,
 ) -> tuple[Finding, ...]:
-    ctx = Context(snapshot, scope, options, tree)
+    """`context`, when given, is the one to use (the caller reads its graph and chains afterwards)."""
+    ctx = context or Context(snapshot, scope, options, tree)
     findings: list[Finding] = []
     for rule in RULES:
         try:

@@ -60,6 +60,14 @@ def check(ctx: Context) -> Iterator[Finding]:
     # a kill tied to the job stalls it when the scope is the job; on a whole host it is a warning
     # unless a waiting chain depends on it (do-wait-orphan then says so, with this as its cause)
     bounded = job_is_bounded(snap, ctx.options.explicit_scope)
+    yield from _folded(
+        [m for m in ctx.oom_matches if m.relevant and m.loser is None],
+        "in memory cgroups of watched processes, with no watched parent to name",
+        "context",
+        "the host lost processes to the OOM killer",
+        "check which service runs in that memory cgroup, and give it more memory",
+        "warning",
+    )
     for m in ctx.oom_matches:
         if not m.relevant or m.loser is None:
             continue

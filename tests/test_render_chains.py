@@ -1,0 +1,106 @@
+"""Chains through resources drawn on real processes: a lock's holder and a socket's peer are not
+the waiter's children, so they are named on a labelled line under the waiter ("waits for lock on
+PATH held by", "connected to ADDR (TCP) held by") and drawn in their own place with their parent;
+a cycle of locks is drawn with every member marked."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import children_of, proc_wchan, wait_for
+
+
+def table(*pids: int) -> list[str]:
+    args = [a for p in pids for a in ("--pid", str(p))]
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", *args, "--sample", "0.3", "--format",
+                        "table"], capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    assert r.returncode in (0, 1), r.stderr
+    return r.stdout.splitlines()
+
+
+def waiting(parent: int, comm: str, wchan: str) -> int | None:
+    for k in children_of(parent):
+        if Path(f"/proc/{k}/comm").read_text().strip() == comm and proc_wchan(k).startswith(wchan):
+            return k
+    return None
+
+
+def test_lock_holder_is_drawn_in_its_own_place(reap, tmp_path: Path) -> None:
+    lock = tmp_path / "job.lock"
+    holder = subprocess.Popen(["flock", str(lock), "sleep", "1000"], start_new_session=True)
+    reap.append(holder)
+    wait_for(lambda: children_of(holder.pid) != [], what="holder running")
+    cron = subprocess.Popen(["bash", "-c", f"flock {lock} echo ran; echo done"], start_new_session=True)
+    reap.append(cron)
+    wait_for(lambda: waiting(cron.pid, "flock", "locks_lock") is not None, what="waiter blocked")
+    waiter = waiting(cron.pid, "flock", "locks_lock")
+    lines = table(cron.pid)
+    i = next(n for n, line in enumerate(lines) if line.startswith(f"     {cron.pid} bash  S do_wait"))
+    assert lines[i + 1].startswith(f"     └─ waits for child → {waiter} flock  S locks_lock")
+    assert lines[i + 2] == f"        └─ waits for lock on {lock} held by {holder.pid} flock (below)"
+    assert re.match(rf"     {holder.pid} flock  ◀ blocker \(idle\)  S do_wait .*\[parent \d+ ", lines[i + 3])
+    assert lines[i + 4].startswith("     └─ waits for child → ") and " sleep  S " in lines[i + 4]
+
+
+def test_crossed_locks_are_drawn_as_a_cycle(reap, tmp_path: Path) -> None:
+    a, b = tmp_path / "a.lock", tmp_path / "b.lock"
+    one = subprocess.Popen(["flock", str(a), "sh", "-c", f"sleep 0.3; exec flock {b} true"], start_new_session=True)
+    two = subprocess.Popen(["flock", str(b), "sh", "-c", f"sleep 0.3; exec flock {a} true"], start_new_session=True)
+    reap.extend([one, two])
+    for p in (one, two):
+        wait_for(lambda p=p: waiting(p.pid, "flock", "locks_lock") is not None, what="both blocked")
+    text = "\n".join(table(one.pid, two.pid))
+    assert "critical VP115 deadlock" in text.splitlines()[3]  # the cycle is the worst: it comes first
+    assert text.count("◀ blocker (cycle)") == 4  # both flock parents and both blocked flocks
+    assert (
+        f"waits for lock on {b} held by {two.pid} flock" in text
+        and f"waits for lock on {a} held by {one.pid} flock" in text
+    )
+
+
+def test_a_socket_peer_is_named_with_its_connection(reap, tmp_path: Path) -> None:
+    port_file = tmp_path / "port"
+    server = ("import socket, sys, time\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+              f"open({str(port_file)!r}, 'w').write(str(s.getsockname()[1]))\nc, _ = s.accept()\ntime.sleep(1000)\n")  # fmt: skip
+    srv = subprocess.Popen([sys.executable, "-c", server], start_new_session=True)
+    reap.append(srv)
+    wait_for(lambda: port_file.exists() and port_file.read_text() != "", what="server listening")
+    port = int(port_file.read_text())
+    client = f"import socket; s = socket.create_connection(('127.0.0.1', {port})); s.sendall(b'GET'); s.recv(1)"
+    job = subprocess.Popen(["bash", "-c", f'{sys.executable} -c "{client}"; echo done'], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: any(proc_wchan(k) == "wait_woken" for k in children_of(job.pid)), what="client in recv")
+    lines = table(job.pid)
+    i = next(n for n, line in enumerate(lines) if line.startswith(f"     {job.pid} bash  S do_wait"))
+    assert lines[i + 2].startswith(f"        └─ connected to 127.0.0.1:{port} (TCP) held by {srv.pid} ")
+    assert lines[i + 2].endswith(" (below)")
+    assert lines[i + 3].startswith(f"     {srv.pid} ") and "◀ blocker (idle)" in lines[i + 3]
+
+
+VFORK_C = "#include <unistd.h>\nint main(void) { if (vfork() == 0) { for (;;) pause(); } return 0; }\n"
+
+
+def test_a_d_state_chain_is_drawn_like_a_stopped_one(reap, tmp_path: Path) -> None:
+    """A vfork() parent sleeps uninterruptibly until its child execs or exits: a real D state."""
+    import shutil
+
+    import pytest
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("needs a C compiler to make a vfork() parent")
+    (tmp_path / "v.c").write_text(VFORK_C)
+    subprocess.run([cc, "-o", str(tmp_path / "vforker"), str(tmp_path / "v.c")], check=True)
+    job = subprocess.Popen(["bash", "-c", f"{tmp_path / 'vforker'}; echo done"], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: any(Path(f"/proc/{k}/stat").read_text().split(") ")[1][0] == "D" for k in children_of(job.pid)),
+             what="vforker in D")  # fmt: skip
+    vforker = children_of(job.pid)[0]
+    lines = table(job.pid)
+    assert "waits on it" in lines[0] and "uninterruptible" in lines[0]
+    i = next(n for n, line in enumerate(lines) if line.startswith(f"     {job.pid} bash  S do_wait"))
+    assert lines[i + 1].startswith(f"     └─ waits for child → {vforker} vforker  ◀ blocker (uninterruptible)  D ")

@@ -1,0 +1,96 @@
+"""Golden tests of the terminal report, rendered by the real CLI (`vastprobe analyze`) from captures
+recorded on real processes (tests/golden/NOTE.md): the seed case from inside its container and
+from the host, an orphan holding a pipe, a stopped child, a healthy host. Recorded snapshots make
+them exact on a shared host: PIDs, times and neighbours are the ones of the recording.
+
+After a deliberate change to the report, rewrite the expected files with
+`.venv/bin/python tests/golden/record.py --render-only` and review the diff."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.golden.record import REPO, WIDTHS, golden_path, read_capture, render
+
+CASES = [(case, w) for case, widths in WIDTHS.items() for w in widths]
+
+
+@pytest.mark.parametrize(("case", "width"), CASES, ids=[f"{c}-{w}" for c, w in CASES])
+def test_terminal_report_matches_its_golden(case: str, width: int) -> None:
+    got = render(case, width)
+    want = golden_path(case, width).read_text()
+    assert got == want, f"{case} at {width} columns differs from {golden_path(case, width).name}"
+    assert max(len(line) for line in got.splitlines()) <= width  # nothing runs past the edge
+
+
+def analyze_json(case: str, *extra: str) -> tuple[bytes, dict]:
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "analyze", "-", "--format", "json", *extra],
+                       input=read_capture(case), capture_output=True, timeout=60, cwd=REPO)  # fmt: skip
+    assert r.returncode in (0, 1), r.stderr
+    return r.stdout, json.loads(r.stdout)["hosts"][0]
+
+
+@pytest.mark.parametrize("case", ["seed-inside", "seed-host"])
+def test_seed_story(case: str) -> None:
+    """The headline names the OOM kill and the waiting chain; the OOM incident comes first, the
+    chain under it; sshd, a daemon in a session of its own, is in no finding."""
+    _raw, host = analyze_json(case)
+    assert host["verdict"] == "stalled"
+    assert "cuzk-bench was OOM-killed" in host["headline"] and "wait on cuzk-daemon" in host["headline"]
+    first = host["incidents"][0]
+    assert first["root"]["rule"] == "oom-killed-child"
+    assert first["consequences"][0]["rule"] == "do-wait-orphan"
+    assert first["headline"] == host["headline"]
+    procs = host["snapshot"]["processes"]
+    sshd = next(p for p in procs if p["comm"] == "sshd" and p["pid"] in host["scope"])
+    assert sshd["session"] == sshd["pid"]  # a daemon in its own session, in scope: the test can fail
+    text = json.dumps(host["findings"])
+    assert "sshd" not in text and f"({sshd['pid']})" not in text
+    # every finding of warning or worse lands in exactly one incident; info alone is a note
+    grouped = sorted(json.dumps(f, sort_keys=True) for i in host["incidents"] for f in (i["root"], *i["consequences"]))
+    serious = sorted(json.dumps(f, sort_keys=True) for f in host["findings"] if f["severity"] != "info")
+    assert grouped == serious
+    assert [f for f in host["findings"] if f["severity"] == "info"]  # the host's earlier OOM kills: notes
+
+
+@pytest.mark.parametrize("case", ["seed-inside", "seed-host"])
+def test_seed_tree_nests_entrypoint_benchmark_daemon(case: str) -> None:
+    lines = golden_path(case, WIDTHS[case][-1]).read_text().splitlines()
+    i = next(n for n, line in enumerate(lines) if " entrypoint.sh  S do_wait" in line)
+    assert "└─ waits for child → " in lines[i + 1] and " benchmark.sh  S do_wait" in lines[i + 1]
+    assert lines[i + 2].index("└─") == lines[i + 1].index("└─") + 3  # one level deeper
+    assert " cuzk-daemon  ◀ blocker (idle)  S inet_csk_accept" in lines[i + 2]
+
+
+@pytest.mark.parametrize("case", ["seed-inside", "seed-host"])
+def test_brief_json_of_the_seed_case_is_small(case: str) -> None:
+    raw, host = analyze_json(case, "--brief")
+    assert len(raw) < 8 * 1024, len(raw)
+    assert "snapshot" not in host and host["headline"] and host["incidents"]
+    full, _ = analyze_json(case)
+    assert len(full) > 10 * len(raw)  # the snapshot is the bulk
+
+
+def test_brief_ndjson_and_table(tmp_path) -> None:
+    env = {**os.environ, "COLUMNS": "100"}
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "analyze", "-", "--format", "ndjson", "--brief"],
+                       input=read_capture("stopped-child"), capture_output=True, timeout=60, cwd=REPO)  # fmt: skip
+    (line,) = r.stdout.splitlines()
+    assert "snapshot" not in json.loads(line)
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "analyze", "-", "--format", "table", "--brief"],
+                       input=read_capture("stopped-child"), capture_output=True, timeout=60, cwd=REPO, env=env)  # fmt: skip
+    assert r.stdout.decode().splitlines()[0].startswith("local  STALLED  trainer (4) is stopped (T)")
+    assert len(r.stdout.decode().splitlines()) <= 2
+
+
+def test_verbose_lists_every_process_and_all_evidence() -> None:
+    quiet = render("healthy", 100)
+    loud = render("healthy", 100, "-v")
+    assert "none named by a finding" in quiet and "processes in scope (4)" in loud
+    assert "worker worker.py" in loud and "worker worker.py" not in quiet
+    assert "hint:" in loud and "hint:" not in quiet  # the folded notes, in full
