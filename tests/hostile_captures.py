@@ -28,6 +28,9 @@ class Seed:
     raw: bytes
     params: ProbeParams
 
+    def __repr__(self) -> str:  # Hypothesis prints failing cases: the name says which capture
+        return f"Seed({self.name!r})"
+
 
 def _params(folder: Path) -> ProbeParams:
     p = json.loads((folder / "params.json").read_text())

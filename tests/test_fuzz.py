@@ -41,7 +41,8 @@ HAND_RUN = EXAMPLES > 0
 #: Seconds one case may take to analyse and render; a 100 KB capture takes ~50 ms here.
 CASE_SECONDS = 10.0
 
-TARGETS = ["gpu-01", "root@203.0.113.7:41234", "[2001:db8::1]:22", "h\x1b]0;owned\x07\u202e[bold]x[/bold]\r\x00"]
+TARGETS = ["gpu-01", "root@203.0.113.7:41234", "[2001:db8::1]:22", "h\x1b]0;owned\x07\u202e[bold]x[/bold]\r\x00",
+           "gpu" + "1" * 5000, "gpu\u0663"]  # fmt: skip
 HOSTILE_TEXT = ["/tmp/\udcff\x1b[2J.log", "/w/\u202erun.log\n", "[red]x[/red]", "/tmp/ok.log"]
 
 

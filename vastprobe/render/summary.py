@@ -36,8 +36,13 @@ _FOLDABLE = re.compile(r"[A-Za-z0-9._@:-]{1,253}")
 LIMIT = 12
 
 
-def natural_key(name: str) -> list[object]:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+_RUN = re.compile(r"([0-9]+)")
+
+
+def natural_key(name: str) -> list[tuple[int, str, str]]:
+    """Numbers compared as numbers, by their length and then their digits: a host name can hold a
+    run of 5,000 digits, which int() refuses."""
+    return [(len(p.lstrip("0")), p.lstrip("0"), p) if i % 2 else (0, p, "") for i, p in enumerate(_RUN.split(name))]
 
 
 def fold_hosts(names: Iterable[str]) -> str:
