@@ -270,3 +270,29 @@ def test_parsers_read_numbers_through_numbers_py() -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and node.attr in ("isdigit", "isdecimal", "isnumeric"):
                 raise AssertionError(f"{path.relative_to(root)}:{node.lineno}: str.{node.attr}()")
+
+
+def test_time_conversions_never_raise() -> None:
+    from vastprobe.clock import utc_text
+
+    assert utc_text(0) == "1970-01-01 00:00:00"
+    for bad in (2**62, -(2**62), float("nan"), float("inf"), 1e300, 253402300800):
+        assert utc_text(bad) == "????-??-?? ??:??:??"
+    assert utc_text(None, unknown="at an unknown time") == "at an unknown time"
+
+
+def test_sections_are_capped_on_the_client() -> None:
+    """A section past its cap (here: 3 MiB of kernel log, whose command bounds it to 400 lines) is
+    cut on the client at the cap and says so; the rest of the capture is read as it came."""
+    from vastprobe.pipeline import CLIENT_SECTION_CAP
+
+    seed = next(s for s in CORPUS if s.name == "host-vm-kthreads-stat-only")
+    b = seed.params.boundary
+    flood = b"@@source dmesg\n" + b"[ 1.000000] nothing to see here\n" * 100_000
+    raw = seed.raw.replace(f"\n@@{b}@@ kmsg\n".encode(), f"\n@@{b}@@ kmsg\n".encode() + flood, 1)
+    r = run_case(raw, seed.params)
+    assert r.snapshot is not None and "kmsg" in r.snapshot.probe.truncated_sections
+    assert any(
+        n.startswith("section kmsg was ") and f"over its cap of {CLIENT_SECTION_CAP}" in n for n in r.snapshot.notes
+    )
+    assert r.snapshot.processes and r.snapshot.probe.complete
