@@ -416,3 +416,25 @@ async def test_a_slow_analysis_runs_off_the_loop_within_its_budget(
     for t in fleet.targets[1:]:
         assert by_target[t].status == "ok", by_target[t].error
         assert arrived[t] < 3.0, arrived  # 0.5 s of server delay, connect and analysis: ~0.7 s alone
+
+
+def test_a_log_path_that_is_not_utf8(tmp_path: Path) -> None:
+    """`--log` naming a file whose name is not UTF-8 (Python keeps those bytes as lone
+    surrogates): the probe gets the name's own bytes and finds the file; the report shows U+FFFD,
+    and every file written is valid UTF-8."""
+    log = os.fsencode(tmp_path) + b"/caf\xe9.log"
+    with open(log, "wb") as f:
+        f.write(b"step 1\n")
+    out = tmp_path / "sweep.ndjson"
+    prom = tmp_path / "vastprobe.prom"
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "sweep", "-w", "local", "--sample", "0", "--log", log,
+                        "--match", b"caf\xe9", "--format", "ndjson", "--output", str(out), "--prom", str(prom)],
+                       capture_output=True, timeout=120)  # fmt: skip
+    assert r.returncode in (0, 1, 3), r.stderr
+    for data in (r.stdout, out.read_bytes(), prom.read_bytes()):
+        data.decode("utf-8")  # strict
+        assert b"\\udc" not in data  # no lone surrogate escaped into JSON either
+    host = json.loads(out.read_text().splitlines()[0])
+    (lf,) = host["snapshot"]["logs"]
+    assert lf["path"] == str(tmp_path) + "/caf\ufffd.log"
+    assert lf["stats"][0]["size"] == 7  # the probe found the file by its real name
