@@ -240,3 +240,18 @@ def test_kernel_threads_get_stat_only() -> None:
     # processes alive before and after the probe (others come and go on a shared host) were read whole
     lived = before & after
     assert all(p.uid is not None for p in snap.processes if not p.kernel_thread and p.state != "Z" and p.pid in lived)
+
+
+def test_a_log_line_never_passes_for_the_probes_own(tmp_path: Path) -> None:
+    """Format 3 prefixes every log-tail line: a log that writes the probe's markers stays content."""
+    log = tmp_path / "job.log"
+    text = "step 1\n@@notregular\n@@rc=0\n\n@@" + "ab" * 16 + "@@ /log.0\nlast\n"
+    log.write_text(text)
+    params = ProbeParams(sample=0, logs=(str(log),))
+    raw = run_probe_raw(params)
+    snap = build_snapshot(split_sections(raw, params.boundary), params, "local", "local", len(raw))
+    assert snap.logs[0].tail == text
+    missing = ProbeParams(sample=0, logs=(str(tmp_path / "gone.log"),))
+    raw = run_probe_raw(missing)
+    snap = build_snapshot(split_sections(raw, missing.boundary), missing, "local", "local", len(raw))
+    assert not isinstance(snap.logs[0].tail, str)

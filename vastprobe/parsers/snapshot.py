@@ -211,11 +211,23 @@ def _kmsg_text(out: ProbeOutput, source: src.Source, fmt: int) -> str | None:
     return "\n".join(lines)
 
 
-def log_tail(sec: RawSection | None) -> str | Unavailable:
+def log_tail(sec: RawSection | None, fmt: int = 3) -> str | Unavailable:
+    """Since format 3 every line of the tail comes prefixed with `|` (a line without it is tail's
+    complaint), so no log line can pass for a marker of the probe's own."""
     if sec is None:
         return Unavailable("not read")
     if sec.text.startswith("@@notregular"):
         return Unavailable("not a regular file: not read")
+    if fmt >= 3:
+        content, complaints = [], []
+        for line in sec.text.split("\n"):
+            if line.startswith("|"):
+                content.append(line[1:])
+            elif line:
+                complaints.append(line)
+        if complaints and not content:
+            return Unavailable(complaints[-1].split(": ")[-1][:200])
+        return "".join(c + "\n" for c in content)
     if sec.rc not in (0, None):
         return Unavailable(sec.text.strip().split(": ")[-1][:200] or f"tail exited {sec.rc}")
     return sec.text
@@ -341,7 +353,7 @@ def build_snapshot(
         files.parse_logstats(_text(out, src.LOGSTAT.section(n))) for n in src.SAMPLES if out.get(src.LOGSTAT.section(n))
     ]
     for i, path in enumerate(params.logs):
-        tail = log_tail(out.get(src.LOGTAIL.section(i)))
+        tail = log_tail(out.get(src.LOGTAIL.section(i)), fmt)
         holders = tuple(
             (p.pid, e.fd, e.deleted)
             for p in processes

@@ -118,7 +118,7 @@ vp_meta() {
 	printf 'kernel=%s\nhostname=%s\ntimeout=%s\n' "$vp_os" "$vp_host" "$VP_TMO"
 	vp_arch=
 	read -r vp_arch </proc/sys/kernel/arch 2>/dev/null
-	printf 'format=2\narch=%s\nls=%s\nss=%s\n' "$vp_arch" "$VP_LSB" "$VP_SS"
+	printf 'format=3\narch=%s\nls=%s\nss=%s\n' "$vp_arch" "$VP_LSB" "$VP_SS"
 }
 
 # One grep: every line of the small files (they start with a digit, a capital or some/full),
@@ -479,7 +479,8 @@ vp_logtail() {
 		printf '@@notregular\n'
 		return 0
 	fi
-	tmo 5 tail -c "$VP_TAIL" -- "$1"
+	# each line prefixed, so no line of the log can pass for one of the probe's own (format 3)
+	tmo 5 tail -c "$VP_TAIL" -- "$1" | awk '{ print "|" $0 }'
 }
 
 # Space, then inodes. A dead mount hangs the first call into its timeout; one that answered it
