@@ -161,7 +161,7 @@ def _classify(ctx: Context, chain: Chain) -> StalledChain:
 _RANK = {"deadlock": 0, "orphan-pipe": 1}
 
 
-def _score(ctx: Context, s: StalledChain, oom_losers: set[int]) -> tuple[int, int, int, int]:
+def _score(s: StalledChain, oom_losers: set[int]) -> tuple[int, int, int, int]:
     return (
         _RANK.get(s.kind, 2),
         0 if s.dead_end else 1,
@@ -194,7 +194,7 @@ def stalled_chains(ctx: Context) -> list[StalledChain]:
         chains = [_classify(ctx, c) for c in ctx.graph.chains(w)]
         if not chains:
             continue
-        best = min(chains, key=lambda s: _score(ctx, s, oom_losers))
+        best = min(chains, key=lambda s: _score(s, oom_losers))
         if best.kind == "child" and any(s.kind == "child" and s.idle is False for s in chains):
             continue  # a waiter whose jobs still work is waiting as it should
         candidates.append(best)

@@ -128,14 +128,6 @@ def family(wchan: str) -> str:
     return wchan_family(wchan).lstrip("_")
 
 
-def is_child_wait(wchan: str) -> bool:
-    return family(wchan) in WAIT_CHILD
-
-
-def is_pipe_read(wchan: str) -> bool:
-    return family(wchan) in PIPE_READ
-
-
 def wait_kind(wchan: str | Unavailable | None, syscall: Syscall | Unavailable | None) -> WaitKind | None:
     """The kind of wait, or None when nothing says (running, or neither source readable)."""
     w = family(wchan) if isinstance(wchan, str) and wchan not in ("", "0") else ""

@@ -233,9 +233,7 @@ def log_tail(sec: RawSection | None, fmt: int = 3) -> str | Unavailable:
     return sec.text
 
 
-def _syscalls(
-    out: ProbeOutput, text: str, fmt: int, arch: str, uid: int | None
-) -> tuple[dict[int, Syscall], dict[int, str]]:
+def _syscalls(text: str, fmt: int, arch: str, uid: int | None) -> tuple[dict[int, Syscall], dict[int, str]]:
     if fmt < 2:
         return {}, {}
     calls, errors = syscall.parse_syscall_section(text, arch)
@@ -260,7 +258,7 @@ def build_snapshot(
     shell_status = statuses[0].get(shell_pid) if shell_pid is not None else None
     facts = host.parse_host(_text(out, src.HOST.name), meta, clk_tck, shell_status.uid if shell_status else None)
     btime = available(facts.btime)
-    syscalls, syscall_errors = _syscalls(out, _text(out, src.SYSCALL.name), fmt, facts.arch, facts.uid)
+    syscalls, syscall_errors = _syscalls(_text(out, src.SYSCALL.name), fmt, facts.arch, facts.uid)
     thread_table = threads.parse_threads_section(proc_texts[0]) if fmt >= 2 else {}
 
     ios = [proc_io.parse_io_section(t) for t in proc_texts]

@@ -12,13 +12,11 @@ from collections.abc import Iterator
 
 from vastprobe.analysis.stalls import ChainKind, StalledChain, StallEvidence
 from vastprobe.analysis.waitgraph import Chain, WaitEdge
-from vastprobe.model import Evidence, Process, Severity, Unavailable
+from vastprobe.model import Evidence, Severity, Unavailable
 from vastprobe.rules.base import Context
 
+#: How each kind of resource edge reads in a chain (children and pipes are worded in edge_words).
 EDGE_WORDS = {
-    "child": "waits for child",
-    "pipe": "reads/writes",
-    "fifo": "reads/writes",
     "fifo-open": "opens",
     "unix-socket": "connected to",
     "tcp": "connected to",
@@ -101,15 +99,3 @@ def stalled(ctx: Context, *kinds: ChainKind) -> Iterator[tuple[StalledChain, Wai
 def names(ctx: Context, pids: tuple[int, ...], limit: int = 4) -> str:
     text = ", ".join(ctx.proc_label(p) for p in pids[:limit])
     return text + (f" and {len(pids) - limit} more" if len(pids) > limit else "")
-
-
-def waiter_words(ctx: Context, s: StalledChain, edge: WaitEdge) -> str:
-    """`bash (10)` or `bash (10), through flock (12),`: who waits, and the process at the edge."""
-    head = ctx.proc_label(s.waiter)
-    if edge.waiter != s.waiter:
-        head += f" waits on {ctx.proc_label(edge.waiter)}, which"
-    return head
-
-
-def process(ctx: Context, pid: int) -> Process | None:
-    return ctx.tree.by_pid.get(pid)
