@@ -378,8 +378,7 @@ def _unique(targets: list[str], what: str = "target") -> list[str]:
 def _run_entries(entries: list, options, concurrency: int, on_report, on_start=None) -> tuple[list, bool]:  # type: ignore[no-untyped-def]
     """Probe every entry; returns (reports in completion order, interrupted). Ctrl-C stops the run
     and keeps what finished."""
-    import asyncio
-
+    from vastprobe import eventloop
     from vastprobe.sweep import sweep as run_sweep
 
     done: list = []  # filled by the sweep as hosts finish (snapshots within its budget)
@@ -389,7 +388,7 @@ def _run_entries(entries: list, options, concurrency: int, on_report, on_start=N
 
         warm_analysis()
     try:
-        asyncio.run(run_sweep(entries, options, concurrency, on_report, on_start, kept=done))
+        eventloop.run(run_sweep(entries, options, concurrency, on_report, on_start, kept=done))
     except KeyboardInterrupt:
         return done, True
     return done, False

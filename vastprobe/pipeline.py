@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from vastprobe import eventloop
 from vastprobe.capture import Capture
 from vastprobe.options import RuleOptions
 from vastprobe.probe.render import MAX_TOTAL_OUTPUT, ProbeParams, render_script
@@ -440,10 +441,10 @@ def diagnose_targets(targets: Sequence[str], options: DiagnoseOptions) -> list[H
     """Every target at once; one failing target never affects another."""
     if any(t != "local" for t in targets):
         warm_analysis()
-    return asyncio.run(_diagnose_all(targets, options))
+    return eventloop.run(_diagnose_all(targets, options))
 
 
 def collect_target(target: str, options: DiagnoseOptions) -> Capture:
     if target != "local":
         warm_analysis()
-    return asyncio.run(probe_any(target, options))
+    return eventloop.run(probe_any(target, options))

@@ -87,6 +87,8 @@ def match_oom_kills(
             runs.setdefault(name, []).append(p)
         for name in {k.comm for k in tree.kids(p.pid) if k.state != "Z"}:
             parents_of.setdefault(name, []).append(p)
+    cgroups_of = [(p, _cgroups(p)) for p in watched]
+    in_memcg: dict[str, list[Process]] = {}  # kills share a few cgroups: each is matched once
     out: list[OomMatch | None] = []
     unnamed: list[tuple[int, KernelEvent, list[Process]]] = []  # kills whose cgroup line the kernel dropped
     for ev in kills:
@@ -115,7 +117,10 @@ def match_oom_kills(
                 out.append(None)
             continue
         if ev.task_memcg is not None and comparable:
-            members = [p for p in watched if _in_cgroup(ev.task_memcg, _cgroups(p)) and alive_before(p)]
+            inside = in_memcg.get(ev.task_memcg)
+            if inside is None:
+                inside = in_memcg[ev.task_memcg] = [p for p, cgs in cgroups_of if _in_cgroup(ev.task_memcg, cgs)]
+            members = [p for p in inside if alive_before(p)]
             if ev.task_memcg not in ROOT_CGROUPS and members:
                 out.append(
                     replace(

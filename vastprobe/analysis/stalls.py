@@ -13,8 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from vastprobe.analysis.gpu import gpu_expected, gpu_holders, idle_gpus
-from vastprobe.analysis.oom import job_is_bounded
+from vastprobe.analysis.gpu import idle_gpus
 from vastprobe.analysis.waitgraph import Chain, WaitEdge
 from vastprobe.model import Evidence
 
@@ -62,7 +61,7 @@ def stall_evidence(ctx: Context, pids: Iterable[int], waiter: int) -> StallEvide
     expected to use where the scope is the job. On a whole host, one silent log or idle GPU does
     not make every idle shell's wait a stall."""
     chain_pids = set(pids)
-    bounded = job_is_bounded(ctx.snapshot, ctx.options.explicit_scope)
+    bounded = ctx.bounded
     ev: list[Evidence] = []
     oom = False
     for m in ctx.oom_matches:
@@ -74,10 +73,10 @@ def stall_evidence(ctx: Context, pids: Iterable[int], waiter: int) -> StallEvide
             continue
         if (h.writers and _related(ctx, chain_pids, waiter, h.writers)) or (not h.writers and bounded):
             ev.append(Evidence("missing-logs", f"{h.log.path}: {h.state}" + (f", {h.age:.0f}s old" if h.age else "")))
-    expected, why = gpu_expected(ctx.snapshot, ctx.scope, ctx.options.expect_gpu)
+    expected, why = ctx.gpu_expected
     g = ctx.snapshot.gpus
     if expected and g.present and g.error is None:
-        holders = gpu_holders(ctx.snapshot, ctx.scope)
+        holders = ctx.gpu_holders
         if (holders and _related(ctx, chain_pids, waiter, holders)) or (not holders and bounded):
             for idle in idle_gpus(ctx.snapshot):
                 ev.append(Evidence("idle-gpu", f"GPU {idle.index} idle ({why})"))

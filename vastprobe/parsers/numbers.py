@@ -8,6 +8,7 @@ None instead of raising, so a garbled field is a missing value, never a crash.
 from __future__ import annotations
 
 import math
+import re
 
 #: Longest integer accepted: 2^64 has 20 digits; a hex mask of 64 bits has 16.
 MAX_INT_DIGITS = 20
@@ -36,6 +37,20 @@ def read_int(text: str | None, max_digits: int = MAX_INT_DIGITS, signed: bool = 
         return None
     n = int(t)
     return -n if neg else n
+
+
+_SIGNED_INT = f"-?[0-9]{{1,{MAX_INT_DIGITS}}}"
+_SIGNED_INTS = re.compile(f"(?:{_SIGNED_INT} )*{_SIGNED_INT}")
+
+
+def read_signed_ints(fields: list[str]) -> list[int] | None:
+    """Fields split on whitespace that are each a signed ASCII integer of at most MAX_INT_DIGITS
+    digits, checked in one linear regex pass (a stat record has 21), else None."""
+    if not fields:
+        return []
+    if _SIGNED_INTS.fullmatch(" ".join(fields)) is None:
+        return None
+    return [int(x) for x in fields]
 
 
 def read_hex(text: str | None, max_digits: int = 16) -> int | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vastprobe.parsers.numbers import read_int
+from vastprobe.parsers.numbers import read_int, read_signed_ints
 from vastprobe.parsers.procfs_lines import group_by_pid
 
 STATES = frozenset("RSDTtZXIWxKP")
@@ -51,9 +51,8 @@ def parse_stat(record: str) -> StatRecord:
     state = f[0]
     if state not in STATES:
         raise ValueError(f"stat: unknown state {state!r}")
-    maybe = [read_int(x, signed=True) for x in f[1:22]]
-    nums = [n for n in maybe if n is not None]
-    if len(nums) != len(maybe):
+    nums = read_signed_ints(f[1:22])
+    if nums is None:
         raise ValueError("stat: a field is not a number")
     # f[N-3] is field N of proc(5)
     return StatRecord(

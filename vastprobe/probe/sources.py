@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 from vastprobe.probe.render import MAX_NET_SECTION, MAX_PROC_SECTION
@@ -29,7 +30,7 @@ class Source:
     def section(self, n: int = 0) -> str:
         return self.name.replace("{sample}", str(n)).replace("{index}", str(n))
 
-    @property
+    @cached_property
     def pattern(self) -> re.Pattern[str]:
         return re.compile(
             "^" + re.escape(self.name).replace(r"\{sample\}", "[01]").replace(r"\{index\}", "[0-9]+") + "$"

@@ -6,8 +6,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
+from vastprobe.analysis.gpu import gpu_expected, gpu_holders
 from vastprobe.analysis.logs import LogHealth, log_health
-from vastprobe.analysis.oom import OomMatch, match_oom_kills
+from vastprobe.analysis.oom import OomMatch, job_is_bounded, match_oom_kills
 from vastprobe.analysis.progress import Progress, progress
 from vastprobe.analysis.stalls import StalledChain, StallEvidence, stall_evidence, stalled_chains
 from vastprobe.analysis.tree import ProcessTree
@@ -71,6 +72,20 @@ class Context:
     @cached_property
     def progress(self) -> dict[int, Progress]:
         return {p.pid: progress(p) for p in self.snapshot.processes}
+
+    @cached_property
+    def bounded(self) -> bool:
+        """Whether the scope is the job rather than a whole host (analysis.oom.job_is_bounded)."""
+        return job_is_bounded(self.snapshot, self.options.explicit_scope)
+
+    @cached_property
+    def gpu_holders(self) -> list[int]:
+        return gpu_holders(self.snapshot, self.scope)
+
+    @cached_property
+    def gpu_expected(self) -> tuple[bool, str]:
+        """Whether the job should be using a GPU, and why (asked once per chain by stall_evidence)."""
+        return gpu_expected(self.snapshot, self.scope, self.options.expect_gpu)
 
     @cached_property
     def oom_matches(self) -> list[OomMatch]:

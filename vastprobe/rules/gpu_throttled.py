@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from vastprobe.analysis.gpu import THROTTLE, gpu_expected, per_gpu, reason_names
+from vastprobe.analysis.gpu import THROTTLE, per_gpu, reason_names
 from vastprobe.model import Evidence, Finding
 from vastprobe.rules.base import Context, Rule, RuleMeta
 
@@ -19,7 +19,7 @@ def check(ctx: Context) -> Iterator[Finding]:
     g = ctx.snapshot.gpus
     if not g.present or g.error is not None or not g.samples:
         return
-    expected, why = gpu_expected(ctx.snapshot, ctx.scope, ctx.options.expect_gpu)
+    expected, why = ctx.gpu_expected
     if not expected:
         return
     for index, rows in sorted(per_gpu(ctx.snapshot).items()):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from vastprobe.analysis.gpu import IDLE_UTIL, gpu_expected, gpu_users, idle_gpus, per_gpu
+from vastprobe.analysis.gpu import IDLE_UTIL, gpu_users, idle_gpus, per_gpu
 from vastprobe.model import Evidence, Finding
 from vastprobe.rules.base import Context, Rule, RuleMeta
 
@@ -17,7 +17,7 @@ def check(ctx: Context) -> Iterator[Finding]:
     g = ctx.snapshot.gpus
     if not g.present or g.error is not None or not g.samples:
         return  # no GPU, no nvidia-smi, or a driver error (that is gpu-driver-error's)
-    expected, why = gpu_expected(ctx.snapshot, ctx.scope, ctx.options.expect_gpu)
+    expected, why = ctx.gpu_expected
     if not expected:
         return
     users = gpu_users(ctx.snapshot, ctx.scope)

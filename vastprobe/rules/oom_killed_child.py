@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from vastprobe.analysis.oom import OomMatch, job_is_bounded
+from vastprobe.analysis.oom import OomMatch
 from vastprobe.clock import utc_text
 from vastprobe.model import Evidence, Finding, Severity
 from vastprobe.rules.base import Context, Rule, RuleMeta
@@ -59,7 +59,7 @@ def check(ctx: Context) -> Iterator[Finding]:
     )
     # a kill tied to the job stalls it when the scope is the job; on a whole host it is a warning
     # unless a waiting chain depends on it (do-wait-orphan then says so, with this as its cause)
-    bounded = job_is_bounded(snap, ctx.options.explicit_scope)
+    bounded = ctx.bounded
     yield from _folded(
         [m for m in ctx.oom_matches if m.relevant and m.loser is None],
         "in memory cgroups of watched processes, with no watched parent to name",
