@@ -175,10 +175,10 @@ def test_the_safety_nets_hold_when_a_parser_breaks(monkeypatch: pytest.MonkeyPat
 
     seed = CORPUS[0]
 
-    def broken(r: str, w: str) -> None:  # a helper the fd parser calls for every entry
+    def broken(text: str, max_digits: int = 0) -> None:  # a helper the fd parser calls for every entry
         raise ValueError("boom in the fd parser")
 
-    monkeypatch.setattr(fd, "_mode", broken)
+    monkeypatch.setattr(fd, "read_digits", broken)
     cap = Capture("t", "ssh", "ok", None, seed.raw, False, seed.params)
     r = report_from_capture(cap, DiagnoseOptions(params=seed.params))
     assert r.status == "ok" and r.verdict != "healthy"

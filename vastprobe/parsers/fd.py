@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from vastprobe.model import FdEntry, FdMode
-from vastprobe.parsers.numbers import read_int
+from vastprobe.parsers.numbers import read_digits, read_int
 
 _HEADER = re.compile(r"^/proc/([0-9]{1,10})/fd:$", re.ASCII)
 _ENTRY = re.compile(r"^l([r-])([w-])[x-]\S* +[0-9]+ +\S+ +\S+ +[0-9]+ +.{6,40}? ([0-9]{1,10}) -> (.*)$", re.ASCII)
@@ -56,14 +56,8 @@ class FdTable:
     unreadable_links: dict[int, int] = field(default_factory=dict)
 
 
-def _mode(r: str, w: str) -> FdMode:
-    if r == "r" and w == "w":
-        return "rw"
-    if r == "r":
-        return "r"
-    if w == "w":
-        return "w"
-    return "?"
+#: (read, write) letters of the link's own mode -> how the fd was opened
+_MODES: dict[tuple[str, str], FdMode] = {("r", "w"): "rw", ("r", "-"): "r", ("-", "w"): "w", ("-", "-"): "?"}
 
 
 def parse_fd_section(text: str, escaped: bool = False) -> FdTable:
@@ -71,6 +65,17 @@ def parse_fd_section(text: str, escaped: bool = False) -> FdTable:
     current: int | None = None
     for raw in text.split("\n"):
         line = raw[:8192]
+        if current is not None and line[:1] == "l" and line[:4] != "ls: ":  # most lines: an fd link
+            e = _ENTRY.match(line)
+            if e:
+                table.fds[current].append(
+                    FdEntry(
+                        fd=read_digits(e.group(3), 10) or 0,
+                        target=unescape_ls(e.group(4)) if escaped else e.group(4),
+                        mode=_MODES[(e[1], e[2])],
+                    )
+                )
+            continue
         h = _HEADER.match(line)
         if h:
             current = read_int(h.group(1)) or 0
@@ -92,15 +97,6 @@ def parse_fd_section(text: str, escaped: bool = False) -> FdTable:
         if line == "@@more":
             table.truncated.add(current)
             continue
-        e = _ENTRY.match(line)
-        if e:
-            table.fds[current].append(
-                FdEntry(
-                    fd=read_int(e.group(3)) or 0,
-                    target=unescape_ls(e.group(4)) if escaped else e.group(4),
-                    mode=_mode(e.group(1), e.group(2)),
-                )
-            )
     for pid, n in table.unreadable_links.items():
         if not table.fds.get(pid):
             table.denied.setdefault(pid, f"{n} fd links not readable (permission denied)")

@@ -343,6 +343,13 @@ def _hung(msg: str, at: int) -> dict[str, object] | None:
     }
 
 
+#: Every text _event looks for: a line holding none of them is no event, whatever its prefix says
+_EVENT_WORDS = (
+    "Killed process ", "oom-kill:", "oom_reaper: ", " invoked oom-killer:", "memory: usage ", "Task in ",
+    "NVRM: Xid (", "SXid (", "fallen off the bus", "GPU is lost", "INFO: task ",
+)  # fmt: skip
+
+
 def _event(msg: str) -> dict[str, object] | None:
     if (i := msg.find("Killed process ")) >= 0:
         return _killed(msg, i + 15)
@@ -368,6 +375,8 @@ def _event(msg: str) -> dict[str, object] | None:
 
 
 def parse_line(line: str, btime: int | None = None, now: float | None = None) -> KernelEvent | None:
+    if not any(w in line for w in _EVENT_WORDS):  # most of a kernel log: skip its prefix's clocks
+        return None
     msg, clock = _strip_prefix(line, now)
     fields = _event(msg)
     if fields is None:

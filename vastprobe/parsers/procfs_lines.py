@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from vastprobe.parsers.numbers import is_digits, read_int
+from vastprobe.parsers.numbers import read_digits, read_int
 
 _ERROR = re.compile(r"^(?:grep|ls|cat|awk): [^/]{0,40}/proc/([0-9]{1,10})/([^:]{1,64}): (.{0,300})", re.ASCII)
 
@@ -37,20 +37,21 @@ def split_by_file(text: str) -> dict[str, PerPid]:
             # biggest section, on every host of a sweep
             head, sep, content = line.partition(":")
             parts = head.split("/")
-            if sep and len(parts) == 4 and is_digits(parts[2], 10):
+            pid = read_digits(parts[2], 10) if sep and len(parts) in (4, 6) else None
+            if pid is not None and len(parts) == 4:
                 group = out.get(parts[3])
                 if group is None:
                     group = out[parts[3]] = PerPid()
-                last = group.lines.setdefault(read_int(parts[2]) or 0, [])
+                last = group.lines.setdefault(pid, [])
                 last.append(content)
                 continue
-            if sep and len(parts) == 6 and parts[3] == "task" and is_digits(parts[2], 10) and is_digits(parts[4], 10):
+            tid = read_digits(parts[4], 10) if pid is not None and parts[3] == "task" else None
+            if tid is not None:
                 name = "task/" + parts[5]
                 group = out.get(name)
                 if group is None:
                     group = out[name] = PerPid()
-                tid = read_int(parts[4]) or 0
-                group.owner[tid] = read_int(parts[2]) or 0
+                group.owner[tid] = pid or 0
                 last = group.lines.setdefault(tid, [])
                 last.append(content)
                 continue

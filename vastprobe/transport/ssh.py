@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import getpass
 import hashlib
 import hmac
@@ -101,7 +102,9 @@ class Resolved:
         return SshTarget(self.user, self.host, self.port).display()
 
 
+@functools.cache
 def _local_user() -> str:
+    """Asked once per target (ssh_config's %u and Match user); a passwd lookup each time showed in sweeps."""
     try:
         return getpass.getuser()
     except (KeyError, OSError):
@@ -602,9 +605,19 @@ async def _connect(r: Resolved, opts: SshOptions, tunnel: Any, att: _Attempt, ag
         tunnel=tunnel,
         client_keys=keys or None,
         agent_path=None,  # the agent's keys were fetched above, in OpenSSH's order
+        encryption_algs=CIPHERS,
     )
     kwargs.update(opts.extra)
     return await asyncssh.connect(r.host, **kwargs)
+
+
+#: asyncssh's own list with AES-GCM first: one AEAD call per packet, where its ChaCha20-Poly1305
+#: builds three cipher contexts per packet (17 us against 5 us for a 2.5 KB packet here, ~1 ms a host). Both are
+#: OpenSSH's defaults; a server that offers neither still gets CTR.
+CIPHERS = (
+    "aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com",
+    "aes256-ctr", "aes192-ctr", "aes128-ctr",
+)  # fmt: skip
 
 
 class LostMidOutput(Exception):
