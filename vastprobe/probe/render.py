@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os.path
 import re
 import secrets
@@ -69,8 +70,10 @@ def log_dirs(logs: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(seen)
 
 
+@functools.cache
 def script_template() -> str:
-    # a plain path, not importlib.resources: that machinery cost 10-30 ms of import on every start
+    """Read once per run (a sweep renders it per host). A plain path, not importlib.resources:
+    that machinery cost 10-30 ms of import on every start."""
     return Path(__file__).with_name("script.sh").read_text(encoding="utf-8")
 
 
