@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, cast
 from vastprobe.fileio import append_atomic
 from vastprobe.notices import say, say_once
 from vastprobe.targets import SshTarget, TargetError, parse_target
+from vastprobe.transport.asyncssh_parts import import_asyncssh
 from vastprobe.transport.base import TransportResult
 from vastprobe.transport.liboqs import skip_absent_liboqs_lookup
 from vastprobe.transport.sshopts import (
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from vastprobe.model import Status
 
 with skip_absent_liboqs_lookup():  # no ldconfig/gcc/ld runs per start when there is no liboqs
+    import_asyncssh()  # without the parts no OpenSSH server uses (asyncssh_parts.py)
     import asyncssh
     from asyncssh.config import SSHClientConfig, SSHConfig
 
