@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.bytecode import compile_vastprobe  # noqa: E402
 from tests.sshd import free_port, keygen, start_sshd  # noqa: E402
 
 CONCURRENCY = 32
@@ -55,6 +56,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--big", type=int, default=1000)
     args = ap.parse_args()
+    compile_vastprobe()
     py = sys.executable
     with tempfile.TemporaryDirectory() as td:
         d = Path(td)

@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.bytecode import compile_vastprobe  # noqa: E402
 from tests.hostile_servers import Fleet, endless, healthy, quadratic  # noqa: E402
 
 
@@ -60,6 +61,7 @@ def main() -> None:
     ap.add_argument("--endless", type=int, default=64)
     ap.add_argument("--vastprobe", default=sys.executable, help="python of the vastprobe to measure")
     args = ap.parse_args()
+    compile_vastprobe()
     py = args.vastprobe
     version = subprocess.run(
         [py, "-m", "vastprobe", "--version"], capture_output=True, text=True, cwd="/"
