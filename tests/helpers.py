@@ -80,3 +80,43 @@ def vastprobe_json(*args: str, timeout: float = 120) -> tuple[int, dict]:
                        capture_output=True, text=True, timeout=timeout)  # fmt: skip
     assert r.stdout, r.stderr
     return r.returncode, json.loads(r.stdout)["hosts"][0]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, breadth first."""
+    out, frontier = [], [pid]
+    while frontier:
+        kids = [k for p in frontier for k in children_of(p)]
+        out += kids
+        frontier = kids
+    return out
+
+
+def vastprobe_json_acting_between_samples(
+    action: Callable[[], None], *args: str, sample: float = 2.0, timeout: float = 120
+) -> tuple[int, dict]:
+    """diagnose local with two samples `sample` s apart, calling `action` once the probe sleeps
+    between them (its `sleep` is running): what changes then is seen by the second sample only."""
+    cmd = [sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", "--sample", f"{sample:g}", *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+
+        def sleeping() -> bool:
+            for d in descendants(proc.pid):
+                try:
+                    argv = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if argv[:2] == [b"sleep", f"{sample:g}".encode()]:
+                    return True
+            return False
+
+        wait_for(sleeping, timeout=60, what="the probe sleeping between its samples")
+        action()
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert out, err
+    return proc.returncode, json.loads(out)["hosts"][0]

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import children_of, proc_state, vastprobe_json, wait_for
+from tests.helpers import children_of, proc_state, vastprobe_json, vastprobe_json_acting_between_samples, wait_for
 
 
 def test_stopped_child(reap) -> None:
@@ -39,6 +41,48 @@ def test_zombie_child(reap) -> None:
     f = next(f for f in host["findings"] if f["rule"] == "zombie-child")
     assert f["pids"] == [p.pid, zombie] and f["severity"] == "warning"
     assert host["verdict"] == "degraded" and rc == 0
+
+
+REAP_ON_USR1 = """
+import os, signal, sys
+signal.signal(signal.SIGUSR1, lambda *_: [os.waitpid(-1, 0) for _ in range(int(sys.argv[1]))])
+for _ in range(int(sys.argv[1])):
+    if os.fork() == 0:
+        os._exit(0)
+while True:
+    signal.pause()
+"""
+
+
+def _parent_of_zombies(reap, n: int) -> tuple[subprocess.Popen, list[int]]:
+    p = subprocess.Popen([sys.executable, "-c", REAP_ON_USR1, str(n)], start_new_session=True)
+    reap.append(p)
+    wait_for(lambda: sum(proc_state(c) == "Z" for c in children_of(p.pid)) == n, what=f"{n} zombies")
+    return p, sorted(children_of(p.pid))
+
+
+def test_a_zombie_seen_in_one_sample_is_a_note(reap) -> None:
+    """Every exiting process is a zombie for a moment: one instant of one or two is no problem."""
+    p, zombies = _parent_of_zombies(reap, 1)
+    rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0")
+    f = next(f for f in host["findings"] if f["rule"] == "zombie-child")
+    assert f["severity"] == "info" and f["summary"].endswith("(seen in one sample)")
+    assert f["pids"] == [p.pid, *zombies] and host["verdict"] == "healthy" and rc == 0
+
+
+def test_a_pile_up_of_zombies_seen_in_one_sample_is_a_warning(reap) -> None:
+    p, zombies = _parent_of_zombies(reap, 3)
+    rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0")
+    f = next(f for f in host["findings"] if f["rule"] == "zombie-child")
+    assert f["severity"] == "warning" and f["pids"] == [p.pid, *zombies] and rc == 0
+
+
+def test_a_zombie_reaped_before_the_second_sample_is_not_reported(reap) -> None:
+    p, zombies = _parent_of_zombies(reap, 3)
+    rc, host = vastprobe_json_acting_between_samples(lambda: os.kill(p.pid, signal.SIGUSR1), "--pid", str(p.pid))
+    assert not [f for f in host["findings"] if f["rule"] == "zombie-child"], host["findings"]
+    assert all(z not in host["scope"] or proc_state(z) is None for z in zombies)
+    assert host["verdict"] == "healthy" and rc == 0
 
 
 VFORK_C = r"""

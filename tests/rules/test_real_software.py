@@ -18,7 +18,14 @@ from pathlib import Path
 import pytest
 
 from tests.cgroup_lab import MemoryCgroup
-from tests.helpers import children_of, proc_state, proc_wchan, vastprobe_json, wait_for
+from tests.helpers import (
+    children_of,
+    proc_state,
+    proc_wchan,
+    vastprobe_json,
+    vastprobe_json_acting_between_samples,
+    wait_for,
+)
 
 SILENT_SERVER = """
 import socket, sys, time
@@ -185,6 +192,42 @@ def test_subprocess_pipe_deadlock(reap) -> None:
     f = finding(host, "deadlock")
     cat = children_of(job.pid)[0]
     assert set(f["pids"]) == {job.pid, cat} and "pipe" in f["summary"] and rc == 1
+
+
+def test_a_pipe_only_its_reader_can_write_is_critical_only_when_two_samples_agree(reap) -> None:
+    """A process that kept the write end of the pipe it reads: a real deadlock, but one instant of it
+    looks like a shell between pipe() and fork() (which made --sample 0 sweeps cry wolf)."""
+    code = "import os\nr, w = os.pipe()\nos.read(r, 1)\n"
+    job = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: proc_wchan(job.pid).endswith("pipe_read"), what="reading its own pipe")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0")
+    f = finding(host, "deadlock")
+    assert f["severity"] == "warning" and f["summary"].endswith("(seen in one sample)") and rc == 0
+    assert f["pids"] == [job.pid] and "--sample 1" in f["hint"]
+    assert host["verdict"] == "degraded"
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3")
+    f = finding(host, "deadlock")
+    assert f["severity"] == "critical" and "only it can end" in f["summary"] and rc == 1
+    assert "one sample" not in f["summary"] and host["verdict"] == "stalled"
+
+
+def test_a_cycle_that_ends_before_the_second_sample_is_no_deadlock(reap) -> None:
+    """Found on this VM: pyenv-rehash (bash) reading a pipe it still holds the write end of, seen by
+    the first sample and gone by the second, was called a critical deadlock in a 20-host sweep."""
+    code = "import os, signal\nsignal.signal(signal.SIGUSR1, lambda *_: os._exit(0))\nr, w = os.pipe()\nos.read(r, 1)\n"
+    job = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: proc_wchan(job.pid).endswith("pipe_read"), what="reading its own pipe")
+
+    def end_it() -> None:
+        os.kill(job.pid, signal.SIGUSR1)
+        job.wait()  # reaped: gone by the second sample, not a zombie in it
+
+    rc, host = vastprobe_json_acting_between_samples(end_it, "--pid", str(job.pid))
+    assert [len(p["samples"]) for p in host["snapshot"]["processes"] if p["pid"] == job.pid] == [1]
+    assert not [f for f in host["findings"] if f["rule"] == "deadlock"], host["findings"]
+    assert host["verdict"] != "stalled" and rc == 0
 
 
 def test_fifo_held_by_an_orphan_writer(reap, tmp_path: Path) -> None:

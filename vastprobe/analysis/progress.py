@@ -1,5 +1,6 @@
 """Did a process move between the probe's two samples? CPU ticks, I/O bytes, context switches
-and state changes each count as movement."""
+and state changes each count as movement, and so does leaving: a process seen in the first sample
+and gone by the second (exited, or its PID reused) was not stuck."""
 
 from __future__ import annotations
 
@@ -15,15 +16,17 @@ class Progress:
     io_bytes: int | None
     ctxt_switches: int | None
     state_changed: bool
+    gone: bool = False  # the probe took a second sample and this process was not in it
 
     @property
     def moved(self) -> bool:
-        return bool(self.cpu_ticks or self.io_bytes or self.ctxt_switches or self.state_changed)
+        return bool(self.gone or self.cpu_ticks or self.io_bytes or self.ctxt_switches or self.state_changed)
 
 
-def progress(p: Process) -> Progress:
+def progress(p: Process, samples_taken: int = 1) -> Progress:
+    """`samples_taken`: how many samples the probe took of the host (a process can have fewer)."""
     if len(p.samples) < 2:
-        return Progress(False, 0, None, None, False)
+        return Progress(False, 0, None, None, False, gone=samples_taken >= 2 and len(p.samples) == 1)
     a, b = p.samples[0], p.samples[-1]
     io = None
     if isinstance(a.io, ProcIO) and isinstance(b.io, ProcIO):

@@ -15,6 +15,7 @@ from vastprobe.analysis.tree import ProcessTree
 from vastprobe.analysis.waitgraph import WaitGraph
 from vastprobe.model import Evidence, Finding, HostSnapshot, Process, Severity, available
 from vastprobe.options import RuleOptions
+from vastprobe.probe.sources import PROC
 
 __all__ = ["Context", "Rule", "RuleMeta", "RuleOptions"]
 
@@ -71,7 +72,10 @@ class Context:
 
     @cached_property
     def progress(self) -> dict[int, Progress]:
-        return {p.pid: progress(p) for p in self.snapshot.processes}
+        probe = self.snapshot.probe
+        # a process missing from a second sample that was cut short may simply not have been read
+        taken = 1 if PROC.section(1) in probe.truncated_sections else len(probe.sample_uptimes)
+        return {p.pid: progress(p, taken) for p in self.snapshot.processes}
 
     @cached_property
     def bounded(self) -> bool:

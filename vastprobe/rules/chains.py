@@ -30,7 +30,10 @@ def link(ctx: Context, pid: int) -> str:
     if p is None:
         return f"{pid} (gone)"
     pr = ctx.progress.get(pid)
-    cpu = f"{pr.cpu_ticks / ctx.snapshot.host.clk_tck:.2f}s cpu" if pr and pr.sampled else "not sampled"
+    if pr and pr.sampled:
+        cpu = f"{pr.cpu_ticks / ctx.snapshot.host.clk_tck:.2f}s cpu"
+    else:
+        cpu = "gone by the second sample" if pr and pr.gone else "not sampled"
     return f"{p.pid} {p.comm} [{p.state} {p.wchan if not isinstance(p.wchan, Unavailable) else '?'}, {cpu}]"
 
 

@@ -4,7 +4,10 @@ the parent should be reading (the classic `subprocess` deadlock), a process read
 only writer is itself. Nothing in the cycle can move first; a timeout or a kill must break it.
 
 Cycles are found in the wait-for graph; edges inferred from poll() never make one (an idle
-interactive client and its server wait on each other by design).
+interactive client and its server wait on each other by design). One sample is one instant, and
+the probe reads wait channels before fd tables: a shell between pipe() and fork() in a loop of
+command substitutions holds both ends of the pipe it was reading a moment before. Seen once, a
+cycle is a warning; two samples in which nothing in it moved make it critical.
 """
 
 from __future__ import annotations
@@ -33,13 +36,21 @@ def check(ctx: Context) -> Iterator[Finding]:
             summary = f"{ctx.proc_label(members[0])} waits on {cycle.edges[0].what} that only it can end"
         else:
             summary = f"{names(ctx, members)} wait on each other in a cycle ({what})"
-        yield META.finding(
-            summary,
-            members,
-            ev,
+        hint = (
             "nothing in the cycle can move first: kill one of them (the one that should have closed or released "
-            "first), then fix the order of operations (read both pipes concurrently, take locks in one order)",
+            "first), then fix the order of operations (read both pipes concurrently, take locks in one order)"
         )
+        if not ctx.two_samples:
+            yield META.finding(
+                f"{summary} (seen in one sample)",
+                members,
+                ev,
+                "one instant cannot tell a deadlock from a process between two steps (a shell between pipe() and "
+                "fork()): run again with a second sample (--sample 1, the default) to confirm; if it holds, " + hint,
+                severity="warning",
+            )
+            continue
+        yield META.finding(summary, members, ev, hint)
 
 
 RULE = Rule(META, check)
