@@ -91,7 +91,7 @@ int main(void) { if (vfork() == 0) { for (;;) pause(); } return 0; }
 """
 
 
-def test_d_state_parent_of_a_vfork_child(tmp_path: Path, reap) -> None:
+def _vfork_parent_in_d(tmp_path: Path, reap) -> subprocess.Popen:
     """A vfork() parent sleeps uninterruptibly until its child execs or exits: a real D state."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
@@ -102,6 +102,18 @@ def test_d_state_parent_of_a_vfork_child(tmp_path: Path, reap) -> None:
     p = subprocess.Popen([str(exe)], start_new_session=True)
     reap.append(p)
     wait_for(lambda: proc_state(p.pid) == "D", what="parent in D")
+    return p
+
+
+def test_d_state_seen_in_one_sample_is_a_note(tmp_path: Path, reap) -> None:
+    p = _vfork_parent_in_d(tmp_path, reap)
+    rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0")
+    f = next(f for f in host["findings"] if f["rule"] == "d-state")
+    assert f["severity"] == "info" and f["summary"].endswith("(seen in one sample)") and rc == 0
+
+
+def test_d_state_parent_of_a_vfork_child(tmp_path: Path, reap) -> None:
+    p = _vfork_parent_in_d(tmp_path, reap)
     rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.3")
     f = next(f for f in host["findings"] if f["rule"] == "d-state")
     assert f["pids"] == [p.pid] and f["severity"] == "error" and rc == 1

@@ -20,6 +20,7 @@ import pytest
 from tests.cgroup_lab import MemoryCgroup
 from tests.helpers import (
     children_of,
+    descendants,
     proc_state,
     proc_wchan,
     vastprobe_json,
@@ -45,15 +46,6 @@ def finding(host: dict, rule: str) -> dict:
     found = [f for f in host["findings"] if f["rule"] == rule]
     assert found, (rule, [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]])
     return found[0]
-
-
-def descendants(pid: int) -> list[int]:
-    out, stack = [], [pid]
-    while stack:
-        for k in children_of(stack.pop()):
-            out.append(k)
-            stack.append(k)
-    return out
 
 
 def comm(pid: int) -> str:
@@ -98,6 +90,10 @@ def test_curl_against_a_server_that_accepted_and_never_answers(silent_server, re
     assert int(unread["detail"].split()[0]) > 0  # curl's request, never read by the server
     assert str(srv.pid) in f["hint"] and str(job.pid) not in f["hint"]
     assert f["severity"] == "warning" and rc == 0  # nothing else says the job should be moving
+    # one instant of the same wait: no window to call it idle, nothing else to call it a stall
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0")
+    f = finding(host, "socket-peer-wait")
+    assert f["severity"] == "info" and host["verdict"] == "healthy" and rc == 0
 
 
 def test_python_client_blocked_in_recv_with_a_stale_log_is_a_stall(silent_server, reap, tmp_path: Path) -> None:
@@ -256,6 +252,8 @@ def test_fifo_nobody_opens(reap, tmp_path: Path) -> None:
     f = finding(host, "fifo-no-partner")
     assert f["severity"] == "warning" and rc == 0
     assert str(fifo) in f["summary"] and f["pids"][0] == job.pid
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0")
+    assert finding(host, "fifo-no-partner")["severity"] == "info" and host["verdict"] == "healthy" and rc == 0
 
 
 def test_container_init_adopts_the_orphan_holding_the_pipe(reap, tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 Severity of a chain of waits, the same for every kind: `error` when the blocker cannot end the
 wait by itself (stopped, gone, an orphan, a cycle) or when other evidence says work should be
 happening (an OOM kill in the job, a silent log, an idle GPU); `warning` when the blocker made no
-progress over the window; nothing when it is working (a slow server, a busy lock holder).
+progress over the window; nothing when it is working (a slow server, a busy lock holder). With one
+sample there is no window: a chain with neither a dead end nor evidence is a note.
 """
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ def severity(ctx: Context, s: StalledChain, stall: StallEvidence) -> Severity | 
         return None
     if stall:
         return "error"
+    if s.idle is None:
+        return "info"  # one sample, no dead end, no evidence: a wait seen once, as every process waits
     return "warning"
 
 

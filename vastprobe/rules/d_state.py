@@ -1,5 +1,9 @@
 """VP109 d-state: a watched process in uninterruptible sleep (D) for the whole window: block I/O,
-NFS/FUSE, or a driver call (NVIDIA). It cannot be killed until the call returns."""
+NFS/FUSE, or a driver call (NVIDIA). It cannot be killed until the call returns.
+
+With one sample (--sample 0) there is no window: `rm`, `awk` or an exec passes through D for a few
+milliseconds all the time. Then only the kernel's hung-task report for that PID (D for 120 s or
+more) makes it a warning; otherwise it is a note."""
 
 from __future__ import annotations
 
@@ -30,8 +34,17 @@ def check(ctx: Context) -> Iterator[Finding]:
             if nvidia
             else "blocked in the kernel (disk, NFS/FUSE, driver): check the kernel log for hung-task lines and the storage it uses"
         )
-        sev = "error" if ctx.two_samples else "warning"
-        yield META.finding(f"{p.comm} ({p.pid}) is in uninterruptible sleep in {w or '?'}", [p.pid], ev, hint, sev)  # type: ignore[arg-type]
+        summary = f"{p.comm} ({p.pid}) is in uninterruptible sleep in {w or '?'}"
+        if ctx.two_samples:
+            yield META.finding(summary, [p.pid], ev, hint, "error")
+            continue
+        hung = [e for e in ctx.snapshot.kernel_log.events if e.kind == "hung-task" and e.pid == p.pid]
+        if hung:
+            ev.append(Evidence("kernel log", hung[-1].line))
+            yield META.finding(summary, [p.pid], ev, hint, "warning")
+            continue
+        hint = "seen in one sample: a process doing I/O passes through D all the time; a second sample (--sample 1, the default) tells"
+        yield META.finding(f"{summary} (seen in one sample)", [p.pid], ev, hint, "info")
 
 
 RULE = Rule(META, check)

@@ -21,7 +21,9 @@ META = RuleMeta(
 
 def check(ctx: Context) -> Iterator[Finding]:
     for s, edge, stall, _sev in stalled(ctx, "fifo-open"):
-        sev = "error" if stall else "warning"  # the opener is its own blocker: only evidence raises it
+        # the opener is its own blocker: only evidence raises it; one instant of it is a note
+        # (a partner about to open the other end looks the same)
+        sev = "error" if stall else "warning" if ctx.two_samples else "info"
         opener = ctx.tree.by_pid[edge.waiter]
         via = (
             f"{ctx.proc_label(s.waiter)} waits on {opener.comm} ({opener.pid}), which"
