@@ -48,8 +48,34 @@ def _cgroups(p: Process) -> set[str]:
     return {c for c in (p.memory_cgroup, p.cgroup_v2) if c is not None}
 
 
-def _in_cgroup(path: str, cgroups: set[str]) -> bool:
-    return path in cgroups or any(c not in ROOT_CGROUPS and path.startswith(c.rstrip("/") + "/") for c in cgroups)
+_CgroupIndex = tuple[dict[str, list[Process]], dict[str, list[Process]]]
+
+
+def _index(procs: list[Process]) -> _CgroupIndex:
+    """Processes by each of their cgroups as written, and by each non-root one without a trailing
+    "/" (what a path below it starts with)."""
+    exact: dict[str, list[Process]] = {}
+    above: dict[str, list[Process]] = {}
+    for p in procs:
+        for c in _cgroups(p):
+            exact.setdefault(c, []).append(p)
+            if c not in ROOT_CGROUPS:
+                above.setdefault(c.rstrip("/"), []).append(p)
+    return exact, above
+
+
+def _members(path: str, by_cgroup: _CgroupIndex, order: dict[int, int]) -> list[Process]:
+    """The processes in memory cgroup `path`: in it exactly, or in a non-root cgroup above it (a
+    kill in a child cgroup of the job's is the job's). Found through the path's few ancestors
+    rather than by testing every process against every kill; in `order`."""
+    exact, above = by_cgroup
+    out: dict[int, Process] = {p.pid: p for p in exact.get(path, [])}
+    at = path.find("/", 1)
+    while at > 0:  # every prefix that ends where a "/" follows: the cgroups `path` is under
+        for p in above.get(path[:at], []):
+            out.setdefault(p.pid, p)
+        at = path.find("/", at + 1)
+    return sorted(out.values(), key=lambda p: order[p.pid])
 
 
 def match_oom_kills(
@@ -87,7 +113,8 @@ def match_oom_kills(
             runs.setdefault(name, []).append(p)
         for name in {k.comm for k in tree.kids(p.pid) if k.state != "Z"}:
             parents_of.setdefault(name, []).append(p)
-    cgroups_of = [(p, _cgroups(p)) for p in watched]
+    by_cgroup = _index(watched)
+    order = {p.pid: i for i, p in enumerate(watched)}
     in_memcg: dict[str, list[Process]] = {}  # kills share a few cgroups: each is matched once
     out: list[OomMatch | None] = []
     unnamed: list[tuple[int, KernelEvent, list[Process]]] = []  # kills whose cgroup line the kernel dropped
@@ -119,7 +146,7 @@ def match_oom_kills(
         if ev.task_memcg is not None and comparable:
             inside = in_memcg.get(ev.task_memcg)
             if inside is None:
-                inside = in_memcg[ev.task_memcg] = [p for p, cgs in cgroups_of if _in_cgroup(ev.task_memcg, cgs)]
+                inside = in_memcg[ev.task_memcg] = _members(ev.task_memcg, by_cgroup, order)
             members = [p for p in inside if alive_before(p)]
             if ev.task_memcg not in ROOT_CGROUPS and members:
                 out.append(
