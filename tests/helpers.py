@@ -120,3 +120,12 @@ def vastprobe_json_acting_between_samples(
             proc.wait()
     assert out, err
     return proc.returncode, json.loads(out)["hosts"][0]
+
+
+def interruptible() -> None:
+    """preexec_fn for a child a test interrupts with SIGINT: a suite run under nohup or by a CI
+    runner in the background inherits SIGINT ignored, and Python then never raises
+    KeyboardInterrupt for it."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import wait_for
+from tests.helpers import interruptible, wait_for
 from tests.sshd import Sshd, free_port, start_sshd
 
 
@@ -83,7 +83,8 @@ def test_ctrl_c_in_diagnose_prints_what_finished(hang: Sshd) -> None:
     dead = f"root@127.0.0.1:{free_port()}"
     p = subprocess.Popen([sys.executable, "-m", "vastprobe", "diagnose", hang.target, dead, "--json",
                           "-i", str(hang.user_key), "--known-hosts", str(hang.known_hosts), "--timeout", "120"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=interruptible)  # fmt: skip
     try:
         wait_for(lambda: remote_probe_running(hang), timeout=30, what="the probe on the hanging host")
         t0 = time.monotonic()
@@ -102,7 +103,8 @@ def test_ctrl_c_in_collect_writes_nothing(hang: Sshd, tmp_path: Path) -> None:
     out = tmp_path / "c.json"
     p = subprocess.Popen([sys.executable, "-m", "vastprobe", "collect", hang.target, "-o", str(out),
                           "-i", str(hang.user_key), "--known-hosts", str(hang.known_hosts), "--timeout", "120"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=interruptible)  # fmt: skip
     try:
         wait_for(lambda: remote_probe_running(hang), timeout=30, what="the probe on the hanging host")
         p.send_signal(signal.SIGINT)

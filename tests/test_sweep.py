@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import interruptible
 from tests.sshd import free_port, keygen, start_sshd
 
 
@@ -100,7 +101,8 @@ def test_ctrl_c_prints_what_finished(tmp_path: Path) -> None:
         dead = f"root@127.0.0.1:{free_port()}"
         p = subprocess.Popen([sys.executable, "-m", "vastprobe", "sweep", f"{dead},{hang.target}", "--format", "ndjson",
                               "-i", str(hang.user_key), "--known-hosts", str(hang.known_hosts), "--timeout", "120"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=interruptible)  # fmt: skip
         assert p.stdout is not None
         first = json.loads(p.stdout.readline())  # the dead host streams out first
         assert first["status"] == "unreachable"
