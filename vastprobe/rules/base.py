@@ -71,11 +71,19 @@ class Context:
         return stall_evidence(self, chain.chain.pids, chain.waiter)
 
     @cached_property
-    def progress(self) -> dict[int, Progress]:
+    def samples_taken(self) -> int:
+        """Samples the probe took of every process: 1 when the second sample's section was cut (a
+        process missing from it may simply not have been read)."""
         probe = self.snapshot.probe
-        # a process missing from a second sample that was cut short may simply not have been read
-        taken = 1 if PROC.section(1) in probe.truncated_sections else len(probe.sample_uptimes)
-        return {p.pid: progress(p, taken) for p in self.snapshot.processes}
+        return 1 if PROC.section(1) in probe.truncated_sections else len(probe.sample_uptimes)
+
+    def gone_by_second_sample(self, p: Process) -> bool:
+        """Seen by the first sample, not by a complete second one: exited (or its PID reused)."""
+        return self.samples_taken >= 2 and len(p.samples) < 2
+
+    @cached_property
+    def progress(self) -> dict[int, Progress]:
+        return {p.pid: progress(p, self.samples_taken) for p in self.snapshot.processes}
 
     @cached_property
     def bounded(self) -> bool:

@@ -20,7 +20,7 @@ def check(ctx: Context) -> Iterator[Finding]:
     for p in ctx.in_scope():
         if not p.samples or any(s.state != "D" for s in p.samples):
             continue
-        if ctx.two_samples and len(p.samples) < 2:
+        if ctx.gone_by_second_sample(p):
             continue  # seen once, gone by the second sample: it was not stuck
         pr = ctx.progress[p.pid]
         if pr.sampled and (pr.cpu_ticks or pr.io_bytes):

@@ -24,7 +24,7 @@ def check(ctx: Context) -> Iterator[Finding]:
     for p in ctx.snapshot.processes:
         if not p.samples or any(s.state != "Z" for s in p.samples):
             continue
-        if ctx.two_samples and len(p.samples) < 2:
+        if ctx.gone_by_second_sample(p):
             continue  # reaped before the second sample
         if p.pid in ctx.scope or p.ppid in ctx.scope:
             by_parent.setdefault(p.ppid, []).append(p.pid)
