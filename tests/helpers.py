@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -129,3 +130,38 @@ def interruptible() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def child_waiting(parent: int, comm: str, wchan: str) -> int | None:
+    """A child of `parent` named `comm` whose wait channel starts with `wchan`, if any."""
+    for k in children_of(parent):
+        try:
+            name = Path(f"/proc/{k}/comm").read_text().strip()
+        except OSError:
+            continue
+        if name == comm and proc_wchan(k).startswith(wchan):
+            return k
+    return None
+
+
+def stopped_child(reap: list) -> tuple[subprocess.Popen, int]:
+    """`sh -c 'sleep 1000 & wait'` whose sleep is stopped by SIGSTOP: a parent waiting on a child
+    that cannot finish. Returns the shell and the stopped child."""
+    p = subprocess.Popen(["sh", "-c", "sleep 1000 & wait"], start_new_session=True)
+    reap.append(p)
+    wait_for(lambda: len(children_of(p.pid)) == 1, what="child started")
+    child = children_of(p.pid)[0]
+    os.kill(child, signal.SIGSTOP)
+    wait_for(lambda: proc_state(child) == "T", what="child stopped")
+    return p, child
+
+
+def crossed_flocks(reap: list, tmp_path: Path) -> tuple[subprocess.Popen, subprocess.Popen]:
+    """Two `flock` holders, each then blocked taking the other's lock: a real lock deadlock."""
+    a, b = tmp_path / "a.lock", tmp_path / "b.lock"
+    one = subprocess.Popen(["flock", str(a), "sh", "-c", f"sleep 0.3; exec flock {b} true"], start_new_session=True)
+    two = subprocess.Popen(["flock", str(b), "sh", "-c", f"sleep 0.3; exec flock {a} true"], start_new_session=True)
+    reap.extend([one, two])
+    for p in (one, two):
+        wait_for(lambda p=p: child_waiting(p.pid, "flock", "locks_lock") is not None, what="both blocked")
+    return one, two

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import children_of, proc_wchan, wait_for
+from tests.helpers import child_waiting, children_of, crossed_flocks, proc_wchan, wait_for
 
 
 def table(*pids: int) -> list[str]:
@@ -22,13 +22,6 @@ def table(*pids: int) -> list[str]:
     return r.stdout.splitlines()
 
 
-def waiting(parent: int, comm: str, wchan: str) -> int | None:
-    for k in children_of(parent):
-        if Path(f"/proc/{k}/comm").read_text().strip() == comm and proc_wchan(k).startswith(wchan):
-            return k
-    return None
-
-
 def test_lock_holder_is_drawn_in_its_own_place(reap, tmp_path: Path) -> None:
     lock = tmp_path / "job.lock"
     holder = subprocess.Popen(["flock", str(lock), "sleep", "1000"], start_new_session=True)
@@ -36,8 +29,8 @@ def test_lock_holder_is_drawn_in_its_own_place(reap, tmp_path: Path) -> None:
     wait_for(lambda: children_of(holder.pid) != [], what="holder running")
     cron = subprocess.Popen(["bash", "-c", f"flock {lock} echo ran; echo done"], start_new_session=True)
     reap.append(cron)
-    wait_for(lambda: waiting(cron.pid, "flock", "locks_lock") is not None, what="waiter blocked")
-    waiter = waiting(cron.pid, "flock", "locks_lock")
+    wait_for(lambda: child_waiting(cron.pid, "flock", "locks_lock") is not None, what="waiter blocked")
+    waiter = child_waiting(cron.pid, "flock", "locks_lock")
     lines = table(cron.pid)
     i = next(n for n, line in enumerate(lines) if line.startswith(f"     {cron.pid} bash  S do_wait"))
     assert lines[i + 1].startswith(f"     └─ waits for child → {waiter} flock  S locks_lock")
@@ -47,12 +40,8 @@ def test_lock_holder_is_drawn_in_its_own_place(reap, tmp_path: Path) -> None:
 
 
 def test_crossed_locks_are_drawn_as_a_cycle(reap, tmp_path: Path) -> None:
+    one, two = crossed_flocks(reap, tmp_path)
     a, b = tmp_path / "a.lock", tmp_path / "b.lock"
-    one = subprocess.Popen(["flock", str(a), "sh", "-c", f"sleep 0.3; exec flock {b} true"], start_new_session=True)
-    two = subprocess.Popen(["flock", str(b), "sh", "-c", f"sleep 0.3; exec flock {a} true"], start_new_session=True)
-    reap.extend([one, two])
-    for p in (one, two):
-        wait_for(lambda p=p: waiting(p.pid, "flock", "locks_lock") is not None, what="both blocked")
     text = "\n".join(table(one.pid, two.pid))
     assert "critical VP115 deadlock" in text.splitlines()[3]  # the cycle is the worst: it comes first
     assert text.count("◀ blocker (cycle)") == 4  # both flock parents and both blocked flocks

@@ -8,6 +8,7 @@ a real terminal."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -20,7 +21,7 @@ import pytest
 
 from tests.golden.record import SWEEP_GOLDEN as GOLDEN
 from tests.golden.record import fleet_of_forty, summary
-from tests.helpers import children_of, proc_state, wait_for
+from tests.helpers import stopped_child, wait_for
 from tests.sshd import free_port, keygen, start_sshd
 from vastprobe.render.summary import fold_hosts
 
@@ -71,14 +72,7 @@ def test_a_real_sweep_of_forty_vast_instances(tmp_path: Path, reap) -> None:
     a = start_sshd(tmp_path / "a", user_key=key, addresses=[f"127.0.0.{i}" for i in range(1, 17)])
     b = start_sshd(tmp_path / "b", user_key=key, addresses=[f"127.0.0.{i}" for i in range(17, 31)])
     try:
-        p = subprocess.Popen(["sh", "-c", "sleep 1000 & wait"], start_new_session=True)
-        reap.append(p)
-        wait_for(lambda: len(children_of(p.pid)) == 1, what="child started")
-        child = children_of(p.pid)[0]
-        import os
-
-        os.kill(child, signal.SIGSTOP)
-        wait_for(lambda: proc_state(child) == "T", what="child stopped")
+        p, child = stopped_child(reap)
         kh = tmp_path / "known_hosts"
         kh.write_text(a.known_hosts.read_text() + b.known_hosts.read_text())
         dead = free_port()

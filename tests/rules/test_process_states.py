@@ -11,18 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import children_of, proc_state, vastprobe_json, vastprobe_json_acting_between_samples, wait_for
+from tests.helpers import (
+    children_of,
+    proc_state,
+    stopped_child,
+    vastprobe_json,
+    vastprobe_json_acting_between_samples,
+    wait_for,
+)
 
 
 def test_stopped_child(reap) -> None:
-    p = subprocess.Popen(["sh", "-c", "sleep 1000 & wait"], start_new_session=True)
-    reap.append(p)
-    wait_for(lambda: len(children_of(p.pid)) == 1, what="child started")
-    child = children_of(p.pid)[0]
-    import os
-
-    os.kill(child, signal.SIGSTOP)
-    wait_for(lambda: proc_state(child) == "T", what="child stopped")
+    p, child = stopped_child(reap)
     rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.3")
     f = next(f for f in host["findings"] if f["rule"] == "stopped-child")
     assert f["pids"] == [child] and f["severity"] == "error" and rc == 1

@@ -20,6 +20,7 @@ import pytest
 from tests.cgroup_lab import MemoryCgroup
 from tests.helpers import (
     children_of,
+    crossed_flocks,
     descendants,
     proc_state,
     proc_wchan,
@@ -157,12 +158,7 @@ def test_flock_waiter_names_the_holder_and_the_file(reap, tmp_path: Path) -> Non
 
 
 def test_crossed_flocks_are_a_deadlock(reap, tmp_path: Path) -> None:
-    a, b = tmp_path / "a.lock", tmp_path / "b.lock"
-    one = subprocess.Popen(["flock", str(a), "sh", "-c", f"sleep 0.3; exec flock {b} true"], start_new_session=True)
-    two = subprocess.Popen(["flock", str(b), "sh", "-c", f"sleep 0.3; exec flock {a} true"], start_new_session=True)
-    reap.extend([one, two])
-    for p in (one, two):
-        wait_for(lambda p=p: find_desc(p.pid, "flock", "locks_lock") is not None, what="both blocked")
+    one, two = crossed_flocks(reap, tmp_path)
     rc, host = vastprobe_json("--pid", str(one.pid), "--pid", str(two.pid), "--sample", "0.3")
     f = finding(host, "deadlock")
     assert f["severity"] == "critical" and rc == 1
