@@ -14,6 +14,18 @@ def reap() -> Iterator[list[subprocess.Popen]]:
     """Processes a test starts; each is killed with its whole process group afterwards."""
     procs: list[subprocess.Popen] = []
     yield procs
+    kill_families(procs)
+
+
+@pytest.fixture(scope="module")
+def reap_module() -> Iterator[list[subprocess.Popen]]:
+    """As `reap`, for processes a module's tests share (a state that takes long to reach)."""
+    procs: list[subprocess.Popen] = []
+    yield procs
+    kill_families(procs)
+
+
+def kill_families(procs: list[subprocess.Popen]) -> None:
     import os
     import signal
 

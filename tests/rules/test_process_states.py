@@ -19,6 +19,7 @@ from tests.helpers import (
     vastprobe_json_acting_between_samples,
     wait_for,
 )
+from vastprobe.rules.zombie_child import YOUNG_SECONDS
 
 
 def test_stopped_child(reap) -> None:
@@ -31,58 +32,88 @@ def test_stopped_child(reap) -> None:
     os.kill(child, signal.SIGCONT)
 
 
-def test_zombie_child(reap) -> None:
-    # the parent execs into sleep, which never waits: its exited child stays a zombie
-    p = subprocess.Popen(["sh", "-c", "sh -c 'exit 0' & exec sleep 1000"], start_new_session=True)
-    reap.append(p)
-    wait_for(lambda: any(proc_state(c) == "Z" for c in children_of(p.pid)), what="zombie")
-    zombie = next(c for c in children_of(p.pid) if proc_state(c) == "Z")
-    rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.3")
-    f = next(f for f in host["findings"] if f["rule"] == "zombie-child")
-    assert f["pids"] == [p.pid, zombie] and f["severity"] == "warning"
-    assert host["verdict"] == "degraded" and rc == 0
-
-
-REAP_ON_USR1 = """
+ZOMBIE_PARENT = """
 import os, signal, sys
-signal.signal(signal.SIGUSR1, lambda *_: [os.waitpid(-1, 0) for _ in range(int(sys.argv[1]))])
-for _ in range(int(sys.argv[1])):
+n = int(sys.argv[1])
+signal.signal(signal.SIGUSR1, lambda *_: [os.waitpid(-1, 0) for _ in range(n)])
+for _ in range(n):
     if os.fork() == 0:
-        os._exit(0)
+        while True:
+            signal.pause()  # until the test kills it: then a zombie, reaped on SIGUSR1 only
 while True:
     signal.pause()
 """
 
 
-def _parent_of_zombies(reap, n: int) -> tuple[subprocess.Popen, list[int]]:
-    p = subprocess.Popen([sys.executable, "-c", REAP_ON_USR1, str(n)], start_new_session=True)
-    reap.append(p)
-    wait_for(lambda: sum(proc_state(c) == "Z" for c in children_of(p.pid)) == n, what=f"{n} zombies")
-    return p, sorted(children_of(p.pid))
+def seconds_since_start(pid: int) -> float:
+    start = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    return float(Path("/proc/uptime").read_text().split()[0]) - start / os.sysconf("SC_CLK_TCK")
 
 
-def test_a_zombie_seen_in_one_sample_is_a_note(reap) -> None:
+def _zombie_parents(reap: list, counts: dict[str, int], age: float) -> dict[str, tuple[int, list[int]]]:
+    """Parents (name -> n children) whose children run `age` seconds, then are killed: zombies."""
+    parents = {
+        name: subprocess.Popen([sys.executable, "-c", ZOMBIE_PARENT, str(n)], start_new_session=True)
+        for name, n in counts.items()
+    }
+    reap.extend(parents.values())
+    wait_for(lambda: all(len(children_of(parents[k].pid)) == n for k, n in counts.items()), what="children")
+    kids = {name: sorted(children_of(p.pid)) for name, p in parents.items()}
+    every = [c for cs in kids.values() for c in cs]
+    wait_for(lambda: min(map(seconds_since_start, every)) >= age, timeout=age + 30, what=f"children {age} s old")
+    for c in every:
+        os.kill(c, signal.SIGKILL)
+    wait_for(lambda: all(proc_state(c) == "Z" for c in every), what="zombies")
+    return {name: (p.pid, kids[name]) for name, p in parents.items()}
+
+
+@pytest.fixture(scope="module")
+def old_zombies(reap_module) -> dict[str, tuple[int, list[int]]]:
+    """Zombies whose processes ran YOUNG_SECONDS first (the rule's bar), made once for the module."""
+    return _zombie_parents(reap_module, {"one": 1, "three": 3, "to-reap": 3}, YOUNG_SECONDS)
+
+
+def test_zombie_child(old_zombies) -> None:
+    parent, zombies = old_zombies["one"]
+    rc, host = vastprobe_json("--pid", str(parent), "--sample", "0.3")
+    f = next(f for f in host["findings"] if f["rule"] == "zombie-child")
+    assert f["pids"] == [parent, *zombies] and f["severity"] == "warning"
+    assert host["verdict"] == "degraded" and rc == 0
+
+
+def test_a_zombie_seen_in_one_sample_is_a_note(old_zombies) -> None:
     """Every exiting process is a zombie for a moment: one instant of one or two is no problem."""
-    p, zombies = _parent_of_zombies(reap, 1)
-    rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0")
+    parent, zombies = old_zombies["one"]
+    rc, host = vastprobe_json("--pid", str(parent), "--sample", "0")
     f = next(f for f in host["findings"] if f["rule"] == "zombie-child")
     assert f["severity"] == "info" and f["summary"].endswith("(seen in one sample)")
-    assert f["pids"] == [p.pid, *zombies] and host["verdict"] == "healthy" and rc == 0
+    assert f["pids"] == [parent, *zombies] and host["verdict"] == "healthy" and rc == 0
 
 
-def test_a_pile_up_of_zombies_seen_in_one_sample_is_a_warning(reap) -> None:
-    p, zombies = _parent_of_zombies(reap, 3)
-    rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0")
+def test_a_pile_up_of_zombies_seen_in_one_sample_is_a_warning(old_zombies) -> None:
+    parent, zombies = old_zombies["three"]
+    rc, host = vastprobe_json("--pid", str(parent), "--sample", "0")
     f = next(f for f in host["findings"] if f["rule"] == "zombie-child")
-    assert f["severity"] == "warning" and f["pids"] == [p.pid, *zombies] and rc == 0
+    assert f["severity"] == "warning" and f["pids"] == [parent, *zombies] and rc == 0
 
 
-def test_a_zombie_reaped_before_the_second_sample_is_not_reported(reap) -> None:
-    p, zombies = _parent_of_zombies(reap, 3)
-    rc, host = vastprobe_json_acting_between_samples(lambda: os.kill(p.pid, signal.SIGUSR1), "--pid", str(p.pid))
+def test_a_zombie_reaped_before_the_second_sample_is_not_reported(old_zombies) -> None:
+    parent, zombies = old_zombies["to-reap"]
+    rc, host = vastprobe_json_acting_between_samples(lambda: os.kill(parent, signal.SIGUSR1), "--pid", str(parent))
     assert not [f for f in host["findings"] if f["rule"] == "zombie-child"], host["findings"]
     assert all(z not in host["scope"] or proc_state(z) is None for z in zombies)
     assert host["verdict"] == "healthy" and rc == 0
+
+
+def test_zombies_of_processes_that_just_started_are_no_finding(reap) -> None:
+    """A parent that reaps in batches (this VM's PID 1 every ~2 s) has fresh zombies in every
+    sample, a pile-up included: a process that started a moment ago cannot have waited long."""
+    parent, zombies = _zombie_parents(reap, {"batch": 3}, 0)["batch"]
+    for sample in ("0", "0.3"):
+        rc, host = vastprobe_json("--pid", str(parent), "--sample", sample)
+        assert all(proc_state(z) == "Z" for z in zombies) and set(zombies) <= set(host["scope"])
+        assert not [f for f in host["findings"] if f["rule"] == "zombie-child"], host["findings"]
+        assert host["verdict"] == "healthy" and rc == 0
 
 
 VFORK_C = r"""
