@@ -164,3 +164,13 @@ def test_a_flipped_byte_is_reported_not_analysed(tmp_path: Path) -> None:
 def test_duplicate_targets_are_probed_once() -> None:
     r = run("diagnose", "local", "local", "--sample", "0", "--json")
     assert len(json.loads(r.stdout)["hosts"]) == 1 and "1 duplicate target probed once" in r.stderr
+
+
+def test_only_the_invoked_command_is_built() -> None:
+    from vastprobe.cli import _click_group
+
+    every = {"diagnose", "sweep", "collect", "analyze", "rules", "probe-script", "history"}
+    assert set(_click_group(["sweep", "hosts.txt", "--log", "diagnose"]).commands) == {"sweep"}
+    assert set(_click_group(["--version", "probe-script"]).commands) == {"probe-script"}
+    for top_level in (["-h"], [], ["diagnos", "local"]):  # help and "No such command" list them all
+        assert set(_click_group(top_level).commands) == every

@@ -1,13 +1,23 @@
-"""Reports and snapshots to JSON. Snapshots hold ~100k values per host in a sweep, so the C
-encoder walks them and only dataclasses go through `_default`. Strings need no cleaning: remote
-bytes were decoded with errors="replace" (probe/sections.py)."""
+"""Reports and snapshots to JSON. Snapshots hold ~100k values per host in a sweep, so orjson walks
+them (a sixth of the stdlib encoder's time: 0.4 vs 2.3 ms a 170 KB report) and only dataclasses go
+through `_default`. Strings need no cleaning: remote bytes were decoded with errors="replace"
+(probe/sections.py).
+
+The text is what `json.dumps(..., separators=(",", ":"))` writes: ASCII only, non-ASCII as \\u
+escapes (a C1 control or a bidi override in a process name never reaches a terminal raw). But
+floats: `1e-7`, not `1e-07` (the same number), and `null` for a non-finite one (vastprobe's readers
+never produce one; the stdlib would write `NaN`, which is not JSON). What orjson refuses (an integer
+past 64 bits) goes through the stdlib encoder."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 from typing import Any
+
+import orjson
 
 from vastprobe.model import Finding, HostReport, Unavailable
 
@@ -36,9 +46,27 @@ def _default(obj: Any) -> Any:
     return {name: getattr(obj, name) for name in names}
 
 
+#: Every type orjson would write its own way goes through `_default`, as with the stdlib encoder.
+_ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_NON_STR_KEYS
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def _ascii_escape(m: re.Match[str]) -> str:
+    """As the stdlib's ensure_ascii: one \\u escape, or a surrogate pair past the BMP."""
+    c = ord(m.group())
+    if c > 0xFFFF:
+        c -= 0x10000
+        return f"\\u{0xD800 | c >> 10:04x}\\u{0xDC00 | c & 0x3FF:04x}"
+    return f"\\u{c:04x}"
+
+
 def dumps(obj: Any, indent: int | None = None) -> str:
     if indent is None:
-        return json.dumps(obj, default=_default, separators=(",", ":"))
+        try:
+            text = orjson.dumps(obj, default=_default, option=_ORJSON_OPTIONS).decode()
+        except orjson.JSONEncodeError:
+            return json.dumps(obj, default=_default, separators=(",", ":"))
+        return text if text.isascii() else _NON_ASCII.sub(_ascii_escape, text)
     return json.dumps(obj, default=_default, indent=indent)
 
 
