@@ -94,7 +94,8 @@ def test_curl_against_a_server_that_accepted_and_never_answers(silent_server, re
     # one instant of the same wait: no window to call it idle, nothing else to call it a stall
     rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0")
     f = finding(host, "socket-peer-wait")
-    assert f["severity"] == "info" and host["verdict"] == "healthy" and rc == 0
+    assert f["severity"] == "info" and f["summary"].endswith("(seen in one sample)")
+    assert host["verdict"] == "healthy" and rc == 0
 
 
 def test_python_client_blocked_in_recv_with_a_stale_log_is_a_stall(silent_server, reap, tmp_path: Path) -> None:
@@ -249,7 +250,9 @@ def test_fifo_nobody_opens(reap, tmp_path: Path) -> None:
     assert f["severity"] == "warning" and rc == 0
     assert str(fifo) in f["summary"] and f["pids"][0] == job.pid
     rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0")
-    assert finding(host, "fifo-no-partner")["severity"] == "info" and host["verdict"] == "healthy" and rc == 0
+    f = finding(host, "fifo-no-partner")
+    assert f["severity"] == "info" and f["summary"].endswith("(seen in one sample)")
+    assert host["verdict"] == "healthy" and rc == 0
 
 
 def test_container_init_adopts_the_orphan_holding_the_pipe(reap, tmp_path: Path) -> None:

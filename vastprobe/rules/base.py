@@ -17,7 +17,11 @@ from vastprobe.model import Evidence, Finding, HostSnapshot, Process, Severity, 
 from vastprobe.options import RuleOptions
 from vastprobe.probe.sources import PROC
 
-__all__ = ["Context", "Rule", "RuleMeta", "RuleOptions"]
+__all__ = ["ONE_SAMPLE", "Context", "Rule", "RuleMeta", "RuleOptions"]
+
+#: Ends the summary of a finding that one sample (--sample 0) made a note or a warning: what it saw
+#: once, a second sample would confirm or clear.
+ONE_SAMPLE = " (seen in one sample)"
 
 
 @dataclass(frozen=True)

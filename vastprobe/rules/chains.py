@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from vastprobe.analysis.stalls import ChainKind, StalledChain, StallEvidence
 from vastprobe.analysis.waitgraph import Chain, WaitEdge
 from vastprobe.model import Evidence, Severity, Unavailable
-from vastprobe.rules.base import Context
+from vastprobe.rules.base import ONE_SAMPLE, Context
 
 #: How each kind of resource edge reads in a chain (children and pipes are worded in edge_words).
 EDGE_WORDS = {
@@ -88,6 +88,11 @@ def severity(ctx: Context, s: StalledChain, stall: StallEvidence) -> Severity | 
     if s.idle is None:
         return "info"  # one sample, no dead end, no evidence: a wait seen once, as every process waits
     return "warning"
+
+
+def marked(summary: str, s: StalledChain, sev: Severity) -> str:
+    """The summary of a chain finding, marked when one sample is all it rests on (a note, see severity)."""
+    return summary + ONE_SAMPLE if s.idle is None and sev == "info" else summary
 
 
 def stalled(ctx: Context, *kinds: ChainKind) -> Iterator[tuple[StalledChain, WaitEdge, StallEvidence, Severity]]:

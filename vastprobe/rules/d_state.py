@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from vastprobe.analysis.wchan_families import NVIDIA_PREFIXES, family
 from vastprobe.model import Evidence, Finding, Unavailable
-from vastprobe.rules.base import Context, Rule, RuleMeta
+from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
 
 META = RuleMeta("d-state", "VP109", "error", "a watched process is stuck in uninterruptible sleep (D)")
 
@@ -44,7 +44,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             yield META.finding(summary, [p.pid], ev, hint, "warning")
             continue
         hint = "seen in one sample: a process doing I/O passes through D all the time; a second sample (--sample 1, the default) tells"
-        yield META.finding(f"{summary} (seen in one sample)", [p.pid], ev, hint, "info")
+        yield META.finding(summary + ONE_SAMPLE, [p.pid], ev, hint, "info")
 
 
 RULE = Rule(META, check)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from vastprobe.model import Evidence, Finding
-from vastprobe.rules.base import Context, Rule, RuleMeta
+from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
 from vastprobe.rules.chains import chain_text, names
 
 META = RuleMeta("deadlock", "VP115", "critical", "processes wait on each other in a cycle")
@@ -42,7 +42,7 @@ def check(ctx: Context) -> Iterator[Finding]:
         )
         if not ctx.two_samples:
             yield META.finding(
-                f"{summary} (seen in one sample)",
+                summary + ONE_SAMPLE,
                 members,
                 ev,
                 "one instant cannot tell a deadlock from a process between two steps (a shell between pipe() and "

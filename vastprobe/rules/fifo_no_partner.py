@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from vastprobe.model import Finding
 from vastprobe.rules.base import Context, Rule, RuleMeta
-from vastprobe.rules.chains import chain_evidence, stalled
+from vastprobe.rules.chains import chain_evidence, marked, stalled
 
 META = RuleMeta(
     "fifo-no-partner", "VP113", "error", "a process waits to open a FIFO that nobody opens from the other end"
@@ -31,7 +31,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             else f"{opener.comm} ({opener.pid})"
         )
         yield META.finding(
-            f"{via} is blocked opening {edge.what}",
+            marked(f"{via} is blocked opening {edge.what}", s, sev),  # type: ignore[arg-type]
             s.chain.pids,
             [*chain_evidence(ctx, s), *stall.evidence],
             "whatever should open the other end never did (it failed, or was never started): start it, or "

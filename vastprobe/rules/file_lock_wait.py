@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from vastprobe.model import Finding
 from vastprobe.rules.base import Context, Rule, RuleMeta
-from vastprobe.rules.chains import chain_evidence, names, stalled
+from vastprobe.rules.chains import chain_evidence, marked, names, stalled
 
 META = RuleMeta("file-lock-wait", "VP111", "error", "a process waits for a file lock held by a process that is stuck")
 
@@ -34,7 +34,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             )
         via = f", through {ctx.proc_label(edge.waiter)}," if edge.waiter != s.waiter else ""
         yield META.finding(
-            f"{waiter.comm} ({waiter.pid}){via} waits for a lock on {where} held by {holder_words}",
+            marked(f"{waiter.comm} ({waiter.pid}){via} waits for a lock on {where} held by {holder_words}", s, sev),
             (*s.chain.pids, *[h for h in edge.holders if h not in s.chain.pids]),
             [*chain_evidence(ctx, s), *stall.evidence],
             hint,

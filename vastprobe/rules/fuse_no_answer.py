@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from vastprobe.model import Finding
 from vastprobe.rules.base import Context, Rule, RuleMeta
-from vastprobe.rules.chains import chain_evidence, names, stalled
+from vastprobe.rules.chains import chain_evidence, marked, names, stalled
 
 META = RuleMeta("fuse-no-answer", "VP114", "error", "a process waits on a FUSE server that does not answer")
 
@@ -32,7 +32,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             summary = f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}, whose server is gone"
             hint = "no process serves the mount any more: unmount it (`fusermount -uz` or `umount -l`) and remount"
         yield META.finding(
-            summary,
+            marked(summary, s, sev),
             (*s.chain.pids, *[h for h in edge.holders if h not in s.chain.pids]),
             [*chain_evidence(ctx, s), *stall.evidence],
             hint,

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from vastprobe.model import Evidence, Finding
 from vastprobe.rules.base import Context, Rule, RuleMeta
-from vastprobe.rules.chains import chain_evidence, names, stalled
+from vastprobe.rules.chains import chain_evidence, marked, names, stalled
 
 META = RuleMeta("socket-peer-wait", "VP112", "error", "a process waits on a connection whose peer does not answer")
 
@@ -52,7 +52,7 @@ def check(ctx: Context) -> Iterator[Finding]:
         if unread:
             ev.append(Evidence("unread", f"{unread} B wait in the peer's receive queue"))
         yield META.finding(
-            summary,
+            marked(summary, s, sev),
             (*s.chain.pids, *[h for h in edge.holders if h not in s.chain.pids]),
             [*ev, *stall.evidence],
             hint,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from vastprobe.model import Evidence, Finding, Process
-from vastprobe.rules.base import Context, Rule, RuleMeta
+from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
 
 META = RuleMeta("zombie-child", "VP106", "warning", "exited children are not being reaped by their parent")
 SIGCHLD_BIT = 1 << 16
@@ -59,7 +59,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             hint = f"{pname} is not calling wait(); if it is stuck, its children's exit is lost on it"
         if not ctx.two_samples and len(zombies) < PILE_UP:
             hint = "a child that just exited looks like this until its parent reaps it; a second sample (--sample 1, the default) tells"
-            yield META.finding(f"{summary} (seen in one sample)", [ppid, *zombies], ev, hint, severity="info")
+            yield META.finding(summary + ONE_SAMPLE, [ppid, *zombies], ev, hint, severity="info")
             continue
         yield META.finding(summary, [ppid, *zombies], ev, hint)
 
