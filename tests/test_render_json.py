@@ -19,9 +19,10 @@ def stdlib(obj: object) -> str:
 
 def test_non_ascii_is_escaped_as_the_stdlib_does() -> None:
     # a CSI as a C1 control, a bidi override, an accent, an emoji past the BMP, ESC, rich markup
-    obj = {"comm": "\u009b31m\u202eevil é 😀 \x1b[2J [bold]x[/bold]", "n": 1}
+    obj = {"comm": "\u009b31m\u202eevil é 😀 \x1b[2J [bold]x[/bold] \x7f", "n": 1}
     assert dumps(obj) == stdlib(obj)
-    assert dumps(obj).isascii()
+    assert dumps(obj).isascii() and "\x7f" not in dumps(obj)
+    assert dumps({"del": "\x7f"}) == '{"del":"\\u007f"}'  # ASCII, but the stdlib escapes it: so do we
 
 
 def test_dataclasses_unavailable_sets_and_int_keys_as_before() -> None:
@@ -58,3 +59,15 @@ def test_same_values_as_the_stdlib_encoder(obj: object) -> None:
     text = dumps(obj)
     assert text.isascii()
     assert json.loads(text) == json.loads(stdlib(obj))
+
+
+exact_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**80), 2**80) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(exact_values)
+def test_the_same_text_as_the_stdlib_encoder_without_floats(obj: object) -> None:
+    assert dumps(obj) == stdlib(obj)

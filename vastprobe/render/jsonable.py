@@ -48,7 +48,8 @@ def _default(obj: Any) -> Any:
 
 #: Every type orjson would write its own way goes through `_default`, as with the stdlib encoder.
 _ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_NON_STR_KEYS
-_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+#: What the stdlib escapes and orjson writes raw: DEL and everything past ASCII
+_NON_ASCII = re.compile(r"[^\x00-\x7e]")
 
 
 def _ascii_escape(m: re.Match[str]) -> str:
@@ -66,7 +67,7 @@ def dumps(obj: Any, indent: int | None = None) -> str:
             text = orjson.dumps(obj, default=_default, option=_ORJSON_OPTIONS).decode()
         except orjson.JSONEncodeError:
             return json.dumps(obj, default=_default, separators=(",", ":"))
-        return text if text.isascii() else _NON_ASCII.sub(_ascii_escape, text)
+        return text if text.isascii() and "\x7f" not in text else _NON_ASCII.sub(_ascii_escape, text)
     return json.dumps(obj, default=_default, indent=indent)
 
 
