@@ -75,9 +75,38 @@ def test_append_keeps_mode_and_follows_the_users_own_link(tmp_path: Path) -> Non
     real.chmod(0o600)
     link = tmp_path / "known_hosts"
     link.symlink_to(real)
-    fileio.append_atomic(link, "b ssh-ed25519 BBBB\n")
+    fileio.append_line(link, "b ssh-ed25519 BBBB\n")
     assert link.is_symlink() and real.read_text() == "a ssh-ed25519 AAAA\nb ssh-ed25519 BBBB\n"
     assert oct(real.stat().st_mode & 0o777) == "0o600"
+
+
+APPENDER = """
+import sys
+from vastprobe.fileio import append_line
+for i in range(int(sys.argv[2])):
+    append_line(sys.argv[1], f"host-{sys.argv[3]}-{i} ssh-ed25519 AAAA\\n")
+"""
+
+
+def test_concurrent_appends_keep_every_line(tmp_path: Path) -> None:
+    """Two sweeps (or a sweep and ssh) adding hosts at once: a rewrite-and-rename drops the lines
+    the other one added in between; appending keeps them all."""
+    import subprocess
+    import sys
+
+    kh = tmp_path / "known_hosts"
+    kh.write_text("old ssh-ed25519 AAAA\n")
+    procs = [subprocess.Popen([sys.executable, "-c", APPENDER, str(kh), "300", name]) for name in ("a", "b", "c")]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    lines = kh.read_text().splitlines()
+    assert len(lines) == 901 and len(set(lines)) == 901 and lines[0] == "old ssh-ed25519 AAAA"
+
+
+def test_append_refuses_what_is_not_a_regular_file(tmp_path: Path) -> None:
+    fifo = tmp_path / "known_hosts"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="not a regular file"):
+        fileio.append_line(fifo, "x ssh-ed25519 AAAA\n")
 
 
 def test_lone_surrogates_never_reach_a_file(tmp_path: Path) -> None:

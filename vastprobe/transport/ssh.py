@@ -37,7 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from vastprobe.fileio import append_atomic
+from vastprobe.fileio import append_line
 from vastprobe.notices import say, say_once
 from vastprobe.targets import SshTarget, TargetError, parse_target
 from vastprobe.transport.asyncssh_parts import import_asyncssh
@@ -521,7 +521,7 @@ class _Client(asyncssh.SSHClient):
         entry = _hash_name(name) if self.r.hash_known_hosts else name
         try:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            written = append_atomic(path, f"{entry} {blob[0]} {blob[1]}\n")
+            written = append_line(path, f"{entry} {blob[0]} {blob[1]}\n")
         except OSError as exc:
             say(f"vastprobe: Failed to add the host to the list of known hosts ({path}): {exc.strerror or exc}")
             return
