@@ -117,6 +117,47 @@ def test_python_client_blocked_in_recv_with_a_stale_log_is_a_stall(silent_server
     assert not [g for g in host["findings"] if g["rule"] == "do-wait-orphan"]
 
 
+TRICKLING_SERVER = """
+import socket, sys, threading, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+print(s.getsockname()[1], flush=True)
+def serve(c):
+    c.recv(65536)
+    c.sendall(b"HTTP/1.0 200 OK\\r\\nContent-Type: application/octet-stream\\r\\n\\r\\n")
+    while True:
+        c.sendall(b"x" * 16384); time.sleep(0.5)   # a slow mirror: send() shows in no counter of its own
+while True:
+    c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
+"""
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
+def test_a_slow_download_is_not_a_server_that_does_not_answer(reap, tmp_path: Path) -> None:
+    """The server's sending thread uses no CPU tick and send() counts in no /proc/PID/io field, so
+    the server looks idle; but curl, waiting on it, writes what it receives: the wait moves. With a
+    stale log the log is the stall, and the server is not blamed."""
+    srv = subprocess.Popen([sys.executable, "-c", TRICKLING_SERVER], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(srv)
+    assert srv.stdout is not None
+    port = int(srv.stdout.readline())
+    log = tmp_path / "job.log"
+    log.write_text("downloading params\n")
+    os.utime(log, (1, 1))
+    out = tmp_path / "model.bin"
+    job = subprocess.Popen(["bash", "-c", f"curl -s http://127.0.0.1:{port}/model.bin -o {out}; echo done"],
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    wait_for(lambda: out.exists() and out.stat().st_size > 32768, what="the download under way")
+    for args in ((), ("--log", str(log), "--stale-after", "60")):
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1", *args)
+        assert not [f for f in host["findings"] if f["rule"] in ("socket-peer-wait", "do-wait-orphan")], host[
+            "findings"
+        ]
+        assert "does not answer" not in (host["headline"] or "")
+    assert finding(host, "missing-logs")["severity"] == "error" and rc == 1  # the stale log is the stall
+
+
 def test_busy_http_server_with_a_client_loop_is_healthy(reap, tmp_path: Path) -> None:
     (tmp_path / "index.html").write_text("x" * 100_000)
     srv = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "0"], cwd=tmp_path,

@@ -29,7 +29,7 @@ class StalledChain:
     chain: Chain
     edge: WaitEdge | None  # the resource edge that names the root blocker; None for a chain of children
     blockers: tuple[int, ...]  # who ends the wait: the edge's holders, or the chain's end
-    idle: bool | None  # nothing from the blockers down made progress over the window; None: one sample
+    idle: bool | None  # nothing from the resource's waiter down made progress over the window; None: one sample
     dead_end: str | None  # why the blocker cannot end it by itself (stopped, gone, orphan), if it cannot
     orphans: tuple[int, ...] = ()  # orphan-pipe: the re-parented writers
 
@@ -143,8 +143,10 @@ def _classify(ctx: Context, chain: Chain) -> StalledChain:
     kind: ChainKind = edge.kind if edge.kind in ("tcp", "unix-socket", "file-lock", "fuse", "fifo-open") else "child"  # type: ignore[assignment]
     if edge.kind in ("pipe", "fifo"):
         kind = "child"  # a pipe to a live process: its writer's progress decides, like a child's
+    # The waiter on the resource counts as well: a download from a slow server moves only on the
+    # client's side (the server's send() shows in no counter, its sending thread in no CPU tick)
     pids = chain.pids
-    start = pids.index(edge.waiter) + 1 if edge.waiter in pids else len(pids)
+    start = pids.index(edge.waiter) if edge.waiter in pids else len(pids)
     beyond = [*edge.holders, *pids[start:]]
     moved = _moved(ctx, beyond) if beyond else None
     return StalledChain(
