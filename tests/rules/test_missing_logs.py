@@ -45,3 +45,24 @@ def test_fresh_log_is_healthy(tmp_path: Path, reap) -> None:
     wait_for(lambda: log.exists() and log.stat().st_size > 0, what="log written")
     rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.3", "--log", str(log))
     assert host["verdict"] == "healthy" and rc == 0, host["findings"]
+
+
+def test_a_stale_log_whose_writer_spins_says_so(tmp_path: Path, reap) -> None:
+    """The writer holds the log on stdout and stderr (named once) and burns a CPU without a line:
+    the finding says it is busy, not waiting; one sample claims no window."""
+    log = tmp_path / "train.log"
+    spin = f"exec >>{log} 2>&1; echo training; exec {sys.executable} -c 'while True: pass'"
+    p = subprocess.Popen(["sh", "-c", spin], start_new_session=True)
+    reap.append(p)
+    wait_for(lambda: os.path.realpath(f"/proc/{p.pid}/exe") == os.path.realpath(sys.executable), what="spinning")
+    os.utime(log, (1000, 1000))
+    rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.5", "--log", str(log))
+    f = next(f for f in host["findings"] if f["rule"] == "missing-logs")
+    assert f["severity"] == "error" and f["pids"] == [p.pid] and "has not been written" in f["summary"] and rc == 1
+    details = [e["detail"] for e in f["evidence"]]
+    assert any(d.startswith(f"{p.pid} (python") and "of CPU over the" in d for d in details), details
+    assert "busy on the CPU" in f["hint"]
+    assert any("size unchanged over the" in d for d in details)
+    _rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0", "--log", str(log))
+    f = next(f for f in host["findings"] if f["rule"] == "missing-logs")
+    assert not any("over the" in e["detail"] for e in f["evidence"]) and "busy" not in f["hint"]

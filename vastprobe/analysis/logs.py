@@ -57,7 +57,7 @@ def log_health(log: LogFile, now: float | None, stale_after: float, processes: I
     grew = len(stats) >= 2 and stats[-1].size != stats[0].size
     tail = log.tail if isinstance(log.tail, str) else ""
     fatal = tuple(line.strip()[:300] for line in tail.splitlines()[-50:] if FATAL.search(line))[-5:]
-    writers = tuple(pid for pid, _fd, _deleted in log.holders)
+    writers = tuple(dict.fromkeys(pid for pid, _fd, _deleted in log.holders))  # once each, not once per fd
     deleted_holders = [h for h in log.holders if h[2]]
     age = None
     if stats and now is not None:

@@ -121,9 +121,12 @@ def _logs(console: Console, snap: HostSnapshot) -> None:
     if isinstance(snap.host.btime, int) and snap.probe.sample_uptimes:
         now = snap.host.btime + snap.probe.sample_uptimes[-1]
     for log in snap.logs:
+        # facts only: whether a log is stale depends on --stale-after, and missing-logs says so
         h = log_health(log, now, float("inf"))
-        age = f", last written {h.age:.0f}s before the probe" if h.age is not None else ""
-        body = Text(f"{h.state}{age}" + (", growing" if h.grew else ""))
+        age = f"last written {h.age:.0f}s before the probe" if h.age is not None else ""
+        words: list[str] = [h.state] if h.state != "ok" else []
+        words += [w for w in (age, "growing" if h.grew else "") if w]
+        body = Text(", ".join(words) or "ok")
         hanging(console, "  ", Text(f"log {safe(log.path, 300)}: "), body)
 
 

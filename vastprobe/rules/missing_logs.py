@@ -60,14 +60,43 @@ def _finding(ctx: Context, h: LogHealth) -> Finding | None:
         hint = "the job stopped logging: see the other findings for why it stopped"
     else:
         return None
-    if h.age is not None:
-        ev.append(
-            Evidence(
-                "stat", f"last written {h.age:.0f}s before the probe; size unchanged over the window: {not h.grew}"
-            )
+    busy = _busy(ctx, h.writers or (tuple(sorted(ctx.scope)) if ctx.bounded else ())) if sev == "error" else []
+    if busy:
+        ev += [Evidence("progress", text) for text in busy]
+        hint = (
+            "the job is busy on the CPU but not logging: a loop, a retry or a long step with no output; "
+            "see where it spins (py-spy dump, gdb -p, perf top)"
         )
+    if h.age is not None:
+        window = (
+            f"; {'grew' if h.grew else 'size unchanged'} over the {ctx.snapshot.sample_window:.1f}s between samples"
+            if ctx.two_samples
+            else ""
+        )
+        ev.append(Evidence("stat", f"last written {h.age:.0f}s before the probe{window}"))
     ev += [Evidence(f"tail of {path}", line) for line in h.fatal_lines]
     return META.finding(summary, h.writers or tuple(pid for pid, _fd, _p in h.rotated_writers), ev, hint, sev)
+
+
+#: A process using at least this share of one CPU over the window counts as busy.
+BUSY_SHARE = 0.5
+
+
+def _busy(ctx: Context, pids: tuple[int, ...]) -> list[str]:
+    """What the writers (or, with none, the watched processes) did on the CPU while the log was
+    silent: a job spinning without logging is not a job waiting on something."""
+    window = ctx.snapshot.sample_window
+    if not ctx.two_samples or window <= 0:
+        return []
+    out = []
+    for pid in pids:
+        pr = ctx.progress.get(pid)
+        if pr is None or not pr.sampled:
+            continue
+        cpu = pr.cpu_ticks / ctx.snapshot.host.clk_tck
+        if cpu >= BUSY_SHARE * window:
+            out.append(f"{ctx.proc_label(pid)} used {cpu:.2f}s of CPU over the {window:.1f}s between samples")
+    return out[:4]
 
 
 def check(ctx: Context) -> Iterator[Finding]:
