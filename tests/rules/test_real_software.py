@@ -460,6 +460,43 @@ def test_pool_worker_oom_killed_under_a_waiting_entrypoint(reap, memcg: MemoryCg
 # ---------------------------------------------------------------- logs
 
 
+POOL_LOSING_A_WORKER = """
+import multiprocessing as mp, time
+def work(x):
+    time.sleep(3600 if x == 0 else 0)
+    return x
+if __name__ == "__main__":
+    with mp.Pool(2) as pool:
+        print(pool.map(work, range(4)))   # task 0's worker is killed: map waits forever
+"""
+
+
+def test_a_pool_that_lost_a_worker_is_one_chain_not_one_per_idle_worker(reap, tmp_path: Path) -> None:
+    """multiprocessing.Pool replaces a SIGKILLed worker but its task is lost: the pool waits in a
+    lock forever. The idle workers reading the task pipe wait on the same stuck pool process: one
+    finding, bash -> pool; the hint says where to look, not 'the cause above' when there is none."""
+    script = tmp_path / "pool.py"
+    script.write_text(POOL_LOSING_A_WORKER)
+    log = tmp_path / "pool.log"
+    log.write_text("start\n")
+    job = subprocess.Popen(["bash", "-c", f"{sys.executable} {script} >> {log} 2>&1"], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: find_desc(job.pid, "python3", "hrtimer_nanosleep") is not None
+             or find_desc(job.pid, "python", "hrtimer_nanosleep") is not None, what="task 0 running")  # fmt: skip
+    sleeper = find_desc(job.pid, "python3", "hrtimer_nanosleep") or find_desc(job.pid, "python", "hrtimer_nanosleep")
+    assert sleeper is not None
+    pool = int(Path(f"/proc/{sleeper}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    os.kill(sleeper, signal.SIGKILL)
+    wait_for(lambda: proc_state(sleeper) is None and len(children_of(pool)) == 2, what="the worker replaced")
+    os.utime(log, (1, 1))
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5", "--log", str(log), "--stale-after", "60")
+    chains = [f for f in host["findings"] if f["rule"] == "do-wait-orphan"]
+    assert len(chains) == 1, [f["summary"] for f in chains]
+    f = chains[0]
+    assert f["pids"] == [job.pid, pool] and f["summary"].startswith(f"bash ({job.pid}) waits on ")
+    assert "cause above" not in f["hint"] and f"py-spy dump --pid {pool}" in f["hint"] and rc == 1
+
+
 @pytest.mark.skipif(shutil.which("logrotate") is None, reason="needs logrotate")
 def test_log_rotated_by_logrotate_while_the_writer_keeps_the_old_file(reap, tmp_path: Path) -> None:
     log = tmp_path / "app.log"

@@ -188,7 +188,9 @@ def top_waiters(ctx: Context) -> list[int]:
 
 def stalled_chains(ctx: Context) -> list[StalledChain]:
     """The best chain of each top waiter; a waiter already inside a reported chain is not reported
-    again. Chains where work visibly goes on (any process after the waiter moved) rank last."""
+    again, nor one below a reported chain whose root blocker it waits on too (multiprocessing's idle
+    workers reading the task pipe of a pool stuck in a lock). Chains where work visibly goes on (any
+    process after the waiter moved) rank last."""
     oom_losers = {m.loser for m in ctx.oom_matches if m.loser is not None}
     candidates: list[StalledChain] = []
     for w in top_waiters(ctx):
@@ -205,6 +207,8 @@ def stalled_chains(ctx: Context) -> list[StalledChain]:
     for s in candidates:
         if s.waiter in covered:
             continue
+        if s.chain.end in covered and any(ctx.tree.in_subtree(s.waiter, c) for c in covered if c != s.waiter):
+            continue  # a worker of a reported chain waiting on its stuck parent: a consequence, not news
         covered.update(s.chain.pids)
         out.append(s)
     return out

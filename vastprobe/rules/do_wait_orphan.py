@@ -75,12 +75,24 @@ def _idle_chain(ctx: Context, s: StalledChain) -> Finding | None:
     because = " after an OOM kill in the job" if stall.oom else ""
     middle = [ctx.tree.by_pid[p] for p in s.chain.pids[1:-1] if p in ctx.tree.by_pid]
     via = "".join(f" and {m.comm} ({m.pid})" for m in middle)
+    verb = "wait" if middle else "waits"
+    where = end.wchan if isinstance(end.wchan, str) and end.wchan not in ("", "0") else "the kernel"
+    if stall.oom:
+        hint = (
+            f"{end.comm} ({end.pid}) is where the chain ends and it will not finish by itself: it lost a process to "
+            f"the OOM killer (above); give the job more memory or less work, then kill {end.pid} or restart the job"
+        )
+    else:
+        hint = (
+            f"{end.comm} ({end.pid}) is where the chain ends, waiting in {where} on nothing vastprobe can follow "
+            f"(a lock or a condition inside it, or a child that died without a trace): see where it waits "
+            f"(py-spy dump --pid {end.pid} for Python, gdb -p {end.pid}), then kill {end.pid} or restart the job"
+        )
     return META.finding(
-        f"{waiter.comm} ({waiter.pid}){via} wait on {end.comm} ({end.pid}), which makes no progress{because}",
+        f"{waiter.comm} ({waiter.pid}){via} {verb} on {end.comm} ({end.pid}), which makes no progress{because}",
         s.chain.pids,
         ev,
-        f"{end.comm} ({end.pid}) is where the chain ends and it will not finish by itself: fix the cause above, "
-        f"then kill {end.pid} or restart the job",
+        hint,
         caused_by="oom-killed-child" if stall.oom else None,
     )
 
