@@ -24,6 +24,7 @@ from vastprobe.rules import (
     oom_killed_child,
     socket_peer_wait,
     stopped_child,
+    terminal_prompt,
     zombie_child,
 )
 from vastprobe.rules.base import Rule
@@ -46,6 +47,7 @@ RULES: tuple[Rule, ...] = tuple(
         fifo_no_partner,
         fuse_no_answer,
         deadlock,
+        terminal_prompt,
         gpu_busy_no_progress,
         gpu_throttled,
         gpu_link_degraded,

@@ -67,6 +67,8 @@ def _idle_chain(ctx: Context, s: StalledChain) -> Finding | None:
     end = ctx.tree.by_pid.get(s.chain.end)
     if end is None or end.state in ("T", "t", "D", "Z") or not s.idle or len(s.chain.hops) < 2:
         return None  # stopped-child and d-state say it better; a moving chain is no stall
+    if ctx.graph.kind(end) == "tty":
+        return None  # terminal-prompt says what it waits for
     stall = ctx.stall_evidence(s)
     if not stall:
         return None  # idle, but nothing says it should be busy: a healthy wait

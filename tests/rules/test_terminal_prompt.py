@@ -1,0 +1,116 @@
+"""terminal-prompt on real prompts: ssh asking to trust a host key, under a real pseudo-terminal
+(`script`), as a job started from tmux would; and an interactive shell at its own prompt."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import children_of, proc_wchan, vastprobe_json, wait_for
+from tests.sshd import Sshd, start_sshd
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("script") is None or shutil.which("ssh") is None, reason="needs script (bsdutils) and ssh"
+)
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory) -> Iterator[Sshd]:
+    s = start_sshd(tmp_path_factory.mktemp("sshd"))
+    yield s
+    s.stop()
+
+
+def under_a_terminal(reap: list, command: str) -> subprocess.Popen:
+    """`command` on a new pseudo-terminal nobody types at (script's own input never ends)."""
+    p = subprocess.Popen(
+        ["sh", "-c", f"sleep 100000 | exec script -qfc {shlex.quote(command)} /dev/null"],
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    reap.append(p)
+    return p
+
+
+def comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def descendant(root: int, name: str) -> int | None:
+    stack = [root]
+    while stack:
+        for k in children_of(stack.pop()):
+            if comm(k) == name:
+                return k
+            stack.append(k)
+    return None
+
+
+@pytest.fixture
+def host_key_prompt(sshd: Sshd, reap, tmp_path: Path) -> tuple[int, int]:
+    """(the job's bash, its ssh), ssh waiting for yes/no on an unknown host key."""
+    kh = tmp_path / "known_hosts"
+    kh.touch()
+    ssh = (f"ssh -o UserKnownHostsFile={kh} -o GlobalKnownHostsFile=/dev/null -o StrictHostKeyChecking=ask "
+           f"-i {sshd.user_key} -p {sshd.port} root@127.0.0.1 true")  # fmt: skip
+    top = under_a_terminal(reap, f"bash -c {shlex.quote(ssh + '; echo done')}")
+    wait_for(lambda: (s := descendant(top.pid, "ssh")) is not None and proc_wchan(s) in ("wait_woken", "n_tty_read"),
+             timeout=20, what="ssh at its prompt")  # fmt: skip
+    ssh_pid = descendant(top.pid, "ssh")
+    assert ssh_pid is not None
+    bash = int(Path(f"/proc/{ssh_pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return bash, ssh_pid
+
+
+def prompts(host: dict) -> list[dict]:
+    return [f for f in host["findings"] if f["rule"] == "terminal-prompt"]
+
+
+def test_ssh_asking_to_trust_a_host_key(host_key_prompt) -> None:
+    bash, ssh = host_key_prompt
+    rc, host = vastprobe_json("--pid", str(bash), "--sample", "0.5")
+    [f] = prompts(host)
+    assert f["severity"] == "warning" and f["pids"] == [ssh] and rc == 0
+    assert f["summary"].startswith(f"ssh ({ssh}) waits for someone to type at /dev/tty (/dev/pts/")
+    assert any(e["detail"].endswith("-> /dev/tty") for e in f["evidence"]) and "BatchMode=yes" in f["hint"]
+    assert not [g for g in host["findings"] if g["rule"] == "do-wait-orphan"]
+
+
+def test_with_a_silent_log_it_is_the_stall(host_key_prompt, tmp_path: Path) -> None:
+    bash, _ssh = host_key_prompt
+    log = tmp_path / "job.log"
+    log.write_text("cloning the weights\n")
+    os.utime(log, (1, 1))
+    rc, host = vastprobe_json("--pid", str(bash), "--sample", "0.5", "--log", str(log), "--stale-after", "60")
+    [f] = prompts(host)
+    assert f["severity"] == "error" and rc == 1
+    assert not [g for g in host["findings"] if g["rule"] == "do-wait-orphan"]  # said once, by its own rule
+
+
+def test_one_sample_is_a_note(host_key_prompt) -> None:
+    bash, _ssh = host_key_prompt
+    rc, host = vastprobe_json("--pid", str(bash), "--sample", "0")
+    [f] = prompts(host)
+    assert f["severity"] == "info" and f["summary"].endswith("(seen in one sample)") and rc == 0
+
+
+def test_an_interactive_shell_at_its_own_prompt_is_no_finding(reap) -> None:
+    """dash reads its terminal with read() (bash's readline polls first): the same wait as a prompt,
+    in the session's own leader reading its own terminal."""
+    if shutil.which("dash") is None:
+        pytest.skip("needs dash")
+    top = under_a_terminal(reap, "dash -i")
+    wait_for(lambda: (d := descendant(top.pid, "dash")) is not None and proc_wchan(d) in ("wait_woken", "n_tty_read"),
+             what="dash at its prompt")  # fmt: skip
+    dash = descendant(top.pid, "dash")
+    rc, host = vastprobe_json("--pid", str(dash), "--sample", "0.5")
+    assert dash in host["scope"] and not prompts(host) and rc == 0

@@ -1,0 +1,87 @@
+"""VP116 terminal-prompt: a watched process waits for someone to type at a terminal: a password, a
+host-key confirmation, an installer's question. Nobody types on a batch host, so the job waits
+forever in state S, and no counter, log or kernel message says why.
+
+Read from the process's own wait: its system call reads an fd that is a terminal (/dev/pts/N,
+/dev/tty*), or its wait channel is the terminal's read. An interactive shell at its own prompt (a
+shell that leads its session and reads its own terminal) is no finding. A prompt is a warning when
+--pid/--match named the job and two samples saw it unmoved, an error with evidence that work should
+be happening (a silent log), and otherwise a note: on a whole host a REPL in someone's terminal
+waits for input by design."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from vastprobe.analysis.stalls import stall_evidence
+from vastprobe.analysis.wchan_families import waited_fd
+from vastprobe.model import Evidence, Finding, Process, Severity, Unavailable
+from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
+from vastprobe.rules.chains import link
+
+META = RuleMeta("terminal-prompt", "VP116", "warning", "a process waits for input at a terminal nobody types at")
+SHELLS = frozenset({"bash", "sh", "dash", "zsh", "fish", "ash", "ksh", "mksh", "tcsh", "csh", "busybox"})
+
+
+def _terminal(p: Process) -> tuple[int | None, str | None]:
+    """The fd the process reads and the terminal it names, where the fd table says."""
+    fd = waited_fd(p.syscall)
+    if fd is None or isinstance(p.fds, Unavailable):
+        return fd, None
+    entry = next((e for e in p.fds if e.fd == fd), None)
+    return fd, entry.path if entry is not None else None
+
+
+def _controlling(p: Process) -> str | None:
+    """/dev/pts/N from stat's tty_nr (Unix 98 ptys: majors 136-143), for a read of /dev/tty."""
+    major, minor = (p.tty_nr >> 8) & 0xFFF, (p.tty_nr & 0xFF) | ((p.tty_nr >> 12) & 0xFFF00)
+    return f"/dev/pts/{(major - 136) * 256 + minor}" if 136 <= major <= 143 else None
+
+
+def _own_prompt(p: Process, tty: str | None) -> bool:
+    """An interactive shell reading its own terminal: the session's leader, at its prompt."""
+    if p.comm not in SHELLS or p.session != p.pid:
+        return False
+    stdin = None if isinstance(p.fds, Unavailable) else next((e.path for e in p.fds if e.fd == 0), None)
+    return tty is None or stdin == tty
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    for p in ctx.in_scope():
+        if ctx.graph.kind(p) != "tty":
+            continue
+        fd, tty = _terminal(p)
+        if _own_prompt(p, tty):
+            continue
+        pr = ctx.progress.get(p.pid)
+        if pr is not None and pr.moved:
+            continue  # someone typed, or it did something else in between
+        stall = stall_evidence(ctx, [p.pid], p.pid)
+        sev: Severity = "error" if stall else "warning" if ctx.two_samples and ctx.options.explicit_scope else "info"
+        where = tty or "its terminal"
+        if tty in (None, "/dev/tty") and (pts := _controlling(p)):
+            where = f"{where} ({pts})"
+        summary = f"{p.comm} ({p.pid}) waits for someone to type at {where}"
+        if sev == "info" and not ctx.two_samples:
+            summary += ONE_SAMPLE
+        ev = [Evidence("wait", link(ctx, p.pid))]
+        if fd is not None:
+            ev.append(Evidence("/proc/syscall", f"{p.pid} ({p.comm}) reads fd {fd}" + (f" -> {tty}" if tty else "")))
+        if p.cmdline:
+            ev.append(Evidence("cmdline", " ".join(p.cmdline)[:300]))
+        if ctx.two_samples:
+            ev.append(Evidence("progress", f"no CPU, I/O or state change over {ctx.snapshot.sample_window:.1f}s"))
+        ev += stall.evidence
+        yield META.finding(
+            summary,
+            [p.pid],
+            ev,
+            f"a prompt (a password, a host-key question, an installer's yes/no) that nobody on a batch host answers: "
+            f"answer it at {where} (attach the tmux/screen session), or kill {p.pid} and make the step "
+            "non-interactive (ssh -o BatchMode=yes with known_hosts set up, apt-get -y and "
+            "DEBIAN_FRONTEND=noninteractive, GIT_TERMINAL_PROMPT=0, tokens from the environment)",
+            sev,
+        )
+
+
+RULE = Rule(META, check)
