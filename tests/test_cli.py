@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -174,3 +175,19 @@ def test_only_the_invoked_command_is_built() -> None:
     assert set(_click_group(["--version", "probe-script"]).commands) == {"probe-script"}
     for top_level in (["-h"], [], ["diagnos", "local"]):  # help and "No such command" list them all
         assert set(_click_group(top_level).commands) == every
+
+
+def test_match_never_picks_the_command_line_that_ran_vastprobe(reap) -> None:
+    """A wrapper (cron's sh, a script) holds --match's pattern in its own arguments; it and every
+    other ancestor of vastprobe on `local` are the operator's, not the job."""
+    import secrets
+
+    tag = f"sleep {3000 + secrets.randbelow(1000)}.{secrets.randbelow(10**6)}"
+    job = subprocess.Popen(tag.split(), start_new_session=True)
+    reap.append(job)
+    wrapper = f"{shlex.join(VP)} diagnose local --match {shlex.quote(tag)} --sample 0 --format json; true"
+    r = subprocess.run(["bash", "-c", wrapper], capture_output=True, text=True, timeout=120)
+    host = json.loads(r.stdout)["hosts"][0]
+    assert host["scope"] == [job.pid], [
+        (p["pid"], p["cmdline"]) for p in host["snapshot"]["processes"] if p["pid"] in host["scope"]
+    ]

@@ -146,8 +146,9 @@ def _excluded(
     shell_ppid: int | None,
     transport: str,
 ) -> set[int]:
-    """The probe's own session and descendants, and the transport that runs it: found by session
-    and ancestry (one pass over a children index), never by a command name alone."""
+    """The probe's own session and descendants, and the transport that runs it (for `local`,
+    vastprobe and its ancestors): found by session and ancestry (one pass over a children index),
+    never by a command name alone."""
     if shell_pid is None:
         return set()
     excluded = {shell_pid}
@@ -177,7 +178,13 @@ def _excluded(
     if transport == "local":
         parent = cmdlines.get(shell_ppid or -1, ())
         if "vastprobe" in {a.rsplit("/", 1)[-1] for a in parent[:3]}:
-            excluded.add(shell_ppid or -1)
+            # vastprobe and what ran it: the operator's shell, a wrapper script, cron's sh (whose
+            # command line holds --match's own pattern), up to but not including PID 1
+            cur, seen = shell_ppid, set()
+            while cur and cur in procs and cur > 1 and cur not in seen:
+                seen.add(cur)
+                excluded.add(cur)
+                cur = procs[cur].ppid
         return excluded
     cur: int | None = shell_ppid
     seen: set[int] = set()
