@@ -199,6 +199,24 @@ def test_flock_waiter_names_the_holder_and_the_file(reap, tmp_path: Path) -> Non
     assert f["severity"] == "warning" and rc == 0
 
 
+def test_a_stopped_lock_holder_gets_a_kill_cont_hint(reap, tmp_path: Path) -> None:
+    lock = tmp_path / "job.lock"
+    holder = subprocess.Popen(["flock", str(lock), "sleep", "1000"], start_new_session=True)
+    reap.append(holder)
+    wait_for(lambda: children_of(holder.pid) != [], what="holder running")
+    [sleeper] = children_of(holder.pid)
+    os.kill(sleeper, signal.SIGSTOP)
+    wait_for(lambda: proc_state(sleeper) == "T", what="holder's child stopped")
+    cron = subprocess.Popen(["bash", "-c", f"flock {lock} echo ran; echo done"], start_new_session=True)
+    reap.append(cron)
+    wait_for(lambda: find_desc(cron.pid, "flock", "locks_lock") is not None, what="waiter blocked")
+    rc, host = vastprobe_json("--pid", str(cron.pid), "--sample", "0.5")
+    f = finding(host, "file-lock-wait")
+    assert f["severity"] == "error" and rc == 1
+    assert f"kill -CONT {sleeper}" in f["hint"] and f"{holder.pid} (flock) holds the lock" in f["hint"]
+    os.kill(sleeper, signal.SIGCONT)
+
+
 def test_crossed_flocks_are_a_deadlock(reap, tmp_path: Path) -> None:
     one, two = crossed_flocks(reap, tmp_path)
     rc, host = vastprobe_json("--pid", str(one.pid), "--pid", str(two.pid), "--sample", "0.3")

@@ -32,6 +32,13 @@ def check(ctx: Context) -> Iterator[Finding]:
                 f"{holder_words} holds the lock on {where} and does not release it{beyond}: find out why it is "
                 f"stuck, and end it (or the job it runs) to free the lock"
             )
+            stopped = ctx.tree.by_pid.get(s.chain.end)
+            if s.dead_end and stopped is not None and stopped.state in ("T", "t"):
+                hint = (
+                    f"{holder_words} holds the lock on {where}{beyond}, and {stopped.comm} ({stopped.pid}) is stopped: "
+                    f"`kill -CONT {stopped.pid}` lets it go on and release the lock (if a debugger stopped it "
+                    "(state t), detach it); or end it to free the lock"
+                )
         via = f", through {ctx.proc_label(edge.waiter)}," if edge.waiter != s.waiter else ""
         yield META.finding(
             marked(f"{waiter.comm} ({waiter.pid}){via} waits for a lock on {where} held by {holder_words}", s, sev),
