@@ -180,11 +180,12 @@ def _excluded(
         if "vastprobe" in {a.rsplit("/", 1)[-1] for a in parent[:3]}:
             # vastprobe and what ran it: the operator's shell, a wrapper script, cron's sh (whose
             # command line holds --match's own pattern), up to but not including PID 1
-            cur, seen = shell_ppid, set()
-            while cur and cur in procs and cur > 1 and cur not in seen:
-                seen.add(cur)
-                excluded.add(cur)
-                cur = procs[cur].ppid
+            up: int | None = shell_ppid
+            walked: set[int] = set()
+            while up and up in procs and up > 1 and up not in walked:
+                walked.add(up)
+                excluded.add(up)
+                up = procs[up].ppid
         return excluded
     cur: int | None = shell_ppid
     seen: set[int] = set()
