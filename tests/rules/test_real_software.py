@@ -98,6 +98,37 @@ def test_curl_against_a_server_that_accepted_and_never_answers(silent_server, re
     assert host["verdict"] == "healthy" and rc == 0
 
 
+READ_THEN_HANG = """
+import socket, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+print(s.getsockname()[1], flush=True)
+c, _ = s.accept()
+c.recv(65536)           # reads the request...
+time.sleep(100000)      # ...and never answers
+"""
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
+def test_a_server_that_read_the_request_and_hangs_is_a_note_for_a_named_job(reap) -> None:
+    """Nothing in flight either way looks like an idle keep-alive connection too: no stall without
+    other evidence, but a named job still waiting after two samples gets a note naming the server."""
+    srv = subprocess.Popen([sys.executable, "-c", READ_THEN_HANG], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(srv)
+    assert srv.stdout is not None
+    port = int(srv.stdout.readline())
+    job = subprocess.Popen(["bash", "-c", f"curl -s http://127.0.0.1:{port}/params > /dev/null; echo done"],
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    wait_for(lambda: proc_wchan(srv.pid) == "hrtimer_nanosleep", what="the server read the request")
+    wait_for(lambda: (c := find_desc(job.pid, "curl")) is not None and proc_wchan(c).startswith(("poll", "do_sys_poll")),
+             what="curl waiting")  # fmt: skip
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
+    f = finding(host, "socket-peer-wait")
+    assert f["severity"] == "info" and srv.pid in f["pids"] and "nothing in flight" in f["summary"]
+    assert f"{srv.pid} (python" in f["summary"] and host["verdict"] == "healthy" and rc == 0
+
+
 def test_python_client_blocked_in_recv_with_a_stale_log_is_a_stall(silent_server, reap, tmp_path: Path) -> None:
     srv, port = silent_server
     log = tmp_path / "job.log"

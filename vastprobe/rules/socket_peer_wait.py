@@ -24,11 +24,27 @@ def check(ctx: Context) -> Iterator[Finding]:
         unread = edge.peer.recv_queue if edge.peer is not None and edge.peer.recv_queue else 0
         if not edge.holders and not stall:
             continue  # a remote peer, or one we cannot see: only other evidence makes it a stall
-        if edge.inferred and not unread and not stall:
-            continue  # poll() over a connection whose peer has nothing pending: an idle client
+        # poll() over a connection with nothing pending either way: an idle keep-alive client, or a
+        # request the server read and never answered; only a named job, still after two samples, is
+        # worth a note (the server read the request and sleeps: a common hang that is otherwise unseen)
+        quiet = edge.inferred and not unread and not stall
+        if quiet and not (ctx.options.explicit_scope and s.idle and edge.holders):
+            continue
         waiter = ctx.tree.by_pid[s.waiter]
         via = f", through {ctx.proc_label(edge.waiter)}," if edge.waiter != s.waiter else ""
-        if edge.holders:
+        if quiet:
+            peer = names(ctx, edge.holders)
+            state = ", ".join(f"{ctx.tree.by_pid[h].state} {ctx.tree.by_pid[h].wchan}" for h in edge.holders[:2])
+            summary = (
+                f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what} with nothing in flight either way; "
+                f"its peer {peer} ({state}) sent nothing over the window"
+            )
+            hint = (
+                f"a connection kept open between requests idles like this; if {waiter.comm} expects an answer, {peer} "
+                "read the request and is not answering: look at what it is blocked on; give clients a timeout"
+            )
+            sev = "info"
+        elif edge.holders:
             peer = names(ctx, edge.holders)
             state = ", ".join(f"{ctx.tree.by_pid[h].state} {ctx.tree.by_pid[h].wchan}" for h in edge.holders[:2])
             tail = f", {unread} B it has not read" if unread else ""
