@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -191,3 +192,15 @@ def test_match_never_picks_the_command_line_that_ran_vastprobe(reap) -> None:
     assert host["scope"] == [job.pid], [
         (p["pid"], p["cmdline"]) for p in host["snapshot"]["processes"] if p["pid"] in host["scope"]
     ]
+
+
+def test_a_whole_host_has_no_job_to_date_files_against(tmp_path: Path) -> None:
+    """With no --pid/--match the scope is every process: no "job", so no file is "written since the
+    job started" (each file newer than the oldest process would be)."""
+    (tmp_path / "old.bin").write_text("x")
+    os.utime(tmp_path / "old.bin", (1000, 1000))
+    (tmp_path / "new.log").write_text("y")
+    r = run("diagnose", "local", "--format", "table", "--sample", "0", "--artifacts", f"{tmp_path}/*",
+            env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    listing = r.stdout[r.stdout.index(f"artifacts {tmp_path}/*") :]
+    assert "new.log" in listing and "since the job started" not in listing and "the job's first" not in listing

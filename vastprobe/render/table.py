@@ -132,14 +132,19 @@ def _logs(console: Console, snap: HostSnapshot) -> None:
 
 def _artifacts(console: Console, r: HostReport, snap: HostSnapshot, verbose: bool) -> None:
     by_pid = {p.pid: p for p in snap.processes}
-    job = [by_pid[p] for p in named_pids(r) if p in by_pid] or [p for p in snap.processes if p.pid in set(r.scope)]
-    start = job_start(snap, job)
+    named = [by_pid[p] for p in named_pids(r) if p in by_pid]
+    job = named or [p for p in snap.processes if p.pid in set(r.scope)]
+    # a whole host's scope is no job: "written since the job started" would date every file in /tmp
+    everyone = {p.pid for p in snap.processes if not p.kernel_thread and p.pid not in set(snap.excluded_pids)}
+    whole_host = not named and any(p.kernel_thread for p in snap.processes) and set(r.scope) == everyone
+    start = None if whole_host else job_start(snap, job)
     limit = MAX_ARTIFACTS * 4 if verbose else MAX_ARTIFACTS
     for a in snap.artifacts:
         ranked = rank_artifacts(snap, a.entries, job, start[0] if start else None)
         line = Text(f"  artifacts {safe(a.pattern, 200)}: {a.matched} match{'es' if a.matched != 1 else ''}")
         if ranked:
-            line.append(", the job's first" if ranked[0].score > 0 else ", newest first")
+            first = ", held open first" if whole_host else ", the job's first"
+            line.append(first if ranked[0].score > 0 else ", newest first")
         if a.error:
             line.append(f" ({safe(a.error, 120)})", style="dim")
         console.print(line)
