@@ -211,15 +211,27 @@ def test_busy_http_server_with_a_client_loop_is_healthy(reap, tmp_path: Path) ->
 # ---------------------------------------------------------------- locks
 
 
-def test_flock_waiter_names_the_holder_and_the_file(reap, tmp_path: Path) -> None:
-    lock = tmp_path / "job.lock"
-    holder = subprocess.Popen(["flock", str(lock), "sleep", "1000"], start_new_session=True)  # the stuck run
+def flock_waiter(reap, lock: Path, stop_holder: bool = False) -> tuple[subprocess.Popen, int, subprocess.Popen, int]:
+    """A stuck run holding `lock` (flock -> sleep, the sleep stopped if asked) and a cron job whose
+    flock waits for it: (holder, its sleep, cron's bash, cron's waiting flock)."""
+    holder = subprocess.Popen(["flock", str(lock), "sleep", "1000"], start_new_session=True)
     reap.append(holder)
     wait_for(lambda: children_of(holder.pid) != [], what="holder running")
+    [sleeper] = children_of(holder.pid)
+    if stop_holder:
+        os.kill(sleeper, signal.SIGSTOP)
+        wait_for(lambda: proc_state(sleeper) == "T", what="holder's child stopped")
     cron = subprocess.Popen(["bash", "-c", f"flock {lock} echo ran; echo done"], start_new_session=True)
     reap.append(cron)
     wait_for(lambda: find_desc(cron.pid, "flock", "locks_lock") is not None, what="waiter blocked")
     waiter = find_desc(cron.pid, "flock", "locks_lock")
+    assert waiter is not None
+    return holder, sleeper, cron, waiter
+
+
+def test_flock_waiter_names_the_holder_and_the_file(reap, tmp_path: Path) -> None:
+    lock = tmp_path / "job.lock"
+    holder, _sleeper, cron, waiter = flock_waiter(reap, lock)
     rc, host = vastprobe_json("--pid", str(cron.pid), "--sample", "0.5")
     f = finding(host, "file-lock-wait")
     assert f["pids"][:2] == [cron.pid, waiter] and holder.pid in f["pids"]
@@ -231,16 +243,7 @@ def test_flock_waiter_names_the_holder_and_the_file(reap, tmp_path: Path) -> Non
 
 
 def test_a_stopped_lock_holder_gets_a_kill_cont_hint(reap, tmp_path: Path) -> None:
-    lock = tmp_path / "job.lock"
-    holder = subprocess.Popen(["flock", str(lock), "sleep", "1000"], start_new_session=True)
-    reap.append(holder)
-    wait_for(lambda: children_of(holder.pid) != [], what="holder running")
-    [sleeper] = children_of(holder.pid)
-    os.kill(sleeper, signal.SIGSTOP)
-    wait_for(lambda: proc_state(sleeper) == "T", what="holder's child stopped")
-    cron = subprocess.Popen(["bash", "-c", f"flock {lock} echo ran; echo done"], start_new_session=True)
-    reap.append(cron)
-    wait_for(lambda: find_desc(cron.pid, "flock", "locks_lock") is not None, what="waiter blocked")
+    holder, sleeper, cron, _waiter = flock_waiter(reap, tmp_path / "job.lock", stop_holder=True)
     rc, host = vastprobe_json("--pid", str(cron.pid), "--sample", "0.5")
     f = finding(host, "file-lock-wait")
     assert f["severity"] == "error" and rc == 1
