@@ -208,3 +208,20 @@ GARBAGE = ["", "\n\n", "\x00\xff\x1b[2J", ":::::", "/proc/abc/stat:1 (x", "@@log
 @pytest.mark.parametrize("text", GARBAGE)
 def test_parsers_survive_empty_and_garbage(i: int, text: str) -> None:
     PARSERS[i](text)  # no exception: a bad input is a recorded fact, never a crash
+
+
+def test_sched_exit_times_of_zombies_and_a_comm_that_imitates_the_line() -> None:
+    from vastprobe.parsers import sched
+
+    text = "\n".join([
+        "/proc/40/sched:se.exec_start                                :      31260592.916936",
+        "/proc/41/sched:se.exec_start : 9 (41, #threads: 1)",  # a comm named "se.exec_start : 9": the header
+        "/proc/41/sched:se.exec_start                                :      31262000.5",
+        "/proc/42/sched:se.exec_start                                :      ٣١٢٦٠٥٩٢.٩",  # non-ASCII digits
+        "/proc/99/sched:se.exec_start                                :      31265592.916936",
+    ])  # fmt: skip
+    last = sched.parse_last_ran(text)
+    assert last == {40: 31260592.916936, 41: 31262000.5, 99: 31265592.916936}
+    ago = sched.exited_ago(last, [40, 41, 42], shell_pid=99)
+    assert set(ago) == {40, 41} and abs(ago[40] - 5.0) < 1e-6 and abs(ago[41] - 3.592416936) < 1e-6
+    assert sched.exited_ago(last, [40], shell_pid=7) == {}  # no "now": nothing said

@@ -141,6 +141,7 @@ class Process:
     kernel_thread: bool
     syscall: Syscall | Unavailable = Unavailable("not read by this probe version")
     threads_detail: tuple[ThreadState, ...] = ()  # other threads' states, bounded; () when not read
+    exited_ago: float | None = None  # a zombie: seconds since it exited (scheduler clock); None: not known
 
     @property
     def command(self) -> str:

@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,15 @@ def test_stopped_child(reap) -> None:
     assert not [x for x in host["findings"] if x["rule"] == "do-wait-orphan"]  # said once, by stopped-child
     os.kill(child, signal.SIGCONT)
 
+
+LONG_LIVED_CHILD = """
+import os, signal
+if os.fork() == 0:
+    while True:
+        signal.pause()
+while True:
+    signal.pause()   # never reaps: the child, once killed, stays a zombie
+"""
 
 ZOMBIE_PARENT = """
 import os, signal, sys
@@ -68,9 +78,24 @@ def _zombie_parents(reap: list, counts: dict[str, int], age: float) -> dict[str,
 
 
 @pytest.fixture(scope="module")
-def old_zombies(reap_module) -> dict[str, tuple[int, list[int]]]:
-    """Zombies whose processes ran YOUNG_SECONDS first (the rule's bar), made once for the module."""
-    return _zombie_parents(reap_module, {"one": 1, "three": 3, "to-reap": 3}, YOUNG_SECONDS)
+def old_zombies(reap_module) -> Iterator[dict[str, tuple[int, list[int]]]]:
+    """Zombies that exited YOUNG_SECONDS ago (the rule's bar), made once for the module, and a
+    parent whose child has lived that long ("long-lived": a test ends it). Everything here runs on
+    one CPU: a zombie's exit time is read from the scheduler's clock, and in a VM each CPU's clock
+    can be seconds apart (2.7 s on this project's)."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(before)})
+    try:
+        made = _zombie_parents(reap_module, {"one": 1, "three": 3, "to-reap": 3}, 0)
+        live = subprocess.Popen([sys.executable, "-c", LONG_LIVED_CHILD], start_new_session=True)
+        reap_module.append(live)
+        wait_for(lambda: len(children_of(live.pid)) == 1, what="the long-lived child")
+        every = [z for _parent, zs in made.values() for z in zs] + children_of(live.pid)
+        wait_for(lambda: min(map(seconds_since_start, every)) >= YOUNG_SECONDS + 0.5, timeout=YOUNG_SECONDS + 30,
+                 what=f"zombies {YOUNG_SECONDS} s old")  # fmt: skip
+        yield {**made, "long-lived": (live.pid, children_of(live.pid))}
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def test_zombie_child(old_zombies) -> None:
@@ -102,6 +127,20 @@ def test_a_zombie_reaped_before_the_second_sample_is_not_reported(old_zombies) -
     rc, host = vastprobe_json_acting_between_samples(lambda: os.kill(parent, signal.SIGUSR1), "--pid", str(parent))
     assert not [f for f in host["findings"] if f["rule"] == "zombie-child"], host["findings"]
     assert all(z not in host["scope"] or proc_state(z) is None for z in zombies)
+    assert host["verdict"] == "healthy" and rc == 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/sched").exists(), reason="needs /proc/PID/sched (CONFIG_SCHED_DEBUG)")
+def test_a_zombie_that_just_exited_after_a_long_life_is_no_finding(old_zombies) -> None:
+    """A batch reaper's zombie of a process that ran for minutes: old by its start, but it exited a
+    moment ago (by /proc/PID/sched), so it has not waited on its parent at all."""
+    parent, [child] = old_zombies["long-lived"]
+    os.kill(child, signal.SIGKILL)
+    wait_for(lambda: proc_state(child) == "Z", what="zombie")
+    rc, host = vastprobe_json("--pid", str(parent), "--sample", "0.3")
+    zombie = next(p for p in host["snapshot"]["processes"] if p["pid"] == child)
+    assert zombie["exited_ago"] is not None and zombie["exited_ago"] < YOUNG_SECONDS
+    assert not [f for f in host["findings"] if f["rule"] == "zombie-child"], host["findings"]
     assert host["verdict"] == "healthy" and rc == 0
 
 

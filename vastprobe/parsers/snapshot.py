@@ -36,6 +36,7 @@ from vastprobe.parsers import (
     proc_io,
     proc_stat,
     proc_status,
+    sched,
     syscall,
     threads,
     wchan,
@@ -271,6 +272,8 @@ def build_snapshot(
 
     ios = [proc_io.parse_io_section(t) for t in proc_texts]
     wchans, _ = wchan.parse_wchan_section(proc_texts[0])
+    zombies = [pid for pid, rec in stats[0].items() if rec.state == "Z"]
+    exited = sched.exited_ago(sched.parse_last_ran(proc_texts[0]), zombies, shell_pid) if zombies else {}
     cmdlines = cmdline.parse_cmdline_section(_text(out, src.CMDLINE.name))
     cgroups_by_pid = cgroup.parse_proc_cgroup_section(proc_texts[0])
     fd_table = fd.parse_fd_section(_text(out, src.FD.name), escaped=meta.get("ls") == "b")
@@ -351,6 +354,7 @@ def build_snapshot(
                 kernel_thread=kernel_thread,
                 syscall=_process_syscall(pid, kernel_thread, fmt, syscalls, syscall_errors),
                 threads_detail=thread_table.get(pid, ()),
+                exited_ago=exited.get(pid),
             )
         )
 

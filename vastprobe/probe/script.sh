@@ -139,7 +139,7 @@ vp_now() {
 # keeps stat records (and the tail of one whose comm holds a newline), the status fields stat lacks,
 # io counters, the wchan symbol and the memory/v2 lines of cgroup.
 VP_STATUS_KEYS='TracerPid|Uid|VmRSS|VmHWM|NSpid|SigIgn|SigCgt|voluntary_ctxt_switches|nonvoluntary_ctxt_switches'
-VP_PROC_PAT="^([0-9]+ \\(|-?[0-9]+ 0x|0::|[0-9]+:([^:]*,)?memory(,[^:]*)?:|[A-Za-z_][A-Za-z_0-9.]*\$|0\$|(rchar|wchar|read_bytes|write_bytes|$VP_STATUS_KEYS):)|\\) [A-Za-z] -?[0-9]"
+VP_PROC_PAT="^([0-9]+ \\(|-?[0-9]+ 0x|0::|se\\.exec_start |[0-9]+:([^:]*,)?memory(,[^:]*)?:|[A-Za-z_][A-Za-z_0-9.]*\$|0\$|(rchar|wchar|read_bytes|write_bytes|$VP_STATUS_KEYS):)|\\) [A-Za-z] -?[0-9]"
 
 # vp_many LIST CMD...: CMD with the words of LIST as arguments, in one exec. When the list is too
 # long for exec (status 126: tens of thousands of processes, or a small stack limit), xargs cuts
@@ -171,6 +171,7 @@ VP_USER_AWK='/^\/proc\/[0-9]+\/stat:/ {
 	if (int(f[7] / 2097152) % 2) next
 	p = substr($0, 1, index(substr($0, 7), "/") + 5)
 	print p
+	if (f[1] == "Z" && nz++ < 64) print "z" p
 	if (f[18] > 1 && nt++ < 64) print "+" p
 }'
 
@@ -187,10 +188,12 @@ vp_lists() {
 	vp_st=$(vp_proc_grep "$vp_lstat" 2>&1)
 	vp_lusr=
 	vp_lthr=
+	vp_lz=
 	vp_nthr=0
 	for vp_w in $(printf '%s\n' "$vp_st" | awk "$VP_USER_AWK"); do
 		case $vp_w in
 		+*) vp_threads "${vp_w#+}" ;;
+		z*) vp_lz="$vp_lz ${vp_w#z}/sched" ;;
 		*) vp_lusr="$vp_lusr $vp_w" ;;
 		esac
 	done
@@ -198,6 +201,9 @@ vp_lists() {
 	vp_l0=$(printf '%s/status ' "$@" && printf '%s/io ' "$@" && printf '%s/wchan ' "$@" &&
 		printf '%s/cgroup ' "$@")
 	vp_l0="$vp_l0 $vp_lthr"
+	# zombies (at most 64): when each last ran, that is when it exited, by the scheduler's clock;
+	# this shell's own last run is that clock's "now" (sched exists with CONFIG_SCHED_DEBUG)
+	if [ -n "$vp_lz" ]; then vp_l0="$vp_l0 $vp_lz /proc/$$/sched"; fi
 	vp_lcmd=$(printf '%s/cmdline ' "$@")
 	vp_lfd=$(printf '%s/fd ' "$@")
 	vp_l1=

@@ -2,8 +2,9 @@
 container a PID 1 that does not reap lets zombies pile up until the PID limit.
 
 Every exiting process is a zombie until its parent reaps it, so a zombie counts when it is still
-one at the second sample and its process started YOUNG_SECONDS or more before it (a younger one
-cannot have waited long: parents that reap in batches leave those in every sample). With one sample
+one at the second sample and exited YOUNG_SECONDS or more before (by /proc/PID/sched; where that
+is not readable, its process started that long before): parents that reap in batches leave younger
+ones in every sample. With one sample
 (--sample 0) a parent with a pile-up (PILE_UP zombies or more) is still a warning; one or two zombies
 seen in one instant are a note."""
 
@@ -19,14 +20,18 @@ SIGCHLD_BIT = 1 << 16
 #: Zombies under one parent that one instant can show as a problem: children exit one at a time,
 #: and a parent that reaps has at most a few between two of its wait() calls.
 PILE_UP = 3
-#: A zombie whose process started less than this before the last sample has been one for less than
-#: this: no evidence of a parent that does not reap. This project's VM's PID 1 reaps orphans every
-#: ~2 s; with 1 s between samples, half its zombies were in both, and most hosts of a loopback sweep
-#: were "degraded" by them. A parent that never reaps shows older zombies after this long.
+#: A zombie that exited less than this ago is no evidence of a parent that does not reap. This
+#: project's VM's PID 1 reaps orphans every ~2 s; with 1 s between samples, half its zombies were in
+#: both, and most hosts of a loopback sweep were "degraded" by them (also by zombies of processes
+#: that had run 12 s). A parent that never reaps shows older zombies after this long.
 YOUNG_SECONDS = 10.0
 
 
 def _young(ctx: Context, p: Process) -> bool:
+    """A zombie for less than YOUNG_SECONDS: by when it exited where the probe could read it
+    (/proc/PID/sched), else by when it started (it cannot have been a zombie for longer)."""
+    if p.exited_ago is not None:
+        return p.exited_ago < YOUNG_SECONDS
     ups = ctx.snapshot.probe.sample_uptimes
     return bool(ups) and ups[-1] - p.starttime / ctx.snapshot.host.clk_tck < YOUNG_SECONDS
 
