@@ -169,3 +169,22 @@ def test_textfile_history_metrics() -> None:
     assert fam["vastprobe_sweep_shard_info"].samples[0].labels == {"shard": "2", "shards": "3"}
     plain = render_prometheus(reports, now=NOW)
     assert "stalled_since" not in plain and "transitions" not in plain and "shard" not in plain
+
+
+def test_a_process_passing_between_the_samples_and_a_group_of_odd_hosts_flag_no_one() -> None:
+    """Found sweeping 16 hosts by label with no --match: each host had a short-lived process of its
+    own (seen in one sample), so every host was "odd" ("0 of 12 hosts alike")."""
+    fleet = _fleet(12)
+    for i, r in enumerate(fleet):
+        assert r.snapshot is not None
+        sh = next(p for p in r.snapshot.processes if p.comm == "sh")
+        passing = replace(sh, pid=9000 + i, comm=f"cron-{i}", samples=sh.samples[:1])  # gone by the second
+        fleet[i] = replace(r, snapshot=replace(r.snapshot, processes=(*r.snapshot.processes, passing)),
+                           scope=(*r.scope, passing.pid))  # fmt: skip
+    assert not any(r.outlier_of for r in mark_outliers(fleet, r"^(job)-"))
+    for i in range(7):  # most of the group differs from the rest: nobody is the odd one out
+        fleet[i] = _with_wchan(fleet[i], "sleep", "pipe_read")
+    assert not any(r.outlier_of for r in mark_outliers(fleet, r"^(job)-"))
+    fleet = _fleet(12)
+    fleet[3] = _with_wchan(fleet[3], "sleep", "pipe_read")  # one still is
+    assert [r.target for r in mark_outliers(fleet, r"^(job)-") if r.outlier_of] == ["job-03"]

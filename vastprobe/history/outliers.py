@@ -81,10 +81,13 @@ def features(r: HostReport) -> frozenset[Feature]:
     out.update(("rule", f.rule) for f in r.findings if f.severity in ("warning", "error", "critical"))
     if r.snapshot is not None:
         scope = set(r.scope)
+        two = len(r.snapshot.probe.sample_uptimes) >= 2
         for p in r.snapshot.processes:
             if p.pid not in scope:
                 continue
             pr = progress(p)
+            if two and not pr.sampled:
+                continue  # started or ended between the samples: a passing process, not the job's shape
             state = p.samples[-1].state if p.samples else p.state
             if pr.sampled and pr.moved:
                 out.add(("proc", p.comm, "moving", ""))
@@ -131,8 +134,9 @@ def differences(own: frozenset[Feature], common: set[Feature], rare: set[Feature
 
 def mark_outliers(reports: Sequence[HostReport], spec: str) -> list[HostReport]:
     """The same reports, in the same order; outliers carry `outlier_of`. Groups of fewer than
-    three hosts are not judged (two that differ say nothing about which is odd); skipped hosts
-    are not compared."""
+    three hosts are not judged (two that differ say nothing about which is odd), nor groups where
+    most hosts would be odd ("0 of 16 hosts alike" names no odd one out); skipped hosts are not
+    compared."""
     key = group_key(spec)
     groups: dict[str, list[int]] = {}
     for i, r in enumerate(reports):
@@ -151,6 +155,8 @@ def mark_outliers(reports: Sequence[HostReport], spec: str) -> list[HostReport]:
         common = {f for f, c in counts.items() if c >= COMMON * n}
         rare = {f for f, c in counts.items() if c <= RARE * n}
         odd = [i for i in members if (common - feats[i]) or (feats[i] & rare)]
+        if 2 * len(odd) > n:
+            continue  # most hosts differ: no shape of the group for one to stand out from
         for i in odd:
             outlier = Outlier(name, n, n - len(odd), differences(feats[i], common, rare))
             out[i] = replace(reports[i], outlier_of=outlier)
