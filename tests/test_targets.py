@@ -136,3 +136,22 @@ def test_duplicates_and_exclusions() -> None:
     assert [e.target for e in exclude(kept, ["root@gpu03:22"])] == ["gpu01", "gpu02", "gpu03"]
     assert looks_like_path("fleet.txt") and looks_like_path("./hosts") and looks_like_path("/etc/x")
     assert not looks_like_path("gpu-box") and not looks_like_path("gpu[01-04]")
+
+
+def test_a_plain_line_is_one_target_or_node_set() -> None:
+    """Whitespace split a line into targets: `host slots=8` (an MPI hostfile), `host 22` or a pasted
+    ssh_config line sent vastprobe to resolve `slots=8`, `22` and `HostName` as hosts."""
+    for line in ("node01 slots=8", "127.0.0.1 41965", "Host gpu1", "root@127.0.0.2:41965 extra words"):
+        with pytest.raises(InventoryError, match=r"^line 2: one target \(or node set\) a line"):
+            parse_inventory(f"# fleet\n{line}\n")
+    assert [e.target for e in parse_inventory("root@127.0.0.1:41965,root@127.0.0.2:41965\n")] == [
+        "root@127.0.0.1:41965",
+        "root@127.0.0.2:41965",
+    ]  # a node set, as -w reads it
+    assert [e.target for e in parse_inventory("  gpu[01-02]  # two\n[::1]:22\n")] == ["gpu01", "gpu02", "[::1]:22"]
+
+
+def test_a_json_list_without_instances_is_no_host_list() -> None:
+    for text in ("[1,2]", '["gpu1", "gpu2"]'):
+        with pytest.raises(InventoryError, match="expected a list of instances"):
+            parse_inventory(text)

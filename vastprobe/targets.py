@@ -211,7 +211,13 @@ def parse_plain(text: str) -> list[InventoryEntry]:
         if not line:
             continue
         try:
-            for word in line.split():
+            words = line.split()
+            if len(words) > 1:  # "host slots=8" (MPI), "host 22", a pasted ssh_config: none is two targets
+                raise InventoryError(
+                    f"one target (or node set) a line, not {len(words)} words: {line[:80]!r}; "
+                    "write a port as host:port, several hosts as a,b or one a line"
+                )
+            for word in split_nodeset(words[0]):
                 for t in expand_ranges(word):
                     bad = text_problem(t)
                     if bad:
@@ -332,7 +338,15 @@ def parse_inventory(text: str) -> list[InventoryEntry]:
         except RecursionError as exc:
             raise InventoryError("JSON nested too deeply") from exc
         return parse_vast(data)
-    return parse_plain(text)  # `[::1]:22` starts with a bracket too
+    if stripped[:1] == "[":  # `[::1]:22` starts with a bracket too, but is no JSON
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, RecursionError):
+            data = None
+        if isinstance(data, list) and data:  # `[1,2]`, `["a"]`: JSON, but no instance in it
+            kinds = sorted({type(x).__name__ for x in data})
+            raise InventoryError(f"vast.ai JSON: expected a list of instances (objects), not of {', '.join(kinds)}")
+    return parse_plain(text)
 
 
 def unique_entries(entries: Iterable[InventoryEntry]) -> tuple[list[InventoryEntry], int]:
