@@ -106,6 +106,7 @@ def test_ctrl_c_prints_what_finished(tmp_path: Path) -> None:
         assert p.stdout is not None
         first = json.loads(p.stdout.readline())  # the dead host streams out first
         assert first["status"] == "unreachable"
+        assert first["error"].startswith(f"{dead}: connection refused")  # the target once, as typed
         p.send_signal(signal.SIGINT)
         rest, err = p.communicate(timeout=30)
         assert rest == ""

@@ -673,7 +673,8 @@ async def run_ssh(
     agents: list[Any] = []
     att = _Attempt()
     phase = "connect"
-    where = f"{target_text} ({r.display})"
+    # the resolved user@host:port only where ssh_config or the defaults changed what was typed
+    where = target_text if r.display == target_text else f"{target_text} ({r.display})"
     hop_r = r
     try:
         async with asyncio.timeout(opts.timeout):
@@ -686,7 +687,7 @@ async def run_ssh(
                 conns.append(tunnel)
                 att = _Attempt()
             hop_r = r
-            where = f"{target_text} ({r.display})"
+            where = target_text if r.display == target_text else f"{target_text} ({r.display})"
             conn = await _connect(r, opts, tunnel, att, agents)
             conns.append(conn)
             for a in agents:
