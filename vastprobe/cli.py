@@ -1112,12 +1112,14 @@ def history_command(
         finally:
             con.close()
     except HistoryError as exc:
-        say(f"vastprobe: {exc}")
+        say(f"vastprobe history: {exc} (see vastprobe history -h)")
         raise typer.Exit(EXIT_USAGE) from exc
     if missing:
-        say(f"vastprobe: no history for {', '.join(missing[:20])}{' ...' if len(missing) > 20 else ''} in {path}")
-        if not found:
+        names = f"{', '.join(missing[:20])}{' ...' if len(missing) > 20 else ''}"
+        if not found:  # a usage error, worded as every other
+            say(f"vastprobe history: no history for {names} in {path} (see vastprobe history -h)")
             raise typer.Exit(EXIT_USAGE)
+        say(f"vastprobe history: no history for {names} in {path}")
     chosen = _format(fmt, json_flag)
     if chosen is OutputFormat.table:
         sys.stdout.write("".join(line + "\n" for line in history_lines(found, start, now)))
