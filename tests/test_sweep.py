@@ -93,9 +93,9 @@ def test_prometheus_textfile(fleet, tmp_path: Path) -> None:
     assert "2 hosts: 1 ok, 1 unreachable" in r.stdout, r.stdout  # the summary table
 
 
-def test_ctrl_c_prints_what_finished(tmp_path: Path) -> None:
-    import signal
-
+@pytest.mark.parametrize(("signum", "code"), [(2, 130), (15, 143)], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_prints_what_finished(tmp_path: Path, signum: int, code: int) -> None:
+    """SIGTERM (`timeout` in a cron line, systemd) stops the sweep as Ctrl-C does, exit 143."""
     hang = start_sshd(tmp_path / "hang", force_command="sleep 600")
     try:
         dead = f"root@127.0.0.1:{free_port()}"
@@ -107,11 +107,11 @@ def test_ctrl_c_prints_what_finished(tmp_path: Path) -> None:
         first = json.loads(p.stdout.readline())  # the dead host streams out first
         assert first["status"] == "unreachable"
         assert first["error"].startswith(f"{dead}: connection refused")  # the target once, as typed
-        p.send_signal(signal.SIGINT)
+        p.send_signal(signum)
         rest, err = p.communicate(timeout=30)
         assert rest == ""
         assert "interrupted: 1 of 2 hosts finished; 1 did not: " + hang.target in err
-        assert p.returncode == 130
+        assert p.returncode == code
     finally:
         hang.stop()
 

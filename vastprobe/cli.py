@@ -23,6 +23,7 @@ from vastprobe.notices import say
 
 EXIT_OK, EXIT_STALLED, EXIT_USAGE, EXIT_UNPROBED, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 EXIT_PIPE = 141  # stdout's reader went away (`| head`): what a tool killed by SIGPIPE reports
+EXIT_TERMINATED = 143  # SIGTERM (`timeout`, systemd, a scheduler): stops as Ctrl-C does, 128 + 15 as a shell says
 #: Documented in docs/output.md and in every command's help; tests/test_cli_errors.py holds every run to them.
 EXIT_CODES = {
     EXIT_OK: "every target probed and diagnosed, none stalled",
@@ -1208,10 +1209,26 @@ def run(args: list[str], debug: bool = False) -> int:
         return EXIT_FAILED
 
 
+_terminated: list[bool] = []
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM stops vastprobe as Ctrl-C does: what finished is printed, recorded and reported."""
+    import signal
+
+    _terminated.append(True)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started under nohup: no Ctrl-C to borrow
+        raise KeyboardInterrupt
+    signal.raise_signal(signal.SIGINT)  # asyncio's Ctrl-C handling, wherever the run is
+
+
 def main() -> None:
     import contextlib
     import gc
     import os
+    import signal
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
 
     # A short-lived CLI that allocates many small objects per host: collect young objects far less
     # often (cyclic garbage stays bounded: each host's report is kept anyway).
@@ -1223,6 +1240,8 @@ def main() -> None:
         debug = True
         args = [a for i, a in enumerate(args) if not (a == "--debug" and i < end)]
     code = run(args, debug)
+    if _terminated and code == EXIT_INTERRUPTED:
+        code = EXIT_TERMINATED
     try:
         sys.stdout.flush()
     except (BrokenPipeError, ValueError):
