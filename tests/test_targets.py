@@ -155,3 +155,8 @@ def test_a_json_list_without_instances_is_no_host_list() -> None:
     for text in ("[1,2]", '["gpu1", "gpu2"]'):
         with pytest.raises(InventoryError, match="expected a list of instances"):
             parse_inventory(text)
+
+
+def test_a_byte_order_mark_is_no_part_of_the_first_target() -> None:
+    assert [e.target for e in parse_inventory("\ufeffroot@127.0.0.1:22\n")] == ["root@127.0.0.1:22"]
+    assert parse_inventory('\ufeff[{"id": 1, "ssh_host": "127.0.0.1", "ssh_port": 22}]')[0].target.endswith(":22")

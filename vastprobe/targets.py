@@ -328,7 +328,9 @@ def _json_error(exc: json.JSONDecodeError) -> InventoryError:
 
 
 def parse_inventory(text: str) -> list[InventoryEntry]:
-    """Plain list or vast.ai JSON, told apart by the first characters."""
+    """Plain list or vast.ai JSON, told apart by the first characters (after a UTF-8 byte-order
+    mark, which Windows editors write and which is no part of the first target)."""
+    text = text.removeprefix("\ufeff")
     stripped = text.lstrip()
     if stripped[:1] == "{" or re.match(r"\[\s*[{\]]", stripped[:64]):
         try:

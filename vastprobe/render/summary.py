@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import re
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import IO, TYPE_CHECKING
 
@@ -237,8 +237,8 @@ def _failures(console: Console, hosts: list[HostReport], marks: Mapping[str, str
 
 
 def _findings(console: Console, reports: list[HostReport]) -> None:
-    """Findings that differ only in numbers (pids, sizes, times) fold into one row; the row shows
-    the text itself when every host said exactly the same."""
+    """Findings that differ only in numbers (pids, sizes, times) fold into one row, shown in the
+    words most hosts used, marked when the numbers vary by host."""
     rows: dict[tuple[str, str, str, str], list[tuple[str, str]]] = defaultdict(list)
     for r in reports:
         for f in r.findings:
@@ -246,12 +246,13 @@ def _findings(console: Console, reports: list[HostReport]) -> None:
     if not rows:
         return
     console.print(Text("findings across hosts:", style="bold"))
-    for (sev, code, rule, folded), seen in sorted(
+    for (sev, code, rule, _folded), seen in sorted(
         rows.items(), key=lambda kv: (-SEVERITY_ORDER[kv[0][0]], -len({t for t, _ in kv[1]}), kv[0][1])
     ):
         hosts = sorted({t for t, _ in seen})
-        texts = {text for _, text in seen}
-        shown = next(iter(texts)) if len(texts) == 1 else folded
+        texts = Counter(text for _, text in seen)
+        # one host's own words (a date or a PID folded into "N" tells nothing), said to vary
+        shown = texts.most_common(1)[0][0] + ("" if len(texts) == 1 else " (numbers vary by host)")
         head = Text("  ")
         head.append(f"{sev:<8} ", style=SEVERITY_STYLE[sev])
         head.append(f"{code} {rule}: ", style="bold")
