@@ -188,3 +188,10 @@ def test_a_process_passing_between_the_samples_and_a_group_of_odd_hosts_flag_no_
     fleet = _fleet(12)
     fleet[3] = _with_wchan(fleet[3], "sleep", "pipe_read")  # one still is
     assert [r.target for r in mark_outliers(fleet, r"^(job)-") if r.outlier_of] == ["job-03"]
+
+
+def test_hosts_are_listed_in_natural_order() -> None:
+    from vastprobe.history.queries import select_targets
+
+    known = ["root@127.0.0.10:22", "root@127.0.0.2:22", "root@127.0.0.1:22"]
+    assert select_targets(known, [])[0] == ["root@127.0.0.1:22", "root@127.0.0.2:22", "root@127.0.0.10:22"]

@@ -26,6 +26,15 @@ _V6 = re.compile(r"^[0-9A-Fa-f:.]{2,45}(%[A-Za-z0-9_.\-]{1,32})?$")
 _BAD_HOST_CHARS = frozenset("@/[]\\,'\"`$;|&<>(){}*?!#")
 
 
+_RUN = re.compile(r"([0-9]+)")
+
+
+def natural_key(name: str) -> list[tuple[int, str, str]]:
+    """Target names in natural order (gpu2 before gpu10): numbers compared as numbers, by their
+    length and then their digits: a host name can hold a run of 5,000 digits, which int() refuses."""
+    return [(len(p.lstrip("0")), p.lstrip("0"), p) if i % 2 else (0, p, "") for i, p in enumerate(_RUN.split(name))]
+
+
 class InventoryError(ValueError):
     pass
 

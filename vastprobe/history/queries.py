@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from vastprobe.history.store import HistoryError
+from vastprobe.targets import natural_key
 
 FLAPPING_CHANGES = 3  # verdict changes within the window that make a host "flapping"
 
@@ -76,7 +77,7 @@ def _host_part(target: str) -> str:
 def select_targets(known: Sequence[str], words: Sequence[str]) -> tuple[list[str], list[str]]:
     """The recorded targets named by `words` (exactly, or by host name), and the words that named none."""
     if not words:
-        return sorted(known), []
+        return sorted(known, key=natural_key), []
     by_host: dict[str, list[str]] = {}
     for t in known:
         by_host.setdefault(_host_part(t), []).append(t)
@@ -87,7 +88,7 @@ def select_targets(known: Sequence[str], words: Sequence[str]) -> tuple[list[str
         hits = [w] if w in known_set else by_host.get(w, []) or by_host.get(_host_part(w), [])
         if not hits:
             missing.append(w)
-        chosen.update(dict.fromkeys(sorted(hits)))
+        chosen.update(dict.fromkeys(sorted(hits, key=natural_key)))
     return list(chosen), missing
 
 

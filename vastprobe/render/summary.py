@@ -22,6 +22,7 @@ from rich.text import Text
 from vastprobe.model import HostReport
 from vastprobe.render.layout import hanging
 from vastprobe.render.safe import safe
+from vastprobe.targets import natural_key
 
 if TYPE_CHECKING:
     from vastprobe.history.store import HostMemory
@@ -34,15 +35,6 @@ _NUM = re.compile(r"\d+")
 #: Names NodeSet can fold as they are: no brackets, commas, spaces or set operators.
 _FOLDABLE = re.compile(r"[A-Za-z0-9._@:-]{1,253}")
 LIMIT = 12
-
-
-_RUN = re.compile(r"([0-9]+)")
-
-
-def natural_key(name: str) -> list[tuple[int, str, str]]:
-    """Numbers compared as numbers, by their length and then their digits: a host name can hold a
-    run of 5,000 digits, which int() refuses."""
-    return [(len(p.lstrip("0")), p.lstrip("0"), p) if i % 2 else (0, p, "") for i, p in enumerate(_RUN.split(name))]
 
 
 def fold_hosts(names: Iterable[str]) -> str:
