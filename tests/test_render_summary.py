@@ -61,7 +61,9 @@ def test_the_same_text_is_never_folded_and_marks_show() -> None:
 def test_fold_hosts() -> None:
     assert fold_hosts(["gpu10", "gpu2", "gpu1", "gpu3"]) == "gpu[1-3,10]"
     assert fold_hosts([f"root@127.0.0.{i}:2222" for i in (1, 2, 3, 7)]) == "root@127.0.0.[1-3,7]:2222"
-    assert fold_hosts(["[::1]:22", "a,b", "gpu01"]) == "gpu01,[::1]:22,a,b"  # not foldable: as they are
+    assert fold_hosts(["[::1]:22", "a,b", "gpu01"]) == "gpu01, [::1]:22, a,b"  # not foldable: as they are
+    # a terminal wraps between hosts: top-level commas carry a space, those inside a range do not
+    assert fold_hosts(["gpu1", "gpu2", "gpu7", "node3"]) == "gpu[1-2,7], node3"
     assert fold_hosts(["x\x1b[2J"]) == "x\\x1b[2J"
 
 
@@ -89,7 +91,7 @@ def test_a_real_sweep_of_forty_vast_instances(tmp_path: Path, reap) -> None:
         out = r.stdout
         assert r.returncode == 1, r.stderr
         assert out.startswith("40 hosts: 30 ok, 6 skipped, 4 unreachable (")
-        assert f"STALLED (30): root@127.0.0.[1-16]:{a.port},root@127.0.0.[17-30]:{b.port}" in out
+        assert f"STALLED (30): root@127.0.0.[1-16]:{a.port}, root@127.0.0.[17-30]:{b.port}" in out
         # each stalled host on its own line with its instance (what heads its why is checked on the
         # recorded fleet: here a neighbour's OOM kill, logged without its cgroup, may come first)
         for i in range(1, 31):

@@ -37,20 +37,31 @@ _FOLDABLE = re.compile(r"[A-Za-z0-9._@:-]{1,253}")
 LIMIT = 12
 
 
+def _spaced(nodeset: str) -> str:
+    """NodeSet's top-level commas as ", ": a terminal wraps a long list between hosts, not inside
+    one (`-w` reads it back either way)."""
+    out, depth = [], 0
+    for ch in nodeset:
+        depth += ch == "["
+        depth -= ch == "]"
+        out.append(", " if ch == "," and depth == 0 else ch)
+    return "".join(out)
+
+
 def fold_hosts(names: Iterable[str]) -> str:
-    """`gpu[01-04,07],other`: ranges where names differ only in numbers, natural order."""
+    """`gpu[01-04,07], other`: ranges where names differ only in numbers, natural order."""
     unique = sorted(set(names), key=natural_key)
     foldable = [n for n in unique if _FOLDABLE.fullmatch(n)]
     rest = [safe(n) for n in unique if not _FOLDABLE.fullmatch(n)]
     if not foldable:
-        return ",".join(rest)
+        return ", ".join(rest)
     try:
         from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
 
-        folded = str(NodeSet.fromlist(foldable, resolver=RESOLVER_NOGROUP))
+        folded = _spaced(str(NodeSet.fromlist(foldable, resolver=RESOLVER_NOGROUP)))
     except Exception:  # an odd name NodeSet refuses: list them as they are
-        folded = ",".join(foldable)
-    return ",".join([folded, *rest]) if rest else folded
+        folded = ", ".join(foldable)
+    return ", ".join([folded, *rest]) if rest else folded
 
 
 def instance(r: HostReport) -> str:
