@@ -143,7 +143,7 @@ def test_summary_marks_new_still_and_recovered(monkeypatch: pytest.MonkeyPatch) 
     lines = summary_lines(reports, memory, now=NOW)
     assert lines[:4] == [
         "4 hosts: 4 ok",
-        "STALLED (2): b,d",
+        "STALLED (2): b, d",
         "  still b  stalled since 2026-12-02 13:13 (47 min, 10 sweeps): sleep (7) is stopped (T)",
         "  new   d  sleep (7) is stopped (T)",
     ]
