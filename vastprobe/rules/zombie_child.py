@@ -28,12 +28,16 @@ YOUNG_SECONDS = 10.0
 
 
 def _young(ctx: Context, p: Process) -> bool:
-    """A zombie for less than YOUNG_SECONDS: by when it exited where the probe could read it
-    (/proc/PID/sched), else by when it started (it cannot have been a zombie for longer)."""
-    if p.exited_ago is not None:
-        return p.exited_ago < YOUNG_SECONDS
+    """A zombie for less than YOUNG_SECONDS, by either bound: its process started less than that
+    ago (it cannot have been a zombie for longer), or it exited less than that ago by
+    /proc/PID/sched. The latter is rough: se.exec_start runs on each CPU's task clock, which leaves
+    out steal and IRQ time, so two CPUs' clocks drift apart (2.7 s on this project's VM). Either
+    bound alone keeps a zombie out, so a skewed clock can hide a stuck zombie but not add one that
+    the start-time bound would not."""
     ups = ctx.snapshot.probe.sample_uptimes
-    return bool(ups) and ups[-1] - p.starttime / ctx.snapshot.host.clk_tck < YOUNG_SECONDS
+    if ups and ups[-1] - p.starttime / ctx.snapshot.host.clk_tck < YOUNG_SECONDS:
+        return True
+    return p.exited_ago is not None and p.exited_ago < YOUNG_SECONDS
 
 
 def check(ctx: Context) -> Iterator[Finding]:
