@@ -1,7 +1,7 @@
-"""Every file vastprobe writes goes through `write_atomic` (known_hosts is appended to, as ssh does:
-`append_line`): a fresh temporary file created with
-O_CREAT|O_EXCL|O_NOFOLLOW in the destination's own directory, written, fsynced, renamed over the
-destination, and the directory fsynced.
+"""Every file vastprobe writes goes through `write_atomic` (known_hosts is appended to, as ssh
+does: `append_line`): a fresh temporary file created with O_CREAT|O_EXCL|O_NOFOLLOW in the
+destination's own directory, written, fsynced, renamed over the destination, and the directory
+fsynced.
 
 Why: readers (node_exporter, cron consumers, ssh) see the old file or the new one, never half of
 one; and a name someone else planted in a shared directory (a symlink at a predictable `x.tmp`,
@@ -86,10 +86,11 @@ def write_atomic(
 def append_line(path: str | os.PathLike[str], line: str, max_bytes: int = 64 * 1024 * 1024) -> Path:
     """Append one line as OpenSSH appends to known_hosts: O_APPEND and one write(), so a line that
     ssh or another sweep appends meanwhile is kept (rewriting the file and renaming it over would
-    drop it: 3 processes adding 300 hosts each to a 1-line file left 369 of 901 lines that way). vastprobes take
-    turns (flock), so none reads the file's size in the middle of another's write and adds a stray
-    newline. Follows a symlink at the path itself (the user's own dotfiles link, as ssh does);
-    creates the file as ssh does (0666 less the umask); refuses one that is not a regular file or is over `max_bytes`."""
+    drop it: 3 processes adding 300 hosts each to a 1-line file left 369 of 901 lines that way).
+    vastprobes take turns (flock), so none reads the file's size in the middle of another's write
+    and adds a stray newline. Follows a symlink at the path itself (the user's own dotfiles link,
+    as ssh does); creates the file as ssh does (0666 less the umask); refuses one that is not a
+    regular file or is over `max_bytes`."""
     dest = Path(os.path.realpath(path))
     data = line.encode("utf-8")
     fd = os.open(dest, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)

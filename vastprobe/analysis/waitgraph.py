@@ -161,7 +161,7 @@ class WaitGraph:
 
     def _kind_from_fd(self, p: Process) -> WaitKind | None:
         """A generic wait channel (wait_woken) or none at all: the fd of the system call decides."""
-        entry = self._waited_entry(p)
+        entry = self.waited_entry(p)
         if entry is None or isinstance(p.syscall, Unavailable):
             return None
         writing = p.syscall.name in ("write", "writev", "sendto", "sendmsg")
@@ -173,7 +173,7 @@ class WaitGraph:
             return "tty"
         return None
 
-    def _waited_entry(self, p: Process) -> FdEntry | None:
+    def waited_entry(self, p: Process) -> FdEntry | None:
         fd = waited_fd(p.syscall)
         if fd is None or isinstance(p.fds, Unavailable):
             return None
@@ -242,7 +242,7 @@ class WaitGraph:
 
     def _pipe_edges(self, p: Process, kind: WaitKind) -> Iterator[WaitEdge]:
         reading = kind == "pipe-read"
-        entry = self._waited_entry(p)
+        entry = self.waited_entry(p)
         candidates: list[FdEntry]
         if entry is not None:
             candidates = [entry]
@@ -288,7 +288,7 @@ class WaitGraph:
         return WaitEdge(p.pid, "fifo-open", (), what, ev)
 
     def _socket_edge(self, p: Process) -> WaitEdge | None:
-        entry = self._waited_entry(p)
+        entry = self.waited_entry(p)
         inodes: list[tuple[int, int]] = []
         if entry is not None and entry.socket_inode is not None:
             inodes = [(entry.socket_inode, entry.fd)]
@@ -419,7 +419,7 @@ class WaitGraph:
 
     def _lock_edges(self, p: Process) -> Iterator[WaitEdge]:
         waiting, held = self._locks
-        entry = self._waited_entry(p)
+        entry = self.waited_entry(p)
         path = entry.path if entry is not None and entry.target.startswith("/") else None
         requests = waiting.get(p.pid, [])
         if not requests:
@@ -444,7 +444,7 @@ class WaitGraph:
     def _fuse_edge(self, p: Process, thread: int | None) -> WaitEdge:
         servers = self._fds.fuse_servers
         mounts = self.snapshot.fuse_mounts if isinstance(self.snapshot.fuse_mounts, tuple) else ()
-        entry = self._waited_entry(p)
+        entry = self.waited_entry(p)
         mount = None
         if entry is not None:
             mount = next((m for m in mounts if entry.path.startswith(m.mount_point.rstrip("/") + "/")), None)

@@ -3,6 +3,8 @@ place that knows which section feeds which part of the model."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from vastprobe.model import (
     ArtifactListing,
     FileLock,
@@ -181,25 +183,25 @@ def _excluded(
         if "vastprobe" in {a.rsplit("/", 1)[-1] for a in parent[:3]}:
             # vastprobe and what ran it: the operator's shell, a wrapper script, cron's sh (whose
             # command line holds --match's own pattern), up to but not including PID 1
-            up: int | None = shell_ppid
-            walked: set[int] = set()
-            while up and up in procs and up > 1 and up not in walked:
-                walked.add(up)
-                excluded.add(up)
-                up = procs[up].ppid
+            excluded.update(_ancestry(procs, shell_ppid))
         return excluded
-    cur: int | None = shell_ppid
-    seen: set[int] = set()
-    while cur and cur in procs and cur > 1 and cur not in seen:
-        seen.add(cur)
+    for cur in _ancestry(procs, shell_ppid):
         r = procs[cur]
         joined = " ".join(cmdlines.get(cur, ()))
         session_like = r.comm.startswith("sshd") and ("@" in joined or "[priv]" in joined or r.comm != "sshd")
         if not session_like:
             break
         excluded.add(cur)
-        cur = r.ppid
     return excluded
+
+
+def _ancestry(procs: dict[int, proc_stat.StatRecord], pid: int | None) -> Iterator[int]:
+    """`pid` and its ancestors, up to but not including PID 1 (a PPid loop ends it too)."""
+    seen: set[int] = set()
+    while pid and pid in procs and pid > 1 and pid not in seen:
+        seen.add(pid)
+        yield pid
+        pid = procs[pid].ppid
 
 
 def _kmsg_text(out: ProbeOutput, source: src.Source, fmt: int) -> str | None:

@@ -133,10 +133,11 @@ def _logs(console: Console, snap: HostSnapshot) -> None:
 def _artifacts(console: Console, r: HostReport, snap: HostSnapshot, verbose: bool) -> None:
     by_pid = {p.pid: p for p in snap.processes}
     named = [by_pid[p] for p in named_pids(r) if p in by_pid]
-    job = named or [p for p in snap.processes if p.pid in set(r.scope)]
+    scope, excluded = set(r.scope), set(snap.excluded_pids)
+    job = named or [p for p in snap.processes if p.pid in scope]
     # a whole host's scope is no job: "written since the job started" would date every file in /tmp
-    everyone = {p.pid for p in snap.processes if not p.kernel_thread and p.pid not in set(snap.excluded_pids)}
-    whole_host = not named and any(p.kernel_thread for p in snap.processes) and set(r.scope) == everyone
+    everyone = {p.pid for p in snap.processes if not p.kernel_thread and p.pid not in excluded}
+    whole_host = not named and any(p.kernel_thread for p in snap.processes) and scope == everyone
     start = None if whole_host else job_start(snap, job)
     limit = MAX_ARTIFACTS * 4 if verbose else MAX_ARTIFACTS
     for a in snap.artifacts:

@@ -32,9 +32,9 @@ def check(ctx: Context) -> Iterator[Finding]:
             continue
         waiter = ctx.tree.by_pid[s.waiter]
         via = f", through {ctx.proc_label(edge.waiter)}," if edge.waiter != s.waiter else ""
+        peer = names(ctx, edge.holders)
+        state = ", ".join(f"{ctx.tree.by_pid[h].state} {ctx.tree.by_pid[h].wchan}" for h in edge.holders[:2])
         if quiet:
-            peer = names(ctx, edge.holders)
-            state = ", ".join(f"{ctx.tree.by_pid[h].state} {ctx.tree.by_pid[h].wchan}" for h in edge.holders[:2])
             summary = (
                 f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what} with nothing in flight either way; "
                 f"its peer {peer} ({state}) sent nothing over the window"
@@ -45,8 +45,6 @@ def check(ctx: Context) -> Iterator[Finding]:
             )
             sev = "info"
         elif edge.holders:
-            peer = names(ctx, edge.holders)
-            state = ", ".join(f"{ctx.tree.by_pid[h].state} {ctx.tree.by_pid[h].wchan}" for h in edge.holders[:2])
             tail = f", {unread} B it has not read" if unread else ""
             summary = f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}, whose peer {peer} ({state}) does not answer{tail}"
             hint = (

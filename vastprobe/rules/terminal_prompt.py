@@ -23,15 +23,6 @@ META = RuleMeta("terminal-prompt", "VP116", "warning", "a process waits for inpu
 SHELLS = frozenset({"bash", "sh", "dash", "zsh", "fish", "ash", "ksh", "mksh", "tcsh", "csh", "busybox"})
 
 
-def _terminal(p: Process) -> tuple[int | None, str | None]:
-    """The fd the process reads and the terminal it names, where the fd table says."""
-    fd = waited_fd(p.syscall)
-    if fd is None or isinstance(p.fds, Unavailable):
-        return fd, None
-    entry = next((e for e in p.fds if e.fd == fd), None)
-    return fd, entry.path if entry is not None else None
-
-
 def _controlling(p: Process) -> str | None:
     """/dev/pts/N from stat's tty_nr (Unix 98 ptys: majors 136-143), for a read of /dev/tty."""
     major, minor = (p.tty_nr >> 8) & 0xFFF, (p.tty_nr & 0xFF) | ((p.tty_nr >> 12) & 0xFFF00)
@@ -50,7 +41,9 @@ def check(ctx: Context) -> Iterator[Finding]:
     for p in ctx.in_scope():
         if ctx.graph.kind(p) != "tty":
             continue
-        fd, tty = _terminal(p)
+        fd = waited_fd(p.syscall)
+        entry = ctx.graph.waited_entry(p)
+        tty = entry.path if entry is not None else None
         if _own_prompt(p, tty):
             continue
         pr = ctx.progress.get(p.pid)

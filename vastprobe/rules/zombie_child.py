@@ -2,11 +2,10 @@
 container a PID 1 that does not reap lets zombies pile up until the PID limit.
 
 Every exiting process is a zombie until its parent reaps it, so a zombie counts when it is still
-one at the second sample and exited YOUNG_SECONDS or more before (by /proc/PID/sched; where that
-is not readable, its process started that long before): parents that reap in batches leave younger
-ones in every sample. With one sample
-(--sample 0) a parent with a pile-up (PILE_UP zombies or more) is still a warning; one or two zombies
-seen in one instant are a note."""
+one at the second sample and has been one for YOUNG_SECONDS by both bounds (see _young): parents
+that reap in batches leave younger ones in every sample. With one sample (--sample 0) a parent with
+a pile-up (PILE_UP zombies or more) is still a warning; one or two zombies seen in one instant are
+a note."""
 
 from __future__ import annotations
 

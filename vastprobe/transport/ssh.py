@@ -674,7 +674,7 @@ async def run_ssh(
     att = _Attempt()
     phase = "connect"
     # the resolved user@host:port only where ssh_config or the defaults changed what was typed
-    where = target_text if r.display == target_text else f"{target_text} ({r.display})"
+    where = here = target_text if r.display == target_text else f"{target_text} ({r.display})"
     hop_r = r
     try:
         async with asyncio.timeout(opts.timeout):
@@ -687,7 +687,7 @@ async def run_ssh(
                 conns.append(tunnel)
                 att = _Attempt()
             hop_r = r
-            where = target_text if r.display == target_text else f"{target_text} ({r.display})"
+            where = here
             conn = await _connect(r, opts, tunnel, att, agents)
             conns.append(conn)
             for a in agents:
