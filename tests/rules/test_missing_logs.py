@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.helpers import vastprobe_json, wait_for
@@ -66,3 +67,20 @@ def test_a_stale_log_whose_writer_spins_says_so(tmp_path: Path, reap) -> None:
     _rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0", "--log", str(log))
     f = next(f for f in host["findings"] if f["rule"] == "missing-logs")
     assert not any("over the" in e["detail"] for e in f["evidence"]) and "busy" not in f["hint"]
+
+
+def test_a_fifo_or_a_device_as_the_log_is_a_warning_not_a_silent_log(tmp_path: Path) -> None:
+    """`--log` on a FIFO or /dev/zero: read no further than stat (no wedge), and said to be no
+    regular file; /dev/zero was "empty after 77187s", an error that made the host STALLED."""
+    fifo = tmp_path / "train.log"
+    os.mkfifo(fifo)
+    os.utime(fifo, (1000, 1000))
+    t0 = time.monotonic()
+    rc, host = vastprobe_json("--pid", "1", "--sample", "0.3", "--log", str(fifo), "--log", "/dev/zero")
+    assert time.monotonic() - t0 < 30
+    found = {f["summary"]: f["severity"] for f in host["findings"] if f["rule"] == "missing-logs"}
+    assert found == {
+        f"{fifo} is not a regular file (fifo): no log is read there": "warning",
+        "/dev/zero is not a regular file (character special file): no log is read there": "warning",
+    }
+    assert host["status"] == "ok" and rc == 0

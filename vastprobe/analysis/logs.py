@@ -9,7 +9,7 @@ from typing import Literal
 
 from vastprobe.model import FileStat, LogFile, Process, Unavailable
 
-LogState = Literal["ok", "absent", "empty", "stale", "deleted-open", "rotated", "unknown"]
+LogState = Literal["ok", "absent", "empty", "stale", "deleted-open", "rotated", "not-a-file", "unknown"]
 
 FATAL = re.compile(
     r"(Killed|out of memory|OutOfMemory|CUDA error|CUDA_ERROR|panic|Traceback \(most recent call last\)|"
@@ -72,6 +72,8 @@ def log_health(log: LogFile, now: float | None, stale_after: float, processes: I
             state = "absent"
         else:
             state = "unknown"
+    elif not stats[-1].regular:  # a FIFO, /dev/zero, a directory: no log is read there, none goes stale
+        state = "not-a-file"
     elif grew:
         state = "ok"
     elif stats[-1].size == 0:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from vastprobe.analysis.logs import LogHealth
-from vastprobe.model import Evidence, Finding, Severity
+from vastprobe.model import Evidence, FileStat, Finding, Severity
 from vastprobe.rules.base import Context, Rule, RuleMeta
 
 META = RuleMeta("missing-logs", "VP104", "error", "an expected log is missing, silent or deleted while still open")
@@ -26,6 +26,10 @@ def _finding(ctx: Context, h: LogHealth) -> Finding | None:
     if h.state == "absent":
         sev, summary = "warning", f"{path} does not exist"
         hint = "check the path; if the job should have created it by now, it never started or writes elsewhere"
+    elif h.state == "not-a-file":
+        kind = next((st.kind for st in reversed(h.log.stats) if isinstance(st, FileStat)), None) or "special file"
+        sev, summary = "warning", f"{path} is not a regular file ({kind}): no log is read there"
+        hint = "point --log at the file the job writes; a FIFO or a device has no tail or age to judge"
     elif h.state == "deleted-open":
         names = ", ".join(ctx.proc_label(pid) for pid in h.writers)
         sev, summary = "warning", f"{path} was deleted while {names} still hold(s) it open"
