@@ -14,6 +14,8 @@ import pytest
 
 from tests.helpers import children_of, proc_wchan, vastprobe_json, wait_for
 from tests.sshd import Sshd, start_sshd
+from vastprobe.model import Process
+from vastprobe.rules.terminal_prompt import _interactive
 
 pytestmark = pytest.mark.skipif(
     shutil.which("script") is None or shutil.which("ssh") is None, reason="needs script (bsdutils) and ssh"
@@ -103,14 +105,56 @@ def test_one_sample_is_a_note(host_key_prompt) -> None:
     assert f["severity"] == "info" and f["summary"].endswith("(seen in one sample)") and rc == 0
 
 
-def test_an_interactive_shell_at_its_own_prompt_is_no_finding(reap) -> None:
-    """dash reads its terminal with read() (bash's readline polls first): the same wait as a prompt,
-    in the session's own leader reading its own terminal."""
+@pytest.mark.parametrize("command", ["dash -i", "sh -c 'dash -i; true'", "sh -c 'dash; true'"])
+def test_an_interactive_shell_at_its_own_prompt_is_no_finding(reap, command: str) -> None:
+    """dash reads its terminal with read() (bash's readline polls first): the same wait as a prompt.
+    Whether script's own $SHELL -c execs it (bash does, dash may not) must not matter: a shell started
+    inside another (nobody's session leader) is at its prompt too."""
     if shutil.which("dash") is None:
         pytest.skip("needs dash")
-    top = under_a_terminal(reap, "dash -i")
+    top = under_a_terminal(reap, command)
     wait_for(lambda: (d := descendant(top.pid, "dash")) is not None and proc_wchan(d) in ("wait_woken", "n_tty_read"),
              what="dash at its prompt")  # fmt: skip
     dash = descendant(top.pid, "dash")
     rc, host = vastprobe_json("--pid", str(dash), "--sample", "0.5")
     assert dash in host["scope"] and not prompts(host) and rc == 0
+
+
+def test_a_script_reading_the_terminal_is_a_prompt(reap) -> None:
+    """The same shell, the same read of its stdin, but a -c script asking a question: a prompt."""
+    if shutil.which("dash") is None:
+        pytest.skip("needs dash")
+    top = under_a_terminal(reap, "dash -c 'printf \"Continue? \"; read answer; echo $answer'")
+    wait_for(lambda: (d := descendant(top.pid, "dash")) is not None and proc_wchan(d) in ("wait_woken", "n_tty_read"),
+             what="dash at its question")  # fmt: skip
+    dash = descendant(top.pid, "dash")
+    rc, host = vastprobe_json("--pid", str(dash), "--sample", "0.5")
+    [f] = prompts(host)
+    assert f["pids"] == [dash] and f["severity"] == "warning" and rc == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "interactive"),
+    [
+        (("-bash",), True),
+        (("bash",), True),
+        (("dash", "-i"), True),
+        (("bash", "--login"), True),
+        (("bash", "--rcfile", "/root/.jobrc"), True),
+        (("bash", "-o", "vi"), True),
+        (("bash", "-s", "arg"), True),
+        (("sh", "-c", "dash -i"), False),
+        (("bash", "-ec", "read x"), False),
+        (("bash", "setup.sh"), False),
+        (("bash", "-x", "--", "setup.sh"), False),
+        (("busybox", "sh"), True),
+        (("busybox", "sh", "setup.sh"), False),
+    ],
+)
+def test_which_shells_are_at_their_own_prompt(argv: tuple[str, ...], interactive: bool) -> None:
+    """By argv as the shells themselves decide (bash(1) INVOCATION): options, -c, then a script."""
+    p = Process(pid=9, ppid=1, comm=argv[0].lstrip("-"), state="S", pgrp=9, session=1, tty_nr=0, starttime=0,
+                threads=1, rss_kb=None, hwm_kb=None, uid=0, tracer_pid=0, nspid=(9,), sig_ign=None, sig_cgt=None,
+                cmdline=argv, wchan="n_tty_read", fds=(), fds_truncated=False, memory_cgroup=None, cgroup_v2=None,
+                samples=(), kernel_thread=False)  # fmt: skip
+    assert _interactive(p) is interactive

@@ -4,7 +4,7 @@ forever in state S, and no counter, log or kernel message says why.
 
 Read from the process's own wait: its system call reads an fd that is a terminal (/dev/pts/N,
 /dev/tty*), or its wait channel is the terminal's read. An interactive shell at its own prompt (a
-shell that leads its session and reads its own terminal) is no finding. A prompt is a warning when
+login shell, -i, or one with neither script nor -c, reading the terminal on its stdin) is no finding. A prompt is a warning when
 --pid/--match named the job and two samples saw it unmoved, an error with evidence that work should
 be happening (a silent log), and otherwise a note: on a whole host a REPL in someone's terminal
 waits for input by design."""
@@ -21,6 +21,7 @@ from vastprobe.rules.chains import link
 
 META = RuleMeta("terminal-prompt", "VP116", "warning", "a process waits for input at a terminal nobody types at")
 SHELLS = frozenset({"bash", "sh", "dash", "zsh", "fish", "ash", "ksh", "mksh", "tcsh", "csh", "busybox"})
+TAKES_VALUE = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
 
 
 def _controlling(p: Process) -> str | None:
@@ -29,9 +30,32 @@ def _controlling(p: Process) -> str | None:
     return f"/dev/pts/{(major - 136) * 256 + minor}" if 136 <= major <= 143 else None
 
 
+def _interactive(p: Process) -> bool:
+    """A shell started to read commands (a login shell, -i, no script and no -c), by its argv; a
+    shell with no argv to read falls back to leading its session, as a terminal's first shell does.
+    A shell running a script or -c that reads the terminal is a prompt like any other."""
+    if not p.cmdline:
+        return p.session == p.pid
+    if p.cmdline[0].startswith("-"):
+        return True  # login shell
+    flags, args = "", list(p.cmdline[1:])
+    if p.comm == "busybox" and args[:1] in (["sh"], ["ash"]):
+        args.pop(0)
+    while args and args[0].startswith(("-", "+")) and args[0] not in ("-", "--"):
+        arg = args.pop(0)
+        if arg in TAKES_VALUE and args:
+            args.pop(0)
+        elif not arg.startswith("--"):
+            flags += arg[1:]
+    if args[:1] in (["-"], ["--"]):
+        args.pop(0)
+    return "i" in flags or "s" in flags or ("c" not in flags and not args)
+
+
 def _own_prompt(p: Process, tty: str | None) -> bool:
-    """An interactive shell reading its own terminal: the session's leader, at its prompt."""
-    if p.comm not in SHELLS or p.session != p.pid:
+    """An interactive shell at its prompt, reading the terminal that is its stdin: the session's
+    first shell, or one started inside it (`bash` typed at a prompt, `sh -c 'dash -i'`)."""
+    if p.comm not in SHELLS or not _interactive(p):
         return False
     stdin = None if isinstance(p.fds, Unavailable) else next((e.path for e in p.fds if e.fd == 0), None)
     return tty is None or stdin == tty
