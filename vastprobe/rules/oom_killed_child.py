@@ -41,20 +41,24 @@ def _folded(
 
 def check(ctx: Context) -> Iterator[Finding]:
     snap = ctx.snapshot
+    # with no --pid/--match there is no job, only a whole host: say what was in scope, not "the job"
+    job = "the watched job" if ctx.options.explicit_scope else "the processes in scope"
     yield from _folded(
         [m for m in ctx.oom_matches if m.tie == "before"],
-        "before the watched processes started",
+        f"before {'the watched processes' if ctx.options.explicit_scope else 'the processes in scope'} started",
         "timing",
         "context, not the cause",
-        "nothing to do for the watched job; the host had memory trouble earlier",
+        f"nothing to do for {job}; the host had memory trouble earlier",
         "info",
     )
     yield from _folded(
         [m for m in ctx.oom_matches if m.tie == "elsewhere"],
-        "elsewhere on the host, not tied to the watched job",
+        "elsewhere on the host, not tied to the watched job"
+        if ctx.options.explicit_scope
+        else "outside the processes in scope",
         "context",
-        "in other memory cgroups, or tied to no watched process",
-        "nothing to do for the watched job; the host (or a neighbour) is short of memory",
+        "in other memory cgroups, or tied to no process in scope",
+        f"nothing to do for {job}; the host (or a neighbour) is short of memory",
         "info",
     )
     # a kill tied to the job stalls it when the scope is the job; on a whole host it is a warning
