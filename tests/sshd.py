@@ -21,6 +21,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int) -> list[int]:
+    """n distinct free ports: each held bound until all are chosen (n free_port() calls can
+    return one port twice, and a sweep probes a target listed twice once)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def keygen(path: Path, kind: str = "ed25519") -> Path:
     subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-f", str(path)], check=True)
     return path

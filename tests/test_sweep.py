@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import interruptible
-from tests.sshd import free_port, keygen, start_sshd
+from tests.sshd import free_port, free_ports, keygen, start_sshd
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def sweep(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[s
 
 
 def test_forty_targets_twenty_dead(fleet, tmp_path: Path) -> None:
-    dead = [f"root@127.0.0.1:{free_port()}" for _ in range(20)]
+    dead = [f"root@127.0.0.1:{port}" for port in free_ports(20)]
     inv = tmp_path / "hosts.txt"
     inv.write_text("# loopback fleet\n" + "\n".join(fleet["live"] + dead) + "\n")
     out = tmp_path / "sweep.ndjson"
@@ -117,7 +117,7 @@ def test_ctrl_c_prints_what_finished(tmp_path: Path, signum: int, code: int) -> 
 
 
 def test_concurrency_lowered_to_what_the_fd_limit_carries(tmp_path: Path) -> None:
-    dead = ",".join(f"root@127.0.0.1:{free_port()}" for _ in range(12))
+    dead = ",".join(f"root@127.0.0.1:{port}" for port in free_ports(12))
     r = subprocess.run(["bash", "-c", f'ulimit -n 100 && exec "$0" -m vastprobe sweep {dead} --concurrency 64 --format ndjson',
                         sys.executable], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert "--concurrency 64 lowered to 9" in r.stderr and "ulimit -n" in r.stderr
