@@ -29,3 +29,31 @@ def test_members_match_testing_every_process() -> None:
     order = {p.pid: i for i, p in enumerate(procs)}
     for path in [*paths, "/job/a/b/c", "/nowhere"]:
         assert [p.pid for p in _members(path, by_cgroup, order)] == _brute(path, procs), path
+
+
+def test_a_kill_without_its_cgroup_line_goes_only_to_a_counting_cgroup_that_lived_through_it() -> None:
+    """Found on a busy host, whole-host scope: a python killed (cgroup line rate-limited) at t=100 in
+    a test's cgroup was placed in another job's cgroup by that cgroup's counter, whose processes
+    started at t=200, and blamed on an unrelated bash outside it that had a python child."""
+    from vastprobe.analysis.oom import _place_unnamed
+    from vastprobe.model import CgroupMemory, KernelEvent
+
+    def cg(path: str, kills: int) -> CgroupMemory:
+        return CgroupMemory("v1", path, "/sys/fs/cgroup/memory" + path, kills, None, 40 << 20, None, None, None)
+
+    bystander = _proc(50, "/user", None)  # has a python child; not in any counting cgroup
+    early = _proc(60, "/job-a", None)  # in /job-a, alive at both kills
+    late = _proc(70, "/job-b", None)  # in /job-b, started after the first kill
+    parents_of = {"python": [bystander]}
+    first = KernelEvent("oom-kill", "Killed process 4182 (python)", 100.0, 100.0, 4182, "python", anon_rss_kb=40704)
+    second = KernelEvent("oom-kill", "Killed process 4300 (python)", 300.0, 300.0, 4300, "python", anon_rss_kb=40704)
+    out: list = [None, None]
+    unnamed = [(0, first, [bystander, early]), (1, second, [bystander, early, late])]
+    _place_unnamed(out, unnamed, [cg("/job-b", 1)], [bystander, early, late], set(), parents_of, {}, bounded=False)
+    assert out[0].tie == "elsewhere" and out[0].loser is None  # nobody in /job-b lived through it
+    assert out[1].tie == "job" and out[1].cgroup == "/job-b" and out[1].loser != bystander.pid
+    # with /job-a counting one too, the first kill is /job-a's; a counter is never spent twice
+    out = [None, None]
+    _place_unnamed(out, unnamed, [cg("/job-a", 1), cg("/job-b", 1)], [bystander, early, late], set(), parents_of, {},
+                   bounded=False)  # fmt: skip
+    assert {(m.tie, m.cgroup) for m in out} == {("job", "/job-a"), ("job", "/job-b")}

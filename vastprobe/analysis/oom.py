@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from vastprobe.analysis.waitgraph import WaitGraph
-from vastprobe.model import HostSnapshot, KernelEvent, Process, available
+from vastprobe.model import CgroupMemory, HostSnapshot, KernelEvent, Process, available
 
 ROOT_CGROUPS = ("/", "")
 
@@ -100,7 +100,6 @@ def match_oom_kills(
     own = [c for c in snapshot.cgroups if c.path in job_cgroups and c.path not in ROOT_CGROUPS]
     counters = [c.oom_kill for c in own if c.oom_kill is not None]
     job_counted_none = bool(counters) and all(n == 0 for n in counters)
-    job_limit_kb = max((c.limit_bytes // 1024 for c in own if c.limit_bytes), default=None)
     tree = graph.tree
     waiting = {p.pid for p in watched if graph.waits_on_jobs(p)}
     # indexes built once: a host's log can hold hundreds of kills, a host hundreds of processes
@@ -168,50 +167,67 @@ def match_oom_kills(
         else:
             out.append(OomMatch(ev, None, "no watched process could be tied to the victim", "elsewhere"))
     if unnamed:
-        counted = next((c.path for c in own if c.oom_kill), None)
-        _place_unnamed(out, unnamed, sum(counters), job_limit_kb, counted, waiting, parents_of, runs, bounded)
+        _place_unnamed(out, unnamed, [c for c in own if c.oom_kill], watched, waiting, parents_of, runs, bounded)
     return [m for m in out if m is not None]
 
 
 def _place_unnamed(
     out: list[OomMatch | None],
     unnamed: list[tuple[int, KernelEvent, list[Process]]],
-    budget: int,
-    limit_kb: int | None,
-    counted: str | None,
+    counting: list[CgroupMemory],
+    watched: list[Process],
     waiting: set[int],
     parents_of: dict[str, list[Process]],
     runs: dict[str, list[Process]],
     bounded: bool,
 ) -> None:
-    """Kills without their cgroup line, when the job's cgroups count `budget` kills: at most that
-    many are the job's, the likeliest first — a victim tied to the job by name, then one whose
-    memory at death was near the job's limit (a memory cgroup kills when it is full, and takes its
-    largest process), then the newest."""
+    """Kills without their cgroup line, placed by the counters of the job's memory cgroups: each
+    cgroup takes at most as many as it counted, and only a kill that some process inside it lived
+    through (a kill from before they started is not theirs, and a process outside the cgroup is no
+    loser of it, whatever its children are called). The likeliest first: a victim tied by name to a
+    process in the cgroup, then one whose memory at death was near the cgroup's limit (a memory
+    cgroup kills when it is full, and takes its largest process), then one fewer cgroups could hold,
+    then the newest."""
+    inside = {c.path: [p for p in watched if c.path in _cgroups(p)] for c in counting}
+    left = {c.path: c.oom_kill or 0 for c in counting}
 
-    def near_limit(ev: KernelEvent) -> bool:
-        if limit_kb is None or ev.anon_rss_kb is None:
+    def near_limit(ev: KernelEvent, c: CgroupMemory) -> bool:
+        if not c.limit_bytes or ev.anon_rss_kb is None:
             return False
-        return 0.75 * limit_kb <= ev.anon_rss_kb <= 1.1 * limit_kb
+        return 0.75 * c.limit_bytes / 1024 <= ev.anon_rss_kb <= 1.1 * c.limit_bytes / 1024
 
-    def named(ev: KernelEvent, alive: list[Process]) -> list[Process]:
-        ids = {p.pid for p in alive}
+    def named(ev: KernelEvent, pool: list[Process]) -> list[Process]:
+        ids = {p.pid for p in pool}
         return [p for p in parents_of.get(ev.comm or "", []) + runs.get(ev.comm or "", []) if p.pid in ids]
 
+    def options(ev: KernelEvent, alive: list[Process]) -> list[tuple[bool, bool, CgroupMemory, list[Process]]]:
+        """(tied by name, near the limit, cgroup, its members alive at the kill), best first."""
+        ids = {p.pid for p in alive}
+        out = []
+        for c in counting:
+            pool = [p for p in inside[c.path] if p.pid in ids]
+            if pool:
+                out.append((bounded and bool(named(ev, pool)), near_limit(ev, c), c, pool))
+        return sorted(out, key=lambda o: (not o[0], not o[1]))
+
     ranked = sorted(
-        unnamed, key=lambda u: (not (bounded and named(u[1], u[2])), not near_limit(u[1]), -(u[1].uptime or 0))
+        ((i, ev, options(ev, alive)) for i, ev, alive in unnamed),
+        # a kill that fewer cgroups could hold is placed before one that more could
+        key=lambda u: (not (u[2] and u[2][0][0]), not (u[2] and u[2][0][1]), len(u[2]), -(u[1].uptime or 0)),
     )
-    for n, (i, ev, alive) in enumerate(ranked):
-        if n < budget and alive:
-            pool = (bounded and named(ev, alive)) or alive
-            how = (
-                f"in the job's memory cgroup {counted} by its counter"
-                if counted
-                else "in the job's memory cgroup by its counter"
-            )
-            out[i] = replace(_blame(ev, pool, waiting, parents_of, runs, how, bounded), cgroup=counted)
-        else:
-            out[i] = OomMatch(ev, None, "its cgroup is not in the log and the job's counters are spent", "elsewhere")
+    for i, ev, opts in ranked:
+        chosen = next((o for o in opts if left[o[2].path] > 0), None)
+        if chosen is None:
+            why = "its cgroup is not in the log, and no memory cgroup of the job that counts kills had a process then"
+            if opts:
+                why = "its cgroup is not in the log and the job's counters are spent"
+            out[i] = OomMatch(ev, None, why, "elsewhere")
+            continue
+        by_name, _near, c, pool = chosen
+        left[c.path] -= 1
+        how = f"in the job's memory cgroup {c.path} by its counter"
+        out[i] = replace(_blame(ev, named(ev, pool) if by_name else pool, waiting, parents_of, runs, how, bounded),
+                         cgroup=c.path)  # fmt: skip
 
 
 def _blame(
