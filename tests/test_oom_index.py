@@ -49,11 +49,17 @@ def test_a_kill_without_its_cgroup_line_goes_only_to_a_counting_cgroup_that_live
     second = KernelEvent("oom-kill", "Killed process 4300 (python)", 300.0, 300.0, 4300, "python", anon_rss_kb=40704)
     out: list = [None, None]
     unnamed = [(0, first, [bystander, early]), (1, second, [bystander, early, late])]
-    _place_unnamed(out, unnamed, [cg("/job-b", 1)], [bystander, early, late], set(), parents_of, {}, bounded=False)
+    _place_unnamed(out, unnamed, [cg("/job-b", 1)], [], [bystander, early, late], set(), parents_of, {}, bounded=False)
     assert out[0].tie == "elsewhere" and out[0].loser is None  # nobody in /job-b lived through it
     assert out[1].tie == "job" and out[1].cgroup == "/job-b" and out[1].loser != bystander.pid
     # with /job-a counting one too, the first kill is /job-a's; a counter is never spent twice
     out = [None, None]
-    _place_unnamed(out, unnamed, [cg("/job-a", 1), cg("/job-b", 1)], [bystander, early, late], set(), parents_of, {},
+    _place_unnamed(out, unnamed, [cg("/job-a", 1), cg("/job-b", 1)], [], [bystander, early, late], set(), parents_of, {},
                    bounded=False)  # fmt: skip
     assert {(m.tie, m.cgroup) for m in out} == {("job", "/job-a"), ("job", "/job-b")}
+    # a counter spent on a kill the log named the cgroup for takes no unnamed one (a neighbour's
+    # kill of the same size, its cgroup line rate-limited, was made the job's second loss)
+    out = [None, None]
+    _place_unnamed(out, unnamed, [cg("/job-a", 1), cg("/job-b", 1)], ["/job-a"], [bystander, early, late], set(),
+                   parents_of, {}, bounded=False)  # fmt: skip
+    assert out[0].tie == "elsewhere" and (out[1].tie, out[1].cgroup) == ("job", "/job-b")

@@ -167,7 +167,10 @@ def match_oom_kills(
         else:
             out.append(OomMatch(ev, None, "no watched process could be tied to the victim", "elsewhere"))
     if unnamed:
-        _place_unnamed(out, unnamed, [c for c in own if c.oom_kill], watched, waiting, parents_of, runs, bounded)
+        named_in = [m.cgroup for m in out if m is not None and m.tie == "job" and m.cgroup]
+        _place_unnamed(
+            out, unnamed, [c for c in own if c.oom_kill], named_in, watched, waiting, parents_of, runs, bounded
+        )
     return [m for m in out if m is not None]
 
 
@@ -175,6 +178,7 @@ def _place_unnamed(
     out: list[OomMatch | None],
     unnamed: list[tuple[int, KernelEvent, list[Process]]],
     counting: list[CgroupMemory],
+    named_in: list[str],
     watched: list[Process],
     waiting: set[int],
     parents_of: dict[str, list[Process]],
@@ -182,14 +186,18 @@ def _place_unnamed(
     bounded: bool,
 ) -> None:
     """Kills without their cgroup line, placed by the counters of the job's memory cgroups: each
-    cgroup takes at most as many as it counted, and only a kill that some process inside it lived
+    cgroup takes at most as many as it counted, less those the log named it for, and only a kill that some process inside it lived
     through (a kill from before they started is not theirs, and a process outside the cgroup is no
     loser of it, whatever its children are called). The likeliest first: a victim tied by name to a
     process in the cgroup, then one whose memory at death was near the cgroup's limit (a memory
     cgroup kills when it is full, and takes its largest process), then one fewer cgroups could hold,
     then the newest."""
     inside = {c.path: [p for p in watched if c.path in _cgroups(p)] for c in counting}
-    left = {c.path: c.oom_kill or 0 for c in counting}
+    # a counter also counts the kills the log placed by their own cgroup line: those are spent
+    left = {
+        c.path: (c.oom_kill or 0) - sum(1 for n in named_in if n == c.path or n.startswith(c.path.rstrip("/") + "/"))
+        for c in counting
+    }
 
     def near_limit(ev: KernelEvent, c: CgroupMemory) -> bool:
         if not c.limit_bytes or ev.anon_rss_kb is None:
