@@ -24,6 +24,9 @@ _FILE_SUFFIXES = (".txt", ".json", ".lst", ".list", ".hosts", ".csv", ".conf", "
 _PORT_DIGITS = re.compile(r"^[0-9]{1,5}$")
 _V6 = re.compile(r"^[0-9A-Fa-f:.]{2,45}(%[A-Za-z0-9_.\-]{1,32})?$")
 _BAD_HOST_CHARS = frozenset("@/[]\\,'\"`$;|&<>(){}*?!#")
+# what inet_aton takes for an IPv4 address: 1-4 parts, each decimal, octal (leading 0) or hex (0x)
+_NUMERIC_HOST = re.compile(r"^(0[xX][0-9a-fA-F]*|[0-9]+)(\.(0[xX][0-9a-fA-F]*|[0-9]+)){0,3}$")
+_DOTTED_QUAD = re.compile(r"^(0|[1-9][0-9]{0,2})(\.(0|[1-9][0-9]{0,2})){3}$")
 
 
 _RUN = re.compile(r"([0-9]+)")
@@ -89,6 +92,12 @@ def host_problem(host: str) -> str | None:
         return "host name starts with '-'"
     if any(ch in _BAD_HOST_CHARS for ch in host):
         return "host name holds characters a host name cannot have"
+    if _NUMERIC_HOST.match(host) and not (_DOTTED_QUAD.match(host) and all(int(x) < 256 for x in host.split("."))):
+        # the resolver reads "17244" as 0.0.67.92 and "010.0.0.1" as 8.0.0.1: an address nobody meant
+        # (most often a second PID after --pid, which takes one)
+        if host.isascii() and host.isdigit():
+            return "a number, not a host; a second PID needs its own --pid"
+        return "not an IPv4 address: want four decimal parts, 0-255, without leading zeros"
     return None
 
 
