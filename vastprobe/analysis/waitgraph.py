@@ -26,6 +26,12 @@ EdgeKind = Literal["child", "pipe", "fifo", "fifo-open", "unix-socket", "tcp", "
 SUBREAPERS = frozenset(
     {"tini", "dumb-init", "catatonit", "containerd-shim", "containerd-shim-runc-v2", "conmon", "docker-init"}
 )
+#: Waits of a thread that end when something outside the process acts: such a thread can still
+#: do the process's part in a loop of waits.
+ACTING_WAITS: frozenset[WaitKind | None] = frozenset(
+    {"pipe-read", "pipe-write", "fifo-open", "socket-read", "socket-write", "socket-connect", "accept",
+     "file-lock", "fuse", "nfs", "event-loop", "nvidia", "tty"}
+)  # fmt: skip
 MAX_CHAINS = 32
 MAX_DEPTH = 64
 
@@ -178,6 +184,22 @@ class WaitGraph:
         if fd is None or isinstance(p.fds, Unavailable):
             return None
         return next((e for e in p.fds if e.fd == fd), None)
+
+    def acts_elsewhere(self, pid: int) -> str | None:
+        """A thread besides the waiting one that runs, or waits on I/O (a pipe, a socket, a poll,
+        a FUSE or NFS answer, the GPU driver): it can still write the pipe or release what the
+        others wait for, so a loop of waits through this process proves no deadlock. git's fetch
+        reads index-pack's output while its demux thread feeds index-pack from ssh. Threads idle on
+        a futex, a timer or a signal cannot, by themselves. Says which thread, in words."""
+        p = self.tree.by_pid.get(pid)
+        if p is None:
+            return None
+        for t in p.threads_detail:
+            kind = wait_kind(t.wchan, None) if t.state in ("S", "D") else None
+            if t.state == "R" or kind in ACTING_WAITS or (t.state == "D" and kind in (None, "other")):
+                doing = "runs" if t.state == "R" else f"waits in {t.wchan}"
+                return f"its thread {t.tid} ({t.comm}) {doing}"
+        return None
 
     def jobs(self, p: Process) -> list[Process]:
         """The children a waiting process waits on: not zombies, and not daemons (a child that
@@ -482,7 +504,10 @@ class WaitGraph:
                         return
                     hop = Hop(pid, edge)
                     if h in on_path or len(path) >= MAX_DEPTH:
-                        out.append(Chain((*path, hop, Hop(h, None)), cycle=h in on_path))
+                        here = [*(x.pid for x in path), pid]
+                        loop = here[here.index(h) :] if h in on_path else []
+                        closed = bool(loop) and not any(self.acts_elsewhere(x) for x in loop)
+                        out.append(Chain((*path, hop, Hop(h, None)), cycle=closed))
                         followed = True
                         continue
                     walk(h, (*path, hop), on_path | {h})
