@@ -129,6 +129,49 @@ def test_a_server_that_read_the_request_and_hangs_is_a_note_for_a_named_job(reap
     assert f"{srv.pid} (python" in f["summary"] and host["verdict"] == "healthy" and rc == 0
 
 
+def tcp_queued(port: int) -> int:
+    """Bytes queued either way on the loopback connections of `port` (/proc/net/tcp)."""
+    total = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        f = line.split()
+        if int(f[1].split(":")[1], 16) == port or int(f[2].split(":")[1], 16) == port:
+            tx, rx = f[4].split(":")
+            total += int(tx, 16) + int(rx, 16)
+    return total
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
+def test_a_download_from_a_stopped_http_server_is_a_stall(reap, tmp_path: Path) -> None:
+    """python -m http.server stopped mid-file (Ctrl-Z in its terminal): once curl has drained what
+    was in flight, nothing is, either way, as on an idle keep-alive connection; but a stopped server
+    answers nobody. Before, this was an info note."""
+    www = tmp_path / "www"
+    www.mkdir()
+    with open(www / "model.safetensors", "wb") as f:
+        f.truncate(256 << 20)
+    srv = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(www),
+                            "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(srv)
+    assert srv.stdout is not None
+    port = int(srv.stdout.readline().split(" port ")[1].split()[0])
+    out = tmp_path / "model.bin"
+    job = subprocess.Popen(["bash", "-c", f"curl -s --limit-rate 8M -o {out} http://127.0.0.1:{port}/model.safetensors;"
+                            " echo done"], start_new_session=True)  # fmt: skip
+    reap.append(job)
+    wait_for(lambda: out.exists() and out.stat().st_size > 1 << 20, what="the download under way")
+    os.kill(srv.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: proc_state(srv.pid) == "T" and tcp_queued(port) == 0, timeout=60,
+                 what="curl drained what was in flight")  # fmt: skip
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
+        f = finding(host, "socket-peer-wait")
+        assert f["severity"] == "error" and srv.pid in f["pids"] and rc == 1, f
+        assert f"kill -CONT {srv.pid}" in f["hint"] and "T do_signal_stop" in f["summary"]
+    finally:
+        os.kill(srv.pid, signal.SIGCONT)
+
+
 def test_python_client_blocked_in_recv_with_a_stale_log_is_a_stall(silent_server, reap, tmp_path: Path) -> None:
     srv, port = silent_server
     log = tmp_path / "job.log"

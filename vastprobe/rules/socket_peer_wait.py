@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from vastprobe.model import Evidence, Finding
 from vastprobe.rules.base import Context, Rule, RuleMeta
 from vastprobe.rules.chains import chain_evidence, marked, names, stalled
+from vastprobe.units import byte_size
 
 META = RuleMeta("socket-peer-wait", "VP112", "error", "a process waits on a connection whose peer does not answer")
 
@@ -27,7 +28,8 @@ def check(ctx: Context) -> Iterator[Finding]:
         # poll() over a connection with nothing pending either way: an idle keep-alive client, or a
         # request the server read and never answered; only a named job, still after two samples, is
         # worth a note (the server read the request and sleeps: a common hang that is otherwise unseen)
-        quiet = edge.inferred and not unread and not stall
+        stopped = [h for h in edge.holders if ctx.tree.by_pid[h].state in ("T", "t")]
+        quiet = edge.inferred and not unread and not stall and not stopped  # a stopped peer answers nobody
         if quiet and not (ctx.options.explicit_scope and s.idle and edge.holders):
             continue
         waiter = ctx.tree.by_pid[s.waiter]
@@ -45,13 +47,21 @@ def check(ctx: Context) -> Iterator[Finding]:
             )
             sev = "info"
         elif edge.holders:
-            tail = f", {unread} B it has not read" if unread else ""
+            tail = f", {byte_size(unread)} it has not read" if unread else ""
             summary = f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}, whose peer {peer} ({state}) does not answer{tail}"
-            hint = (
-                f"{peer} holds the other end and is not serving it"
-                + (f" (it has not even read the {unread} B sent)" if unread else "")
-                + ": look at what it is blocked on, then restart it; give clients a timeout"
-            )
+            if stopped:
+                sev = "error"  # stopped: it will not answer until someone resumes it
+                hint = (
+                    f"{names(ctx, tuple(stopped))} is stopped (SIGSTOP, Ctrl-Z or a debugger) and holds the other end: "
+                    f"resume it with `kill -CONT {' '.join(map(str, stopped))}`, or find who stopped it; "
+                    "give clients a timeout"
+                )
+            else:
+                hint = (
+                    f"{peer} holds the other end and is not serving it"
+                    + (f" (it has not even read the {byte_size(unread)} sent)" if unread else "")
+                    + ": look at what it is blocked on, then restart it; give clients a timeout"
+                )
         elif edge.kind == "unix-socket":
             summary = f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}, whose peer is unknown"
             hint = (
@@ -64,7 +74,8 @@ def check(ctx: Context) -> Iterator[Finding]:
             hint = f"the peer {remote} is not on this host (or not visible): check that service, and give the client a timeout"
         ev = chain_evidence(ctx, s)
         if unread:
-            ev.append(Evidence("unread", f"{unread} B wait in the peer's receive queue"))
+            exact = f" ({unread} B)" if unread >= 1024 else ""
+            ev.append(Evidence("unread", f"{byte_size(unread)}{exact} wait in the peer's receive queue"))
         yield META.finding(
             marked(summary, s, sev),
             (*s.chain.pids, *[h for h in edge.holders if h not in s.chain.pids]),
