@@ -172,6 +172,78 @@ def test_a_download_from_a_stopped_http_server_is_a_stall(reap, tmp_path: Path) 
         os.kill(srv.pid, signal.SIGCONT)
 
 
+# torch.distributed's rendezvous, with the standard library: rank 0 serves the store; each rank
+# joins and waits at the barrier for WORLD arrivals
+STORE_IN_A_THREAD = """
+import socket, select, sys, threading
+rank, world, port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+def serve(ls):
+    clients, arrived = [], 0
+    while True:
+        for s in select.select([ls] + clients, [], [])[0]:
+            if s is ls:
+                clients.append(ls.accept()[0])
+            elif s.recv(64):
+                arrived += 1
+                if arrived == world:
+                    for c in clients: c.sendall(b"go")
+if rank == 0:
+    ls = socket.socket(); ls.bind(("127.0.0.1", port)); ls.listen(16)
+    threading.Thread(target=serve, args=(ls,), daemon=True).start()
+    print(port, flush=True)
+c = socket.create_connection(("127.0.0.1", port)); c.sendall(b"join")
+c.recv(64)
+"""
+
+STORE_IN_ACCEPT = """
+import socket, sys
+ls = socket.socket(); ls.bind(("127.0.0.1", int(sys.argv[1]))); ls.listen(8)
+peers = []
+while len(peers) < 2:   # waits for two more ranks; only one comes
+    c, _ = ls.accept(); c.recv(64); peers.append(c)
+for c in peers: c.sendall(b"go")
+"""
+
+
+def free_tcp_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("store", ["in-a-thread", "in-accept"])
+def test_a_rendezvous_short_of_a_rank_names_the_store(reap, tmp_path: Path, store: str) -> None:
+    """Two ranks of three at the barrier: the launcher waits on both, every rank waits on the store.
+    Seen from the launcher (the whole job in scope) this was healthy: its chain to rank 0 ended at an
+    idle child, and the store in rank 0's own thread was 'held by nobody visible'."""
+    port = free_tcp_port()
+    (tmp_path / "rank.py").write_text(STORE_IN_A_THREAD if store == "in-a-thread" else STORE_IN_ACCEPT)
+    rank = f"{sys.executable} {tmp_path / 'rank.py'}"
+    if store == "in-a-thread":
+        launch = f"{rank} 0 3 {port} > {tmp_path / 'port'} & {rank} 1 3 {port} & wait"
+        ready = lambda: (tmp_path / "port").exists() and (tmp_path / "port").read_text().strip() != ""  # noqa: E731
+    else:
+        launch = f"{rank} {port} & while ! ss -Hltn 'sport = :{port}' | grep -q .; do :; done; " \
+                 f"{sys.executable} -c \"import socket; c = socket.create_connection(('127.0.0.1', {port})); " \
+                 f"c.sendall(b'join'); c.recv(64)\" & wait"  # fmt: skip
+        ready = lambda: True  # noqa: E731
+    job = subprocess.Popen(["bash", "-c", launch], start_new_session=True)
+    reap.append(job)
+    wait_for(ready, what="rank 0 up")
+    wait_for(lambda: sum(proc_wchan(d) in ("wait_woken", "sk_wait_data") for d in descendants(job.pid))
+             == (2 if store == "in-a-thread" else 1), what="the ranks at the barrier")  # fmt: skip
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
+    f = finding(host, "socket-peer-wait")
+    assert f["severity"] == "warning" and rc == 0 and host["verdict"] == "degraded", f
+    if store == "in-a-thread":
+        assert "other end it holds itself (its thread" in f["summary"], f["summary"]
+    else:
+        assert "waits in accept() for another connection" in f["summary"], f["summary"]
+    assert "a participant never arrived" in f["hint"]
+
+
 def test_python_client_blocked_in_recv_with_a_stale_log_is_a_stall(silent_server, reap, tmp_path: Path) -> None:
     srv, port = silent_server
     log = tmp_path / "job.log"

@@ -162,12 +162,16 @@ def _classify(ctx: Context, chain: Chain) -> StalledChain:
 _RANK = {"deadlock": 0, "orphan-pipe": 1}
 
 
-def _score(s: StalledChain, oom_losers: set[int]) -> tuple[int, int, int, int]:
+def _score(s: StalledChain, oom_losers: set[int]) -> tuple[int, int, int, int, int]:
     return (
         _RANK.get(s.kind, 2),
         0 if s.dead_end else 1,
         0 if s.idle else 1,
         0 if oom_losers & set(s.chain.pids) else 1,
+        # a wait on a connection, a lock or a mount says more than "waits on an idle child": a
+        # launcher of two ranks, one waiting on the other's server (which waits in accept()
+        # for a rank that never came), is stalled on that connection
+        0 if s.edge is not None else 1,
     )
 
 

@@ -378,6 +378,8 @@ class WaitGraph:
         same_ns = [s for s in peers if s.netns == sock.netns] or peers
         peer = same_ns[0] if same_ns else None
         holders = tuple(sorted(set(self._fds.sockets.get(peer.inode, [])) - {p.pid})) if peer else ()
+        if peer is not None and not holders and p.pid in self._fds.sockets.get(peer.inode, []):
+            holders = (p.pid,)  # it holds the other end itself: a server in another of its threads
         conn = f"{sock.local} -> {sock.remote}"
         ev = [Evidence("/proc/net/tcp", f"fd {fd}: {conn} {sock.state}, unread here {sock.recv_queue} B")]
         listener = self._listener(sock.remote, sock.netns) if not holders else None

@@ -49,7 +49,16 @@ def check(ctx: Context) -> Iterator[Finding]:
         elif edge.holders:
             tail = f", {byte_size(unread)} it has not read" if unread else ""
             summary = f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}, whose peer {peer} ({state}) does not answer{tail}"
-            if stopped:
+            gathering = _gathering(ctx, edge.waiter, edge.holders)
+            if gathering and not stopped and not unread:
+                summary = f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}, whose {gathering}"
+                hint = (
+                    "a server that answers once every participant has joined (a rendezvous or barrier: "
+                    "torch.distributed's TCPStore on rank 0, a parameter server) holds this connection and still "
+                    "waits: a participant never arrived. Check that every rank or worker started, with the same "
+                    "world size and address; give clients a timeout"
+                )
+            elif stopped:
                 sev = "error"  # stopped: it will not answer until someone resumes it
                 hint = (
                     f"{names(ctx, tuple(stopped))} is stopped (SIGSTOP, Ctrl-Z or a debugger) and holds the other end: "
@@ -84,6 +93,26 @@ def check(ctx: Context) -> Iterator[Finding]:
             sev,
             caused_by="oom-killed-child" if stall.oom else None,
         )
+
+
+def _gathering(ctx: Context, waiter: int, holders: tuple[int, ...]) -> str | None:
+    """The peer, in words, when it is a server still gathering clients: its holder waits in
+    accept() for another connection, or the waiter holds the other end itself (a server in another
+    of its threads, torch's TCPStore in rank 0) and that thread waits for more."""
+    if holders == (waiter,):
+        thread = ctx.graph.acts_elsewhere(waiter)
+        return (
+            f"other end it holds itself ({thread}): a server in its own process that has not answered"
+            if thread
+            else None
+        )
+    # a server whose other thread serves connections is not gathering: it is slow
+    accepting = [
+        h for h in holders if ctx.graph.kind(ctx.tree.by_pid[h]) == "accept" and not ctx.graph.acts_elsewhere(h)
+    ]
+    if not accepting:
+        return None
+    return f"peer {names(ctx, tuple(accepting))} waits in accept() for another connection and has not answered"
 
 
 RULE = Rule(META, check)
