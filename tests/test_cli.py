@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+from tests.helpers import children_of, proc_state, wait_for
 
 VP = [sys.executable, "-m", "vastprobe"]
 
@@ -194,13 +198,22 @@ def test_match_never_picks_the_command_line_that_ran_vastprobe(reap) -> None:
     ]
 
 
-def test_a_whole_host_has_no_job_to_date_files_against(tmp_path: Path) -> None:
+def test_a_whole_host_has_no_job_to_date_files_against(reap, tmp_path: Path) -> None:
     """With no --pid/--match the scope is every process: no "job", so no file is "written since the
-    job started" (each file newer than the oldest process would be)."""
+    job started" (each file newer than the oldest process would be), not even when a finding names
+    processes (someone's stopped child here: its shell is no job of the host's)."""
     (tmp_path / "old.bin").write_text("x")
     os.utime(tmp_path / "old.bin", (1000, 1000))
+    shell = subprocess.Popen(["bash", "-c", "sleep 1000 & wait"], start_new_session=True)
+    reap.append(shell)
+    wait_for(lambda: len(children_of(shell.pid)) == 1, what="the child")
+    os.kill(children_of(shell.pid)[0], signal.SIGSTOP)
+    wait_for(lambda: proc_state(children_of(shell.pid)[0]) == "T", what="the child stopped")
     (tmp_path / "new.log").write_text("y")
+    later = time.time() + 5  # plainly after those processes started, whatever the clock's tick
+    os.utime(tmp_path / "new.log", (later, later))
     r = run("diagnose", "local", "--format", "table", "--sample", "0", "--artifacts", f"{tmp_path}/*",
             env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    assert "stopped-child" in r.stdout
     listing = r.stdout[r.stdout.index(f"artifacts {tmp_path}/*") :]
     assert "new.log" in listing and "since the job started" not in listing and "the job's first" not in listing

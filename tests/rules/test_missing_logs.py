@@ -69,14 +69,17 @@ def test_a_stale_log_whose_writer_spins_says_so(tmp_path: Path, reap) -> None:
     assert not any("over the" in e["detail"] for e in f["evidence"]) and "busy" not in f["hint"]
 
 
-def test_a_fifo_or_a_device_as_the_log_is_a_warning_not_a_silent_log(tmp_path: Path) -> None:
+def test_a_fifo_or_a_device_as_the_log_is_a_warning_not_a_silent_log(reap, tmp_path: Path) -> None:
     """`--log` on a FIFO or /dev/zero: read no further than stat (no wedge), and said to be no
-    regular file; /dev/zero was "empty after 77187s", an error that made the host STALLED."""
+    regular file; /dev/zero was "empty after 77187s", an error that made the host STALLED. The job is
+    a quiet sleep of our own: PID 1's tree is the whole machine, whose other users may be stuck."""
     fifo = tmp_path / "train.log"
     os.mkfifo(fifo)
     os.utime(fifo, (1000, 1000))
+    job = subprocess.Popen(["sleep", "1000"])
+    reap.append(job)
     t0 = time.monotonic()
-    rc, host = vastprobe_json("--pid", "1", "--sample", "0.3", "--log", str(fifo), "--log", "/dev/zero")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3", "--log", str(fifo), "--log", "/dev/zero")
     assert time.monotonic() - t0 < 30
     found = {f["summary"]: f["severity"] for f in host["findings"] if f["rule"] == "missing-logs"}
     assert found == {

@@ -101,7 +101,11 @@ def old_zombies(reap_module) -> Iterator[dict[str, tuple[int, list[int]]]]:
 def test_zombie_child(old_zombies) -> None:
     parent, zombies = old_zombies["one"]
     rc, host = vastprobe_json("--pid", str(parent), "--sample", "0.3")
-    f = next(f for f in host["findings"] if f["rule"] == "zombie-child")
+    found = [f for f in host["findings"] if f["rule"] == "zombie-child"]
+    seen = [(p["pid"], p["state"], p["exited_ago"], p["starttime"]) for p in host["snapshot"]["processes"]
+            if p["pid"] in zombies]  # fmt: skip
+    assert found, (seen, host["snapshot"]["host"]["uptime"], [g["summary"] for g in host["findings"]])
+    f = found[0]
     assert f["pids"] == [parent, *zombies] and f["severity"] == "warning"
     assert host["verdict"] == "degraded" and rc == 0
 

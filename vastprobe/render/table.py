@@ -135,9 +135,11 @@ def _artifacts(console: Console, r: HostReport, snap: HostSnapshot, verbose: boo
     named = [by_pid[p] for p in named_pids(r) if p in by_pid]
     scope, excluded = set(r.scope), set(snap.excluded_pids)
     job = named or [p for p in snap.processes if p.pid in scope]
-    # a whole host's scope is no job: "written since the job started" would date every file in /tmp
+    # a whole host's scope is no job: "written since the job started" would date every file in /tmp,
+    # and the processes its findings name are no job either (a stuck make and an OOM loser in
+    # someone else's session are not one job started at the earliest of them)
     everyone = {p.pid for p in snap.processes if not p.kernel_thread and p.pid not in excluded}
-    whole_host = not named and any(p.kernel_thread for p in snap.processes) and scope == everyone
+    whole_host = any(p.kernel_thread for p in snap.processes) and scope == everyone
     start = None if whole_host else job_start(snap, job)
     limit = MAX_ARTIFACTS * 4 if verbose else MAX_ARTIFACTS
     for a in snap.artifacts:
