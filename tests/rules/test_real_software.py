@@ -378,6 +378,23 @@ def test_crossed_flocks_are_a_deadlock(reap, tmp_path: Path) -> None:
 # ---------------------------------------------------------------- pipes and FIFOs
 
 
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_under_popen_stdin_pipe_with_a_recipe_that_asks(reap, tmp_path: Path) -> None:
+    """Popen(["make"], stdin=PIPE).wait(): make hands its stdin to the recipe, which asks a question
+    nobody will answer, on a pipe only the waiting launcher can write. The hint names that pipe."""
+    (tmp_path / "Makefile").write_text("all:\n\t@echo 'configure: accept license? [y/N]'; read answer; echo $$answer\n")
+    code = f"import subprocess; subprocess.Popen(['make', '-C', {str(tmp_path)!r}], stdin=subprocess.PIPE).wait()"
+    job = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, stdout=subprocess.DEVNULL)
+    reap.append(job)
+    wait_for(lambda: any(proc_wchan(d).endswith("pipe_read") for d in descendants(job.pid)), what="the recipe asks")
+    reader = next(d for d in descendants(job.pid) if proc_wchan(d).endswith("pipe_read"))
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3")
+    f = finding(host, "deadlock")
+    assert f["severity"] == "critical" and rc == 1 and {job.pid, reader} <= set(f["pids"])
+    assert f["hint"].startswith(f"{reader} (") and "reads its stdin" in f["hint"] and "stdin=DEVNULL" in f["hint"]
+    assert f"only {job.pid} (python" in f["hint"]
+
+
 def test_subprocess_pipe_deadlock(reap) -> None:
     """Popen(stdin=PIPE, stdout=PIPE) and a big write without reading: Python's documented deadlock."""
     code = textwrap.dedent("""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from vastprobe.analysis.waitgraph import Chain
 from vastprobe.model import Evidence, Finding
 from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
 from vastprobe.rules.chains import chain_text, names
@@ -37,7 +38,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             summary = f"{ctx.proc_label(members[0])} waits on {cycle.edges[0].what} that only it can end"
         else:
             summary = f"{names(ctx, members)} wait on each other in a cycle ({what})"
-        hint = (
+        hint = _stdin_hint(ctx, cycle) or (
             "nothing in the cycle can move first: kill one of them (the one that should have closed or released "
             "first), then fix the order of operations (read both pipes concurrently, take locks in one order)"
         )
@@ -52,6 +53,26 @@ def check(ctx: Context) -> Iterator[Finding]:
             )
             continue
         yield META.finding(summary, members, ev, hint)
+
+
+def _stdin_hint(ctx: Context, cycle: Chain) -> str | None:
+    """The commonest cycle of all has a precise fix: a process reads its stdin, a pipe whose writer is
+    an ancestor waiting for its children (Popen(stdin=PIPE) never written or closed, then wait())."""
+    for edge in cycle.edges:
+        if edge.kind != "pipe" or edge.fd != 0 or len(edge.holders) != 1:
+            continue
+        writer = ctx.tree.by_pid.get(edge.holders[0])
+        if writer is None or not ctx.graph.waits_on_jobs(writer):
+            continue
+        if not ctx.tree.in_subtree(edge.waiter, writer.pid):
+            continue
+        reader = ctx.proc_label(edge.waiter)
+        return (
+            f"{reader} reads its stdin, a pipe only {ctx.proc_label(writer.pid)} can write, and that one waits for "
+            f"its children: a stdin=PIPE never written or closed. Kill {edge.waiter} to free the rest now; start "
+            "the job with stdin=DEVNULL (or `< /dev/null`), or close the pipe before waiting"
+        )
+    return None
 
 
 RULE = Rule(META, check)
