@@ -18,6 +18,48 @@ FATAL = re.compile(
 )
 
 
+# what a line says when a job retries something that does not come: a peer, a host, a lock
+RETRY = re.compile(
+    r"(retry|retrying|retries|try(ing)? again|back ?off|waiting for|still waiting|connection refused|"
+    r"couldn'?t connect|could not connect|failed to connect|unable to connect|not reachable|no route to host|"
+    r"timed out|timeout|not ready|unavailable|errno:? ?11[01]|ECONNREFUSED|ETIMEDOUT|temporarily)",
+    re.IGNORECASE,
+)
+_NUMBERS = re.compile(r"0x[0-9a-fA-F]+|[0-9a-fA-F]{8,}|[0-9]+")
+MIN_REPEATS = 5
+
+
+@dataclass(frozen=True)
+class RetryLoop:
+    """The log's tail is one message (or a block of up to 3 lines) over and over, numbers aside,
+    and it says it retries or waits: the job is alive and going nowhere."""
+
+    line: str  # the last line of the repeated block, as written
+    repeats: int  # how many times the block repeats at the end of the tail
+    period: int  # lines in the block
+
+
+def retry_loop(tail: str) -> RetryLoop | None:
+    """A progress log repeats its shape too ("step 5/1000 loss 0.53"): only a repeated block that
+    speaks of retrying, waiting or failing to connect counts."""
+    lines = [line[:300] for line in tail.splitlines() if line.strip()][-200:]
+    shapes = [_NUMBERS.sub("#", line.strip()) for line in lines]
+    best: RetryLoop | None = None
+    for period in (1, 2, 3):
+        block = shapes[-period:]
+        if len(block) < period:
+            break
+        n = 1
+        while (n + 1) * period <= len(shapes) and shapes[
+            len(shapes) - (n + 1) * period : len(shapes) - n * period
+        ] == block:
+            n += 1
+        retrying = n >= MIN_REPEATS and any(RETRY.search(line) for line in lines[-period:])
+        if retrying and (best is None or n * period > best.repeats * best.period):
+            best = RetryLoop(lines[-1].strip(), n, period)
+    return best
+
+
 @dataclass(frozen=True)
 class LogHealth:
     log: LogFile
@@ -27,6 +69,7 @@ class LogHealth:
     fatal_lines: tuple[str, ...]
     writers: tuple[int, ...]  # pids holding it open for writing (deleted or not)
     rotated_writers: tuple[tuple[int, int, str], ...] = ()  # (pid, fd, path): still writing a rotated copy
+    retry: RetryLoop | None = None  # the tail ends in a retry loop
 
     def alarming(self, stale_after: float) -> bool:
         """Says the job stopped writing: stale, deleted while open, or empty for longer than
@@ -85,4 +128,4 @@ def log_health(log: LogFile, now: float | None, stale_after: float, processes: I
     rotated = rotated_writers(log, processes) if state in ("absent", "empty", "stale") else ()
     if rotated and not log.holders:
         state = "rotated"
-    return LogHealth(log, state, age, grew, fatal, writers, rotated)
+    return LogHealth(log, state, age, grew, fatal, writers, rotated, retry_loop(tail) if tail else None)

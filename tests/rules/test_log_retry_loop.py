@@ -1,0 +1,56 @@
+"""log-retry-loop on a real retry loop (curl against a port nobody listens on), and on a line
+PyTorch's rendezvous prints, as published; a progress log of the same shape is no loop."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import vastprobe_json, wait_for
+from vastprobe.analysis.logs import retry_loop
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again on return: connections to it are refused
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
+def test_a_download_retrying_a_dead_mirror(reap, tmp_path: Path) -> None:
+    log = tmp_path / "download.log"
+    url = f"http://127.0.0.1:{closed_port()}/model.safetensors"
+    job = subprocess.Popen(["bash", "-c", f"curl -sS --retry 1000 --retry-connrefused --retry-delay 1 -o /dev/null "
+                            f"{url} 2>> {log}; echo gave up >> {log}"], start_new_session=True)  # fmt: skip
+    reap.append(job)
+    wait_for(lambda: log.exists() and log.read_text().count("\n") >= 6, timeout=30, what="six attempts")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3", "--log", str(log))
+    [f] = [f for f in host["findings"] if f["rule"] == "log-retry-loop"]
+    assert f["severity"] == "warning" and rc == 0 and host["verdict"] == "degraded"
+    assert f["summary"].startswith(f"{log} ends in a retry loop: the same message ")
+    assert any("Failed to connect to 127.0.0.1 port" in e["detail"] for e in f["evidence"])
+    assert not [g for g in host["findings"] if g["rule"] == "missing-logs"]  # the log is fresh
+
+
+def test_pytorch_rendezvous_retries_as_published() -> None:
+    """The line from pytorch/pytorch#73114 ("hundreds of" them; "several times the printing won't
+    stop and I had to kill the job"), the port and the socket.cpp line number varying."""
+    line = "[W socket.cpp:{n}] The server socket on [jean-zay-iam01-ib0]:550{n} is not yet listening (errno: 111 - Connection refused), will retry"
+    loop = retry_loop("".join(line.format(n=30 + i) + "\n" for i in range(8)))
+    assert loop is not None and loop.repeats == 8 and loop.period == 1 and "not yet listening" in loop.line
+
+
+def test_a_progress_log_is_no_retry_loop() -> None:
+    tail = "".join(f"epoch 3 step {i}/1000 loss 0.{900 - i} lr 3e-4 12.{i} it/s\n" for i in range(40))
+    assert retry_loop(tail) is None
+
+
+def test_two_line_retry_blocks_and_too_few_repeats() -> None:
+    block = "connecting to store 10.0.0.{n}:29500\nconnection refused, retrying in {n}s\n"
+    assert retry_loop("".join(block.format(n=i) for i in range(6))).period == 2  # type: ignore[union-attr]
+    assert retry_loop("".join(block.format(n=i) for i in range(4))) is None
+    assert retry_loop("started\n" + "waiting for rank 1\n" * 3 + "rank 1 joined\n" + "waiting for rank 2\n" * 2) is None
