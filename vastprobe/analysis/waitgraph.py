@@ -32,6 +32,9 @@ ACTING_WAITS: frozenset[WaitKind | None] = frozenset(
     {"pipe-read", "pipe-write", "fifo-open", "socket-read", "socket-write", "socket-connect", "accept",
      "file-lock", "fuse", "nfs", "event-loop", "nvidia", "tty"}
 )  # fmt: skip
+#: SQLite's lock bytes start at 0x40000000 (its PENDING_BYTE): PENDING, RESERVED, then the SHARED range
+SQLITE_PENDING, SQLITE_RESERVED, SQLITE_SHARED = "1073741824", "1073741825", "1073741826"
+SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm")
 MAX_CHAINS = 32
 MAX_DEPTH = 64
 
@@ -255,6 +258,10 @@ class WaitGraph:
             edge = self._poll_socket_edge(p)
             if edge is not None:
                 yield edge
+        elif kind == "sleep":
+            edge = self._sqlite_busy_edge(p)
+            if edge is not None:
+                yield edge
         else:
             # the main thread waits on nothing we follow; a worker thread may wait on a FUSE server
             for t in p.threads_detail:
@@ -464,6 +471,50 @@ class WaitGraph:
             yield WaitEdge(
                 p.pid, "file-lock", holders, f"{req.kind} {req.access} lock on {where}", tuple(ev), path=path, lock=lk
             )
+
+    def _sqlite_busy_edge(self, p: Process) -> WaitEdge | None:
+        """SQLite's busy handler sleeps between attempts, so no kernel wait names the lock: a sleeping
+        process with a database open on which another process holds SQLite's lock bytes for writing
+        (from offset 0x40000000: PENDING or EXCLUSIVE, which block every connection, or RESERVED,
+        which blocks one that holds SHARED and wants to write). The database is the one file both
+        hold open to read (journal, WAL and shm files, devices and logs aside)."""
+        _waiting, held = self._locks
+        if not held or isinstance(p.fds, Unavailable):
+            return None
+        mine = [lk for lk in held.values() if lk.pid == p.pid]
+        if any(lk.access == "WRITE" for lk in mine):
+            return None  # it holds the write lock itself
+        shared = {(lk.device, lk.inode) for lk in mine if lk.start == SQLITE_SHARED}
+        opened = {  # a database is opened to read (and write), never write-only like a log; not a device
+            e.path
+            for e in p.fds
+            if e.mode in ("r", "rw")
+            and not e.deleted
+            and e.path.startswith("/")
+            and not e.path.startswith(("/dev/", "/proc/", "/sys/"))
+            and not e.path.endswith(SQLITE_SIDE_FILES)
+        }
+        for lk in held.values():
+            if lk.pid is None or lk.pid == p.pid or lk.access != "WRITE" or lk.pid not in self.tree.by_pid:
+                continue
+            if lk.start not in (SQLITE_PENDING, SQLITE_SHARED) and not (
+                lk.start == SQLITE_RESERVED and (lk.device, lk.inode) in shared
+            ):
+                continue
+            both = sorted(path for path in opened if any(pid == lk.pid for pid, _e in self._fds.paths.get(path, [])))
+            if len(both) != 1:
+                continue  # which file the lock is on, only its inode says: not guessed
+            ev = (
+                Evidence("/proc/wchan", f"{p.pid} ({p.comm}) sleeps between attempts ({p.wchan})"),
+                Evidence(
+                    "/proc/locks",
+                    f"held: {lk.kind} WRITE {lk.start}-{lk.end} by {self._label(lk.pid)}: SQLite's lock bytes",
+                ),
+                Evidence("/proc/fd", f"{both[0]} open in both"),
+            )
+            return WaitEdge(p.pid, "file-lock", (lk.pid,), f"SQLite's write lock on {both[0]}", ev, path=both[0],
+                            lock=lk, inferred=True)  # fmt: skip
+        return None
 
     def _fuse_edge(self, p: Process, thread: int | None) -> WaitEdge:
         servers = self._fds.fuse_servers

@@ -2,7 +2,9 @@
 process holds, and the holder is not getting anywhere.
 
 /proc/locks pairs the waiter (`->` line) with the lock it is blocked behind; the waiter's
-system call names the fd and so the file. The holder is followed further: a holder that itself
+system call names the fd and so the file. SQLite does not block in the kernel: its busy handler
+sleeps and retries, so a sleeping process with a database open that another holds SQLite's write
+lock bytes on is the waiter there. The holder is followed further: a holder that itself
 waits (on a child, a socket, another lock) passes the blame down the chain.
 """
 
@@ -40,8 +42,18 @@ def check(ctx: Context) -> Iterator[Finding]:
                     "(state t), detach it); or end it to free the lock"
                 )
         via = f", through {ctx.proc_label(edge.waiter)}," if edge.waiter != s.waiter else ""
+        summary = f"{waiter.comm} ({waiter.pid}){via} waits for a lock on {where} held by {holder_words}"
+        if edge.inferred and edge.holders:  # SQLite's busy handler: it sleeps and tries again
+            summary = f"{waiter.comm} ({waiter.pid}){via} keeps retrying {edge.what}, held by {holder_words}"
+            if not s.dead_end:
+                hint = (
+                    f"{holder_words} holds SQLite's write lock on {where} and does not finish: a transaction left "
+                    "open (BEGIN without COMMIT, a connection idle in a transaction) or a writer that is stuck; "
+                    f"commit or roll it back, or end {holder_words}; {ctx.proc_label(edge.waiter)} retries for as long "
+                    "as its busy timeout allows: bound it"
+                )
         yield META.finding(
-            marked(f"{waiter.comm} ({waiter.pid}){via} waits for a lock on {where} held by {holder_words}", s, sev),
+            marked(summary, s, sev),
             (*s.chain.pids, *[h for h in edge.holders if h not in s.chain.pids]),
             [*chain_evidence(ctx, s), *stall.evidence],
             hint,
