@@ -175,7 +175,7 @@ def test_a_download_from_a_stopped_http_server_is_a_stall(reap, tmp_path: Path) 
 # torch.distributed's rendezvous, with the standard library: rank 0 serves the store; each rank
 # joins and waits at the barrier for WORLD arrivals
 STORE_IN_A_THREAD = """
-import socket, select, sys, threading
+import socket, select, sys, threading, time
 rank, world, port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 def serve(ls):
     clients, arrived = [], 0
@@ -191,7 +191,12 @@ if rank == 0:
     ls = socket.socket(); ls.bind(("127.0.0.1", port)); ls.listen(16)
     threading.Thread(target=serve, args=(ls,), daemon=True).start()
     print(port, flush=True)
-c = socket.create_connection(("127.0.0.1", port)); c.sendall(b"join")
+while True:  # as torch's clients do: retry until the store listens
+    try:
+        c = socket.create_connection(("127.0.0.1", port)); break
+    except ConnectionRefusedError:
+        time.sleep(0.05)
+c.sendall(b"join")
 c.recv(64)
 """
 
@@ -241,7 +246,40 @@ def test_a_rendezvous_short_of_a_rank_names_the_store(reap, tmp_path: Path, stor
         assert "other end it holds itself (its thread" in f["summary"], f["summary"]
     else:
         assert "waits in accept() for another connection" in f["summary"], f["summary"]
-    assert "a participant never arrived" in f["hint"]
+    assert "rank" in f["hint"] and "world size" in f["hint"]
+
+
+THREADED_SERVER = """
+import socket, sys, threading, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
+print(s.getsockname()[1], flush=True)
+def handle(c):
+    req = c.recv(4096)
+    time.sleep(100000)      # a slow backend behind each connection's own thread
+    c.sendall(b"OK " + req)
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=handle, args=(c,), daemon=True).start()
+"""
+
+
+def test_a_threaded_server_in_accept_is_no_rendezvous(reap) -> None:
+    """Main thread in accept(), each connection served by a thread of its own that waits on a slow
+    backend: not a rendezvous short of a participant (a precision review found it called one)."""
+    srv = subprocess.Popen([sys.executable, "-c", THREADED_SERVER], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(srv)
+    assert srv.stdout is not None
+    port = int(srv.stdout.readline())
+    client = f"import socket; c = socket.create_connection(('127.0.0.1', {port})); c.sendall(b'job 1'); c.recv(64)"
+    job = subprocess.Popen([sys.executable, "-c", client], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: proc_wchan(job.pid) in ("wait_woken", "sk_wait_data") and len(os.listdir(f"/proc/{srv.pid}/task"))
+             == 2 and proc_wchan(srv.pid) == "inet_csk_accept", what="the request in its handler thread")  # fmt: skip
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
+    f = finding(host, "socket-peer-wait")
+    assert "accept()" not in f["summary"] and "rank" not in f["hint"], f
+    assert srv.pid in f["pids"] and rc == 0
 
 
 def test_python_client_blocked_in_recv_with_a_stale_log_is_a_stall(silent_server, reap, tmp_path: Path) -> None:
@@ -393,6 +431,30 @@ def test_make_under_popen_stdin_pipe_with_a_recipe_that_asks(reap, tmp_path: Pat
     assert f["severity"] == "critical" and rc == 1 and {job.pid, reader} <= set(f["pids"])
     assert f["hint"].startswith(f"{reader} (") and "reads its stdin" in f["hint"] and "stdin=DEVNULL" in f["hint"]
     assert f"only {job.pid} (python" in f["hint"]
+
+
+@pytest.mark.skipif(shutil.which("gzip") is None, reason="needs gzip")
+def test_a_compressor_fed_by_a_pacing_thread_is_no_deadlock(reap) -> None:
+    """The main thread reads gzip's output while a thread that sleeps between chunks feeds it: the
+    two main threads wait on each other, and the sleeping thread will write (critical in 2 of 3 runs
+    before a sleeping thread counted)."""
+    code = textwrap.dedent("""
+        import os, subprocess, threading, time
+        p = subprocess.Popen(["gzip", "-c"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        def feed():
+            while True:
+                p.stdin.write(os.urandom(4096)); p.stdin.flush(); time.sleep(100000)
+        threading.Thread(target=feed, daemon=True).start()
+        while p.stdout.read1(65536):
+            pass
+    """)
+    job = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: children_of(job.pid) != [] and proc_wchan(children_of(job.pid)[0]).endswith("pipe_read")
+             and proc_wchan(job.pid).endswith("pipe_read"), what="gzip and its reader both waiting")  # fmt: skip
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3")
+    assert not [f for f in host["findings"] if f["rule"] == "deadlock"], host["findings"]
+    assert rc != 1
 
 
 def test_subprocess_pipe_deadlock(reap) -> None:

@@ -26,12 +26,6 @@ EdgeKind = Literal["child", "pipe", "fifo", "fifo-open", "unix-socket", "tcp", "
 SUBREAPERS = frozenset(
     {"tini", "dumb-init", "catatonit", "containerd-shim", "containerd-shim-runc-v2", "conmon", "docker-init"}
 )
-#: Waits of a thread that end when something outside the process acts: such a thread can still
-#: do the process's part in a loop of waits.
-ACTING_WAITS: frozenset[WaitKind | None] = frozenset(
-    {"pipe-read", "pipe-write", "fifo-open", "socket-read", "socket-write", "socket-connect", "accept",
-     "file-lock", "fuse", "nfs", "event-loop", "nvidia", "tty"}
-)  # fmt: skip
 #: SQLite's lock bytes start at 0x40000000 (its PENDING_BYTE): PENDING, RESERVED, then the SHARED range
 SQLITE_PENDING, SQLITE_RESERVED, SQLITE_SHARED = "1073741824", "1073741825", "1073741826"
 SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm")
@@ -189,19 +183,21 @@ class WaitGraph:
         return next((e for e in p.fds if e.fd == fd), None)
 
     def acts_elsewhere(self, pid: int) -> str | None:
-        """A thread besides the waiting one that runs, or waits on I/O (a pipe, a socket, a poll,
-        a FUSE or NFS answer, the GPU driver): it can still write the pipe or release what the
-        others wait for, so a loop of waits through this process proves no deadlock. git's fetch
-        reads index-pack's output while its demux thread feeds index-pack from ssh. Threads idle on
-        a futex, a timer or a signal cannot, by themselves. Says which thread, in words."""
+        """Another live thread: it can still write the pipe or release what the others wait for, so a
+        loop of waits through this process proves no deadlock. git's fetch reads index-pack's output
+        while its demux thread feeds index-pack from ssh; a program reads gzip's output while a
+        thread that sleeps or waits on a queue between chunks feeds it. Only a stopped thread
+        cannot. Says which thread, in words."""
         p = self.tree.by_pid.get(pid)
         if p is None:
             return None
         for t in p.threads_detail:
-            kind = wait_kind(t.wchan, None) if t.state in ("S", "D") else None
-            if t.state == "R" or kind in ACTING_WAITS or (t.state == "D" and kind in (None, "other")):
-                doing = "runs" if t.state == "R" else f"waits in {t.wchan}"
-                return f"its thread {t.tid} ({t.comm}) {doing}"
+            if t.state in ("T", "t", "Z", "X"):
+                continue
+            doing = "runs" if t.state == "R" else f"waits in {t.wchan}" if t.wchan not in (None, "", "0") else "waits"
+            return f"its thread {t.tid} ({t.comm}) {doing}"
+        if p.threads > 1 and not p.threads_detail:  # past the probe's thread bound: not known to be idle
+            return f"{p.threads - 1} other thread(s) not read"
         return None
 
     def jobs(self, p: Process) -> list[Process]:

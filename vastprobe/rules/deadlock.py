@@ -5,7 +5,7 @@ only writer is itself. Nothing in the cycle can move first; a timeout or a kill 
 
 Cycles are found in the wait-for graph; edges inferred from poll() never make one (an idle
 interactive client and its server wait on each other by design), nor does a loop through a process
-with another thread that runs or waits on I/O (git's fetch and index-pack). One sample is one instant, and
+with another live thread, which can still do its part (git's fetch and index-pack). One sample is one instant, and
 the probe reads wait channels before fd tables: a shell between pipe() and fork() in a loop of
 command substitutions holds both ends of the pipe it was reading a moment before. Seen once, a
 cycle is a warning; two samples in which nothing in it moved make it critical.

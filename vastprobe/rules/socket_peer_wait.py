@@ -51,13 +51,8 @@ def check(ctx: Context) -> Iterator[Finding]:
             summary = f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}, whose peer {peer} ({state}) does not answer{tail}"
             gathering = _gathering(ctx, edge.waiter, edge.holders)
             if gathering and not stopped and not unread:
-                summary = f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}, whose {gathering}"
-                hint = (
-                    "a server that answers once every participant has joined (a rendezvous or barrier: "
-                    "torch.distributed's TCPStore on rank 0, a parameter server) holds this connection and still "
-                    "waits: a participant never arrived. Check that every rank or worker started, with the same "
-                    "world size and address; give clients a timeout"
-                )
+                words, hint = gathering
+                summary = f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}, whose {words}"
             elif stopped:
                 sev = "error"  # stopped: it will not answer until someone resumes it
                 hint = (
@@ -95,24 +90,35 @@ def check(ctx: Context) -> Iterator[Finding]:
         )
 
 
-def _gathering(ctx: Context, waiter: int, holders: tuple[int, ...]) -> str | None:
-    """The peer, in words, when it is a server still gathering clients: its holder waits in
-    accept() for another connection, or the waiter holds the other end itself (a server in another
-    of its threads, torch's TCPStore in rank 0) and that thread waits for more."""
+def _gathering(ctx: Context, waiter: int, holders: tuple[int, ...]) -> tuple[str, str] | None:
+    """The peer and a hint, in words, when it is a server that holds the connection and went on
+    waiting for something else: a single-threaded server back in accept() for another connection
+    (a rendezvous gathering ranks, or a one-at-a-time server that did not answer), or a server in
+    another thread of the waiter itself (torch's TCPStore in rank 0, an embedded HTTP server)."""
     if holders == (waiter,):
         thread = ctx.graph.acts_elsewhere(waiter)
+        if not thread:
+            return None
         return (
-            f"other end it holds itself ({thread}): a server in its own process that has not answered"
-            if thread
-            else None
+            f"other end it holds itself ({thread}): a server in its own process that has not answered",
+            f"a server in another thread of {waiter} has not answered: it waits for something more (in a rendezvous "
+            "such as torch.distributed's TCPStore on rank 0: a rank that never joined; check every rank started with "
+            f"the same world size), or its handler is stuck: look at its threads (py-spy dump --pid {waiter}, "
+            f"/proc/{waiter}/task/*/wchan); give clients a timeout",
         )
-    # a server whose other thread serves connections is not gathering: it is slow
+    # a server with other threads may be serving this connection in one of them: slow, not gathering
     accepting = [
         h for h in holders if ctx.graph.kind(ctx.tree.by_pid[h]) == "accept" and not ctx.graph.acts_elsewhere(h)
     ]
     if not accepting:
         return None
-    return f"peer {names(ctx, tuple(accepting))} waits in accept() for another connection and has not answered"
+    return (
+        f"peer {names(ctx, tuple(accepting))} waits in accept() for another connection and has not answered",
+        "a single-threaded server holds this connection and went back to accept() without answering: a "
+        "rendezvous or barrier that answers once every participant has joined (torch.distributed's TCPStore, a "
+        "parameter server) is short of one (check that every rank or worker started, with the same world size "
+        "and address), or the server serves one connection at a time and dropped this one; give clients a timeout",
+    )
 
 
 RULE = Rule(META, check)
