@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 from tests.helpers import children_of, proc_wchan, vastprobe_json, wait_for
@@ -66,6 +67,72 @@ def test_a_reader_sleeping_beside_a_reserved_lock_is_not_waiting(reap, tmp_path:
     wait_for(lambda: proc_wchan(job.pid) == "hrtimer_nanosleep" and any(
         str(db) == str(Path(f"/proc/{job.pid}/fd/{fd}").resolve()) for fd in (3, 4, 5)), what="the reader asleep")  # fmt: skip
     assert locks_of(holder.pid)
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
+    assert not [f for f in host["findings"] if f["rule"] == "file-lock-wait"], host["findings"]
+    assert rc == 0
+
+
+READER_WITH_AN_OPEN_CURSOR = """
+import sqlite3, sys, time
+con = sqlite3.connect(sys.argv[1])
+cur = con.execute("select x from t")   # half-read: SHARED stays held
+next(cur)
+print("reading", flush=True)
+time.sleep(100000)
+"""
+
+
+def test_a_writer_waiting_for_a_reader_names_the_reader(reap, tmp_path: Path) -> None:
+    """A reader keeps a SELECT cursor half-read (SHARED); a writer commits with a long timeout: it takes
+    PENDING and waits for SHARED to go. The writer waits, the reader blocks (a precision review found
+    them the other way round)."""
+    db = tmp_path / "runs.sqlite"
+    subprocess.run([sys.executable, "-c", f"import sqlite3; c = sqlite3.connect({str(db)!r}); "
+                    "c.execute('create table t(x)'); c.executemany('insert into t values (?)', [(1,), (2,), (3,)]); "
+                    "c.commit()"], check=True)  # fmt: skip
+    reader = subprocess.Popen([sys.executable, "-c", READER_WITH_AN_OPEN_CURSOR, str(db)], stdout=subprocess.PIPE,
+                              text=True, start_new_session=True)  # fmt: skip
+    reap.append(reader)
+    assert reader.stdout is not None and reader.stdout.readline() == "reading\n"
+    writer = f"import sqlite3; c = sqlite3.connect({str(db)!r}, timeout=100000); c.execute('insert into t values (4)'); c.commit()"
+    job = subprocess.Popen(["bash", "-c", f'{sys.executable} -c "{writer}"; echo done'], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: children_of(job.pid) and any("1073741824" in line for line in locks_of(children_of(job.pid)[0]))
+             and proc_wchan(children_of(job.pid)[0]) == "hrtimer_nanosleep", what="the writer holding PENDING, asleep")  # fmt: skip
+    [waiter] = children_of(job.pid)
+    for pid in (reader.pid, job.pid):
+        rc, host = vastprobe_json("--pid", str(pid), "--sample", "0.5")
+        found = [f for f in host["findings"] if f["rule"] == "file-lock-wait"]
+        if pid == reader.pid:
+            assert not found, found  # the reader waits on nothing
+            continue
+        assert len(found) == 1, host["findings"]
+        f = found[0]
+        assert f"keeps retrying to write {db}: {reader.pid} (python" in f["summary"] and waiter in f["pids"]
+        assert reader.pid in f["pids"] and "read transaction open" in f["hint"] and rc == 0
+
+
+def test_a_lock_on_another_database_keeps_nobody_out(reap, tmp_path: Path) -> None:
+    """An app holds main.db in exclusive locking mode for its life and also has cache.db open; a
+    reader of cache.db sleeping between polls waits on nothing (a precision review found it blamed)."""
+    main, cache = tmp_path / "main.db", tmp_path / "cache.db"
+    app = textwrap.dedent(f"""
+        import sqlite3, time
+        c = sqlite3.connect({str(cache)!r}); c.execute("create table c(x)"); c.commit()
+        m = sqlite3.connect({str(main)!r}); m.execute("pragma locking_mode=exclusive")
+        m.execute("create table t(x)"); m.execute("insert into t values (1)"); m.commit()
+        print(c.execute("select count(*) from c").fetchone()[0], flush=True)
+        time.sleep(100000)
+    """)
+    owner = subprocess.Popen([sys.executable, "-c", app], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    reap.append(owner)
+    assert owner.stdout is not None and owner.stdout.readline() == "0\n"
+    reader = (f"import sqlite3, time; c = sqlite3.connect({str(cache)!r})\n"
+              "while True: c.execute('select count(*) from c').fetchone(); time.sleep(100000)")  # fmt: skip
+    job = subprocess.Popen([sys.executable, "-c", reader], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: proc_wchan(job.pid) == "hrtimer_nanosleep", what="the reader asleep")
+    assert locks_of(owner.pid)
     rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
     assert not [f for f in host["findings"] if f["rule"] == "file-lock-wait"], host["findings"]
     assert rc == 0

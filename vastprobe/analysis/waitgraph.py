@@ -27,7 +27,7 @@ SUBREAPERS = frozenset(
     {"tini", "dumb-init", "catatonit", "containerd-shim", "containerd-shim-runc-v2", "conmon", "docker-init"}
 )
 #: SQLite's lock bytes start at 0x40000000 (its PENDING_BYTE): PENDING, RESERVED, then the SHARED range
-SQLITE_PENDING, SQLITE_RESERVED, SQLITE_SHARED = "1073741824", "1073741825", "1073741826"
+SQLITE_PENDING, SQLITE_SHARED = "1073741824", "1073741826"  # RESERVED is 1073741825
 SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm")
 MAX_CHAINS = 32
 MAX_DEPTH = 64
@@ -469,19 +469,69 @@ class WaitGraph:
             )
 
     def _sqlite_busy_edge(self, p: Process) -> WaitEdge | None:
-        """SQLite's busy handler sleeps between attempts, so no kernel wait names the lock: a sleeping
-        process with a database open on which another process holds SQLite's lock bytes for writing
-        (from offset 0x40000000: PENDING or EXCLUSIVE, which block every connection, or RESERVED,
-        which blocks one that holds SHARED and wants to write). The database is the one file both
-        hold open to read (journal, WAL and shm files, devices and logs aside)."""
+        """SQLite's busy handler sleeps between attempts, so no kernel wait names the lock; its lock
+        bytes in /proc/locks (from offset 0x40000000) say who waits on whom. A sleeper that holds
+        PENDING but not EXCLUSIVE is a writer waiting for the connections that hold SHARED (an open
+        read cursor or transaction) to let go. A sleeper that holds no lock of the database is kept
+        out by another's PENDING or EXCLUSIVE; SQLite does not retry a connection that holds SHARED,
+        and whether a lockless sleeper wants to write (RESERVED would stop it) nothing says."""
         _waiting, held = self._locks
         if not held or isinstance(p.fds, Unavailable):
             return None
         mine = [lk for lk in held.values() if lk.pid == p.pid]
-        if any(lk.access == "WRITE" for lk in mine):
-            return None  # it holds the write lock itself
-        shared = {(lk.device, lk.inode) for lk in mine if lk.start == SQLITE_SHARED}
-        opened = {  # a database is opened to read (and write), never write-only like a log; not a device
+        for own in mine:
+            if own.access != "WRITE" or own.start != SQLITE_PENDING:
+                continue
+            key = (own.device, own.inode)
+            if any(lk.access == "WRITE" and lk.start == SQLITE_SHARED and (lk.device, lk.inode) == key for lk in mine):
+                return None  # it has EXCLUSIVE: it is writing, not waiting
+            readers = sorted(
+                {
+                    lk.pid
+                    for lk in held.values()
+                    if lk.pid is not None and lk.pid != p.pid and lk.pid in self.tree.by_pid
+                    and (lk.device, lk.inode) == key and lk.start == SQLITE_SHARED
+                }
+            )  # fmt: skip
+            if not readers:
+                return None
+            db = self._sqlite_database(p.pid) or f"inode {own.inode}"
+            ev = (
+                Evidence("/proc/wchan", f"{p.pid} ({p.comm}) sleeps between attempts ({p.wchan})"),
+                Evidence("/proc/locks", f"{p.pid} holds SQLite's PENDING lock ({own.start}): it waits to write"),
+                *(Evidence("/proc/locks", f"SHARED (a reader) held by {self._label(r)}") for r in readers[:8]),
+            )
+            return WaitEdge(p.pid, "file-lock", tuple(readers), f"the readers of {db} (SQLite's SHARED locks)", ev,
+                            path=db if db.startswith("/") else None, lock=own, inferred=True)  # fmt: skip
+        if mine:
+            return None  # it holds SHARED (never retried), RESERVED or more: not kept out
+        opened = self._readable_files(p)
+        for lk in held.values():
+            if lk.pid is None or lk.pid == p.pid or lk.access != "WRITE" or lk.pid not in self.tree.by_pid:
+                continue
+            if lk.start not in (SQLITE_PENDING, SQLITE_SHARED):
+                continue
+            held_db = self._sqlite_database(lk.pid)
+            if held_db is None or held_db not in opened:
+                continue  # the lock's file is the holder's database: only that one keeps this sleeper out
+            ev = (
+                Evidence("/proc/wchan", f"{p.pid} ({p.comm}) sleeps between attempts ({p.wchan})"),
+                Evidence(
+                    "/proc/locks",
+                    f"held: {lk.kind} WRITE {lk.start}-{lk.end} by {self._label(lk.pid)}: SQLite's lock bytes",
+                ),
+                Evidence("/proc/fd", f"{held_db} open in both"),
+            )
+            return WaitEdge(p.pid, "file-lock", (lk.pid,), f"SQLite's write lock on {held_db}", ev, path=held_db, lock=lk,
+                            inferred=True)  # fmt: skip
+        return None
+
+    def _readable_files(self, p: Process) -> set[str]:
+        """Files a process has open to read (a database is, never write-only like a log): not a
+        device, not deleted, not SQLite's journal, WAL or shm."""
+        if isinstance(p.fds, Unavailable):
+            return set()
+        return {
             e.path
             for e in p.fds
             if e.mode in ("r", "rw")
@@ -490,27 +540,19 @@ class WaitGraph:
             and not e.path.startswith(("/dev/", "/proc/", "/sys/"))
             and not e.path.endswith(SQLITE_SIDE_FILES)
         }
-        for lk in held.values():
-            if lk.pid is None or lk.pid == p.pid or lk.access != "WRITE" or lk.pid not in self.tree.by_pid:
-                continue
-            if lk.start not in (SQLITE_PENDING, SQLITE_SHARED) and not (
-                lk.start == SQLITE_RESERVED and (lk.device, lk.inode) in shared
-            ):
-                continue
-            both = sorted(path for path in opened if any(pid == lk.pid for pid, _e in self._fds.paths.get(path, [])))
-            if len(both) != 1:
-                continue  # which file the lock is on, only its inode says: not guessed
-            ev = (
-                Evidence("/proc/wchan", f"{p.pid} ({p.comm}) sleeps between attempts ({p.wchan})"),
-                Evidence(
-                    "/proc/locks",
-                    f"held: {lk.kind} WRITE {lk.start}-{lk.end} by {self._label(lk.pid)}: SQLite's lock bytes",
-                ),
-                Evidence("/proc/fd", f"{both[0]} open in both"),
-            )
-            return WaitEdge(p.pid, "file-lock", (lk.pid,), f"SQLite's write lock on {both[0]}", ev, path=both[0],
-                            lock=lk, inferred=True)  # fmt: skip
-        return None
+
+    def _sqlite_database(self, pid: int) -> str | None:
+        """Which database a lock holder's lock is on, without its inode: the file it holds open
+        with its rollback journal, else the only file it has open to read; None when that is not
+        one file (an app with two databases open)."""
+        p = self.tree.by_pid.get(pid)
+        if p is None or isinstance(p.fds, Unavailable):
+            return None
+        files = self._readable_files(p)
+        journaled = sorted(f for f in files if any(e.path == f + "-journal" for e in p.fds))
+        if len(journaled) == 1:
+            return journaled[0]
+        return next(iter(files)) if len(files) == 1 else None
 
     def _fuse_edge(self, p: Process, thread: int | None) -> WaitEdge:
         servers = self._fds.fuse_servers

@@ -43,7 +43,19 @@ def check(ctx: Context) -> Iterator[Finding]:
                 )
         via = f", through {ctx.proc_label(edge.waiter)}," if edge.waiter != s.waiter else ""
         summary = f"{waiter.comm} ({waiter.pid}){via} waits for a lock on {where} held by {holder_words}"
-        if edge.inferred and edge.holders:  # SQLite's busy handler: it sleeps and tries again
+        if edge.inferred and edge.holders and edge.lock is not None and edge.lock.pid == edge.waiter:
+            # a SQLite writer with PENDING, waiting for the readers' SHARED locks to go
+            summary = (
+                f"{waiter.comm} ({waiter.pid}){via} keeps retrying to write {where}: {holder_words} hold(s) "
+                "SQLite's read lock on it"
+            )
+            if not s.dead_end:
+                hint = (
+                    f"{holder_words} keep(s) a read transaction open on {where} (a SELECT cursor not read to the "
+                    "end, a connection idle in BEGIN): finish or close it, or end the reader; "
+                    f"{ctx.proc_label(edge.waiter)} retries for as long as its busy timeout allows: bound it"
+                )
+        elif edge.inferred and edge.holders:  # SQLite's busy handler: it sleeps and tries again
             summary = f"{waiter.comm} ({waiter.pid}){via} keeps retrying {edge.what}, held by {holder_words}"
             if not s.dead_end:
                 hint = (
