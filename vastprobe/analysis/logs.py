@@ -18,11 +18,13 @@ FATAL = re.compile(
 )
 
 
-# what a line says when a job retries something that does not come: a peer, a host, a lock
+# what a line says when a job retries something that does not come: an attempt that failed and
+# will be made again, or a connection refused. Words that also name settings and counters
+# ("timeout=1800s", "retries: 0", "not ready", "waiting for work") are not enough on their own.
 RETRY = re.compile(
-    r"(retry|retrying|retries|try(ing)? again|back ?off|waiting for|still waiting|connection refused|"
-    r"couldn'?t connect|could not connect|failed to connect|unable to connect|not reachable|no route to host|"
-    r"timed out|timeout|not ready|unavailable|errno:? ?11[01]|ECONNREFUSED|ETIMEDOUT|temporarily)",
+    r"(retrying|will retry|retry in|retry #|retry attempt|trying again|try again in|backing off|"
+    r"connection refused|couldn'?t connect|could not connect|failed to connect|unable to connect|"
+    r"not yet listening|no route to host|errno:? ?111|ECONNREFUSED)",
     re.IGNORECASE,
 )
 _NUMBERS = re.compile(r"0x[0-9a-fA-F]+|[0-9a-fA-F]{8,}|[0-9]+")
