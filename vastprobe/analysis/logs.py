@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -28,26 +29,44 @@ RETRY = re.compile(
     re.IGNORECASE,
 )
 _NUMBERS = re.compile(r"0x[0-9a-fA-F]+|[0-9a-fA-F]{8,}|[0-9]+")
+# a time or a date changes on every line of any loop; a decimal (a loss, a rate) wanders
+_CLOCKS = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}|[0-9]{1,2}:[0-9]{2}(:[0-9]{2})?(\.[0-9]+)?|[0-9]+\.[0-9]+")
+_COUNTS = re.compile(r"[0-9]+")
+# an attempt counter counts retries, not progress: wget's "(try:23)", "attempt 4"
+_ATTEMPTS = re.compile(r"\b(try|tries|attempt|attempts|retry|retries)\b\W{0,3}[0-9]+", re.IGNORECASE)
 MIN_REPEATS = 5
+MAX_PERIOD = 6
 
 
 @dataclass(frozen=True)
 class RetryLoop:
-    """The log's tail is one message (or a block of up to 3 lines) over and over, numbers aside,
-    and it says it retries or waits: the job is alive and going nowhere."""
+    """The log's tail is one message (or a block of up to MAX_PERIOD lines) over and over, numbers
+    aside, and it says an attempt failed and will be made again: the job is alive and going nowhere."""
 
-    line: str  # the last line of the repeated block, as written
+    line: str  # the block's last line that says it retries, as written
     repeats: int  # how many times the block repeats at the end of the tail
     period: int  # lines in the block
 
 
+def _advances(lines: list[str]) -> bool:
+    """A counter that goes up on every repeat of a line (step 23, 24, 25): the job moves on
+    between its retries. Times, dates, decimals and attempt counters aside."""
+    counts = [[int(x) for x in _COUNTS.findall(_ATTEMPTS.sub(" ", _CLOCKS.sub(" ", line)))[:16]] for line in lines]
+    if len({len(c) for c in counts}) != 1:
+        return False
+    return any(all(a[k] < b[k] for a, b in itertools.pairwise(counts)) for k in range(len(counts[0])))
+
+
 def retry_loop(tail: str) -> RetryLoop | None:
     """A progress log repeats its shape too ("step 5/1000 loss 0.53"): only a repeated block that
-    speaks of retrying, waiting or failing to connect counts."""
-    lines = [line[:300] for line in tail.splitlines() if line.strip()][-200:]
+    says an attempt failed and will be made again counts, and not when a line of it without such
+    words counts up on every repeat (a retry on every step of a job that still moves on). A line
+    rewritten with carriage returns (a progress meter) reads as a terminal shows it: its last part."""
+    raw = [line.rstrip("\r").rsplit("\r", 1)[-1][:300] for line in tail.split("\n")]
+    lines = [line for line in raw if line.strip()][-200:]
     shapes = [_NUMBERS.sub("#", line.strip()) for line in lines]
     best: RetryLoop | None = None
-    for period in (1, 2, 3):
+    for period in range(1, MAX_PERIOD + 1):
         block = shapes[-period:]
         if len(block) < period:
             break
@@ -56,9 +75,15 @@ def retry_loop(tail: str) -> RetryLoop | None:
             len(shapes) - (n + 1) * period : len(shapes) - n * period
         ] == block:
             n += 1
-        retrying = n >= MIN_REPEATS and any(RETRY.search(line) for line in lines[-period:])
-        if retrying and (best is None or n * period > best.repeats * best.period):
-            best = RetryLoop(lines[-1].strip(), n, period)
+        if n < MIN_REPEATS or not any(RETRY.search(line) for line in lines[-period:]):
+            continue
+        reps = lines[len(lines) - n * period :]
+        quiet = [j for j in range(period) if not RETRY.search(reps[j])]
+        if any(_advances(reps[j::period]) for j in quiet):
+            continue
+        if best is None or n * period > best.repeats * best.period:
+            said = next(line for line in reversed(lines[-period:]) if RETRY.search(line))
+            best = RetryLoop(said.strip(), n, period)
     return best
 
 
