@@ -457,6 +457,27 @@ def test_a_compressor_fed_by_a_pacing_thread_is_no_deadlock(reap) -> None:
     assert rc != 1
 
 
+def test_subprocess_pipe_deadlock_in_a_program_with_a_heartbeat_thread_is_a_warning(reap) -> None:
+    """The same deadlock in a program that also runs an idle thread (a heartbeat, tqdm's monitor):
+    that thread could drain the pipe, so no proof, but two full pipes and nothing moving is a
+    warning (it was healthy once any live thread broke a cycle)."""
+    code = textwrap.dedent("""
+        import subprocess, threading, time
+        threading.Thread(target=lambda: time.sleep(100000), daemon=True).start()
+        p = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        p.stdin.write(b"x" * (16 << 20)); p.stdin.close(); print(p.stdout.read())
+    """)
+    job = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: proc_wchan(job.pid).endswith("pipe_write") and any(
+        proc_wchan(k).endswith("pipe_write") for k in children_of(job.pid)), what="both writers blocked")  # fmt: skip
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3")
+    f = finding(host, "deadlock")
+    cat = children_of(job.pid)[0]
+    assert f["severity"] == "warning" and set(f["pids"]) == {job.pid, cat} and rc == 0
+    assert "full pipe" in f["summary"] and "unless another thread drains one" in f["summary"]
+
+
 def test_subprocess_pipe_deadlock(reap) -> None:
     """Popen(stdin=PIPE, stdout=PIPE) and a big write without reading: Python's documented deadlock."""
     code = textwrap.dedent("""

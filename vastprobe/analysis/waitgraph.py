@@ -59,6 +59,7 @@ class Hop:
 class Chain:
     hops: tuple[Hop, ...]
     cycle: bool = False  # the last edge leads back into the chain: a deadlock
+    open_loop: str | None = None  # it leads back, but a member's other thread may still act (which, in words)
     dangling: WaitEdge | None = None  # the end waits on something no visible process holds
 
     @property
@@ -597,8 +598,9 @@ class WaitGraph:
                     if h in on_path or len(path) >= MAX_DEPTH:
                         here = [*(x.pid for x in path), pid]
                         loop = here[here.index(h) :] if h in on_path else []
-                        closed = bool(loop) and not any(self.acts_elsewhere(x) for x in loop)
-                        out.append(Chain((*path, hop, Hop(h, None)), cycle=closed))
+                        acting = next((f"{x}: {a}" for x in loop if (a := self.acts_elsewhere(x))), None)
+                        out.append(Chain((*path, hop, Hop(h, None)), cycle=bool(loop) and acting is None,
+                                         open_loop=acting if loop else None))  # fmt: skip
                         followed = True
                         continue
                     walk(h, (*path, hop), on_path | {h})
@@ -629,6 +631,35 @@ class WaitGraph:
                     seen.add(key)
                     start = ch.pids.index(back)
                     out.append(Chain(ch.hops[start:], cycle=True))
+        return out
+
+    @cached_property
+    def full_pipe_loops(self) -> list[Chain]:
+        """Loops of writes into full pipes (a parent writing a child's stdin while the child writes
+        a full stdout the parent should read) through a process with another live thread. That
+        thread could drain one (a paced consumer), so this is no proven deadlock; but nothing
+        moving while both pipes stay full is what the classic subprocess deadlock looks like in a
+        program that also has a heartbeat or progress thread. Each once, as the loop itself."""
+        seen: set[tuple[int, ...]] = set()
+        out = []
+        for p in self.snapshot.processes:
+            if self.kind(p) != "pipe-write":
+                continue
+            for ch in self.chains(p.pid, limit=8):
+                if ch.open_loop is None or any(e.inferred for e in ch.edges):
+                    continue
+                back = ch.hops[-1].pid
+                start = ch.pids.index(back)
+                hops = ch.hops[start:]
+                if not all(h.edge is None or (h.edge.kind in ("pipe", "fifo") and self.kind(self.tree.by_pid[h.pid])
+                           == "pipe-write") for h in hops):  # fmt: skip
+                    continue
+                loop = ch.pids[start:-1]
+                i = loop.index(min(loop))
+                key = loop[i:] + loop[:i]
+                if key not in seen:
+                    seen.add(key)
+                    out.append(Chain(hops, open_loop=ch.open_loop))
         return out
 
     # ------------------------------------------------------------------ words

@@ -53,6 +53,34 @@ def check(ctx: Context) -> Iterator[Finding]:
             )
             continue
         yield META.finding(summary, members, ev, hint)
+    yield from _full_pipe_loops(ctx)
+
+
+def _full_pipe_loops(ctx: Context) -> Iterator[Finding]:
+    """The subprocess deadlock in a program with another thread (a heartbeat, a progress bar): the
+    other thread could drain a pipe, so it is a warning, and only after two samples in which
+    nothing in the loop moved."""
+    if not ctx.two_samples:
+        return
+    for loop in ctx.graph.full_pipe_loops:
+        members = loop.pids[:-1]
+        if not any(p in ctx.scope for p in members):
+            continue
+        if any(ctx.progress[p].moved for p in members if p in ctx.progress):
+            continue
+        ev = [Evidence("wait cycle", chain_text(ctx, loop)), Evidence("threads", loop.open_loop or "")]
+        for edge in loop.edges:
+            ev += list(edge.evidence)
+        yield META.finding(
+            f"{names(ctx, members)} each write into a full pipe the other should read, and nothing moved; "
+            f"unless another thread drains one ({loop.open_loop})",
+            members,
+            ev,
+            "the subprocess deadlock (Popen(stdin=PIPE, stdout=PIPE) written without reading) if no thread of "
+            "theirs is meant to read these pipes: kill one, and read and write concurrently (communicate()); if a "
+            "thread is meant to read, it has stopped doing so",
+            severity="warning",
+        )
 
 
 def _stdin_hint(ctx: Context, cycle: Chain) -> str | None:
