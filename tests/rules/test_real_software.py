@@ -280,6 +280,7 @@ def test_a_threaded_server_in_accept_is_no_rendezvous(reap) -> None:
     f = finding(host, "socket-peer-wait")
     assert "accept()" not in f["summary"] and "rank" not in f["hint"], f
     assert srv.pid in f["pids"] and rc == 0
+    assert "Look at its threads" in f["hint"] and "hrtimer_nanosleep" in f["hint"]  # the handler, not "restart it"
 
 
 def test_python_client_blocked_in_recv_with_a_stale_log_is_a_stall(silent_server, reap, tmp_path: Path) -> None:

@@ -60,6 +60,16 @@ def check(ctx: Context) -> Iterator[Finding]:
                     f"resume it with `kill -CONT {' '.join(map(str, stopped))}`, or find who stopped it; "
                     "give clients a timeout"
                 )
+            elif (
+                threaded := next((a for h in edge.holders if (a := ctx.graph.acts_elsewhere(h))), None)
+            ) and not unread:
+                # the main thread's wait says little: another thread may be serving this connection slowly
+                first = edge.holders[0]
+                hint = (
+                    f"{peer} holds the other end and has not answered; {threaded}: the thread serving this connection "
+                    f"may be waiting on something slow. Look at its threads (py-spy dump --pid {first}, "
+                    f"/proc/{first}/task/*/wchan) before restarting it; give clients a timeout"
+                )
             else:
                 hint = (
                     f"{peer} holds the other end and is not serving it"
