@@ -192,9 +192,13 @@ class WaitGraph:
         p = self.tree.by_pid.get(pid)
         if p is None:
             return None
-        for t in p.threads_detail:
-            if t.state in ("T", "t", "Z", "X"):
-                continue
+        live = [t for t in p.threads_detail if t.state not in ("T", "t", "Z", "X")]
+        # name the thread most likely doing the work: one that runs, then one in a wait of its own,
+        # before a server's poll or accept loop (the handler, not the acceptor)
+        live.sort(
+            key=lambda t: 0 if t.state == "R" else 2 if wait_kind(t.wchan, None) in ("event-loop", "accept") else 1
+        )
+        for t in live:
             doing = "runs" if t.state == "R" else f"waits in {t.wchan}" if t.wchan not in (None, "", "0") else "waits"
             return f"its thread {t.tid} ({t.comm}) {doing}"
         if p.threads > 1 and not p.threads_detail:  # past the probe's thread bound: not known to be idle
