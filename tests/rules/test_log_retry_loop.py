@@ -4,20 +4,14 @@ PyTorch's rendezvous prints, as published; a progress log of the same shape is n
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import vastprobe_json, wait_for
+from tests.sshd import free_port
 from vastprobe.analysis.logs import retry_loop
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed again on return: connections to it are refused
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
@@ -26,7 +20,7 @@ def test_a_download_retrying_a_dead_mirror(reap, tmp_path: Path, quiet: str) -> 
     """curl -sS prints one line an attempt; plain curl a progress meter rewritten with carriage
     returns and a warning wrapped over two lines: a 5-line block (missed at first: a reviewer)."""
     log = tmp_path / "download.log"
-    url = f"http://127.0.0.1:{closed_port()}/model.safetensors"
+    url = f"http://127.0.0.1:{free_port()}/model.safetensors"  # closed again: refused
     job = subprocess.Popen(["bash", "-c", f"curl {quiet} --retry 1000 --retry-connrefused --retry-delay 1 -o /dev/null "
                             f"{url} 2>> {log}; echo gave up >> {log}"], start_new_session=True)  # fmt: skip
     reap.append(job)

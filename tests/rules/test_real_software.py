@@ -28,6 +28,7 @@ from tests.helpers import (
     vastprobe_json_acting_between_samples,
     wait_for,
 )
+from tests.sshd import free_port
 
 SILENT_SERVER = """
 import socket, sys, time
@@ -210,20 +211,12 @@ for c in peers: c.sendall(b"go")
 """
 
 
-def free_tcp_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("store", ["in-a-thread", "in-accept"])
 def test_a_rendezvous_short_of_a_rank_names_the_store(reap, tmp_path: Path, store: str) -> None:
     """Two ranks of three at the barrier: the launcher waits on both, every rank waits on the store.
     Seen from the launcher (the whole job in scope) this was healthy: its chain to rank 0 ended at an
     idle child, and the store in rank 0's own thread was 'held by nobody visible'."""
-    port = free_tcp_port()
+    port = free_port()
     (tmp_path / "rank.py").write_text(STORE_IN_A_THREAD if store == "in-a-thread" else STORE_IN_ACCEPT)
     rank = f"{sys.executable} {tmp_path / 'rank.py'}"
     if store == "in-a-thread":
@@ -458,41 +451,43 @@ def test_a_compressor_fed_by_a_pacing_thread_is_no_deadlock(reap) -> None:
     assert rc != 1
 
 
-def test_subprocess_pipe_deadlock_in_a_program_with_a_heartbeat_thread_is_a_warning(reap) -> None:
-    """The same deadlock in a program that also runs an idle thread (a heartbeat, tqdm's monitor):
-    that thread could drain the pipe, so no proof, but two full pipes and nothing moving is a
-    warning (it was healthy once any live thread broke a cycle)."""
-    code = textwrap.dedent("""
-        import subprocess, threading, time
-        threading.Thread(target=lambda: time.sleep(100000), daemon=True).start()
+def popen_deadlock(reap: list, prelude: str = "") -> tuple[subprocess.Popen, int]:
+    """Python's documented deadlock: Popen(stdin=PIPE, stdout=PIPE) and a big write without reading,
+    after `prelude`; (the program, its cat) once both block writing."""
+    code = (
+        prelude
+        + "\n"
+        + textwrap.dedent("""
+        import subprocess
         p = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         p.stdin.write(b"x" * (16 << 20)); p.stdin.close(); print(p.stdout.read())
     """)
+    )
     job = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     reap.append(job)
     wait_for(lambda: proc_wchan(job.pid).endswith("pipe_write") and any(
         proc_wchan(k).endswith("pipe_write") for k in children_of(job.pid)), what="both writers blocked")  # fmt: skip
+    return job, children_of(job.pid)[0]
+
+
+def test_subprocess_pipe_deadlock_in_a_program_with_a_heartbeat_thread_is_a_warning(reap) -> None:
+    """The same deadlock in a program that also runs an idle thread (a heartbeat, tqdm's monitor):
+    that thread could drain the pipe, so no proof, but two full pipes and nothing moving is a
+    warning (it was healthy once any live thread broke a cycle)."""
+    job, cat = popen_deadlock(
+        reap, "import threading, time; threading.Thread(target=lambda: time.sleep(100000), daemon=True).start()"
+    )
     rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3")
     f = finding(host, "deadlock")
-    cat = children_of(job.pid)[0]
     assert f["severity"] == "warning" and set(f["pids"]) == {job.pid, cat} and rc == 0
     assert "full pipe" in f["summary"] and "unless another thread drains one" in f["summary"]
 
 
 def test_subprocess_pipe_deadlock(reap) -> None:
     """Popen(stdin=PIPE, stdout=PIPE) and a big write without reading: Python's documented deadlock."""
-    code = textwrap.dedent("""
-        import subprocess
-        p = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        p.stdin.write(b"x" * (16 << 20)); p.stdin.close(); print(p.stdout.read())
-    """)
-    job = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
-    reap.append(job)
-    wait_for(lambda: proc_wchan(job.pid).endswith("pipe_write") and any(
-        proc_wchan(k).endswith("pipe_write") for k in children_of(job.pid)), what="both writers blocked")  # fmt: skip
+    job, cat = popen_deadlock(reap)
     rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3")
     f = finding(host, "deadlock")
-    cat = children_of(job.pid)[0]
     assert set(f["pids"]) == {job.pid, cat} and "pipe" in f["summary"] and rc == 1
 
 

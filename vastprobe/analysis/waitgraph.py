@@ -82,6 +82,18 @@ class Chain:
         return tuple(e for e in (*self.edges, *([self.dangling] if self.dangling else [])) if e.kind != "child")
 
 
+def _loop_of(ch: Chain) -> tuple[Hop, ...]:
+    """The hops of a chain that leads back into itself, from where it comes back to."""
+    return ch.hops[ch.pids.index(ch.hops[-1].pid) :]
+
+
+def _loop_key(loop: tuple[Hop, ...]) -> tuple[int, ...]:
+    """A loop's members from its smallest pid on: the same loop found from any member."""
+    pids = [h.pid for h in loop[:-1]]
+    i = pids.index(min(pids))
+    return tuple(pids[i:] + pids[:i])
+
+
 @dataclass
 class _FdIndex:
     pipes: dict[int, list[tuple[int, FdEntry]]] = field(default_factory=dict)
@@ -627,14 +639,10 @@ class WaitGraph:
             for ch in self.chains(p.pid, limit=8):
                 if not ch.cycle or any(e.inferred for e in ch.edges):
                     continue
-                back = ch.hops[-1].pid
-                loop = ch.pids[ch.pids.index(back) : -1]
-                i = loop.index(min(loop))
-                key = loop[i:] + loop[:i]
-                if key not in seen:
-                    seen.add(key)
-                    start = ch.pids.index(back)
-                    out.append(Chain(ch.hops[start:], cycle=True))
+                loop = _loop_of(ch)
+                if _loop_key(loop) not in seen:
+                    seen.add(_loop_key(loop))
+                    out.append(Chain(loop, cycle=True))
         return out
 
     @cached_property
@@ -652,18 +660,13 @@ class WaitGraph:
             for ch in self.chains(p.pid, limit=8):
                 if ch.open_loop is None or any(e.inferred for e in ch.edges):
                     continue
-                back = ch.hops[-1].pid
-                start = ch.pids.index(back)
-                hops = ch.hops[start:]
+                loop = _loop_of(ch)
                 if not all(h.edge is None or (h.edge.kind in ("pipe", "fifo") and self.kind(self.tree.by_pid[h.pid])
-                           == "pipe-write") for h in hops):  # fmt: skip
+                           == "pipe-write") for h in loop):  # fmt: skip
                     continue
-                loop = ch.pids[start:-1]
-                i = loop.index(min(loop))
-                key = loop[i:] + loop[:i]
-                if key not in seen:
-                    seen.add(key)
-                    out.append(Chain(hops, open_loop=ch.open_loop))
+                if _loop_key(loop) not in seen:
+                    seen.add(_loop_key(loop))
+                    out.append(Chain(loop, open_loop=ch.open_loop))
         return out
 
     # ------------------------------------------------------------------ words

@@ -30,9 +30,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             continue
         if ctx.two_samples and any(ctx.progress[p].moved for p in members if p in ctx.progress):
             continue  # something in it moved: a cycle of waits that is still being served
-        ev = [Evidence("wait cycle", chain_text(ctx, cycle))]
-        for edge in cycle.edges:
-            ev += list(edge.evidence)
+        ev = _loop_evidence(ctx, cycle)
         what = ", ".join(sorted({e.kind for e in cycle.edges}))
         if len(members) == 1:
             summary = f"{ctx.proc_label(members[0])} waits on {cycle.edges[0].what} that only it can end"
@@ -56,6 +54,11 @@ def check(ctx: Context) -> Iterator[Finding]:
     yield from _full_pipe_loops(ctx)
 
 
+def _loop_evidence(ctx: Context, loop: Chain) -> list[Evidence]:
+    """The loop as a chain, then what each of its edges says."""
+    return [Evidence("wait cycle", chain_text(ctx, loop)), *(e for edge in loop.edges for e in edge.evidence)]
+
+
 def _full_pipe_loops(ctx: Context) -> Iterator[Finding]:
     """The subprocess deadlock in a program with another thread (a heartbeat, a progress bar): the
     other thread could drain a pipe, so it is a warning, and only after two samples in which
@@ -68,9 +71,8 @@ def _full_pipe_loops(ctx: Context) -> Iterator[Finding]:
             continue
         if any(ctx.progress[p].moved for p in members if p in ctx.progress):
             continue
-        ev = [Evidence("wait cycle", chain_text(ctx, loop)), Evidence("threads", loop.open_loop or "")]
-        for edge in loop.edges:
-            ev += list(edge.evidence)
+        ev = _loop_evidence(ctx, loop)
+        ev.insert(1, Evidence("threads", loop.open_loop or ""))
         yield META.finding(
             f"{names(ctx, members)} each write into a full pipe the other should read, and nothing moved; "
             f"unless another thread drains one ({loop.open_loop})",
