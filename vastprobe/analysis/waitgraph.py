@@ -492,10 +492,10 @@ class WaitGraph:
         read cursor or transaction) to let go. A sleeper that holds no lock of the database is kept
         out by another's PENDING or EXCLUSIVE; SQLite does not retry a connection that holds SHARED,
         and whether a lockless sleeper wants to write (RESERVED would stop it) nothing says."""
-        _waiting, held = self._locks
-        if not held or isinstance(p.fds, Unavailable):
+        by_pid, keeping_out = self._sqlite_locks
+        if not by_pid or isinstance(p.fds, Unavailable):
             return None
-        mine = [lk for lk in held.values() if lk.pid == p.pid]
+        mine = by_pid.get(p.pid, [])
         for own in mine:
             if own.access != "WRITE" or own.start != SQLITE_PENDING:
                 continue
@@ -504,12 +504,11 @@ class WaitGraph:
                 return None  # it has EXCLUSIVE: it is writing, not waiting
             readers = sorted(
                 {
-                    lk.pid
-                    for lk in held.values()
-                    if lk.pid is not None and lk.pid != p.pid and lk.pid in self.tree.by_pid
-                    and (lk.device, lk.inode) == key and lk.start == SQLITE_SHARED
+                    pid
+                    for pid, locks in by_pid.items()
+                    if pid != p.pid and any((lk.device, lk.inode) == key and lk.start == SQLITE_SHARED for lk in locks)
                 }
-            )  # fmt: skip
+            )
             if not readers:
                 return None
             db = self._sqlite_database(p.pid) or f"inode {own.inode}"
@@ -523,25 +522,38 @@ class WaitGraph:
         if mine:
             return None  # it holds SHARED (never retried), RESERVED or more: not kept out
         opened = self._readable_files(p)
-        for lk in held.values():
-            if lk.pid is None or lk.pid == p.pid or lk.access != "WRITE" or lk.pid not in self.tree.by_pid:
-                continue
-            if lk.start not in (SQLITE_PENDING, SQLITE_SHARED):
-                continue
-            held_db = self._sqlite_database(lk.pid)
-            if held_db is None or held_db not in opened:
+        for holder, lk, held_db in keeping_out:
+            if held_db not in opened:
                 continue  # the lock's file is the holder's database: only that one keeps this sleeper out
             ev = (
                 Evidence("/proc/wchan", f"{p.pid} ({p.comm}) sleeps between attempts ({p.wchan})"),
                 Evidence(
                     "/proc/locks",
-                    f"held: {lk.kind} WRITE {lk.start}-{lk.end} by {self._label(lk.pid)}: SQLite's lock bytes",
+                    f"held: {lk.kind} WRITE {lk.start}-{lk.end} by {self._label(holder)}: SQLite's lock bytes",
                 ),
                 Evidence("/proc/fd", f"{held_db} open in both"),
             )
-            return WaitEdge(p.pid, "file-lock", (lk.pid,), f"SQLite's write lock on {held_db}", ev, path=held_db, lock=lk,
+            return WaitEdge(p.pid, "file-lock", (holder,), f"SQLite's write lock on {held_db}", ev, path=held_db, lock=lk,
                             inferred=True)  # fmt: skip
         return None
+
+    @cached_property
+    def _sqlite_locks(self) -> tuple[dict[int, list[FileLock]], list[tuple[int, FileLock, str]]]:
+        """Held locks by visible holder, and the PENDING or EXCLUSIVE write locks that keep other
+        connections out, each with its holder's database: built once, not once per sleeper."""
+        _waiting, held = self._locks
+        by_pid: dict[int, list[FileLock]] = {}
+        for lk in held.values():
+            if lk.pid is not None and lk.pid in self.tree.by_pid:
+                by_pid.setdefault(lk.pid, []).append(lk)
+        keeping_out = []
+        for pid, locks in by_pid.items():
+            for lk in locks:
+                if lk.access == "WRITE" and lk.start in (SQLITE_PENDING, SQLITE_SHARED):
+                    db = self._sqlite_database(pid)
+                    if db is not None:
+                        keeping_out.append((pid, lk, db))
+        return by_pid, keeping_out
 
     def _readable_files(self, p: Process) -> set[str]:
         """Files a process has open to read (a database is, never write-only like a log): not a
