@@ -144,10 +144,12 @@ def _classify(ctx: Context, chain: Chain) -> StalledChain:
     if edge.kind in ("pipe", "fifo"):
         kind = "child"  # a pipe to a live process: its writer's progress decides, like a child's
     # The waiter on the resource counts as well: a download from a slow server moves only on the
-    # client's side (the server's send() shows in no counter, its sending thread in no CPU tick)
+    # client's side (the server's send() shows in no counter, its sending thread in no CPU tick);
+    # not a waiter that polls a lock (SQLite's busy handler): its CPU is the retrying itself
     pids = chain.pids
     start = pids.index(edge.waiter) if edge.waiter in pids else len(pids)
-    beyond = [*edge.holders, *pids[start:]]
+    polls = edge.kind == "file-lock" and edge.inferred
+    beyond = [*edge.holders, *pids[start + 1 if polls else start :]]
     moved = _moved(ctx, beyond) if beyond else None
     return StalledChain(
         kind,
