@@ -95,6 +95,7 @@ class ThreadState:
     comm: str
     state: str
     wchan: str | None
+    syscall: Syscall | None = None  # read for waits that leave the fd open, polls and futexes (root)
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,7 @@ class Process:
     syscall: Syscall | Unavailable = Unavailable("not read by this probe version")
     threads_detail: tuple[ThreadState, ...] = ()  # other threads' states, bounded; () when not read
     exited_ago: float | None = None  # a zombie: seconds since it exited (scheduler clock); None: not known
+    tpgid: int | None = None  # the foreground process group of its controlling terminal (-1: none)
 
     @property
     def command(self) -> str:

@@ -180,13 +180,23 @@ def host_headline(verdict: Verdict, incidents: Sequence[Incident], n_scope: int,
 
 
 def edge_label(ctx: Context, edge: WaitEdge) -> str:
-    """The words on a drawn edge, before the holder's name."""
+    """The words on a drawn edge, before the holder's name; a thread other than the main one that
+    waits is named first (`thread 812 (pt_data_worker) writes ...`)."""
+    words = _edge_words(ctx, edge)
+    if edge.thread is None:
+        return words
+    p = ctx.graph.process(edge.waiter)
+    t = next((t for t in p.threads_detail if t.tid == edge.thread), None) if p is not None else None
+    return f"thread {edge.thread}" + (f" ({t.comm})" if t is not None else "") + f" {words}"
+
+
+def _edge_words(ctx: Context, edge: WaitEdge) -> str:
     g = ctx.graph
     if edge.kind == "child":
         return "waits for child"
     if edge.kind in ("pipe", "fifo"):
         p = g.process(edge.waiter)
-        reading = p is None or g.kind(p) != "pipe-write"
+        reading = not edge.writes
         name = f"FIFO {edge.path}" if edge.kind == "fifo" and edge.path else _pipe_name(p, edge.fd)
         return f"reads {name} held by" if reading else f"writes {name} read by"
     if edge.kind == "fifo-open":

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from vastprobe.analysis.tree import ProcessTree
 from vastprobe.analysis.waitgraph import WaitGraph
 from vastprobe.model import CgroupMemory, HostSnapshot, KernelEvent, Process, available
 
@@ -117,6 +118,10 @@ def match_oom_kills(
             parents_of.setdefault(name, []).append(p)
     by_cgroup = _index(watched)
     order = {p.pid: i for i, p in enumerate(watched)}
+    # the probe sees host PIDs (the kernel log's) only where every watched process is in the
+    # initial PID namespace (one NSpid entry)
+    host_pids = bool(watched) and all(len(p.nspid) == 1 for p in watched)
+    ties = _Ties(waiting, parents_of, runs, tree, host_pids)
     in_memcg: dict[str, list[Process]] = {}  # kills share a few cgroups: each is matched once
     out: list[OomMatch | None] = []
     unnamed: list[tuple[int, KernelEvent, list[Process]]] = []  # kills whose cgroup line the kernel dropped
@@ -153,7 +158,7 @@ def match_oom_kills(
             if ev.task_memcg not in ROOT_CGROUPS and members:
                 out.append(
                     replace(
-                        _blame(ev, members, waiting, parents_of, runs, "in the job's memory cgroup"),
+                        _blame(ev, members, ties, "in the job's memory cgroup"),
                         cgroup=ev.task_memcg,
                     )
                 )
@@ -162,18 +167,14 @@ def match_oom_kills(
                 out.append(OomMatch(ev, None, f"in memory cgroup {where}, not the job's", "elsewhere"))
             continue
         if named:
-            out.append(_blame(ev, named, waiting, parents_of, runs, "one of the job's processes by name"))
+            out.append(_blame(ev, named, ties, "one of the job's processes by name"))
         elif bounded and (waiters := [p for p in watched if p.pid in waiting and alive_before(p)]):
-            out.append(
-                _blame(ev, waiters, waiting, parents_of, runs, "waits on children and was running when the victim died")
-            )
+            out.append(_blame(ev, waiters, ties, "waits on children and was running when the victim died"))
         else:
             out.append(OomMatch(ev, None, "no watched process could be tied to the victim", "elsewhere"))
     if unnamed:
         named_in = [m.cgroup for m in out if m is not None and m.tie == "job" and m.cgroup]
-        _place_unnamed(
-            out, unnamed, [c for c in own if c.oom_kill], named_in, watched, waiting, parents_of, runs, bounded
-        )
+        _place_unnamed(out, unnamed, [c for c in own if c.oom_kill], named_in, watched, ties, bounded)
     return [m for m in out if m is not None]
 
 
@@ -183,9 +184,7 @@ def _place_unnamed(
     counting: list[CgroupMemory],
     named_in: list[str],
     watched: list[Process],
-    waiting: set[int],
-    parents_of: dict[str, list[Process]],
-    runs: dict[str, list[Process]],
+    ties: _Ties,
     bounded: bool,
 ) -> None:
     """Kills without their cgroup line, placed by the counters of the job's memory cgroups: each
@@ -209,7 +208,7 @@ def _place_unnamed(
 
     def named(ev: KernelEvent, pool: list[Process]) -> list[Process]:
         ids = {p.pid for p in pool}
-        return [p for p in parents_of.get(ev.comm or "", []) + runs.get(ev.comm or "", []) if p.pid in ids]
+        return [p for p in ties.parents_of.get(ev.comm or "", []) + ties.runs.get(ev.comm or "", []) if p.pid in ids]
 
     def options(ev: KernelEvent, alive: list[Process]) -> list[tuple[bool, bool, CgroupMemory, list[Process]]]:
         """(tied by name, near the limit, cgroup, its members alive at the kill), best first."""
@@ -237,31 +236,67 @@ def _place_unnamed(
         by_name, _near, c, pool = chosen
         left[c.path] -= 1
         how = f"in the job's memory cgroup {c.path} by its counter"
-        out[i] = replace(_blame(ev, named(ev, pool) if by_name else pool, waiting, parents_of, runs, how, bounded),
+        out[i] = replace(_blame(ev, named(ev, pool) if by_name else pool, ties, how, bounded),
                          cgroup=c.path)  # fmt: skip
 
 
-def _blame(
-    ev: KernelEvent,
-    pool: list[Process],
-    waiting: set[int],
-    parents_of: dict[str, list[Process]],
-    runs: dict[str, list[Process]],
-    how: str,
-    bounded: bool = True,
-) -> OomMatch:
-    """The victim's likely parent among `pool`: one that still has children of the victim's name,
-    then a wrapper running its program, then one waiting on children; the closest (started last).
-    On a whole host, any process in the victim's cgroup is no parent of it: nobody is named then."""
+@dataclass(frozen=True)
+class _Ties:
+    """What ties a victim to a watched process: who waits on children, who has children of a name,
+    who runs a program, the tree, and whether the kernel log's PIDs are the snapshot's."""
+
+    waiting: set[int]
+    parents_of: dict[str, list[Process]]
+    runs: dict[str, list[Process]]
+    tree: ProcessTree
+    host_pids: bool
+
+
+def _seen_parent(ev: KernelEvent, ties: _Ties, ids: set[int]) -> Process | None:
+    """The victim itself in the snapshot (seen in the first sample and gone by the second, or a
+    zombie its parent has not reaped): its watched parent or nearest watched ancestor is the loser."""
+    if not ties.host_pids or ev.pid is None:
+        return None
+    victim = ties.tree.by_pid.get(ev.pid)
+    if victim is None or (ev.comm and victim.comm[:15] != ev.comm[:15]):
+        return None
+    if victim.state != "Z" and len(victim.samples) > 1:
+        return None  # alive in both samples: a later process with the victim's PID and name
+    return next((a for a in ties.tree.ancestors(victim.pid) if a.pid in ids), None)
+
+
+def _blame(ev: KernelEvent, pool: list[Process], ties: _Ties, how: str, bounded: bool = True) -> OomMatch:
+    """The victim's likely parent among `pool`: the victim's own parent where the snapshot still
+    holds the victim, then one that still has children of the victim's name, then a wrapper running
+    its program, then one waiting on children; the closest (started last). Launchers side by side
+    (neither below the other) that all wait on children are no evidence: the kill is the cgroup's
+    then, with no loser named, rather than blamed on whichever started last. On a whole host, any
+    process in the victim's cgroup is no parent of it: nobody is named then."""
     ids = {p.pid for p in pool}
+    parent = _seen_parent(ev, ties, ids)
+    if parent is not None:
+        return OomMatch(ev, parent.pid, f"{how}; the victim was its child (seen in the first sample)", "job")
     for group, why in (
-        (parents_of.get(ev.comm or "", []), "its other children share the victim's name"),
-        (runs.get(ev.comm or "", []), "its command line runs the victim's program"),
-        ([p for p in pool if p.pid in waiting], "waits on children"),
+        (ties.parents_of.get(ev.comm or "", []), "its other children share the victim's name"),
+        (ties.runs.get(ev.comm or "", []), "its command line runs the victim's program"),
+        ([p for p in pool if p.pid in ties.waiting], "waits on children"),
         (pool if bounded else [], "the closest watched process"),
     ):
         cands = [p for p in group if p.pid in ids]
-        if cands:
-            loser = max(cands, key=lambda p: (p.starttime, p.pid))
-            return OomMatch(ev, loser.pid, f"{how}; {why}", "job")
+        if not cands:
+            continue
+        if why == "waits on children" and _side_by_side(cands, ties):
+            names = ", ".join(f"{p.comm} ({p.pid})" for p in cands[:4])
+            return OomMatch(ev, None, f"{how}; which of its launchers lost it ({names}) nothing shows", "job")
+        loser = max(cands, key=lambda p: (p.starttime, p.pid))
+        return OomMatch(ev, loser.pid, f"{how}; {why}", "job")
     return OomMatch(ev, None, how, "job")
+
+
+def _side_by_side(cands: list[Process], ties: _Ties) -> bool:
+    """Whether two of the candidates are unrelated: neither is the other's ancestor."""
+    for i, a in enumerate(cands):
+        for b in cands[i + 1 :]:
+            if not ties.tree.in_subtree(a.pid, b.pid) and not ties.tree.in_subtree(b.pid, a.pid):
+                return True
+    return False

@@ -20,7 +20,9 @@ from vastprobe.model import Evidence
 if TYPE_CHECKING:
     from vastprobe.rules.base import Context
 
-ChainKind = Literal["child", "orphan-pipe", "tcp", "unix-socket", "file-lock", "fuse", "fifo-open", "deadlock"]
+ChainKind = Literal[
+    "child", "orphan-pipe", "tcp", "unix-socket", "file-lock", "fuse", "fifo-open", "deadlock", "db-lock"
+]
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ def _moved(ctx: Context, pids: Iterable[int]) -> bool | None:
 def _dead_end(ctx: Context, edge: WaitEdge | None, end: int) -> str | None:
     g = ctx.graph
     if edge is not None and not edge.holders:
-        if edge.kind == "fuse":
+        if edge.kind == "fuse" and not ctx.graph.fuse_servers:
             return "no process holds /dev/fuse: the FUSE server is gone"
         if edge.kind == "fifo-open":
             return "nobody opens the FIFO's other end"
@@ -108,7 +110,7 @@ def _orphan_writers(ctx: Context, edge: WaitEdge) -> tuple[int, ...]:
     the reader's ancestor nor its sibling (a live pipeline's producer is a sibling)."""
     g = ctx.graph
     reader = g.process(edge.waiter)
-    if reader is None or edge.kind not in ("pipe", "fifo") or g.kind(reader) != "pipe-read" or not edge.holders:
+    if reader is None or edge.kind not in ("pipe", "fifo") or edge.writes or edge.poll or not edge.holders:
         return ()
     ancestors = {a.pid for a in ctx.tree.ancestors(reader.pid)}
     out = []
@@ -133,6 +135,10 @@ def _classify(ctx: Context, chain: Chain) -> StalledChain:
             return StalledChain(
                 "orphan-pipe", chain, edge, orphans, None if moved is None else not moved, "orphan", orphans
             )
+    db = next((e for e in chain.edges if e.kind == "db-lock"), None)
+    if db is not None:  # the database's own lock, likely holders named: that is the story
+        moved = _moved(ctx, db.holders) if db.holders else None
+        return StalledChain("db-lock", chain, db, db.holders, None if moved is None else not moved, None)
     resource = chain.resource_edges()
     if not resource:
         moved = _moved(ctx, chain.pids[1:])
@@ -151,20 +157,22 @@ def _classify(ctx: Context, chain: Chain) -> StalledChain:
     polls = edge.kind == "file-lock" and edge.inferred
     beyond = [*edge.holders, *pids[start + 1 if polls else start :]]
     moved = _moved(ctx, beyond) if beyond else None
+    dead_end = _dead_end(ctx, edge, chain.end)
+    frozen = dead_end is not None and chain.end not in edge.holders and edge.holders
     return StalledChain(
         kind,
         chain,
         edge,
-        edge.holders or (chain.end,),
+        (chain.end,) if frozen else edge.holders or (chain.end,),
         None if moved is None else not moved,
-        _dead_end(ctx, edge, chain.end),
+        dead_end,
     )
 
 
-_RANK = {"deadlock": 0, "orphan-pipe": 1}
+_RANK = {"deadlock": 0, "orphan-pipe": 1, "db-lock": 1}
 
 
-def _score(s: StalledChain, oom_losers: set[int]) -> tuple[int, int, int, int, int]:
+def _score(s: StalledChain, oom_losers: set[int]) -> tuple[int, int, int, int, int, int]:
     return (
         _RANK.get(s.kind, 2),
         0 if s.dead_end else 1,
@@ -174,6 +182,7 @@ def _score(s: StalledChain, oom_losers: set[int]) -> tuple[int, int, int, int, i
         # launcher of two ranks, one waiting on the other's server (which waits in accept()
         # for a rank that never came), is stalled on that connection
         0 if s.edge is not None else 1,
+        -len(s.chain.hops),  # of two chains equally sure, the one that explains further
     )
 
 
@@ -200,7 +209,8 @@ def stalled_chains(ctx: Context) -> list[StalledChain]:
     oom_losers = {m.loser for m in ctx.oom_matches if m.loser is not None}
     candidates: list[StalledChain] = []
     for w in top_waiters(ctx):
-        chains = [_classify(ctx, c) for c in ctx.graph.chains(w)]
+        settled = (ctx.graph.settle(c) for c in ctx.graph.chains(w))
+        chains = [_classify(ctx, c) for c in settled if c is not None]
         if not chains:
             continue
         best = min(chains, key=lambda s: _score(s, oom_losers))

@@ -23,6 +23,7 @@ class StatRecord:
     pgrp: int
     session: int
     tty_nr: int
+    tpgid: int
     flags: int
     utime: int
     stime: int
@@ -63,6 +64,7 @@ def parse_stat(record: str) -> StatRecord:
         pgrp=nums[1],
         session=nums[2],
         tty_nr=nums[3],
+        tpgid=nums[4],
         flags=nums[5],
         utime=nums[10],
         stime=nums[11],

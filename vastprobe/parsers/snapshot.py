@@ -270,7 +270,8 @@ def build_snapshot(
     facts = host.parse_host(_text(out, src.HOST.name), meta, clk_tck, shell_status.uid if shell_status else None)
     btime = available(facts.btime)
     syscalls, syscall_errors = _syscalls(_text(out, src.SYSCALL.name), fmt, facts.arch, facts.uid)
-    thread_table = threads.parse_threads_section(proc_texts[0]) if fmt >= 2 else {}
+    task_calls = syscall.parse_task_syscalls(_text(out, src.SYSCALL.name), facts.arch) if fmt >= 2 else {}
+    thread_table = threads.parse_threads_section(proc_texts[0], task_calls) if fmt >= 2 else {}
 
     ios = [proc_io.parse_io_section(t) for t in proc_texts]
     wchans, _ = wchan.parse_wchan_section(proc_texts[0])
@@ -357,6 +358,7 @@ def build_snapshot(
                 syscall=_process_syscall(pid, kernel_thread, fmt, syscalls, syscall_errors),
                 threads_detail=thread_table.get(pid, ()),
                 exited_ago=exited.get(pid),
+                tpgid=rec.tpgid,
             )
         )
 

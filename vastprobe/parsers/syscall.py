@@ -104,3 +104,13 @@ def parse_syscall_section(text: str, arch: str) -> tuple[dict[int, Syscall], dic
         if sc is not None:
             out[pid] = sc
     return out, grouped.errors
+
+
+def parse_task_syscalls(text: str, arch: str) -> dict[int, Syscall]:
+    """Thread id -> its system call (/proc/PID/task/TID/syscall lines of the same section)."""
+    out: dict[int, Syscall] = {}
+    for tid, lines in group_by_pid(text, "task/syscall").lines.items():
+        sc = parse_syscall(lines[0], arch) if lines else None
+        if sc is not None:
+            out[tid] = sc
+    return out

@@ -2,17 +2,18 @@
 
     /proc/1/task/59/stat:59 (vsock-console) S 0 0 0 0 -1 4194624 ...
     /proc/1/task/59/wchan:0
-At most 64 threads of at most 64 processes (the main thread is the process itself).
+At most 64 threads of each of the newest 256 multi-threaded processes, 2048 in all (the main thread
+is the process itself); the system call of those whose wait needs it comes from the syscall section.
 """
 
 from __future__ import annotations
 
-from vastprobe.model import ThreadState
+from vastprobe.model import Syscall, ThreadState
 from vastprobe.parsers.proc_stat import parse_stat
 from vastprobe.parsers.procfs_lines import group_by_pid
 
 
-def parse_threads_section(text: str) -> dict[int, tuple[ThreadState, ...]]:
+def parse_threads_section(text: str, syscalls: dict[int, Syscall] | None = None) -> dict[int, tuple[ThreadState, ...]]:
     """PID -> its other threads, in thread-id order."""
     stats = group_by_pid(text, "task/stat")
     wchans = group_by_pid(text, "task/wchan")
@@ -24,6 +25,12 @@ def parse_threads_section(text: str) -> dict[int, tuple[ThreadState, ...]]:
             continue
         w = wchans.lines.get(tid)
         out.setdefault(stats.owner[tid], []).append(
-            ThreadState(tid=tid, comm=rec.comm, state=rec.state, wchan=w[0].strip()[:128] if w else None)
+            ThreadState(
+                tid=tid,
+                comm=rec.comm,
+                state=rec.state,
+                wchan=w[0].strip()[:128] if w else None,
+                syscall=(syscalls or {}).get(tid),
+            )
         )
     return {pid: tuple(ts) for pid, ts in out.items()}

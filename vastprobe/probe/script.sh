@@ -172,16 +172,19 @@ VP_USER_AWK='/^\/proc\/[0-9]+\/stat:/ {
 	p = substr($0, 1, index(substr($0, 7), "/") + 5)
 	print p
 	if (f[1] == "Z" && nz++ < 64) print "z" p
-	if (f[18] > 1 && nt++ < 64) print "+" p
-}'
+	if (f[18] > 1) mt[nt++ % 256] = "+" p
+}
+# the newest 256 multi-threaded processes, newest first (a job starts after the daemons, and the
+# thread bound goes to the first ones listed)
+END { for (i = nt - 1; i >= 0 && i >= nt - 256; i--) print mt[i % 256] }'
 
 # Every process's stat first, through a file list from one readdir of /proc (a glob like
 # /proc/[0-9]*/stat would stat every path it matches: a third of the cost of reading them).
 # Kernel threads have no status, io, cmdline or fds worth reading, and a many-core host runs more
 # of them than user processes, so the other lists name user processes only.
-# Multi-threaded processes (at most 64) also get the state and wait channel of up to 64 threads
+# Multi-threaded processes (the newest 256) also get the state and wait channel of up to 64 threads
 # each, at most VP_MAXTHR in all, read by the same grep: a worker thread stuck in the kernel (or
-# the NVIDIA driver) while the main thread sleeps.
+# the NVIDIA driver), or a feeder thread writing a full pipe, while the main thread sleeps.
 vp_lists() {
 	set -- /proc/[0-9]*
 	vp_lstat=$(printf '%s/stat ' "$@")
@@ -245,6 +248,8 @@ vp_s0() {
 	FILENAME == "/proc/self/mountinfo" {
 		FD_WAIT = "^_*(pipe_|anon_pipe_|fifo_|wait_woken|sk_wait|sk_stream_wait|unix_|skb_wait|tcp_recvmsg|inet_wait_for_connect|sock_alloc_send|locks_|flock_|posix_lock|fcntl_setlk|break_lease|request_wait_answer|fuse_)"
 		SOCK_WAIT = "^_*(wait_woken|sk_wait|sk_stream_wait|unix_|skb_wait|tcp_recvmsg|inet_wait_for_connect|sock_alloc_send)"
+		POLL_WAIT = "^_*(poll_schedule_timeout|do_sys_poll|do_select|core_sys_select|ep_poll|do_epoll_wait)"
+		FUTEX_WAIT = "^_*futex_"
 		for (i = 7; i <= NF; i++) if ($i == "-") break
 		if ($(i + 1) ~ /^fuse/ && n_fuse < 256) fuse[++n_fuse] = $3 " " $5 " " $(i + 1) " " $(i + 2)
 		if ($(i + 1) == "cgroup2") { v2m = $5; v2r = $4 }
@@ -252,21 +257,26 @@ vp_s0() {
 		next
 	}
 	{ out($0) }
-	index($0, "/stat:") && $0 ~ /^\/proc\/[0-9]+\/stat:/ {
+	index($0, "/stat:") && $0 ~ /^\/proc\/[0-9]+\/(task\/[0-9]+\/)?stat:/ {
 		s = $0
 		while ((i = index(s, ") ")) > 0) s = substr(s, i + 2)
-		st[substr($0, 1, index(substr($0, 7), "/") + 5)] = substr(s, 1, 1)
+		p = substr($0, 1, index($0, "/stat:") - 1)
+		st[p] = substr(s, 1, 1)
+		if (index(p, "/task/")) mt[p] = 1
+		else if (split(s, f, " ") >= 18 && f[18] > 1) mt[p] = 1
 	}
-	# the system call is worth reading (it needs root) for a sleeping or D-state process whose wait
-	# channel leaves the fd open (pipes, sockets, locks, FUSE) or says nothing ("0" where the
-	# unwinder cannot name it). getline cannot read it: mawk aborts on the EPERM a read can give.
-	index($0, "/wchan:") && $0 ~ /^\/proc\/[0-9]+\/wchan:/ {
+	# the system call is worth reading (it needs root) for a sleeping or D-state task whose wait
+	# channel leaves the fd open (pipes, sockets, locks, FUSE), polls (its fd count and timeout),
+	# says nothing ("0" where the unwinder cannot name it), or, in a multi-threaded process, waits on
+	# a futex (with a timeout, or for another thread). Threads too (task/TID), within their bound.
+	# getline cannot read it: mawk aborts on the EPERM a read can give.
+	index($0, "/wchan:") && $0 ~ /^\/proc\/[0-9]+\/(task\/[0-9]+\/)?wchan:/ {
 		i = index($0, "/wchan:")
 		p = substr($0, 1, i - 1)
 		w = substr($0, i + 7)
-		if ((st[p] == "S" || st[p] == "D") && (w == "0" || w ~ FD_WAIT)) {
+		if ((st[p] == "S" || st[p] == "D") && (w == "0" || w ~ FD_WAIT || w ~ POLL_WAIT || (mt[p] && w ~ FUTEX_WAIT))) {
 			print p "/syscall" > "/dev/stderr"
-			if (w ~ SOCK_WAIT || w == "0") need_ss = 1
+			if (w ~ SOCK_WAIT || w ~ POLL_WAIT || w == "0") need_ss = 1
 		}
 	}
 	n_cg < max && index($0, "/cgroup:") && $0 ~ /^\/proc\/[0-9]+\/cgroup:/ {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from vastprobe.rules import (
     d_state,
+    db_lock_wait,
     deadlock,
     disk_full,
     do_wait_orphan,
@@ -44,6 +45,7 @@ RULES: tuple[Rule, ...] = tuple(
         d_state,
         disk_full,
         file_lock_wait,
+        db_lock_wait,
         socket_peer_wait,
         fifo_no_partner,
         fuse_no_answer,

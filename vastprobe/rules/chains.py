@@ -23,6 +23,7 @@ EDGE_WORDS = {
     "tcp": "connected to",
     "file-lock": "waits for lock held by",
     "fuse": "waits for FUSE server",
+    "db-lock": "waits for",
 }
 
 
@@ -51,7 +52,8 @@ def chain_text(ctx: Context, chain: Chain) -> str:
     for hop in chain.hops:
         parts.append(link(ctx, hop.pid))
         if hop.edge is not None:
-            parts.append(f"-[{edge_words(hop.edge)}]->")
+            who = f"thread {hop.edge.thread}: " if hop.edge.thread is not None else ""
+            parts.append(f"-[{who}{edge_words(hop.edge)}]->")
     if chain.dangling is not None:
         parts.append(f"-[{edge_words(chain.dangling)}]-> nobody")
     return " ".join(parts)
@@ -105,6 +107,33 @@ def stalled(ctx: Context, *kinds: ChainKind) -> Iterator[tuple[StalledChain, Wai
         sev = severity(ctx, s, stall)
         if sev is not None:
             yield s, s.edge, stall, sev
+
+
+def resume_hint(ctx: Context, pid: int) -> str:
+    """How to resume a stopped process, by what stopped it: a tracer (detach it, or resume the
+    tracer when it is stopped itself), a terminal (a background job that read or wrote its terminal
+    stops again on `kill -CONT`: `fg`, or stdin from /dev/null), else SIGSTOP or Ctrl-Z."""
+    p = ctx.tree.by_pid.get(pid)
+    if p is None:
+        return f"resume {pid} with `kill -CONT {pid}`"
+    if p.state == "t" or p.tracer_pid:
+        tracer = ctx.tree.by_pid.get(p.tracer_pid or 0)
+        if tracer is not None and tracer.state in ("T", "t"):
+            return (
+                f"{p.comm} ({pid}) is traced by {tracer.comm} ({tracer.pid}), which is stopped itself: resume the "
+                f"tracer (`kill -CONT {tracer.pid}`) or end it, which detaches {pid}"
+            )
+        if tracer is not None:
+            return f"{p.comm} ({pid}) is held by its tracer {tracer.comm} ({tracer.pid}): continue or detach it there"
+        return f"{p.comm} ({pid}) is stopped by a tracer: detach it (or end the debugger)"
+    if p.tty_nr and p.tpgid is not None and p.tpgid > 0 and p.tpgid != p.pgrp:
+        return (
+            f"{p.comm} ({pid}) is a background job of its terminal, stopped (SIGTTIN/SIGTTOU when it reads or "
+            f"writes the terminal, or Ctrl-Z): `kill -CONT {pid}` only lets it stop again at its next terminal read; "
+            f"bring it to the foreground with `fg` in the shell that started it, or restart it with stdin from "
+            "/dev/null (`< /dev/null`) or under nohup"
+        )
+    return f"resume {p.comm} ({pid}) with `kill -CONT {pid}`, or find who stopped it (SIGSTOP, Ctrl-Z)"
 
 
 def names(ctx: Context, pids: tuple[int, ...], limit: int = 4) -> str:

@@ -36,9 +36,17 @@ def check(ctx: Context) -> Iterator[Finding]:
             summary = f"{ctx.proc_label(members[0])} waits on {cycle.edges[0].what} that only it can end"
         else:
             summary = f"{names(ctx, members)} wait on each other in a cycle ({what})"
-        hint = _stdin_hint(ctx, cycle) or (
-            "nothing in the cycle can move first: kill one of them (the one that should have closed or released "
-            "first), then fix the order of operations (read both pipes concurrently, take locks in one order)"
+        feeder = _feeder(ctx, cycle)
+        special = None
+        if feeder is not None:
+            summary, special = feeder
+        hint = (
+            special
+            or _stdin_hint(ctx, cycle)
+            or (
+                "nothing in the cycle can move first: kill one of them (the one that should have closed or released "
+                "first), then fix the order of operations (read both pipes concurrently, take locks in one order)"
+            )
         )
         if not ctx.two_samples:
             yield META.finding(
@@ -83,6 +91,35 @@ def _full_pipe_loops(ctx: Context) -> Iterator[Finding]:
             "thread is meant to read, it has stopped doing so",
             severity="warning",
         )
+
+
+def _feeder(ctx: Context, cycle: Chain) -> tuple[str, str] | None:
+    """A thread of a child writes a full pipe that only its parent reads, and the parent waits for
+    the child to exit: multiprocessing's Queue feeder thread (put() before join()), a DataLoader
+    worker's result queue. The child cannot exit until its feeder has flushed."""
+    for i, edge in enumerate(cycle.edges):
+        if edge.thread is None or edge.kind not in ("pipe", "fifo") or not edge.writes:
+            continue
+        waiter = cycle.edges[i - 1]  # the edge into this process: its reader waiting for it to end
+        if waiter.kind != "child" or set(edge.holders) != {waiter.waiter}:
+            continue
+        child, parent = ctx.tree.by_pid.get(edge.waiter), ctx.tree.by_pid.get(waiter.waiter)
+        if child is None or parent is None:
+            continue
+        thread = next((t for t in child.threads_detail if t.tid == edge.thread), None)
+        tname = f"thread {edge.thread}" + (f" ({thread.comm})" if thread else "")
+        summary = (
+            f"{parent.comm} ({parent.pid}) waits for {child.comm} ({child.pid}) to exit, and {child.pid}'s {tname} "
+            f"writes {edge.what.split(' (')[0]} that only {parent.pid} reads: neither can go on"
+        )
+        hint = (
+            f"a child cannot exit while its thread still has data to flush into a pipe its parent is not reading: "
+            f"multiprocessing.Queue.put() in the child and join() before get() in the parent (or a DataLoader worker "
+            f"whose results nobody collects). Kill {child.pid} to free {parent.pid} now (the queued data is lost); "
+            "fix the order: get() every result before join(), or use a Manager queue / cancel_join_thread()"
+        )
+        return summary, hint
+    return None
 
 
 def _stdin_hint(ctx: Context, cycle: Chain) -> str | None:

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from vastprobe.analysis.stalls import StalledChain
-from vastprobe.model import Evidence, Finding
+from vastprobe.model import Evidence, Finding, Process
 from vastprobe.rules.base import Context, Rule, RuleMeta
-from vastprobe.rules.chains import chain_evidence, names
+from vastprobe.rules.chains import chain_evidence, names, resume_hint
 
 META = RuleMeta("do-wait-orphan", "VP101", "error", "a process waits on children whose work cannot finish by itself")
 
@@ -65,6 +65,8 @@ def _orphan_pipe(ctx: Context, s: StalledChain) -> Finding | None:
 
 def _idle_chain(ctx: Context, s: StalledChain) -> Finding | None:
     end = ctx.tree.by_pid.get(s.chain.end)
+    if end is not None and end.state in ("T", "t") and s.dead_end and s.chain.end not in ctx.scope:
+        return _stopped_end(ctx, s, end)
     if end is None or end.state in ("T", "t", "D", "Z") or not s.idle or len(s.chain.hops) < 2:
         return None  # stopped-child and d-state say it better; a moving chain is no stall
     if ctx.graph.kind(end) == "tty":
@@ -96,6 +98,20 @@ def _idle_chain(ctx: Context, s: StalledChain) -> Finding | None:
         ev,
         hint,
         caused_by="oom-killed-child" if stall.oom else None,
+    )
+
+
+def _stopped_end(ctx: Context, s: StalledChain, end: Process) -> Finding:
+    """The chain leaves the scope and ends at a stopped process (the remote side of `tar | ssh`,
+    rsync's server under sshd): stopped-child watches only the scope, so the chain says it here."""
+    waiter = ctx.tree.by_pid[s.waiter]
+    middle = [ctx.tree.by_pid[p] for p in s.chain.pids[1:-1] if p in ctx.tree.by_pid]
+    via = f" through {', '.join(f'{m.comm} ({m.pid})' for m in middle[:4])}" if middle else ""
+    return META.finding(
+        f"{waiter.comm} ({waiter.pid}) waits{via} on {end.comm} ({end.pid}), which is stopped ({end.state})",
+        s.chain.pids,
+        chain_evidence(ctx, s),
+        resume_hint(ctx, end.pid),
     )
 
 

@@ -23,13 +23,13 @@ def check(ctx: Context) -> Iterator[Finding]:
     for s, edge, stall, sev in stalled(ctx, "file-lock"):  # a chain whose blocker works is left out
         waiter = ctx.tree.by_pid[s.waiter]
         where = edge.path or "a file"
+        end = ctx.proc_label(s.chain.end)
+        beyond = f"; it waits in turn on {end}" if edge.holders and s.chain.end not in (*edge.holders, s.waiter) else ""
         if not edge.holders:
             holder_words = "a process not visible here"
             hint = f"no visible process holds the lock on {where}: look for it on the host (lslocks) or in another container"
         else:
             holder_words = names(ctx, edge.holders)
-            end = ctx.proc_label(s.chain.end)
-            beyond = f"; it waits in turn on {end}" if s.chain.end not in (*edge.holders, s.waiter) else ""
             hint = (
                 f"{holder_words} holds the lock on {where} and does not release it{beyond}: find out why it is "
                 f"stuck, and end it (or the job it runs) to free the lock"
@@ -54,6 +54,15 @@ def check(ctx: Context) -> Iterator[Finding]:
                     f"{holder_words} keep(s) a read transaction open on {where} (a SELECT cursor not read to the "
                     "end, a connection idle in BEGIN): finish or close it, or end the reader; "
                     f"{ctx.proc_label(edge.waiter)} retries for as long as its busy timeout allows: bound it"
+                )
+        elif edge.retry == "lock-file" and edge.holders:  # apt's DPkg::Lock::Timeout, a lock-file helper
+            summary = f"{waiter.comm} ({waiter.pid}){via} keeps retrying the lock on {where}, held by {holder_words}"
+            if not s.dead_end:
+                hint = (
+                    f"{holder_words} holds the lock on {where} and does not finish{beyond}: see what it is doing "
+                    f"(another apt or dpkg run, an unattended upgrade waiting on something); let it finish or end it. "
+                    f"Never delete the lock file: {ctx.proc_label(edge.waiter)} retries for as long as its lock "
+                    "timeout allows"
                 )
         elif edge.inferred and edge.holders:  # SQLite's busy handler: it sleeps and tries again
             summary = f"{waiter.comm} ({waiter.pid}){via} keeps retrying {edge.what}, held by {holder_words}"

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from vastprobe.model import Evidence, Finding
 from vastprobe.rules.base import Context, Rule, RuleMeta
+from vastprobe.rules.chains import resume_hint
 
 META = RuleMeta("stopped-child", "VP105", "error", "a watched process is stopped (SIGSTOP/SIGTSTP or a tracer)")
 
@@ -23,11 +24,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             ev.append(Evidence("/proc/status", f"TracerPid {p.tracer_pid} ({ctx.proc_label(p.tracer_pid)})"))
         if parent is not None:
             ev.append(Evidence("parent", f"{parent.pid} ({parent.comm}) state {parent.state}, wchan {parent.wchan}"))
-        hint = (
-            f"detach the tracer {p.tracer_pid}"
-            if p.tracer_pid
-            else f"resume it with `kill -CONT {p.pid}`, or find who stopped it"
-        )
+        hint = resume_hint(ctx, p.pid)
         yield META.finding(f"{p.comm} ({p.pid}) is stopped ({p.state})", [p.pid], ev, hint)
 
 

@@ -1,0 +1,616 @@
+# vastprobe probe: one read-only pass over /proc, the kernel log, cgroups, GPUs and logs.
+# POSIX sh (dash, bash, BusyBox ash). It writes no file, sends no signal to anything but its
+# own watchdog and process group, and forks a fixed number of commands however many
+# processes the target runs: each /proc source is read for every PID by one command.
+# Output is framed: "\n@@<boundary>@@ <name>\n" ... "\n@@rc=<status>\n" "\n@@<boundary>@@ /<name>\n".
+# A section that lacks its rc line was cut by its size cap (or by the deadline).
+# The boundary never appears in any command's argv (other users can read those in /proc): only
+# builtins print it, and the awks that need it get it in their environment (VP_B=... awk), which
+# only the probe's own user can read. Content a user controls (file names, link targets, kernel
+# log lines) is escaped or prefixed where it is produced, so it never starts a line of its own.
+# Forks cost about a millisecond each on small VMs, so every section is bounded by the command
+# that makes it (grep patterns, awk limits, tail -c, head -n) rather than by a `head -c` of its own.
+LC_ALL=C
+export LC_ALL
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
+export PATH
+
+# ---- parameters, rendered by vastprobe (every value single-quoted) ----
+#@PARAMS@
+# ---- end of parameters ----
+
+vp_has() { command -v "$1" >/dev/null 2>&1; }
+
+# secn NAME CMD...: a section whose output its command bounds; runs in this shell, no fork.
+# The command's status is left in vp_rc.
+secn() {
+	vp_n=$1
+	shift
+	printf '\n@@%s@@ %s\n' "$VP_B" "$vp_n"
+	"$@" 2>&1
+	vp_rc=$?
+	printf '\n@@rc=%s\n\n@@%s@@ /%s\n' "$vp_rc" "$VP_B" "$vp_n"
+}
+
+# Which timeout syntax works, found without a fork where we can: a timeout that is a regular
+# file is coreutils'; a symlink may be BusyBox, whose releases before 1.30 want -t SECONDS.
+vp_tmo_detect() {
+	VP_TMO=none
+	vp_ifs=$IFS
+	IFS=:
+	set -f
+	for vp_d in $PATH; do
+		[ -x "$vp_d/timeout" ] || continue
+		if [ ! -h "$vp_d/timeout" ]; then
+			VP_TMO=new
+		elif timeout 1 true >/dev/null 2>&1; then
+			VP_TMO=new
+		elif timeout -t 1 true >/dev/null 2>&1; then
+			VP_TMO=old
+		fi
+		break
+	done
+	set +f
+	IFS=$vp_ifs
+}
+vp_tmo_detect
+
+VP_NL='
+'
+# ls -b (GNU) escapes names; BusyBox's ls is a link to busybox and has no -b. ss gives Unix
+# sockets' peers. Both found without a fork.
+vp_tools_detect() {
+	VP_LSB=
+	VP_SS=0
+	vp_ifs=$IFS
+	IFS=:
+	set -f
+	for vp_d in $PATH; do
+		if [ -z "$VP_LSB" ] && [ -x "$vp_d/ls" ]; then
+			if [ -h "$vp_d/ls" ]; then VP_LSB=-; else VP_LSB=b; fi
+		fi
+		if [ "$VP_SS" = 0 ] && [ -x "$vp_d/ss" ]; then VP_SS=1; fi
+	done
+	set +f
+	IFS=$vp_ifs
+	[ "$VP_LSB" = b ] || VP_LSB=
+}
+vp_tools_detect
+# tmo SECONDS CMD...: run CMD, killed after SECONDS when a timeout command exists.
+tmo() {
+	vp_t=$1
+	shift
+	case $VP_TMO in
+	new) timeout -s KILL "$vp_t" "$@" ;;
+	old) timeout -s KILL -t "$vp_t" "$@" ;;
+	*) "$@" ;;
+	esac
+}
+
+# sec NAME MAXBYTES CMD...: one framed section, stderr folded in, capped at MAXBYTES.
+sec() {
+	vp_n=$1
+	vp_max=$2
+	shift 2
+	printf '\n@@%s@@ %s\n' "$VP_B" "$vp_n"
+	{
+		"$@"
+		printf '\n@@rc=%s\n' "$?"
+	} 2>&1 | head -c "$vp_max"
+	printf '\n@@%s@@ /%s\n' "$VP_B" "$vp_n"
+}
+
+# Builtins only; no file is read a byte per read(2) more than it must be. selfpid is our PID as
+# /proc names it (cd -P resolves the /proc/self link): equal to $$ when /proc is our PID
+# namespace's. The client takes the uid from this shell's status in s0.proc, and derives CLK_TCK
+# from its start time against the uptime (getconf would cost two forks).
+vp_meta() {
+	vp_os=
+	vp_host=
+	vp_self=
+	read -r vp_os </proc/sys/kernel/osrelease 2>/dev/null
+	read -r vp_host </proc/sys/kernel/hostname 2>/dev/null
+	vp_cwd=$PWD
+	if cd -P /proc/self 2>/dev/null; then vp_self=${PWD#/proc/}; fi
+	cd "$vp_cwd" 2>/dev/null || cd /
+	printf 'version=%s\n' "$VP_VERSION"
+	printf 'shell_pid=%s\nshell_ppid=%s\nselfpid=%s\n' "$$" "$PPID" "$vp_self"
+	printf 'kernel=%s\nhostname=%s\ntimeout=%s\n' "$vp_os" "$vp_host" "$VP_TMO"
+	vp_arch=
+	read -r vp_arch </proc/sys/kernel/arch 2>/dev/null
+	printf 'format=3\narch=%s\nls=%s\nss=%s\n' "$vp_arch" "$VP_LSB" "$VP_SS"
+}
+
+# One grep: every line of the small files (they start with a digit, a capital or some/full),
+# and of /proc/stat (lines start lower-case) only btime.
+vp_host() {
+	grep -H -E '^(btime |[0-9A-Z]|some |full )' /proc/uptime /proc/loadavg /proc/meminfo \
+		/proc/sys/kernel/pid_max /proc/sys/kernel/dmesg_restrict /proc/stat \
+		/proc/pressure/cpu /proc/pressure/memory /proc/pressure/io
+}
+
+vp_now() {
+	vp_up=
+	read -r vp_up vp_idle </proc/uptime 2>/dev/null
+	printf 'uptime=%s\n' "$vp_up"
+}
+
+# One grep per sample reads every per-process file it needs for all PIDs at once; the pattern
+# keeps stat records (and the tail of one whose comm holds a newline), the status fields stat lacks,
+# io counters, the wchan symbol and the memory/v2 lines of cgroup.
+VP_STATUS_KEYS='TracerPid|Uid|VmRSS|VmHWM|NSpid|SigIgn|SigCgt|voluntary_ctxt_switches|nonvoluntary_ctxt_switches'
+VP_PROC_PAT="^([0-9]+ \\(|-?[0-9]+ 0x|0::|se\\.exec_start |[0-9]+:([^:]*,)?memory(,[^:]*)?:|[A-Za-z_][A-Za-z_0-9.]*\$|0\$|(rchar|wchar|read_bytes|write_bytes|$VP_STATUS_KEYS):)|\\) [A-Za-z] -?[0-9]"
+
+# vp_many LIST CMD...: CMD with the words of LIST as arguments, in one exec. When the list is too
+# long for exec (status 126: tens of thousands of processes, or a small stack limit), xargs cuts
+# it into runs that fit; a CMD that starts with `tmo SECONDS` keeps its timeout around xargs.
+vp_many() {
+	vp_ml=$1
+	shift
+	"$@" $vp_ml
+	vp_rc=$?
+	[ "$vp_rc" != 126 ] && return "$vp_rc"
+	if [ "$1" = tmo ]; then
+		vp_mt=$2
+		shift 2
+		printf '%s\n' $vp_ml | tmo "$vp_mt" xargs "$@"
+	else
+		printf '%s\n' $vp_ml | xargs "$@"
+	fi
+}
+
+# vp_proc_grep LIST: one grep over the /proc files in LIST.
+vp_proc_grep() { vp_many "$1" grep -H -E "$VP_PROC_PAT"; }
+
+# Prints /proc/PID for each stat record that is not a kernel thread (PF_KTHREAD, 0x200000, in the
+# flags field, the 7th after the last ") ": comm may hold ") " itself).
+VP_USER_AWK='/^\/proc\/[0-9]+\/stat:/ {
+	s = $0
+	while ((i = index(s, ") ")) > 0) s = substr(s, i + 2)
+	if (s == $0 || split(s, f, " ") < 7) next
+	if (int(f[7] / 2097152) % 2) next
+	p = substr($0, 1, index(substr($0, 7), "/") + 5)
+	print p
+	if (f[1] == "Z" && nz++ < 64) print "z" p
+	if (f[18] > 1 && nt++ < 64) print "+" p
+}'
+
+# Every process's stat first, through a file list from one readdir of /proc (a glob like
+# /proc/[0-9]*/stat would stat every path it matches: a third of the cost of reading them).
+# Kernel threads have no status, io, cmdline or fds worth reading, and a many-core host runs more
+# of them than user processes, so the other lists name user processes only.
+# Multi-threaded processes (at most 64) also get the state and wait channel of up to 64 threads
+# each, at most VP_MAXTHR in all, read by the same grep: a worker thread stuck in the kernel (or
+# the NVIDIA driver) while the main thread sleeps.
+vp_lists() {
+	set -- /proc/[0-9]*
+	vp_lstat=$(printf '%s/stat ' "$@")
+	vp_st=$(vp_proc_grep "$vp_lstat" 2>&1)
+	vp_lusr=
+	vp_lthr=
+	vp_lz=
+	vp_nthr=0
+	for vp_w in $(printf '%s\n' "$vp_st" | awk "$VP_USER_AWK"); do
+		case $vp_w in
+		+*) vp_threads "${vp_w#+}" ;;
+		z*) vp_lz="$vp_lz ${vp_w#z}/sched" ;;
+		*) vp_lusr="$vp_lusr $vp_w" ;;
+		esac
+	done
+	set -- $vp_lusr
+	vp_l0=$(printf '%s/status ' "$@" && printf '%s/io ' "$@" && printf '%s/wchan ' "$@" &&
+		printf '%s/cgroup ' "$@")
+	vp_l0="$vp_l0 $vp_lthr"
+	# zombies (at most 64): when each last ran, that is when it exited, by the scheduler's clock;
+	# this shell's own last run is that clock's "now" (sched exists with CONFIG_SCHED_DEBUG)
+	if [ -n "$vp_lz" ]; then vp_l0="$vp_l0 $vp_lz /proc/$$/sched"; fi
+	vp_lcmd=$(printf '%s/cmdline ' "$@")
+	vp_lfd=$(printf '%s/fd ' "$@")
+	vp_l1=
+	if [ "$VP_SAMPLE" != 0 ]; then vp_l1="$vp_lstat $(printf '%s/io ' "$@")"; fi
+}
+
+# vp_threads /proc/PID: stat and wchan of its threads but the main one, within the bounds.
+vp_threads() {
+	vp_i=0
+	for vp_t in "$1"/task/*; do
+		[ "$vp_i" -lt 64 ] && [ "$vp_nthr" -lt "$VP_MAXTHR" ] || break
+		[ "${vp_t##*/}" = "${1##*/}" ] && continue
+		vp_lthr="$vp_lthr $vp_t/stat $vp_t/wchan"
+		vp_i=$((vp_i + 1))
+		vp_nthr=$((vp_nthr + 1))
+	done
+}
+
+# Awk that stops a section at CAP bytes: it marks the cut with a "cut" frame line.
+VP_CAP_AWK='BEGIN { B = ENVIRON["VP_B"] }
+function out(line) {
+	if (cut) return
+	n += length(line) + 1
+	if (n > cap) { cut = 1; printf "\n@@%s@@ cut\n", B } else print line
+}'
+
+# s0.proc, then the cgmap and cgmem sections from the same read: the awk passes the grep's
+# lines through (capped) and keeps the memory-cgroup ones, so no cgroup file is read twice.
+# Memory cgroups become "M<TAB>v1|v2<TAB>cgroup path<TAB>directory" lines (at most 64), each
+# with the counter files it has ("F<TAB>file"), which the awk then reads itself.
+vp_s0() {
+	printf '\n@@%s@@ s0.proc\n' "$VP_B"
+	exec 4>&1
+	# the awk's stdout is the section; its stderr, captured, lists the syscall files worth reading
+	vp_lsys=$({ {
+		printf '%s\n' "$vp_st"
+		vp_proc_grep "$vp_l0" 2>&1
+	} | VP_B=$VP_B awk -v cap="$VP_MAXPROC" -v max=64 "$VP_CAP_AWK"'
+	FILENAME == "/proc/self/mountinfo" {
+		FD_WAIT = "^_*(pipe_|anon_pipe_|fifo_|wait_woken|sk_wait|sk_stream_wait|unix_|skb_wait|tcp_recvmsg|inet_wait_for_connect|sock_alloc_send|locks_|flock_|posix_lock|fcntl_setlk|break_lease|request_wait_answer|fuse_)"
+		SOCK_WAIT = "^_*(wait_woken|sk_wait|sk_stream_wait|unix_|skb_wait|tcp_recvmsg|inet_wait_for_connect|sock_alloc_send)"
+		for (i = 7; i <= NF; i++) if ($i == "-") break
+		if ($(i + 1) ~ /^fuse/ && n_fuse < 256) fuse[++n_fuse] = $3 " " $5 " " $(i + 1) " " $(i + 2)
+		if ($(i + 1) == "cgroup2") { v2m = $5; v2r = $4 }
+		else if ($(i + 1) == "cgroup" && ("," $(i + 3) ",") ~ /,memory,/) { v1m = $5; v1r = $4 }
+		next
+	}
+	{ out($0) }
+	index($0, "/stat:") && $0 ~ /^\/proc\/[0-9]+\/stat:/ {
+		s = $0
+		while ((i = index(s, ") ")) > 0) s = substr(s, i + 2)
+		st[substr($0, 1, index(substr($0, 7), "/") + 5)] = substr(s, 1, 1)
+	}
+	# the system call is worth reading (it needs root) for a sleeping or D-state process whose wait
+	# channel leaves the fd open (pipes, sockets, locks, FUSE) or says nothing ("0" where the
+	# unwinder cannot name it). getline cannot read it: mawk aborts on the EPERM a read can give.
+	index($0, "/wchan:") && $0 ~ /^\/proc\/[0-9]+\/wchan:/ {
+		i = index($0, "/wchan:")
+		p = substr($0, 1, i - 1)
+		w = substr($0, i + 7)
+		if ((st[p] == "S" || st[p] == "D") && (w == "0" || w ~ FD_WAIT)) {
+			print p "/syscall" > "/dev/stderr"
+			if (w ~ SOCK_WAIT || w == "0") need_ss = 1
+		}
+	}
+	n_cg < max && index($0, "/cgroup:") && $0 ~ /^\/proc\/[0-9]+\/cgroup:/ {
+		line = substr($0, index($0, "/cgroup:") + 8)
+		a = index(line, ":"); rest = substr(line, a + 1); b = index(rest, ":")
+		ctl = substr(rest, 1, b - 1); p = substr(rest, b + 1)
+		if (ctl == "" && v2m != "") { v = "v2"; m = v2m; r = v2r }
+		else if (("," ctl ",") ~ /,memory,/ && v1m != "") { v = "v1"; m = v1m; r = v1r }
+		else next
+		rel = p
+		if (r != "/" && index(p, r) == 1) rel = substr(p, length(r) + 1)
+		if (rel == "/") rel = ""
+		k = v "\t" p
+		if (k in seen) next
+		seen[k] = 1
+		cg[++n_cg] = "M\t" v "\t" p "\t" m rel
+		dir[n_cg] = m rel
+		ctr[n_cg] = v == "v1" ? "oom_control failcnt max_usage_in_bytes limit_in_bytes usage_in_bytes" : "events max high peak current"
+	}
+	END {
+		if (!cut) printf "\n@@rc=0\n"
+		printf "\n@@%s@@ /s0.proc\n\n@@%s@@ cgmap\n", B, B
+		for (i = 1; i <= n_cg; i++) {
+			print cg[i]
+			nf = split(ctr[i], f, " ")
+			for (j = 1; j <= nf; j++) print "F\t" dir[i] "/memory." f[j]
+		}
+		printf "\n@@rc=0\n\n@@%s@@ /cgmap\n\n@@%s@@ cgmem\n", B, B
+		got = 0
+		for (i = 1; i <= n_cg; i++) {
+			nf = split(ctr[i], f, " ")
+			for (j = 1; j <= nf; j++) {
+				file = dir[i] "/memory." f[j]
+				while ((getline l < file) > 0) { print file ":" l; got = 1 }
+				close(file)
+			}
+		}
+		printf "\n@@rc=%d\n\n@@%s@@ /cgmem\n\n@@%s@@ mounts\n", got ? 0 : 1, B, B
+		for (i = 1; i <= n_fuse; i++) print fuse[i]
+		printf "\n@@rc=0\n\n@@%s@@ /mounts\n\n@@%s@@ locks\n", B, B
+		nl = 0
+		while (nl < 4096 && (getline l < "/proc/locks") > 0) { print l; nl++ }
+		printf "\n@@rc=%d\n\n@@%s@@ /locks\n", nl < 4096 ? 0 : 3, B
+		exit need_ss ? 3 : 0
+	}' /proc/self/mountinfo - 2>&3; } 3>&1 1>&4)
+	# status 3: a process waits on a socket, so ss is worth a fork for Unix sockets' peers
+	if [ "$?" = 3 ]; then VP_SSNEED=$VP_SS; else VP_SSNEED=0; fi
+	exec 4>&-
+}
+
+# syscall of the processes the s0 awk picked, one grep (nothing to read: no fork at all).
+vp_syscall() {
+	vp_l=
+	for vp_f in $vp_lsys; do
+		case $vp_f in /proc/*/syscall) vp_l="$vp_l $vp_f" ;; esac
+	done
+	[ -z "$vp_l" ] || vp_many "$vp_l" grep -H ''
+}
+
+vp_s1() { vp_proc_grep "$vp_l1" 2>&1 | VP_B=$VP_B awk -v cap="$VP_MAXPROC" "$VP_CAP_AWK"'{ out($0) }'; }
+
+# argv records, NUL -> newline (a newline inside an argument becomes \036), at most 64
+# arguments of 1024 bytes per process. A process gone since the listing is not worth an error
+# line (its stat already says so), and errors would bypass the awk's cap.
+vp_cmdline() {
+	vp_many "$vp_lcmd" tmo 20 grep -H -z '' 2>/dev/null | tr '\000\n' '\n\036' |
+		VP_B=$VP_B awk -v cap="$VP_MAXPROC" "$VP_CAP_AWK"'
+		{ i = index($0, ":"); f = substr($0, 1, i - 1); if (++c[f] <= 64) out(substr($0, 1, 1100)) }'
+}
+
+# fd links (the link mode tells read end from write end), at most VP_MAXFD per process. GNU ls -b
+# escapes link targets (a path holding a newline cannot pass for another line); BusyBox ls prints
+# control characters as '?'. The same awk then reads the socket tables, keeping only sockets the
+# listed fds hold: the probe's own network namespace's (/proc/self/net), then, for a held socket
+# found in none read yet, the tables of a process holding it (another namespace: a container),
+# at most 16 times. ss names Unix sockets' peers (/proc/net/unix has none), only when a process
+# waits on a socket.
+vp_fd() {
+	printf '\n@@%s@@ fd\n' "$VP_B"
+	vp_many "$vp_lfd" ls -ln$VP_LSB 2>&1 |
+		VP_B=$VP_B awk -v cap="$VP_MAXPROC" -v max="$VP_MAXFD" -v ncap="$VP_MAXNET" -v ss="$VP_SSNEED" "$VP_CAP_AWK"'
+			function readns(p, label,   t, f, col, l, c) {
+				out("@ns " label)
+				for (t = 1; t <= 5; t++) {
+					f = p "/net/" tabs[t]
+					col = tabs[t] == "unix" ? 7 : 10
+					while ((getline l < f) > 0) {
+						split(l, c, " ")
+						if (c[col] in held && !(c[col] in found)) { out(tabs[t] ":" l); found[c[col]] = 1 }
+					}
+					close(f)
+				}
+			}
+			/^\/proc\/[0-9]+\/fd:$/ { k = 0; pid = substr($0, 1, length($0) - 4); out($0); next }
+			/^total / || /^$/ { next }
+			{
+				if (++k > max) { if (k == max + 1) out("@@more"); next }
+				out($0)
+				if ((i = index($0, " -> socket:[")) > 0) {
+					ino = substr($0, i + 12, length($0) - i - 12)
+					held[ino] = 1
+					if (!(ino in holder)) holder[ino] = pid
+				}
+			}
+			END {
+				if (!cut) printf "\n@@rc=0\n"
+				printf "\n@@%s@@ /fd\n\n@@%s@@ net\n", B, B
+				cut = 0; n = 0; cap = ncap
+				split("tcp tcp6 udp udp6 unix", tabs, " ")
+				readns("/proc/self", "self")
+				for (r = 0; r < 16; r++) {
+					p = ""
+					for (ino in held) if (!(ino in found) && !(holder[ino] in tried)) { p = holder[ino]; break }
+					if (p == "") break
+					tried[p] = 1
+					readns(p, substr(p, 7))
+				}
+				if (ss == 1) {
+					while (("ss -xan 2>/dev/null" | getline l) > 0) {
+						m = split(l, c, " ")
+						if (c[m] in held || c[m - 2] in held) out("@ss " l)
+					}
+					close("ss -xan 2>/dev/null")
+				}
+				if (!cut) printf "\n@@rc=0\n"
+				printf "\n@@%s@@ /net\n", B
+			}'
+}
+
+VP_KPAT='invoked oom-killer|oom-kill:|Kill(ed)? process|oom_reaper|Out of memory|Memory cgroup out of memory|memory: usage|Task in .* killed|NVRM: Xid|SXid|fallen off the bus|The NVIDIA GPU |blocked for more than|GPU is lost'
+
+# The last 400 matching kernel-log lines (each cut at 4 KiB), plus how many lines the log had at all.
+vp_kfilter() {
+	awk -v pat="$VP_KPAT" '
+		NR <= 3 && /(not permitted|denied|failed|No journal files|No entries)/ { print "@@err " $0 }
+		$0 ~ pat { buf[n % 400] = substr($0, 1, 4096); n++ }
+		END { s = n > 400 ? n - 400 : 0; for (i = s; i < n; i++) print "|" buf[i % 400]; print "@@lines " NR }'
+}
+
+vp_kmsg() {
+	printf '@@source dmesg\n'
+	dmesg 2>&1 | vp_kfilter
+}
+
+vp_kmsg_fallback() {
+	if vp_has journalctl; then
+		printf '@@source journalctl\n'
+		tmo 10 journalctl -k -b --no-pager -o short-monotonic 2>&1 | tail -n 20000 | vp_kfilter
+	fi
+	for vp_f in /var/log/kern.log /var/log/messages; do
+		if [ -r "$vp_f" ]; then
+			printf '@@source %s\n' "$vp_f"
+			tmo 10 tail -c 4000000 "$vp_f" | vp_kfilter
+		fi
+	done
+}
+
+# One query, with a header so the client reads columns by name. An unknown field fails the whole
+# query (exit 2): then the older reasons name, then the oldest field set (each sample tries anew:
+# `sec` runs this in a subshell, so nothing learnt here outlives it).
+VP_GPUQ=index,uuid,name,pci.bus_id,utilization.gpu,utilization.memory,memory.used,memory.total,temperature.gpu,power.draw,power.limit,clocks.sm,clocks.max.sm,ecc.errors.uncorrected.volatile.total,retired_pages.pending,remapped_rows.pending,remapped_rows.failure,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,mig.mode.current
+VP_GPUQ0=index,uuid,name,pci.bus_id,utilization.gpu,utilization.memory,memory.used,memory.total,temperature.gpu,power.draw
+vp_gpu() {
+	if ! vp_has nvidia-smi; then
+		printf '@@absent\n'
+		return 0
+	fi
+	if [ "$VP_GPU_HUNG" = 1 ]; then
+		printf '@@skipped an earlier nvidia-smi call timed out\n'
+		return 0
+	fi
+	for vp_q in "$VP_GPUQ,clocks_event_reasons.active" "$VP_GPUQ,clocks_throttle_reasons.active" \
+		"$VP_GPUQ0,clocks_throttle_reasons.active"; do
+		tmo "$VP_NVSMI_T" nvidia-smi --query-gpu="$vp_q" --format=csv,nounits
+		vp_rc=$?
+		[ "$vp_rc" -eq 2 ] || break
+	done
+	return $vp_rc
+}
+
+# /dev/nvidia<N>: one node per GPU the driver (or the container runtime) gave this system. A glob
+# and builtins: no fork; at most 64 named.
+vp_nvdev() {
+	vp_c=0
+	for vp_d in /dev/nvidia[0-9]*; do
+		[ -e "$vp_d" ] || continue
+		vp_c=$((vp_c + 1))
+		[ "$vp_c" -gt 64 ] || printf '@@dev %s\n' "$vp_d"
+	done
+	printf '@@devs %s\n' "$vp_c"
+}
+
+vp_gpuapps() {
+	vp_nvdev
+	vp_has nvidia-smi || {
+		printf '@@absent\n'
+		return 0
+	}
+	[ "$VP_GPU_HUNG" != 1 ] || {
+		printf '@@skipped an earlier nvidia-smi call timed out\n'
+		return 0
+	}
+	tmo "$VP_NVSMI_T" nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv,nounits
+}
+
+# logstat PATH: "<size> <mtime> <inode> <type>" or the reason it cannot be stat'ed.
+vp_logstat() { tmo 5 stat -L -c '%s %Y %i %F' -- "$1"; }
+vp_logstats() { vp_each_log vp_logstat_one; }
+vp_logstat_one() {
+	printf '@@log %s\n' "$1"
+	vp_logstat "$2"
+}
+# Only a regular file is read: a FIFO or a device named by --log would block or never end.
+vp_logtail() {
+	if [ ! -f "$1" ]; then
+		printf '@@notregular\n'
+		return 0
+	fi
+	# each line prefixed, so no line of the log can pass for one of the probe's own (format 3)
+	tmo 5 tail -c "$VP_TAIL" -- "$1" | awk '{ print "|" $0 }'
+}
+
+# Space, then inodes. A dead mount hangs the first call into its timeout; one that answered it
+# answers the second, so that one runs without a timeout of its own (one fork less).
+vp_df() {
+	vp_dfdirs tmo 5 df -P -- /tmp
+	vp_rc=$?
+	printf '@@inodes\n'
+	case $vp_rc in 124 | 137) return "$vp_rc" ;; esac
+	vp_dfdirs df -P -i -- /tmp
+}
+
+# glob PATTERN: the first VP_MAXART matches as "<size> <mtime> <type>|<name>". The list is cut
+# in the shell, so stat never sees the rest of a huge directory.
+vp_glob() {
+	vp_ifs=$IFS
+	IFS=
+	set -- $1
+	IFS=$vp_ifs
+	if [ ! -e "$1" ] && [ ! -L "$1" ]; then
+		printf '@@nomatch\n'
+		return 0
+	fi
+	printf '@@count %s\n' "$#"
+	if [ "$#" -gt "$VP_MAXART" ]; then
+		vp_gn=$#
+		vp_i=0
+		for vp_a; do
+			[ "$vp_i" -lt "$VP_MAXART" ] || break
+			vp_i=$((vp_i + 1))
+			set -- "$@" "$vp_a"
+		done
+		shift "$vp_gn"
+	fi
+	# a name holding a newline would print as two lines: counted, not listed
+	vp_gn=$#
+	vp_nl=0
+	for vp_a; do
+		case $vp_a in
+		*"$VP_NL"*) vp_nl=$((vp_nl + 1)) ;;
+		*) set -- "$@" "$vp_a" ;;
+		esac
+	done
+	shift "$vp_gn"
+	[ "$vp_nl" = 0 ] || printf '@@unlisted %s\n' "$vp_nl"
+	[ "$#" -gt 0 ] || return 0
+	tmo 5 stat -c '%s %Y %F|%n' -- "$@"
+}
+
+
+# Whole seconds since boot, without a fork.
+vp_secs() {
+	vp_u=0
+	read -r vp_u vp_i </proc/uptime 2>/dev/null
+	vp_u=${vp_u%.*}
+}
+
+# nvidia-smi on a lost GPU blocks until its timeout: after one such call, skip the rest.
+# Without nvidia-smi the section's function says so itself (and lists /dev/nvidia*), without a fork.
+vp_gpu_sec() {
+	if ! vp_has nvidia-smi; then
+		secn "$1" "$2"
+		return 0
+	fi
+	vp_secs
+	vp_g0=$vp_u
+	sec "$1" 65536 "$2"
+	vp_secs
+	if [ $((vp_u - vp_g0)) -ge $((VP_NVSMI_T - 1)) ]; then VP_GPU_HUNG=1; fi
+}
+
+vp_main() {
+	vp_wd=
+	if [ "${VP_DEADLINE:-0}" -gt 0 ]; then
+		(
+			trap 'kill "$vp_s" 2>/dev/null; exit 0' TERM
+			sleep "$VP_DEADLINE" &
+			vp_s=$!
+			wait "$vp_s"
+			printf '\n@@%s@@ deadline\n' "$VP_B"
+			kill -KILL 0 2>/dev/null
+		) &
+		vp_wd=$!
+	fi
+	secn meta vp_meta
+	secn host vp_host
+	secn s0.now vp_now
+	vp_lists # reads every stat: the first sample starts here
+	vp_s0
+	secn syscall vp_syscall
+	vp_gpu_sec s0.gpu vp_gpu
+	secn s0.logs vp_logstats
+	vp_sl=
+	if [ "$VP_SAMPLE" != 0 ]; then
+		sleep "$VP_SAMPLE" &
+		vp_sl=$!
+	fi
+	secn cmdline vp_cmdline
+	vp_fd
+	vp_k=$(vp_kmsg)
+	secn kmsg printf '%s\n' "$vp_k"
+	case $vp_k in
+	*"@@err "* | *"@@lines 0") secn kmsg.fallback vp_kmsg_fallback ;;
+	esac
+	vp_gpu_sec gpuapps vp_gpuapps
+	vp_each_log vp_logtail_sec
+	secn df vp_df
+	vp_each_glob vp_glob_sec
+	if [ -n "$vp_sl" ]; then
+		wait "$vp_sl"
+		secn s1.now vp_now
+		secn s1.proc vp_s1
+		vp_gpu_sec s1.gpu vp_gpu
+		secn s1.logs vp_logstats
+	fi
+	# times must run in this shell, not in a section's subshell, to count the whole probe.
+	printf '\n@@%s@@ times\n' "$VP_B"
+	times
+	printf '\n@@rc=0\n\n@@%s@@ /times\n' "$VP_B"
+	if [ -n "$vp_wd" ]; then kill "$vp_wd" 2>/dev/null; fi
+	printf '\n@@%s@@ end\n' "$VP_B"
+}
+
+vp_logtail_sec() { secn "log.$1" vp_logtail "$2"; }
+vp_glob_sec() { secn "art.$1" vp_glob "$2"; }
+
+vp_main </dev/null

@@ -1,0 +1,73 @@
+"""Two FUSE mounts on the real kernel interface (tests/fuse_server.py), the server of one stopped as
+a hung sshfs would be: the reader of that mount is blamed on that mount's server, never on the
+other's, and the finding names the mount point. Found from /proc alone, no --log."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import descendants, proc_wchan, vastprobe_json, wait_for
+
+SERVER = Path(__file__).parents[1] / "fuse_server.py"
+
+
+def mount(reap: list, where: Path) -> subprocess.Popen:
+    where.mkdir()
+    server = subprocess.Popen([sys.executable, str(SERVER), str(where)], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)  # fmt: skip
+    reap.append(server)
+    assert server.stdout is not None
+    if server.stdout.readline().strip() != "ready":
+        pytest.skip("could not mount a FUSE file system here")
+    return server
+
+
+@pytest.fixture
+def two_mounts(reap, tmp_path: Path) -> Iterator[tuple[subprocess.Popen, Path, subprocess.Popen, Path]]:
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        pytest.skip("needs root and /dev/fuse")
+    a, b = tmp_path / "datasets", tmp_path / "checkpoints"
+    server_a = mount(reap, a)
+    server_b = mount(reap, b)
+    yield server_a, a, server_b, b
+    for server in (server_a, server_b):
+        os.kill(server.pid, signal.SIGCONT)
+    for m in (a, b):
+        subprocess.run(["umount", "-l", str(m)], check=False)
+
+
+@pytest.mark.parametrize("sample", ["1", "0"])
+def test_a_reader_of_one_mount_is_blamed_on_that_mounts_server(reap, two_mounts, sample: str) -> None:
+    server_a, a, server_b, b = two_mounts
+    os.kill(server_a.pid, signal.SIGSTOP)
+    job = subprocess.Popen(["bash", "-c", f"cat {a}/shard-00001.tar > /dev/null; echo done"], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: any(proc_wchan(d) == "request_wait_answer" for d in descendants(job.pid)),
+             what="cat waiting on the mount")  # fmt: skip
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
+    found = [f for f in host["findings"] if f["rule"] == "fuse-no-answer"]
+    assert found, [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    f = found[0]
+    assert server_a.pid in f["pids"] and server_b.pid not in f["pids"], f["pids"]
+    assert str(a) in f["summary"] and str(b) not in f["summary"] + (f["hint"] or "")
+    assert f"kill -CONT {server_a.pid}" in f["hint"] and f"fusermount -uz {a}" in f["hint"]
+    assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1  # stopped: a dead end
+
+
+def test_a_reader_of_the_other_mount_is_blamed_on_its_own_server(reap, two_mounts) -> None:
+    server_a, _a, server_b, b = two_mounts
+    os.kill(server_a.pid, signal.SIGSTOP)
+    job = subprocess.Popen(["bash", "-c", f"cat {b}/step-1000.pt > /dev/null; echo done"], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: any(proc_wchan(d) == "request_wait_answer" for d in descendants(job.pid)),
+             what="cat waiting on the mount")  # fmt: skip
+    _rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+    f = next(f for f in host["findings"] if f["rule"] == "fuse-no-answer")
+    assert server_b.pid in f["pids"] and server_a.pid not in f["pids"] and str(b) in f["summary"], f

@@ -1,0 +1,158 @@
+"""Transfers over ssh whose remote side stopped, through the test sshd on 127.0.0.1: `tar | gzip | ssh
+'cat > file'` and `rsync -e ssh`. Every process of the job waits in poll() or on a full pipe, and the
+chain goes on through the TCP connection into sshd's session and on to the stopped command there.
+Found from /proc alone: no --log, with two samples and with one."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import descendants, proc_state, vastprobe_json, wait_for
+from tests.sshd import Sshd, start_sshd
+
+pytestmark = pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client")
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory) -> Iterator[Sshd]:
+    s = start_sshd(tmp_path_factory.mktemp("sshd"))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def payload(tmp_path_factory) -> Path:
+    """32 MiB that does not compress: more than every buffer between the two ends holds."""
+    d = tmp_path_factory.mktemp("payload")
+    (d / "weights.bin").write_bytes(os.urandom(32 << 20))
+    return d
+
+
+def ssh_command(sshd: Sshd) -> str:
+    return (
+        f"ssh -p {sshd.port} -i {sshd.user_key} -o UserKnownHostsFile={sshd.known_hosts} -o BatchMode=yes "
+        "-o StrictHostKeyChecking=yes"
+    )
+
+
+def comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def cpu_and_io(pids: list[int]) -> tuple[int, ...]:
+    """What would change while data still flows: CPU ticks and bytes each process read and wrote."""
+    out = []
+    for pid in pids:
+        try:
+            f = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            io = dict(line.split(b": ") for line in Path(f"/proc/{pid}/io").read_bytes().splitlines())
+            out += [int(f[11]) + int(f[12]), int(io[b"rchar"]), int(io[b"wchar"])]
+        except (OSError, ValueError, IndexError, KeyError):
+            out.append(-1)
+    return tuple(out)
+
+
+def settled(pids: list[int]) -> bool:
+    """Nothing of the transfer moves over a second: the buffers between the ends are full."""
+    before = cpu_and_io(pids)
+    try:
+        wait_for(lambda: cpu_and_io(pids) != before, timeout=1.0, what="movement")
+    except AssertionError:
+        return True
+    return False
+
+
+def stop_remote(sshd: Sshd, name: str, count: int = 1) -> list[int]:
+    """Stop the command sshd runs for the client (all `count` of its processes: rsync's receiver
+    forks its generator), as a tenant or a debugger would."""
+    found: list[int] = []
+
+    def remote() -> bool:
+        found[:] = [d for d in descendants(sshd.proc.pid) if comm(d) == name]
+        return len(found) >= count
+
+    wait_for(remote, timeout=30, what=f"the remote {name} running")
+    for pid in found:
+        os.kill(pid, signal.SIGSTOP)
+    wait_for(lambda: all(proc_state(p) == "T" for p in found), what="the remote side stopped")
+    return found
+
+
+def start_job(reap: list, command: str) -> subprocess.Popen:
+    job = subprocess.Popen(["bash", "-c", command], start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    reap.append(job)
+    return job
+
+
+def resume(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+@pytest.mark.parametrize("sample", ["1", "0"])
+def test_tar_gzip_ssh_to_a_stopped_remote_cat_names_the_stopped_cat(reap, sshd: Sshd, payload: Path,
+                                                                     tmp_path: Path, sample: str) -> None:  # fmt: skip
+    out = tmp_path / "backup.tgz"
+    job = start_job(reap, f"tar cf - -C {payload} . | gzip -1 | {ssh_command(sshd)} root@127.0.0.1 'cat > {out}'")
+    stopped = stop_remote(sshd, "cat")
+    try:
+        local = [d for d in descendants(job.pid) if comm(d) in ("tar", "gzip", "ssh")]
+        wait_for(lambda: settled(local), timeout=60, what="the transfer blocked")
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
+        named = [f for f in host["findings"] if set(stopped) & set(f["pids"]) and f["severity"] == "error"]
+        assert named, [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+        f = named[0]
+        assert f["rule"] == "do-wait-orphan" and "which is stopped" in f["summary"], f["summary"]
+        assert f"kill -CONT {stopped[0]}" in f["hint"]
+        chain = next(e["detail"] for e in f["evidence"] if e["source"] == "wait chain")
+        assert " ssh " in chain and " sshd " in chain, chain  # through the connection, into sshd's session
+        assert host["verdict"] == "stalled" and rc == 1
+    finally:
+        resume(stopped)
+
+
+@pytest.mark.parametrize("sample", ["1", "0"])
+@pytest.mark.skipif(shutil.which("rsync") is None, reason="needs rsync")
+def test_rsync_over_ssh_to_a_stopped_remote_rsync_names_it(reap, sshd: Sshd, payload: Path, tmp_path: Path,
+                                                           sample: str) -> None:  # fmt: skip
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    job = start_job(reap, f"rsync -a -e '{ssh_command(sshd)}' {payload}/ root@127.0.0.1:{dest}/")
+    stopped = stop_remote(sshd, "rsync", count=2)
+    try:
+        local = [d for d in descendants(job.pid) if comm(d) in ("rsync", "ssh")]
+        wait_for(lambda: settled(local), timeout=60, what="the transfer blocked")
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
+        named = [f for f in host["findings"] if set(stopped) & set(f["pids"]) and f["severity"] == "error"]
+        assert named, [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+        assert "which is stopped" in named[0]["summary"] and "kill -CONT" in named[0]["hint"]
+        assert host["verdict"] == "stalled" and rc == 1
+    finally:
+        resume(stopped)
+
+
+@pytest.mark.skipif(shutil.which("rsync") is None, reason="needs rsync")
+def test_a_running_rsync_over_ssh_is_healthy(reap, sshd: Sshd, payload: Path, tmp_path: Path) -> None:
+    """The control: the same transfer with nothing stopped, caught mid-way (--bwlimit keeps it going
+    for the whole sample window; every process of it still waits in poll() most of the time)."""
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    job = start_job(reap, f"rsync -a --bwlimit=4000 -e '{ssh_command(sshd)}' {payload}/ root@127.0.0.1:{dest}/")
+    wait_for(lambda: any(comm(d) == "rsync" for d in descendants(sshd.proc.pid)), timeout=30, what="the remote rsync")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+    assert host["verdict"] == "healthy" and rc == 0, [
+        (f["rule"], f["severity"], f["summary"]) for f in host["findings"]
+    ]

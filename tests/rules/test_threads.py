@@ -1,0 +1,85 @@
+"""Threads as waiters, with real multiprocessing: a child whose queue feeder thread writes a pipe that
+only its parent reads, while the parent waits for the child to exit (Queue.put() before join(): the
+child cannot exit until the feeder has flushed). The main thread of the child waits in a futex for
+the feeder, so only the thread's own wait shows the cycle. Found from /proc alone, no --log."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import children_of, vastprobe_json, wait_for
+
+PUT_BEFORE_JOIN = textwrap.dedent("""
+    import multiprocessing as mp
+    def worker(q):
+        q.put(b"x" * 10_000_000)          # the feeder thread blocks on the full pipe
+    if __name__ == "__main__":
+        q = mp.Queue()
+        p = mp.Process(target=worker, args=(q,))
+        p.start()
+        p.join()                          # waits for the child, which waits for its feeder
+        print(len(q.get()))
+""")
+
+GET_BEFORE_JOIN = textwrap.dedent("""
+    import multiprocessing as mp, time
+    def worker(q):
+        for i in range(100000):
+            q.put(b"x" * 65536)
+            time.sleep(0.001)
+    if __name__ == "__main__":
+        q = mp.Queue()
+        p = mp.Process(target=worker, args=(q,))
+        p.start()
+        while True:
+            q.get()                       # the parent keeps reading: the feeder keeps flowing
+""")
+
+
+def thread_wchans(pid: int) -> list[str]:
+    out = []
+    for t in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            out.append((t / "wchan").read_text())
+    return out
+
+
+def start(reap: list, tmp_path: Path, source: str) -> tuple[int, int]:
+    script = tmp_path / "job.py"
+    script.write_text(source)
+    job = subprocess.Popen([sys.executable, str(script)], start_new_session=True, stdout=subprocess.DEVNULL)
+    reap.append(job)
+    wait_for(lambda: bool(children_of(job.pid)), what="the worker started")
+    (child,) = children_of(job.pid)
+    return job.pid, child
+
+
+@pytest.mark.parametrize("sample", ["1", "0"])
+def test_a_queue_feeder_thread_writing_to_a_parent_that_joins_is_a_deadlock(reap, tmp_path: Path, sample: str) -> None:
+    parent, child = start(reap, tmp_path, PUT_BEFORE_JOIN)
+    wait_for(lambda: any(w.endswith("pipe_write") for w in thread_wchans(child)), what="the feeder blocked")
+    rc, host = vastprobe_json("--pid", str(parent), "--sample", sample)
+    dead = [f for f in host["findings"] if f["rule"] == "deadlock"]
+    assert dead, [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    f = dead[0]
+    assert "waits for python" in f["summary"] and f"({child}) to exit" in f["summary"], f["summary"]
+    assert "'s thread " in f["summary"] and "get() every result before join()" in f["hint"]
+    if sample == "1":
+        assert f["severity"] == "critical" and host["verdict"] == "stalled" and rc == 1
+    else:
+        assert f["severity"] == "warning" and host["verdict"] == "degraded" and rc == 0
+
+
+def test_a_queue_read_while_its_feeder_writes_is_healthy(reap, tmp_path: Path) -> None:
+    parent, child = start(reap, tmp_path, GET_BEFORE_JOIN)
+    wait_for(lambda: len(list(Path(f"/proc/{child}/task").iterdir())) > 1, what="the feeder thread started")
+    rc, host = vastprobe_json("--pid", str(parent), "--sample", "1")
+    assert host["verdict"] == "healthy" and rc == 0, [
+        (f["rule"], f["severity"], f["summary"]) for f in host["findings"]
+    ]

@@ -1,0 +1,80 @@
+"""VP118 db-lock-wait: a watched process waits on a PostgreSQL backend that waits for a lock, and
+the session that likely holds it is idle in a transaction (or running a statement).
+
+The client polls its connection (psql, psycopg) and the backend sleeps in its latch; neither wait
+names the lock. The backend's process title does: PostgreSQL appends ` waiting` while a backend
+waits for a heavyweight lock (`postgres: app db [local] UPDATE waiting`). Which session holds the
+lock only `pg_locks` says, so the holder is worded as likely: the server's backends idle in a
+transaction (they keep their locks until they commit), else the ones running a statement, each
+with its title and its own client across the socket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from vastprobe.analysis.waitgraph import process_title
+from vastprobe.model import Evidence, Finding
+from vastprobe.rules.base import Context, Rule, RuleMeta
+from vastprobe.rules.chains import chain_evidence, marked, stalled
+
+META = RuleMeta(
+    "db-lock-wait", "VP118", "error", "a process waits on a database session that waits for another session's lock"
+)
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    for s, edge, stall, sev in stalled(ctx, "db-lock"):  # a holder that works is left out
+        waiter = ctx.tree.by_pid[s.waiter]
+        backend = ctx.tree.by_pid.get(edge.waiter)
+        if backend is None:
+            continue
+        doing = process_title(backend).removeprefix("postgres: ")
+        via = f" on its PostgreSQL backend {backend.pid} ({doing})" if backend.pid != waiter.pid else f" ({doing})"
+        clients = {h: _client(ctx, h) for h in edge.holders}
+        idle = any("idle in transaction" in process_title(ctx.tree.by_pid[h]) for h in edge.holders)
+        how = "idle in a transaction" if idle else "running a statement"
+        if edge.holders:
+            held = ", ".join(
+                f"backend {h}" + (f" (its client: {ctx.proc_label(c)})" if c is not None else "")
+                for h, c in list(clients.items())[:4]
+            )
+            summary = f"{waiter.comm} ({waiter.pid}) waits{via} for a lock; likely held by {held}, {how}"
+            first = edge.holders[0]
+            client = clients[first]
+            finish = f"commit or roll back in its client ({ctx.proc_label(client)}), or " if client else ""
+            hint = (
+                f"the session {how} keeps its locks until it ends: {finish}end it from SQL with "
+                f"`SELECT pg_terminate_backend({first});`. Confirm first: `SELECT pid, state, wait_event, "
+                "pg_blocking_pids(pid) FROM pg_stat_activity;` names the holder for sure; set "
+                "idle_in_transaction_session_timeout and lock_timeout so it cannot happen silently"
+            )
+        else:
+            summary = (
+                f"{waiter.comm} ({waiter.pid}) waits{via} for a lock; no other session of the server is visible here"
+            )
+            hint = (
+                "`SELECT pid, state, wait_event, pg_blocking_pids(pid) FROM pg_stat_activity;` names the holder "
+                "(a session from another host, a prepared transaction: `SELECT * FROM pg_prepared_xacts;`)"
+            )
+        ev = chain_evidence(ctx, s)
+        ev += [Evidence("client", f"backend {h} serves {ctx.proc_label(c)}") for h, c in clients.items() if c]
+        yield META.finding(
+            marked(summary, s, sev),
+            (*s.chain.pids, *[h for h in edge.holders if h not in s.chain.pids]),
+            [*ev, *stall.evidence],
+            hint,
+            sev,
+            caused_by="oom-killed-child" if stall.oom else None,
+        )
+
+
+def _client(ctx: Context, backend: int) -> int | None:
+    """The process at the other end of a backend's connection, when it is on this host."""
+    for edge in ctx.graph.edges(backend):
+        if edge.kind in ("unix-socket", "tcp") and edge.holders:
+            return edge.holders[0]
+    return None
+
+
+RULE = Rule(META, check)
