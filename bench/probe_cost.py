@@ -2,13 +2,17 @@
 
 Run by hand (not in CI), as root, with strace and a C compiler installed:
 
-    .venv/bin/python bench/probe_cost.py [--runs 5] [--sizes 100,500,2000]
+    .venv/bin/python bench/probe_cost.py [--runs 5] [--sizes 100,500,2000] [--threads 4]
+        [--previous bench/peers/probe-2026-12-04.sh]
 
-For each size it spawns that many extra `sleep` processes, then measures, alternating:
+For each size it spawns that many extra `sleep` processes (with --threads N: a small compiled
+program with N threads, all asleep, as a host of Python and CUDA programs has), then measures,
+alternating:
 - the vastprobe probe with one sample (--sample 0) and with the default two samples 1 s apart
   (the sleep costs no CPU; its second sample re-reads stat and io of every process);
-- the previous probe (bench/peers/probe-2026-12-02.sh, the script before the wait-for graph's sources:
-  syscall, threads, /proc/locks, FUSE mounts, socket tables), same parameters, --sample 0 and 1;
+- a previous probe (--previous; bench/peers/probe-2026-12-02.sh is the script before the wait-for
+  graph's sources, probe-2026-12-04.sh the one before threads' and pollers' system calls), same
+  parameters, --sample 0 and 1;
 - the named peer, the loop people type by hand:
   `for p in /proc/[0-9]*; do cat $p/stat $p/status $p/wchan; ls -la $p/fd; done`;
 - the floor: bench/proc_floor.c, one compiled process reading what the probe reads (six files
@@ -37,17 +41,36 @@ from vastprobe.probe.render import ProbeParams, render_script
 PEER = "for p in /proc/[0-9]*; do cat $p/stat $p/status $p/wchan 2>/dev/null; ls -la $p/fd 2>/dev/null; done\n"
 FORK = re.compile(r"^(clone3?|fork|vfork)\(.*= (\d+)$")
 PEER_NAME = "peer: per-PID cat/ls loop"
-OLD_NAME = "previous probe (2026-12-02), --sample 0"
-OLD_TEMPLATE = Path(__file__).with_name("peers") / "probe-2026-12-02.sh"
+OLD_NAME = "previous probe, --sample 0"
+OLD_NAME_1 = "previous probe, --sample 1"
+THREADED_C = r"""
+#include <pthread.h>
+#include <stdlib.h>
+/* every thread waits on a condition nobody signals: a futex wait, as idle Python and CUDA threads do */
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+static void *nap(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&m);
+    for (;;) pthread_cond_wait(&c, &m);
+    return 0;
+}
+int main(int argc, char **argv) {
+    int n = argc > 1 ? atoi(argv[1]) : 4;
+    pthread_t t;
+    for (int i = 1; i < n; i++) pthread_create(&t, 0, nap, 0);
+    nap(0);
+}
+"""
 
 
-def render_old(params: ProbeParams) -> str:
-    """The previous script with today's parameter block (it ignores the parameters it never had)."""
+def render_old(params: ProbeParams, template: Path) -> str:
+    """A previous script with today's parameter block (it ignores the parameters it never had)."""
     new = render_script(params)
     start = new.index("# ---- parameters")
     end = new.index("# ---- end of parameters ----")
     block = new[new.index("\n", start) + 1 : end]
-    return OLD_TEMPLATE.read_text().replace("#@PARAMS@", block, 1)
+    return template.read_text().replace("#@PARAMS@", block, 1)
 
 
 FLOOR_NAME = "floor: compiled reader (proc_floor.c)"
@@ -86,10 +109,23 @@ def build_floor(workdir: str) -> str | None:
     return exe
 
 
+def build_threaded(workdir: str) -> str:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        sys.exit("--threads needs a C compiler")
+    src = Path(workdir) / "threaded.c"
+    src.write_text(THREADED_C)
+    exe = f"{workdir}/threaded"
+    subprocess.run([cc, "-O2", "-pthread", "-o", exe, str(src)], check=True)
+    return exe
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--sizes", default="100,500,2000")
+    ap.add_argument("--threads", type=int, default=1, help="threads per extra process (1: plain sleep)")
+    ap.add_argument("--previous", type=Path, default=Path(__file__).with_name("peers") / "probe-2026-12-04.sh")
     args = ap.parse_args()
     if shutil.which("strace") is None:
         sys.exit("needs strace")
@@ -97,12 +133,17 @@ def main() -> None:
     tools: dict[str, tuple[list[str], str, float]] = {
         "vastprobe probe, --sample 0": (["dash", "-s"], render_script(ProbeParams(sample=0)), 0.0),
         "vastprobe probe, --sample 1 (default)": (["dash", "-s"], render_script(ProbeParams(sample=1.0)), 1.0),
-        OLD_NAME: (["dash", "-s"], render_old(ProbeParams(sample=0)), 0.0),
-        "previous probe (2026-12-02), --sample 1": (["dash", "-s"], render_old(ProbeParams(sample=1.0)), 1.0),
+        OLD_NAME: (["dash", "-s"], render_old(ProbeParams(sample=0), args.previous), 0.0),
+        OLD_NAME_1: (["dash", "-s"], render_old(ProbeParams(sample=1.0), args.previous), 1.0),
         PEER_NAME: (["dash", "-s"], PEER, 0.0),
     }
     with tempfile.TemporaryDirectory() as workdir:
         floor = build_floor(workdir)
+        threaded = build_threaded(workdir) if args.threads > 1 else None
+        print(
+            f"previous probe: {args.previous.name}; extra processes: "
+            + (f"{args.threads} threads each" if threaded else "sleep")
+        )
         if floor:
             tools[FLOOR_NAME] = ([floor], "", 0.0)
         print(
@@ -111,7 +152,8 @@ def main() -> None:
         )
         print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
         for size in (int(s) for s in args.sizes.split(",")):
-            sleepers = [subprocess.Popen(["sleep", "3600"]) for _ in range(size)]
+            argv = [threaded, str(args.threads)] if threaded else ["sleep", "3600"]
+            sleepers = [subprocess.Popen(argv) for _ in range(size)]
             try:
                 results: dict[str, list[tuple[float, float, int]]] = {t: [] for t in tools}
                 for _ in range(args.runs):
@@ -133,7 +175,7 @@ def main() -> None:
             }
             peer_cpu = med[PEER_NAME][0]
             floor_cpu = med[FLOOR_NAME][0] if FLOOR_NAME in med else 0.0
-            old = {"0": med[OLD_NAME][0], "1": med["previous probe (2026-12-02), --sample 1"][0]}
+            old = {"0": med[OLD_NAME][0], "1": med[OLD_NAME_1][0]}
             for name in tools:
                 cpu, wall, size_b = med[name]
                 vs_peer = f"{cpu / peer_cpu:.2f}x" if peer_cpu else "-"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
 
 from vastprobe.analysis.oom import ROOT_CGROUPS, _index, _members
 from vastprobe.model import Process
@@ -35,7 +36,8 @@ def test_a_kill_without_its_cgroup_line_goes_only_to_a_counting_cgroup_that_live
     """Found on a busy host, whole-host scope: a python killed (cgroup line rate-limited) at t=100 in
     a test's cgroup was placed in another job's cgroup by that cgroup's counter, whose processes
     started at t=200, and blamed on an unrelated bash outside it that had a python child."""
-    from vastprobe.analysis.oom import _place_unnamed
+    from vastprobe.analysis.oom import _place_unnamed, _Ties
+    from vastprobe.analysis.tree import ProcessTree
     from vastprobe.model import CgroupMemory, KernelEvent
 
     def cg(path: str, kills: int) -> CgroupMemory:
@@ -49,17 +51,19 @@ def test_a_kill_without_its_cgroup_line_goes_only_to_a_counting_cgroup_that_live
     second = KernelEvent("oom-kill", "Killed process 4300 (python)", 300.0, 300.0, 4300, "python", anon_rss_kb=40704)
     out: list = [None, None]
     unnamed = [(0, first, [bystander, early]), (1, second, [bystander, early, late])]
-    _place_unnamed(out, unnamed, [cg("/job-b", 1)], [], [bystander, early, late], set(), parents_of, {}, bounded=False)
+    tree = ProcessTree(SimpleNamespace(processes=[bystander, early, late]))  # type: ignore[arg-type]
+    ties = _Ties(set(), parents_of, {}, tree, host_pids=False)
+    _place_unnamed(out, unnamed, [cg("/job-b", 1)], [], [bystander, early, late], ties, bounded=False)
     assert out[0].tie == "elsewhere" and out[0].loser is None  # nobody in /job-b lived through it
     assert out[1].tie == "job" and out[1].cgroup == "/job-b" and out[1].loser != bystander.pid
     # with /job-a counting one too, the first kill is /job-a's; a counter is never spent twice
     out = [None, None]
-    _place_unnamed(out, unnamed, [cg("/job-a", 1), cg("/job-b", 1)], [], [bystander, early, late], set(), parents_of, {},
+    _place_unnamed(out, unnamed, [cg("/job-a", 1), cg("/job-b", 1)], [], [bystander, early, late], ties,
                    bounded=False)  # fmt: skip
     assert {(m.tie, m.cgroup) for m in out} == {("job", "/job-a"), ("job", "/job-b")}
     # a counter spent on a kill the log named the cgroup for takes no unnamed one (a neighbour's
     # kill of the same size, its cgroup line rate-limited, was made the job's second loss)
     out = [None, None]
-    _place_unnamed(out, unnamed, [cg("/job-a", 1), cg("/job-b", 1)], ["/job-a"], [bystander, early, late], set(),
-                   parents_of, {}, bounded=False)  # fmt: skip
+    _place_unnamed(out, unnamed, [cg("/job-a", 1), cg("/job-b", 1)], ["/job-a"], [bystander, early, late], ties,
+                   bounded=False)  # fmt: skip
     assert out[0].tie == "elsewhere" and (out[1].tie, out[1].cgroup) == ("job", "/job-b")

@@ -336,6 +336,28 @@ def test_a_slow_download_is_not_a_server_that_does_not_answer(reap, tmp_path: Pa
     assert finding(host, "missing-logs")["severity"] == "error" and rc == 1  # the stale log is the stall
 
 
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
+def test_a_throttled_download_is_not_nothing_in_flight(reap, tmp_path: Path) -> None:
+    """curl --limit-rate 100 reads a hundred bytes a second: a window can see it move nothing, while
+    megabytes wait in the server's send queue. The server is not failing to answer, and nothing is
+    'nothing in flight' (it was a note saying so)."""
+    (tmp_path / "big.bin").write_bytes(os.urandom(8 << 20))
+    srv = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1", "-d", str(tmp_path)],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(srv)
+    assert srv.stdout is not None
+    port = int(srv.stdout.readline().split(" port ")[1].split()[0])
+    job = subprocess.Popen(["curl", "-s", "--limit-rate", "100", "-o", "/dev/null", f"http://127.0.0.1:{port}/big.bin"],
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    wait_for(lambda: proc_wchan(job.pid).startswith("poll_schedule"), what="curl throttling")
+    for sample in ("1", "0"):
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
+        assert not [f for f in host["findings"] if f["rule"] == "socket-peer-wait"], host["findings"]
+        assert rc == 0
+
+
 def test_busy_http_server_with_a_client_loop_is_healthy(reap, tmp_path: Path) -> None:
     (tmp_path / "index.html").write_text("x" * 100_000)
     srv = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "0"], cwd=tmp_path,

@@ -6,10 +6,12 @@ Found from /proc alone: no --log, with two samples and with one."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,7 +34,9 @@ def sshd(tmp_path_factory) -> Iterator[Sshd]:
 def payload(tmp_path_factory) -> Path:
     """32 MiB that does not compress: more than every buffer between the two ends holds."""
     d = tmp_path_factory.mktemp("payload")
-    (d / "weights.bin").write_bytes(os.urandom(32 << 20))
+    with (d / "weights.bin").open("wb") as f:
+        for _ in range(32):
+            f.write(os.urandom(1 << 20))
     return d
 
 
@@ -156,3 +160,32 @@ def test_a_running_rsync_over_ssh_is_healthy(reap, sshd: Sshd, payload: Path, tm
     assert host["verdict"] == "healthy" and rc == 0, [
         (f["rule"], f["severity"], f["summary"]) for f in host["findings"]
     ]
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("nsenter") is None, reason="needs util-linux")
+def test_from_inside_a_container_the_stopped_remote_is_another_host_to_diagnose(reap, sshd: Sshd, payload: Path,
+                                                                                tmp_path: Path) -> None:  # fmt: skip
+    """`tar | gzip | ssh` in a PID namespace (a container) to the sshd outside it, probed from inside
+    as on a vast.ai instance: the remote side is another host. The finding names it and gives the
+    exact command that diagnoses it."""
+    out = tmp_path / "backup.tgz"
+    pipeline = f"tar cf - -C {payload} . | gzip -1 | {ssh_command(sshd)} root@127.0.0.1 'cat > {out}'"
+    box = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", f"{pipeline}; wait"],
+                           start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    reap.append(box)
+    stopped = stop_remote(sshd, "cat")
+    try:
+        local = [d for d in descendants(box.pid) if comm(d) in ("tar", "gzip", "ssh")]
+        wait_for(lambda: len(local) == 3 and settled(local), timeout=60, what="the transfer blocked")
+        init = next(d for d in descendants(box.pid) if comm(d) == "sh")
+        r = subprocess.run(["nsenter", f"--target={init}", "--pid", "--mount", "--", sys.executable, "-m", "vastprobe",
+                            "diagnose", "local", "--format", "json", "--sample", "1"],
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+        host = json.loads(r.stdout)["hosts"][0]
+        f = next((f for f in host["findings"] if f["rule"] == "socket-peer-wait"), None)
+        assert f is not None, [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+        assert f"the ssh session to root@127.0.0.1:{sshd.port}" in f["summary"], f["summary"]
+        assert f"vastprobe diagnose root@127.0.0.1:{sshd.port} -i {sshd.user_key}" in f["hint"], f["hint"]
+        assert f["severity"] == "warning" and host["verdict"] == "degraded"
+    finally:
+        resume(stopped)

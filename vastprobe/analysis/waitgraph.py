@@ -707,7 +707,10 @@ class WaitGraph:
             holders = (p.pid,)  # it holds the other end itself: a server in another of its threads
         conn = f"{sock.local} -> {sock.remote}"
         ev = [Evidence("/proc/net/tcp", f"fd {fd}: {conn} {sock.state}, unread here {sock.recv_queue} B")]
-        listener = self._listener(sock.remote, sock.netns) if not holders else None
+        # no peer socket at all: a connection the kernel accepted that no server has accepted yet sits in
+        # the listener's queue; a peer socket whose holder is not visible (another PID namespace, a
+        # host outside this container) is no queued connection
+        listener = self._listener(sock.remote, sock.netns) if not holders and peer is None else None
         if listener is not None:
             # accepted by the kernel, not yet by the server: it sits in the listener's queue
             holders = tuple(sorted(set(self._fds.sockets.get(listener.inode, [])) - {p.pid}))
@@ -730,8 +733,9 @@ class WaitGraph:
                 )
             )
             ev += [Evidence("/proc/fd", f"peer socket:[{peer.inode}] held by {self._label(h)}") for h in holders[:8]]
-        else:
-            ev.append(Evidence("/proc/net/tcp", f"no local socket is the other end: {sock.remote} is remote"))
+        elif not holders:
+            ev.append(Evidence("/proc/net/tcp", f"no process visible here holds the other end: {sock.remote} is "
+                                                "another host (or outside this container)"))  # fmt: skip
         return WaitEdge(p.pid, "tcp", holders, f"TCP {conn}", tuple(ev), fd=fd, socket=sock, peer=peer)
 
     @cached_property

@@ -109,6 +109,22 @@ def stalled(ctx: Context, *kinds: ChainKind) -> Iterator[tuple[StalledChain, Wai
             yield s, s.edge, stall, sev
 
 
+def is_python(ctx: Context, pid: int) -> bool:
+    p = ctx.tree.by_pid.get(pid)
+    if p is None:
+        return False
+    prog = p.cmdline[0].rsplit("/", 1)[-1] if p.cmdline else ""
+    return p.comm.startswith("python") or prog.startswith("python")
+
+
+def stack_command(ctx: Context, pid: int) -> str:
+    """How to see where a process waits: py-spy for a Python program only, else its kernel stack
+    and gdb."""
+    if is_python(ctx, pid):
+        return f"py-spy dump --pid {pid}"
+    return f"cat /proc/{pid}/stack, gdb -p {pid}"
+
+
 def resume_hint(ctx: Context, pid: int) -> str:
     """How to resume a stopped process, by what stopped it: a tracer (detach it, or resume the
     tracer when it is stopped itself), a terminal (a background job that read or wrote its terminal

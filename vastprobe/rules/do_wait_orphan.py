@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from vastprobe.analysis.stalls import StalledChain
 from vastprobe.model import Evidence, Finding, Process
 from vastprobe.rules.base import Context, Rule, RuleMeta
-from vastprobe.rules.chains import chain_evidence, names, resume_hint
+from vastprobe.rules.chains import chain_evidence, names, resume_hint, stack_command
 
 META = RuleMeta("do-wait-orphan", "VP101", "error", "a process waits on children whose work cannot finish by itself")
 
@@ -86,11 +86,18 @@ def _idle_chain(ctx: Context, s: StalledChain) -> Finding | None:
             f"{end.comm} ({end.pid}) is where the chain ends and it will not finish by itself: it lost a process to "
             f"the OOM killer (above); give the job more memory or less work, then kill {end.pid} or restart the job"
         )
+    elif (looper := _poll_loop(ctx, end)) is not None:
+        hint = (
+            f"{end.comm} ({end.pid}) is the pause of a polling loop in {looper.comm} ({looper.pid}): it waits for a "
+            f"condition its script tests between sleeps (a file, a port, a process), not for the sleep; find what "
+            f"that condition waits for (`cat /proc/{looper.pid}/cmdline`, its script); killing the sleep only "
+            "starts the next one"
+        )
     else:
         hint = (
             f"{end.comm} ({end.pid}) is where the chain ends, waiting in {where} on nothing vastprobe can follow "
             f"(a lock or a condition inside it, or a child that died without a trace): see where it waits "
-            f"(py-spy dump --pid {end.pid} for Python, gdb -p {end.pid}), then kill {end.pid} or restart the job"
+            f"({stack_command(ctx, end.pid)}), then kill {end.pid} or restart the job"
         )
     return META.finding(
         f"{waiter.comm} ({waiter.pid}){via} {verb} on {end.comm} ({end.pid}), which makes no progress{because}",
@@ -99,6 +106,17 @@ def _idle_chain(ctx: Context, s: StalledChain) -> Finding | None:
         hint,
         caused_by="oom-killed-child" if stall.oom else None,
     )
+
+
+SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "busybox"})
+
+
+def _poll_loop(ctx: Context, end: Process) -> Process | None:
+    """The shell that runs `sleep` as the pause of a loop (`until test -f ready; do sleep 5; done`)."""
+    if end.comm not in ("sleep", "usleep"):
+        return None
+    parent = ctx.tree.by_pid.get(end.ppid)
+    return parent if parent is not None and parent.comm in SHELLS else None
 
 
 def _stopped_end(ctx: Context, s: StalledChain, end: Process) -> Finding:

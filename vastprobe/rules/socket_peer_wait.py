@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from vastprobe.analysis.ssh_clients import SSH_CLIENTS, SshDestination, ssh_destination
+from vastprobe.analysis.stalls import StalledChain
+from vastprobe.analysis.waitgraph import WaitEdge
 from vastprobe.model import Evidence, Finding
 from vastprobe.rules.base import Context, Rule, RuleMeta
-from vastprobe.rules.chains import chain_evidence, marked, names, stalled
+from vastprobe.rules.chains import chain_evidence, marked, names, stack_command, stalled
 from vastprobe.units import byte_size
 
 META = RuleMeta("socket-peer-wait", "VP112", "error", "a process waits on a connection whose peer does not answer")
@@ -23,13 +26,21 @@ META = RuleMeta("socket-peer-wait", "VP112", "error", "a process waits on a conn
 def check(ctx: Context) -> Iterator[Finding]:
     for s, edge, stall, sev in stalled(ctx, "tcp", "unix-socket"):  # a peer that works is left out
         unread = edge.peer.recv_queue if edge.peer is not None and edge.peer.recv_queue else 0
-        if not edge.holders and not stall:
+        # bytes on their way to the waiter (queued in its receive buffer, or in the peer's send
+        # queue): it reads slowly (curl --limit-rate), the peer is not the one holding it up
+        incoming = (edge.socket.recv_queue or 0 if edge.socket is not None else 0) + (
+            edge.peer.send_queue or 0 if edge.peer is not None else 0
+        )
+        stopped = [h for h in edge.holders if ctx.tree.by_pid[h].state in ("T", "t")]
+        if incoming and not stall and not stopped:
+            continue
+        remote_ssh = _remote_ssh(ctx, s, edge) if not edge.holders else None
+        if not edge.holders and not stall and remote_ssh is None:
             continue  # a remote peer, or one we cannot see: only other evidence makes it a stall
         # poll() over a connection with nothing pending either way: an idle keep-alive client, or a
         # request the server read and never answered; only a named job, still after two samples, is
         # worth a note (the server read the request and sleeps: a common hang that is otherwise unseen)
-        stopped = [h for h in edge.holders if ctx.tree.by_pid[h].state in ("T", "t")]
-        quiet = edge.inferred and not unread and not stall and not stopped  # a stopped peer answers nobody
+        quiet = edge.inferred and not unread and not stall and not stopped and remote_ssh is None
         if quiet and not (ctx.options.explicit_scope and s.idle and edge.holders):
             continue
         waiter = ctx.tree.by_pid[s.waiter]
@@ -67,7 +78,7 @@ def check(ctx: Context) -> Iterator[Finding]:
                 first = edge.holders[0]
                 hint = (
                     f"{peer} holds the other end and has not answered; {threaded}: the thread serving this connection "
-                    f"may be waiting on something slow. Look at its threads (py-spy dump --pid {first}, "
+                    f"may be waiting on something slow. Look at its threads ({stack_command(ctx, first)}, "
                     f"/proc/{first}/task/*/wchan) before restarting it; give clients a timeout"
                 )
             else:
@@ -81,6 +92,18 @@ def check(ctx: Context) -> Iterator[Finding]:
             hint = (
                 "the peer of a Unix socket is named by ss, which this target lacks (iproute2): find who holds the "
                 "other end, and give the client a timeout"
+            )
+        elif remote_ssh is not None:
+            remote = edge.socket.remote if edge.socket is not None else "its peer"
+            cmd = remote_ssh.command(_port_of(remote))
+            summary = (
+                f"{waiter.comm} ({waiter.pid}){via} waits on the ssh session to {remote_ssh.target(_port_of(remote))} "
+                f"({remote}), whose other end took nothing over the window"
+            )
+            hint = (
+                f"the other end is on another host: see what the command there is doing with `{cmd}` (a stopped or "
+                "stuck remote process fills the session's window and stops this side); set ServerAliveInterval so a "
+                "dead link is noticed"
             )
         else:
             remote = edge.socket.remote if edge.socket is not None else "its peer"
@@ -100,6 +123,24 @@ def check(ctx: Context) -> Iterator[Finding]:
         )
 
 
+def _remote_ssh(ctx: Context, s: StalledChain, edge: WaitEdge) -> SshDestination | None:
+    """An ssh client whose connection leads off this host, where the job is held by it: a process of
+    the chain blocked writing into ssh (`tar | ssh`), or a named job in which nothing moved."""
+    client = ctx.tree.by_pid.get(edge.waiter)
+    if edge.kind != "tcp" or client is None or client.comm not in SSH_CLIENTS or s.idle is False:
+        return None
+    dest = ssh_destination(client.cmdline)
+    if dest is None:
+        return None
+    pushed = any(e.writes and not e.poll and edge.waiter in e.holders for e in s.chain.edges)
+    return dest if pushed or (ctx.options.explicit_scope and s.idle is not False) else None
+
+
+def _port_of(address: str) -> int | None:
+    port = address.rpartition(":")[2]
+    return int(port) if port.isdigit() else None
+
+
 def _gathering(ctx: Context, waiter: int, holders: tuple[int, ...]) -> tuple[str, str] | None:
     """The peer and a hint, in words, when it is a server that holds the connection and went on
     waiting for something else: a single-threaded server back in accept() for another connection
@@ -113,7 +154,7 @@ def _gathering(ctx: Context, waiter: int, holders: tuple[int, ...]) -> tuple[str
             f"other end it holds itself ({thread}): a server in its own process that has not answered",
             f"a server in another thread of {waiter} has not answered: it waits for something more (in a rendezvous "
             "such as torch.distributed's TCPStore on rank 0: a rank that never joined; check every rank started with "
-            f"the same world size), or its handler is stuck: look at its threads (py-spy dump --pid {waiter}, "
+            f"the same world size), or its handler is stuck: look at its threads ({stack_command(ctx, waiter)}, "
             f"/proc/{waiter}/task/*/wchan); give clients a timeout",
         )
     # a server with other threads may be serving this connection in one of them: slow, not gathering
