@@ -88,3 +88,27 @@ def test_wait_graph_sources_recorded(case: str) -> None:
     assert unix.kind == "unix-socket" and bool(unix.holders) == snap.sockets.unix_peers_known
     assert snap.sockets.unix_peers_known == (case != "waits-busybox")
     assert not snap.probe.tampering
+
+
+def test_thread_waits_recorded() -> None:
+    """Probe format 3 with real multiprocessing feeders: the child whose only other thread waits for the
+    feeder without a timeout is in a cycle with its parent; the one with a heartbeat thread is not."""
+    from vastprobe.analysis.tree import ProcessTree
+    from vastprobe.analysis.waitgraph import WaitGraph, untimed_futex
+    from vastprobe.model import Syscall
+
+    snap = parse_fixture(FIXTURES / "waits-threads")
+    g = WaitGraph(snap, ProcessTree(snap))
+    children = [p for p in snap.processes if p.comm.startswith("python") and p.threads_detail]
+    assert len(children) == 2
+    for child in children:
+        feeder = next(t for t in child.threads_detail if t.wchan == "anon_pipe_write")
+        assert isinstance(feeder.syscall, Syscall) and feeder.syscall.name == "write"
+        assert untimed_futex(child.syscall)  # the main thread joins the feeder
+        (edge,) = g.edges(child.pid)
+        assert edge.thread == feeder.tid and edge.writes and edge.holders == (child.ppid,)
+    plain = next(c for c in children if len(c.threads_detail) == 1)
+    beat = next(c for c in children if len(c.threads_detail) == 2)
+    assert [c.pids for c in g.cycles] == [(plain.ppid, plain.pid, plain.ppid)]
+    assert g.acts_elsewhere(beat.pid, next(t.tid for t in beat.threads_detail if t.wchan == "anon_pipe_write"))
+    assert all(t.state == "S" and t.comm == "python" for t in (*plain.threads_detail, *beat.threads_detail))

@@ -12,6 +12,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from vastprobe.parsers.numbers import read_int
+
 #: ssh(1) options that take an argument (OpenSSH 9)
 _WITH_ARG = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
 SSH_CLIENTS = frozenset({"ssh", "dbclient"})
@@ -82,7 +84,7 @@ def ssh_destination(argv: tuple[str, ...]) -> SshDestination | None:
         if "@" in dest:
             user, dest = dest.rsplit("@", 1)
         host, sep, p = dest.rpartition(":") if not dest.endswith("]") else (dest, "", "")
-        if sep and p.isdigit():
+        if sep and _port(p) is not None:
             dest, port = host, _port(p)
         return SshDestination(dest.strip("[]"), user, port, identity, jump)
     if "@" in dest:
@@ -93,4 +95,5 @@ def ssh_destination(argv: tuple[str, ...]) -> SshDestination | None:
 
 
 def _port(text: str) -> int | None:
-    return int(text) if text.isdigit() and 0 < int(text) < 65536 else None
+    n = read_int(text, 5)
+    return n if n is not None and 0 < n < 65536 else None

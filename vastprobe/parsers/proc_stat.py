@@ -75,6 +75,18 @@ def parse_stat(record: str) -> StatRecord:
     )
 
 
+def parse_stat_head(record: str) -> tuple[int, str, str]:
+    """pid, comm and state: all a thread's record holds (the probe cuts it after the state; a
+    whole record reads the same). Raises ValueError on anything else."""
+    open_ = record.index("(")
+    close = record.rindex(")")
+    pid = read_int(record[:open_])
+    state = record[close + 2 : close + 3]
+    if close < open_ or pid is None or state not in STATES:
+        raise ValueError("stat: not a record")
+    return pid, record[open_ + 1 : close], state
+
+
 def parse_stat_section(text: str) -> tuple[dict[int, StatRecord], dict[int, str]]:
     """PID -> record, and PID -> reason for records that could not be read or parsed."""
     grouped = group_by_pid(text, "stat")

@@ -172,17 +172,17 @@ VP_USER_AWK='/^\/proc\/[0-9]+\/stat:/ {
 	p = substr($0, 1, index(substr($0, 7), "/") + 5)
 	print p
 	if (f[1] == "Z" && nz++ < 64) print "z" p
-	if (f[18] > 1) mt[nt++ % 256] = "+" p
+	if (f[18] > 1) mt[nt++ % 192] = "+" p
 }
-# the newest 256 multi-threaded processes, newest first (a job starts after the daemons, and the
+# the newest 192 multi-threaded processes, newest first (a job starts after the daemons, and the
 # thread bound goes to the first ones listed)
-END { for (i = nt - 1; i >= 0 && i >= nt - 256; i--) print mt[i % 256] }'
+END { for (i = nt - 1; i >= 0 && i >= nt - 192; i--) print mt[i % 192] }'
 
 # Every process's stat first, through a file list from one readdir of /proc (a glob like
 # /proc/[0-9]*/stat would stat every path it matches: a third of the cost of reading them).
 # Kernel threads have no status, io, cmdline or fds worth reading, and a many-core host runs more
 # of them than user processes, so the other lists name user processes only.
-# Multi-threaded processes (the newest 256) also get the state and wait channel of up to 64 threads
+# Multi-threaded processes (the newest 192) also get the state and wait channel of up to 64 threads
 # each, at most VP_MAXTHR in all, read by the same grep: a worker thread stuck in the kernel (or
 # the NVIDIA driver), or a feeder thread writing a full pipe, while the main thread sleeps.
 vp_lists() {
@@ -256,27 +256,42 @@ vp_s0() {
 		else if ($(i + 1) == "cgroup" && ("," $(i + 3) ",") ~ /,memory,/) { v1m = $5; v1r = $4 }
 		next
 	}
-	{ out($0) }
 	index($0, "/stat:") && $0 ~ /^\/proc\/[0-9]+\/(task\/[0-9]+\/)?stat:/ {
 		s = $0
 		while ((i = index(s, ") ")) > 0) s = substr(s, i + 2)
 		p = substr($0, 1, index($0, "/stat:") - 1)
 		st[p] = substr(s, 1, 1)
-		if (index(p, "/task/")) mt[p] = 1
-		else if (split(s, f, " ") >= 18 && f[18] > 1) mt[p] = 1
+		if (index(p, "/task/")) {
+			# a thread needs its id, name and state alone: its stat is cut after the state
+			mt[p] = 1
+			out(s == $0 ? $0 : substr($0, 1, length($0) - length(s) + 1))
+			next
+		}
+		if (split(s, f, " ") >= 18 && f[18] > 1) mt[p] = 1
 	}
+	{ out($0) }
 	# the system call is worth reading (it needs root) for a sleeping or D-state task whose wait
 	# channel leaves the fd open (pipes, sockets, locks, FUSE), polls (its fd count and timeout),
-	# says nothing ("0" where the unwinder cannot name it), or, in a multi-threaded process, waits on
-	# a futex (with a timeout, or for another thread). Threads too (task/TID), within their bound.
+	# says nothing ("0" where the unwinder cannot name it), or, in a multi-threaded process where a
+	# task waits on an fd, waits on a futex (with a timeout, or for another thread). Threads too
+	# (task/TID), within their bound.
 	# getline cannot read it: mawk aborts on the EPERM a read can give.
 	index($0, "/wchan:") && $0 ~ /^\/proc\/[0-9]+\/(task\/[0-9]+\/)?wchan:/ {
 		i = index($0, "/wchan:")
 		p = substr($0, 1, i - 1)
 		w = substr($0, i + 7)
-		if ((st[p] == "S" || st[p] == "D") && (w == "0" || w ~ FD_WAIT || w ~ POLL_WAIT || (mt[p] && w ~ FUTEX_WAIT))) {
+		if (st[p] != "S" && st[p] != "D") next
+		q = p
+		if ((i = index(p, "/task/")) > 0) q = substr(p, 1, i - 1)
+		if (w == "0" || w ~ FD_WAIT || w ~ POLL_WAIT) {
 			print p "/syscall" > "/dev/stderr"
 			if (w ~ SOCK_WAIT || w ~ POLL_WAIT || w == "0") need_ss = 1
+			if (w != "0" && w ~ FD_WAIT) fdw[q] = 1
+		} else if (mt[p] && w ~ FUTEX_WAIT && nfx < 4096) {
+			# the timeout of a futex wait says whether it waits for another thread: worth it only in
+			# a process where some task waits on an fd (a thread in a loop of waits), decided at END
+			fx[++nfx] = p
+			fxq[nfx] = q
 		}
 	}
 	n_cg < max && index($0, "/cgroup:") && $0 ~ /^\/proc\/[0-9]+\/cgroup:/ {
@@ -297,6 +312,7 @@ vp_s0() {
 		ctr[n_cg] = v == "v1" ? "oom_control failcnt max_usage_in_bytes limit_in_bytes usage_in_bytes" : "events max high peak current"
 	}
 	END {
+		for (i = 1; i <= nfx; i++) if (fxq[i] in fdw) print fx[i] "/syscall" > "/dev/stderr"
 		if (!cut) printf "\n@@rc=0\n"
 		printf "\n@@%s@@ /s0.proc\n\n@@%s@@ cgmap\n", B, B
 		for (i = 1; i <= n_cg; i++) {

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from vastprobe.analysis.waitgraph import Chain
+from vastprobe.clock import utc_text
 from vastprobe.model import Evidence, Finding
 from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
 from vastprobe.rules.chains import chain_text, names
@@ -40,6 +41,11 @@ def check(ctx: Context) -> Iterator[Finding]:
         special = None
         if feeder is not None:
             summary, special = feeder
+        lost = _lost_writer(ctx, cycle)
+        if lost is not None:  # not a deadlock of its own: the other writer is dead
+            summary, lost_hint = lost
+            yield META.finding(summary, members, ev, lost_hint, severity="error", caused_by="oom-killed-child")
+            continue
         hint = (
             special
             or _stdin_hint(ctx, cycle)
@@ -91,6 +97,34 @@ def _full_pipe_loops(ctx: Context) -> Iterator[Finding]:
             "thread is meant to read, it has stopped doing so",
             severity="warning",
         )
+
+
+def _lost_writer(ctx: Context, cycle: Chain) -> tuple[str, str] | None:
+    """A process reading a pipe whose only other writer was its child, killed by the OOM killer: the
+    write end it still holds itself is what keeps it from EOF (a multiprocessing.Queue or a
+    DataLoader's result queue whose worker died: get() waits forever). The kill is the cause."""
+    if len(cycle.pids) != 2 or not cycle.edges or cycle.edges[0].kind not in ("pipe", "fifo"):
+        return None
+    edge = cycle.edges[0]
+    if edge.writes:
+        return None
+    reader = edge.waiter
+    kills = [m for m in ctx.oom_matches if m.relevant and m.loser == reader]
+    if not kills:
+        return None
+    e = kills[-1].event
+    when = utc_text(e.wall_time, "%H:%M:%S UTC", "at an unknown time") if e.wall_time else "at an unknown time"
+    summary = (
+        f"{ctx.proc_label(reader)} waits on {edge.what} whose writer, its child {e.comm} (host pid {e.pid}), was "
+        f"OOM-killed {when}; only {reader} itself still holds the write end, so no EOF will come"
+    )
+    hint = (
+        f"the OOM kill is the cause: {reader} will wait forever (a bare Queue.get() or a pipe read does not notice a "
+        "dead worker; multiprocessing.Pool and concurrent.futures do, DataLoader raises after its timeout). Give the "
+        f"job more memory or smaller batches, kill {reader} or restart the job, and read with a timeout that checks "
+        "the workers are alive"
+    )
+    return summary, hint
 
 
 def _feeder(ctx: Context, cycle: Chain) -> tuple[str, str] | None:

@@ -16,6 +16,7 @@ from vastprobe.analysis.ssh_clients import SSH_CLIENTS, SshDestination, ssh_dest
 from vastprobe.analysis.stalls import StalledChain
 from vastprobe.analysis.waitgraph import WaitEdge
 from vastprobe.model import Evidence, Finding
+from vastprobe.parsers.numbers import read_int
 from vastprobe.rules.base import Context, Rule, RuleMeta
 from vastprobe.rules.chains import chain_evidence, marked, names, stack_command, stalled
 from vastprobe.units import byte_size
@@ -137,8 +138,7 @@ def _remote_ssh(ctx: Context, s: StalledChain, edge: WaitEdge) -> SshDestination
 
 
 def _port_of(address: str) -> int | None:
-    port = address.rpartition(":")[2]
-    return int(port) if port.isdigit() else None
+    return read_int(address.rpartition(":")[2], 5)
 
 
 def _gathering(ctx: Context, waiter: int, holders: tuple[int, ...]) -> tuple[str, str] | None:
