@@ -48,12 +48,20 @@ def wait_for(cond: Callable[[], bool], timeout: float = 10.0, what: str = "condi
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def proc_state(pid: int) -> str | None:
+def stat_fields(pid: int | str) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (the state first), or None when it is
+    gone. Read as bytes: any process on this shared machine may have a name that is not UTF-8 (or
+    that holds ") "), and a test must not fail because of someone else's process."""
     try:
-        data = Path(f"/proc/{pid}/stat").read_text()
+        data = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return None
-    return data[data.rindex(")") + 2]
+    return data[data.rindex(b")") + 2 :].decode("ascii", "replace").split()
+
+
+def proc_state(pid: int) -> str | None:
+    fields = stat_fields(pid)
+    return fields[0] if fields else None
 
 
 def proc_wchan(pid: int) -> str:
@@ -67,11 +75,8 @@ def children_of(pid: int) -> list[int]:
     out = []
     for d in os.listdir("/proc"):
         if d.isdigit():
-            try:
-                data = Path(f"/proc/{d}/stat").read_text()
-            except OSError:
-                continue
-            if int(data[data.rindex(")") + 2 :].split()[1]) == pid:
+            fields = stat_fields(d)
+            if fields and fields[1] == str(pid):
                 out.append(int(d))
     return out
 
@@ -136,7 +141,7 @@ def child_waiting(parent: int, comm: str, wchan: str) -> int | None:
     """A child of `parent` named `comm` whose wait channel starts with `wchan`, if any."""
     for k in children_of(parent):
         try:
-            name = Path(f"/proc/{k}/comm").read_text().strip()
+            name = Path(f"/proc/{k}/comm").read_bytes().decode("utf-8", "replace").strip()
         except OSError:
             continue
         if name == comm and proc_wchan(k).startswith(wchan):

@@ -14,18 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import interruptible, wait_for
+from tests.helpers import interruptible, stat_fields, wait_for
 from tests.sshd import Sshd, free_port, start_sshd
 
 
 def _ancestors(pid: int) -> list[int]:
     out = []
     while pid > 1:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
+        fields = stat_fields(pid)
+        if fields is None:
             break
-        pid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        pid = int(fields[1])
         out.append(pid)
     return out
 
