@@ -487,6 +487,7 @@ class Finding:
     evidence: tuple[Evidence, ...]
     hint: str | None
     caused_by: str | None = None  # rule slug of the finding this one follows from
+    remote: str | None = None  # another host the finding points at, as a target (`user@host:port`)
 
 
 @dataclass(frozen=True)

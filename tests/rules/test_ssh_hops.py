@@ -189,3 +189,34 @@ def test_from_inside_a_container_the_stopped_remote_is_another_host_to_diagnose(
         assert f["severity"] == "warning" and host["verdict"] == "degraded"
     finally:
         resume(stopped)
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux")
+def test_a_run_holding_both_hosts_joins_their_findings(reap, sshd: Sshd, payload: Path, tmp_path: Path) -> None:
+    """Host A (a PID namespace behind its own sshd, as a vast.ai instance) runs `tar | gzip | ssh` to
+    host B (this machine's test sshd), whose `cat` is stopped. One `vastprobe diagnose A B`: A's
+    finding names B and says what B's report found; B's worst finding says A waits on it."""
+    out = tmp_path / "backup.tgz"
+    pipeline = f"tar cf - -C {payload} . | gzip -1 | {ssh_command(sshd)} root@127.0.0.1 'cat > {out}'"
+    wrap = ["unshare", "--pid", "--kill-child", "--mount-proc", "--", "sh", "-c", f'({pipeline}) & exec "$@"', "sh"]
+    a = start_sshd(tmp_path / "a", user_key=sshd.user_key, wrap=wrap)
+    try:
+        stopped = stop_remote(sshd, "cat")
+        local = [d for d in descendants(a.proc.pid) if comm(d) in ("tar", "gzip", "ssh")]
+        wait_for(lambda: len(local) == 3 and settled(local), timeout=60, what="the transfer blocked")
+        known = tmp_path / "known_hosts"
+        known.write_text(a.known_hosts.read_text() + sshd.known_hosts.read_text())
+        r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", a.target, sshd.target, "-i",
+                            str(sshd.user_key), "--known-hosts", str(known), "--format", "json", "--sample", "1"],
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+        hosts = {h["target"]: h for h in json.loads(r.stdout)["hosts"]}
+        ha, hb = hosts[a.target], hosts[sshd.target]
+        f = next(f for f in ha["findings"] if f.get("remote") == sshd.target)
+        joined = [e["detail"] for e in f["evidence"] if e["source"] == "this run"]
+        assert joined and joined[0].startswith(f"{sshd.target} was probed in this run: stalled"), f["evidence"]
+        told = [e["detail"] for g in hb["findings"] for e in g["evidence"] if e["source"] == "this run"]
+        assert told and told[0].startswith(f"{a.target} waits on this host: ") and "ssh session" in told[0], told
+        assert r.returncode == 1  # B is stalled: its cat is stopped
+    finally:
+        resume(locals().get("stopped", []))
+        a.stop()

@@ -88,6 +88,8 @@ def _finding_dict(f: Finding) -> dict[str, Any]:
     }
     if f.caused_by:
         d["caused_by"] = f.caused_by
+    if f.remote:
+        d["remote"] = f.remote
     return d
 
 

@@ -39,6 +39,7 @@ class RuleMeta:
         hint: str | None = None,
         severity: Severity | None = None,
         caused_by: str | None = None,
+        remote: str | None = None,
     ) -> Finding:
         return Finding(
             rule=self.slug,
@@ -49,6 +50,7 @@ class RuleMeta:
             evidence=tuple(evidence),
             hint=hint,
             caused_by=caused_by,
+            remote=remote,
         )
 
 

@@ -121,6 +121,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             hint,
             sev,
             caused_by="oom-killed-child" if stall.oom else None,
+            remote=remote_ssh.target(_port_of(edge.socket.remote if edge.socket else "")) if remote_ssh else None,
         )
 
 
