@@ -67,6 +67,15 @@ class FdEntry:
 
 
 @dataclass(frozen=True)
+class EpollWatch:
+    """One fd in an epoll instance's interest list (/proc/PID/fdinfo/EPFD `tfd:` lines)."""
+
+    epfd: int
+    fd: int
+    events: int  # EPOLLIN 0x1, EPOLLOUT 0x4, ...
+
+
+@dataclass(frozen=True)
 class ProcIO:
     rchar: int
     wchar: int
@@ -144,6 +153,7 @@ class Process:
     threads_detail: tuple[ThreadState, ...] = ()  # other threads' states, bounded; () when not read
     exited_ago: float | None = None  # a zombie: seconds since it exited (scheduler clock); None: not known
     tpgid: int | None = None  # the foreground process group of its controlling terminal (-1: none)
+    epoll: tuple[EpollWatch, ...] | None = None  # an epoll waiter's interest lists; None: not read
 
     @property
     def command(self) -> str:

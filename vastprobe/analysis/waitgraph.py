@@ -447,7 +447,10 @@ class WaitGraph:
         this process holds (a wake-up pipe). A server (it holds a listening socket) waits for work
         by design and gets none. One edge per fd, each `poll`: a ring of pollers is no deadlock, and
         a chain through them counts only where it reaches something that does not move."""
-        if isinstance(p.fds, Unavailable) or not self._pollable(p):
+        sc = t.syscall if isinstance(t.syscall, Syscall) else None
+        if isinstance(p.fds, Unavailable) or not self._pollable(p) or sc is None:
+            return  # which fds it watches, only its system call (root) and epoll's interest lists say
+        if (sc.name or "").startswith("epoll") and p.epoll is None:
             return
         out: list[WaitEdge] = []
         head = Evidence("/proc/wchan", f"{t.who} waits in {t.wchan} over its pipes and connections")
@@ -497,10 +500,14 @@ class WaitGraph:
         # the system call bounds the set: select() watches fds below its first argument, poll() as many
         # fds as its second says (which ones only its memory holds: connections first, then the lowest
         # fds; a pipe inherited at fd 251 from a launcher is seldom polled)
-        sc = t.syscall if isinstance(t.syscall, Syscall) else None
-        if sc is not None and sc.name in ("select", "pselect6") and sc.args:
+        if sc.name in ("select", "pselect6") and sc.args:
             out = [e for e in out if e.fd is not None and e.fd < sc.args[0]]
-        elif sc is not None and sc.name in ("poll", "ppoll") and len(sc.args) > 1 and sc.args[1] < len(out):
+        elif p.epoll is not None and (sc.name or "").startswith("epoll"):
+            # epoll: the interest list of the instance it waits on (its first argument), read from fdinfo
+            epfd = sc.args[0] if sc.args else None
+            watched = {w.fd for w in p.epoll if epfd is None or w.epfd == epfd}
+            out = [e for e in out if e.fd in watched]
+        elif sc.name in ("poll", "ppoll") and len(sc.args) > 1 and sc.args[1] < len(out):
             out = sorted(out, key=lambda e: (e.socket is None, e.fd if e.fd is not None else 1 << 20))[: sc.args[1]]
         # ends that cannot move first, and what it writes to them (a backlog), before the rest: the
         # walk meets them before the other pollers

@@ -4,7 +4,8 @@
     lr-x------ 1 0 0 64 Dec  2 16:25 0 -> /dev/null
     l-wx------ 1 0 0 64 Dec  2 16:25 1 -> pipe:[2787]
 
-The link's own mode tells how the fd was opened: r-x read, -wx write, rwx both. Since format 2 the
+The link's own mode tells how the fd was opened: r-x read, -wx write, rwx both. An epoll waiter's
+epoll fds are followed by their interest lists (`@epoll EPFD tfd: N events: HEX ...`, from fdinfo). Since format 2 the
 probe also lists each process's `ns/net` link, and uses GNU `ls -b` where it can: link targets come
 C-escaped (`\n`, `\\ `, `\\`, octal), so a path holding a newline cannot pass for another line.
 """
@@ -14,13 +15,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from vastprobe.model import FdEntry, FdMode
-from vastprobe.parsers.numbers import read_digits, read_int
+from vastprobe.model import EpollWatch, FdEntry, FdMode
+from vastprobe.parsers.numbers import read_digits, read_hex, read_int
 
 _HEADER = re.compile(r"^/proc/([0-9]{1,10})/fd:$", re.ASCII)
 _ENTRY = re.compile(r"^l([r-])([w-])[x-]\S* +[0-9]+ +\S+ +\S+ +[0-9]+ +.{6,40}? ([0-9]{1,10}) -> (.*)$", re.ASCII)
 _LINK_PID = re.compile(r"/proc/([0-9]{1,10})/fd/", re.ASCII)
 _DENIED_DIR = re.compile(r"^ls: (?:cannot open directory )?'?/proc/([0-9]{1,10})/fd'?: (.*)$", re.ASCII)
+_EPOLL = re.compile(r"^@epoll ([0-9]{1,10}) tfd: *([0-9]{1,10}) events: *([0-9a-fA-F]{1,8})\b", re.ASCII)
 _OCTAL_BYTE = {f"{n:03o}": n & 0xFF for n in range(0o1000)}
 _ESCAPES = {"n": b"\n", "t": b"\t", "r": b"\r", "a": b"\a", "b": b"\b", "f": b"\f", "v": b"\v", " ": b" "}
 
@@ -54,6 +56,7 @@ class FdTable:
     denied: dict[int, str] = field(default_factory=dict)
     truncated: set[int] = field(default_factory=set)
     unreadable_links: dict[int, int] = field(default_factory=dict)
+    epoll: dict[int, list[EpollWatch]] = field(default_factory=dict)  # epoll waiters' interest lists
 
 
 #: (read, write) letters of the link's own mode -> how the fd was opened
@@ -96,6 +99,13 @@ def parse_fd_section(text: str, escaped: bool = False) -> FdTable:
             continue
         if line == "@@more":
             table.truncated.add(current)
+            continue
+        if line.startswith("@epoll "):
+            m = _EPOLL.match(line)
+            if m:
+                table.epoll.setdefault(current, []).append(
+                    EpollWatch(read_digits(m[1], 10) or 0, read_digits(m[2], 10) or 0, read_hex(m[3]) or 0)
+                )
             continue
     for pid, n in table.unreadable_links.items():
         if not table.fds.get(pid):

@@ -359,6 +359,7 @@ def build_snapshot(
                 threads_detail=thread_table.get(pid, ()),
                 exited_ago=exited.get(pid),
                 tpgid=rec.tpgid,
+                epoll=tuple(fd_table.epoll[pid]) if pid in fd_table.epoll else None,
             )
         )
 

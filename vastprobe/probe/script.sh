@@ -250,6 +250,7 @@ vp_s0() {
 		SOCK_WAIT = "^_*(wait_woken|sk_wait|sk_stream_wait|unix_|skb_wait|tcp_recvmsg|inet_wait_for_connect|sock_alloc_send)"
 		POLL_WAIT = "^_*(poll_schedule_timeout|do_sys_poll|do_select|core_sys_select|ep_poll|do_epoll_wait)"
 		FUTEX_WAIT = "^_*futex_"
+		EPOLL_WAIT = "^_*(ep_poll|do_epoll_wait)"
 		for (i = 7; i <= NF; i++) if ($i == "-") break
 		if ($(i + 1) ~ /^fuse/ && n_fuse < 256) fuse[++n_fuse] = $3 " " $5 " " $(i + 1) " " $(i + 2)
 		if ($(i + 1) == "cgroup2") { v2m = $5; v2r = $4 }
@@ -285,6 +286,8 @@ vp_s0() {
 		if ((i = index(p, "/task/")) > 0) q = substr(p, 1, i - 1)
 		if (w == "0" || w ~ FD_WAIT || w ~ POLL_WAIT) {
 			print p "/syscall" > "/dev/stderr"
+			# an epoll waiter: its interest lists (fdinfo tfd lines) say which fds it waits on
+			if (w ~ EPOLL_WAIT && !(q in epw) && nep++ < 64) { epw[q] = 1; print "@epoll" q > "/dev/stderr" }
 			if (w ~ SOCK_WAIT || w ~ POLL_WAIT || w == "0") need_ss = 1
 			if (w != "0" && w ~ FD_WAIT) fdw[q] = 1
 		} else if (mt[p] && w ~ FUTEX_WAIT && nfx < 4096) {
@@ -372,8 +375,16 @@ vp_cmdline() {
 # waits on a socket.
 vp_fd() {
 	printf '\n@@%s@@ fd\n' "$VP_B"
+	# epoll waiters, whose interest lists are read when fdinfo is ours to read (root)
+	vp_ep=
+	if [ -r /proc/1/syscall ]; then
+		for vp_f in $vp_lsys; do
+			case $vp_f in @epoll/proc/*) vp_ep="$vp_ep ${vp_f#@epoll}" ;; esac
+		done
+	fi
 	vp_many "$vp_lfd" ls -ln$VP_LSB 2>&1 |
-		VP_B=$VP_B awk -v cap="$VP_MAXPROC" -v max="$VP_MAXFD" -v ncap="$VP_MAXNET" -v ss="$VP_SSNEED" "$VP_CAP_AWK"'
+		VP_B=$VP_B awk -v cap="$VP_MAXPROC" -v max="$VP_MAXFD" -v ncap="$VP_MAXNET" -v ss="$VP_SSNEED" \
+			-v ep="$vp_ep" "$VP_CAP_AWK"'
 			function readns(p, label,   t, f, col, l, c) {
 				out("@ns " label)
 				for (t = 1; t <= 5; t++) {
@@ -386,11 +397,20 @@ vp_fd() {
 					close(f)
 				}
 			}
+			BEGIN { n = split(ep, e, " "); for (i = 1; i <= n; i++) epw[e[i]] = 1 }
 			/^\/proc\/[0-9]+\/fd:$/ { k = 0; pid = substr($0, 1, length($0) - 4); out($0); next }
 			/^total / || /^$/ { next }
 			{
 				if (++k > max) { if (k == max + 1) out("@@more"); next }
 				out($0)
+				# an epoll fd of an epoll waiter: the fds it watches (at most 256 per process)
+				if (pid in epw && index($0, " -> anon_inode:[eventpoll]") && ntfd[pid] < 256) {
+					for (i = 1; i <= NF; i++) if ($i == "->") break
+					f = pid "/fdinfo/" $(i - 1)
+					while (ntfd[pid] < 256 && (getline l < f) > 0)
+						if (l ~ /^tfd:/) { out("@epoll " $(i - 1) " " l); ntfd[pid]++ }
+					close(f)
+				}
 				if ((i = index($0, " -> socket:[")) > 0) {
 					ino = substr($0, i + 12, length($0) - i - 12)
 					held[ino] = 1
