@@ -368,10 +368,12 @@ class WaitGraph:
         if kind == "event-loop":
             found += [e for e in (self._db_lock_edge(p),) if e is not None]
         yield from found
-        if found or kind in ("pipe-read", "pipe-write", "fifo-open", "file-lock", "fuse"):
-            return
-        # the main thread waits on nothing we follow (a futex, a sleep): another thread may be held by
-        # a full pipe or socket (multiprocessing's queue feeder, a loader thread), a lock or a FUSE
+        if found or kind in ("pipe-read", "pipe-write", "fifo-open", "file-lock", "fuse", "event-loop", "sleep"):
+            return  # an event loop or a sleep can act by itself: its threads' waits are not the process's
+        if kind == "futex" and isinstance(p.syscall, Syscall) and not untimed_futex(p.syscall):
+            return  # a futex wait with a timeout (Event.wait(5), a join with a timeout): it wakes and acts
+        # the main thread waits for another thread (a futex with no timeout: a join, a lock) or on
+        # nothing we follow: another thread may be held by a full pipe or socket (multiprocessing's queue feeder, a loader thread), a lock or a FUSE
         # server. Threads that wait to read are left out: a result handler waiting for input is how
         # a pool idles, and following it leads round the pool and back
         for t in self.tasks(p)[1:]:
