@@ -360,7 +360,9 @@ def test_a_throttled_download_is_not_nothing_in_flight(reap, tmp_path: Path) -> 
     wait_for(lambda: any(proc_wchan_of_task(srv.pid, t).startswith(("sk_stream_wait", "wait_woken"))
                          for t in tasks(srv.pid)), what="the handler thread blocked on the slow client")  # fmt: skip
     rc, host = vastprobe_json("--pid", str(srv.pid), "--sample", "1")
-    assert host["verdict"] == "healthy" and rc == 0, [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    assert host["verdict"] == "healthy" and rc == 0, [
+        (f["rule"], f["severity"], f["summary"]) for f in host["findings"]
+    ]
 
 
 def test_busy_http_server_with_a_client_loop_is_healthy(reap, tmp_path: Path) -> None:
