@@ -64,6 +64,8 @@ def test_vast_inventory(fleet, tmp_path: Path) -> None:
         {"id": 102, "label": "proxy", "actual_status": "running", "ssh_host": "127.0.0.4", "ssh_port": port - 1,
          "image_runtype": "jupyter_direc"},
         {"id": 103, "label": "gone", "actual_status": "exited", "ssh_host": "127.0.0.5", "ssh_port": port},
+        {"id": 104, "label": "dead", "actual_status": "running", "intended_status": "running",
+         "status_msg": "Instance is not responding", "ssh_host": "127.0.0.6", "ssh_port": free_port()},
     ]  # fmt: skip
     r = sweep("-", "--format", "json", "-i", str(fleet["key"]), "--known-hosts", str(fleet["known_hosts"]), "--sample", "0",
               "--pid", fleet["pid"], stdin=json.dumps(data))  # fmt: skip
@@ -72,7 +74,10 @@ def test_vast_inventory(fleet, tmp_path: Path) -> None:
     assert hosts["proxy"]["status"] == "ok" and hosts["proxy"]["target"] == f"root@127.0.0.4:{port}"
     assert hosts["gone"]["status"] == "skipped" and "exited" in hosts["gone"]["error"]
     assert hosts["gone"]["labels"]["instance_id"] == "103"
-    assert r.returncode in (0, 1)  # skipped rows do not make it 3
+    # an unreachable instance says what vast.ai says of it, besides the refused connection
+    assert hosts["dead"]["status"] == "unreachable"
+    assert hosts["dead"]["error"].endswith("(vast.ai: running: 'Instance is not responding')"), hosts["dead"]["error"]
+    assert r.returncode == 3
 
 
 def test_prometheus_textfile(fleet, tmp_path: Path) -> None:
