@@ -388,13 +388,14 @@ def _run_entries(entries: list, options, concurrency: int, on_report, on_start=N
         from vastprobe.pipeline import warm_analysis
 
         warm_analysis()
-    from vastprobe.analysis.hops import join_remote
+    from vastprobe.analysis.hops import join_jobs, join_remote
 
     try:
         eventloop.run(run_sweep(entries, options, concurrency, on_report, on_start, kept=done))
     except KeyboardInterrupt:
-        return join_remote(done), True
-    return join_remote(done), False  # a job waiting on an ssh session to another host of the run
+        return join_jobs(join_remote(done)), True
+    # a job waiting on an ssh session to another host of the run; a distributed job's hosts
+    return join_jobs(join_remote(done)), False
 
 
 def _say_interrupted(done: list, entries: list, unit: str = "hosts") -> None:

@@ -154,6 +154,10 @@ class Process:
     exited_ago: float | None = None  # a zombie: seconds since it exited (scheduler clock); None: not known
     tpgid: int | None = None  # the foreground process group of its controlling terminal (-1: none)
     epoll: tuple[EpollWatch, ...] | None = None  # an epoll waiter's interest lists; None: not read
+    env: tuple[tuple[str, str], ...] = ()  # distributed-training variables only (parsers/environ.ALLOWED)
+
+    def env_value(self, name: str) -> str | None:
+        return next((v for k, v in self.env if k == name), None)
 
     @property
     def command(self) -> str:
@@ -553,6 +557,48 @@ class Outlier:
     differences: tuple[str, ...]  # what sets this host apart, in words
 
 
+# ---------------------------------------------------------------- distributed jobs
+
+RankState = Literal["collective", "elsewhere", "stopped", "uninterruptible", "exited", "gone", "running"]
+#: States in which a rank cannot take part in a collective until something else happens.
+HOLDING = frozenset({"elsewhere", "stopped", "uninterruptible", "exited", "gone"})
+
+
+@dataclass(frozen=True)
+class JobRank:
+    """A rank of a distributed job on this host, and where it is (analysis/ranks.py)."""
+
+    rank: int | None  # global rank; None for a local rank that is gone (only LOCAL_RANK is known)
+    local_rank: int | None
+    pid: int | None  # None: gone
+    state: RankState
+    why: str  # the state, in words
+    gpu: str | None = None  # CUDA_VISIBLE_DEVICES as the rank sees it
+
+    @property
+    def name(self) -> str:
+        if self.rank is not None:
+            return f"rank {self.rank}"
+        return f"local rank {self.local_rank}"
+
+
+@dataclass(frozen=True)
+class DistributedJob:
+    """A distributed job with ranks on this host, and the ranks that hold it."""
+
+    key: str  # the job's id: TORCHELASTIC_RUN_ID, SLURM_JOB_ID, or the rendezvous address
+    world_size: int | None
+    ranks: tuple[JobRank, ...]  # the ranks on this host, by rank (gone ones last)
+    culprits: tuple[JobRank, ...]  # the ranks holding the others; () when none here
+    waiting: tuple[JobRank, ...]  # the ranks here waiting in a collective
+
+    @property
+    def elsewhere(self) -> bool:
+        """Every rank here waits in a collective, and the job has ranks on other hosts: the one
+        holding them is there."""
+        return bool(self.waiting) and not self.culprits and (self.world_size or 0) > len(self.ranks)
+
+
 @dataclass(frozen=True)
 class HostReport:
     target: str
@@ -568,3 +614,4 @@ class HostReport:
     incidents: tuple[Incident, ...] = ()  # every finding once, grouped by cause, worst first
     timeline: tuple[Instant, ...] = ()  # key instants, when they tell the story (terminal only)
     outlier_of: Outlier | None = None  # set by `sweep --group-by` on hosts unlike their group
+    jobs: tuple[DistributedJob, ...] = ()  # distributed jobs with ranks here, their culprits (analysis/ranks)

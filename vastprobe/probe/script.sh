@@ -191,6 +191,7 @@ vp_lists() {
 	vp_st=$(vp_proc_grep "$vp_lstat" 2>&1)
 	vp_lusr=
 	vp_lthr=
+	vp_lenv=
 	vp_lz=
 	vp_nthr=0
 	for vp_w in $(printf '%s\n' "$vp_st" | awk "$VP_USER_AWK"); do
@@ -213,8 +214,10 @@ vp_lists() {
 	if [ "$VP_SAMPLE" != 0 ]; then vp_l1="$vp_lstat $(printf '%s/io ' "$@")"; fi
 }
 
-# vp_threads /proc/PID: stat and wchan of its threads but the main one, within the bounds.
+# vp_threads /proc/PID: stat and wchan of its threads but the main one, within the bounds; and its
+# environ, of which only the distributed-training variables are kept (VP_ENVPAT).
 vp_threads() {
+	vp_lenv="$vp_lenv $1/environ"
 	vp_i=0
 	for vp_t in "$1"/task/*; do
 		[ "$vp_i" -lt 64 ] && [ "$vp_nthr" -lt "$VP_MAXTHR" ] || break
@@ -356,6 +359,18 @@ vp_syscall() {
 }
 
 vp_s1() { vp_proc_grep "$vp_l1" 2>&1 | VP_B=$VP_B awk -v cap="$VP_MAXPROC" "$VP_CAP_AWK"'{ out($0) }'; }
+
+# Who is who in a distributed job: from the environ of the multi-threaded processes (ranks are), the
+# allow-listed names only (rank, world, rendezvous, job id, GPUs, NCCL and flight-recorder settings);
+# nothing else of an environment is ever printed: secrets live there. At most 48 names of 256 bytes
+# per process.
+VP_ENVPAT='^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_RUN_ID|SLURM_JOB_ID|SLURM_PROCID|CUDA_VISIBLE_DEVICES|NCCL_[A-Z0-9_]+|TORCH_NCCL_[A-Z0-9_]+|TORCH_FR_[A-Z0-9_]+)='
+vp_env() {
+	[ -n "$vp_lenv" ] || return 0
+	vp_many "$vp_lenv" tmo 10 grep -H -z -E "$VP_ENVPAT" 2>/dev/null | tr '\000\n' '\n\036' |
+		VP_B=$VP_B awk -v cap=262144 "$VP_CAP_AWK"'
+		{ i = index($0, ":"); f = substr($0, 1, i - 1); if (++c[f] <= 48) out(substr($0, 1, i + 256)) }'
+}
 
 # argv records, NUL -> newline (a newline inside an argument becomes \036), at most 64
 # arguments of 1024 bytes per process. A process gone since the listing is not worth an error
@@ -631,6 +646,7 @@ vp_main() {
 		vp_sl=$!
 	fi
 	secn cmdline vp_cmdline
+	secn env vp_env
 	vp_fd
 	vp_k=$(vp_kmsg)
 	secn kmsg printf '%s\n' "$vp_k"

@@ -89,6 +89,14 @@ CMDLINE = Source(
     "vastprobe.parsers.cmdline:parse_cmdline_section",
     "argv of user processes",
 )
+ENV = Source(
+    "env",
+    "vp_env",
+    256 * 1024,
+    "once",
+    "vastprobe.parsers.environ:parse_env_section",
+    "distributed-training variables (RANK, WORLD_SIZE, MASTER_ADDR, NCCL_*, ...) of multi-threaded processes",
+)
 FD = Source(
     "fd",
     "vp_fd",
@@ -155,7 +163,7 @@ LEGACY_CLK = Source(
 )
 
 SOURCES: tuple[Source, ...] = (
-    META, HOST, NOW, PROC, CGMAP, CGMEM, SYSCALL, MOUNTS, LOCKS, GPU, LOGSTAT, CMDLINE, FD, NET,
+    META, HOST, NOW, PROC, CGMAP, CGMEM, SYSCALL, MOUNTS, LOCKS, GPU, LOGSTAT, CMDLINE, ENV, FD, NET,
     KMSG, KMSG_FALLBACK, GPUAPPS, LOGTAIL, DF, ARTIFACTS, TIMES,
 )  # fmt: skip
 LEGACY: tuple[Source, ...] = (LEGACY_CLK,)

@@ -10,10 +10,11 @@ from vastprobe.analysis.gpu import gpu_expected, gpu_holders
 from vastprobe.analysis.logs import LogHealth, log_health
 from vastprobe.analysis.oom import OomMatch, job_is_bounded, match_oom_kills
 from vastprobe.analysis.progress import Progress, progress
+from vastprobe.analysis.ranks import find_jobs
 from vastprobe.analysis.stalls import StalledChain, StallEvidence, stall_evidence, stalled_chains
 from vastprobe.analysis.tree import ProcessTree
 from vastprobe.analysis.waitgraph import WaitGraph
-from vastprobe.model import Evidence, Finding, HostSnapshot, Process, Severity, available
+from vastprobe.model import DistributedJob, Evidence, Finding, HostSnapshot, Process, Severity, available
 from vastprobe.options import RuleOptions
 from vastprobe.probe.sources import PROC
 
@@ -108,6 +109,11 @@ class Context:
     @cached_property
     def oom_matches(self) -> list[OomMatch]:
         return match_oom_kills(self.snapshot, self.scope, self.graph, self.options.explicit_scope)
+
+    @cached_property
+    def jobs(self) -> list[DistributedJob]:
+        """Distributed jobs with ranks on this host, and the ranks holding them (analysis.ranks)."""
+        return find_jobs(self)
 
     @cached_property
     def log_healths(self) -> list[LogHealth]:
