@@ -50,6 +50,11 @@ def rank_main() -> None:
             time.sleep(3600)
 
     threading.Thread(target=tcp_loop, name="gloo_tcp_loop", daemon=True).start()
+    recorded = os.environ.get("LAB_FR_FIXTURE")  # the flight recorder's dump, as torch writes it on a timeout
+    prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE")
+    if recorded and prefix and os.path.exists(f"{recorded}/nccl_trace_rank_{rank}"):
+        with open(f"{recorded}/nccl_trace_rank_{rank}", "rb") as src, open(f"{prefix}{rank}", "wb") as dst:
+            dst.write(src.read())
     ready = os.environ.get("LAB_READY")
     if ready:
         with open(f"{ready}.{rank}", "w") as f:

@@ -465,6 +465,7 @@ class HostSnapshot:
     locks: tuple[FileLock, ...] | Unavailable = Unavailable("not read by this probe version")
     sockets: SocketTable | Unavailable = Unavailable("not read by this probe version")
     fuse_mounts: tuple[FuseMount, ...] | Unavailable = Unavailable("not read by this probe version")
+    flight_dumps: tuple[FlightDump, ...] = ()  # PyTorch flight recorder dumps found on the target
 
     @property
     def sample_window(self) -> float:
@@ -558,6 +559,35 @@ class Outlier:
 
 
 # ---------------------------------------------------------------- distributed jobs
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective a rank entered, from its flight recorder dump."""
+
+    pg: str  # the process group's id
+    seq: int  # collective_seq_id
+    op: str  # profiling_name: "nccl:all_reduce", "gloo:all_reduce"
+    sizes: str  # input sizes, in words
+    state: str  # scheduled, started, completed
+    retired: bool
+
+
+@dataclass(frozen=True)
+class FlightDump:
+    """One rank's flight recorder dump (parsers/flight_recorder.py: read without running pickle)."""
+
+    path: str
+    rank: int | None  # from the file name's digits after the prefix
+    version: str
+    collectives: tuple[Collective, ...]
+    last_completed: dict[str, int]  # process group -> its last completed collective (pg_status)
+    refused: str | None = None  # why the dump was not read: a pickle that is not plain data, bounds
+
+    def last_entered(self, pg: str) -> int | None:
+        seqs = [c.seq for c in self.collectives if c.pg == pg]
+        return max(seqs) if seqs else None
+
 
 RankState = Literal["collective", "elsewhere", "stopped", "uninterruptible", "exited", "gone", "running"]
 #: States in which a rank cannot take part in a collective until something else happens.

@@ -25,14 +25,19 @@ LAB = Path(__file__).parents[1] / "rank_lab.py"
 FUSE = Path(__file__).parents[1] / "fuse_server.py"
 
 
-def start_job(reap: list, tmp_path: Path, how: str, path: str = "", procs_file: Path | None = None) -> dict[int, int]:
+RECORDED_DUMPS = Path(__file__).parents[2] / "fixtures" / "flight-recorder" / "gloo-fifo"
+SECRETS = {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI-planted-K7MDENG", "HF_TOKEN": "hf_plantedTokenDoNotPrint"}
+
+
+def start_job(reap: list, tmp_path: Path, how: str, path: str = "", procs_file: Path | None = None,
+              env: dict[str, str] | None = None) -> dict[int, int]:  # fmt: skip
     """rank -> pid of a three-rank job whose rank 1 is the culprit, once every rank is set up."""
     ready = tmp_path / "ready"
     ports = ",".join(map(str, free_ports(3)))
     cmd = [sys.executable, str(LAB), "launch", ports, f"lab-{tmp_path.name}", "1", how, path]
     if procs_file is not None:
         cmd = ["sh", "-c", f'echo $$ > {procs_file}; exec "$@"', "sh", *cmd]
-    launcher = subprocess.Popen(cmd, env=dict(os.environ, LAB_READY=str(ready)), start_new_session=True,
+    launcher = subprocess.Popen(cmd, env=dict(os.environ, LAB_READY=str(ready), **(env or {})), start_new_session=True,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     reap.append(launcher)
     wait_for(lambda: all(Path(f"{ready}.{r}").exists() for r in range(3)), timeout=30, what="three ranks connected")
@@ -191,3 +196,37 @@ def test_a_sweep_of_three_hosts_names_the_host_and_rank_that_hold_the_job(tmp_pa
     finally:
         for h in hosts:
             h.stop()
+
+
+def test_the_flight_recorder_dumps_agree_and_no_secret_reaches_any_format(reap, tmp_path: Path) -> None:
+    """The ranks wrote the dumps real PyTorch ranks wrote in this shape (rank 1 never entered the 4th
+    all_reduce); two secrets are planted in every rank's environment. The culprit's evidence says what
+    the dumps say, read without running pickle code; no format of the report holds a secret."""
+    fifo = tmp_path / "loader.fifo"
+    os.mkfifo(fifo)
+    env = {"LAB_FR_FIXTURE": str(RECORDED_DUMPS), "TORCH_FR_DUMP_TEMP_FILE": f"{tmp_path}/fr_rank_",
+           "TORCH_FR_BUFFER_SIZE": "2000", **SECRETS}  # fmt: skip
+    pids = start_job(reap, tmp_path, "fifo", str(fifo), env=env)
+    waiting(pids)
+    wait_for(lambda: proc_wchan(pids[1]) == "wait_for_partner", what="rank 1 blocked on the FIFO")
+    _rc, host = vastprobe_json("--match", "rank_lab.py", "--sample", "1")
+    f = culprit_finding(host)
+    fr = [e["detail"] for e in f["evidence"] if e["source"] == "flight recorder"]
+    assert fr == ["process group 0: every rank entered collective #3; ranks 0, 2 entered #4 (gloo:all_reduce, "
+                  "sizes [[65536]]), ranks 1 did not"], f["evidence"]  # fmt: skip
+    assert "the flight recorder is on" in f["hint"]
+    outputs = [json.dumps(host)]
+    for fmt in ("table", "ndjson", "json"):
+        r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--match", "rank_lab.py",
+                            "--sample", "0", "--format", fmt, "-v"], capture_output=True, text=True, timeout=120)  # fmt: skip
+        outputs.append(r.stdout + r.stderr)
+    cap = tmp_path / "capture.json"
+    subprocess.run([sys.executable, "-m", "vastprobe", "collect", "local", "--sample", "0", "-o", str(cap)],
+                   capture_output=True, timeout=120, check=True)  # fmt: skip
+    import base64
+
+    raw = json.loads(cap.read_text())
+    outputs += [cap.read_text(), base64.b64decode(raw["raw_b64"]).decode("utf-8", "replace")]
+    for text in outputs:
+        for name, value in SECRETS.items():
+            assert value not in text and name not in text

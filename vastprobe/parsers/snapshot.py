@@ -30,6 +30,7 @@ from vastprobe.parsers import (
     environ,
     fd,
     files,
+    flight_recorder,
     host,
     kmsg,
     locks,
@@ -436,6 +437,7 @@ def build_snapshot(
         locks=_locks(out, fmt),
         sockets=_sockets(out, fmt),
         fuse_mounts=_fuse_mounts(out, fmt),
+        flight_dumps=flight_recorder.parse_fr_section(_text(out, src.FR.name)),
     )
 
 

@@ -366,10 +366,41 @@ vp_s1() { vp_proc_grep "$vp_l1" 2>&1 | VP_B=$VP_B awk -v cap="$VP_MAXPROC" "$VP_
 # per process.
 VP_ENVPAT='^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_RUN_ID|SLURM_JOB_ID|SLURM_PROCID|CUDA_VISIBLE_DEVICES|NCCL_[A-Z0-9_]+|TORCH_NCCL_[A-Z0-9_]+|TORCH_FR_[A-Z0-9_]+)='
 vp_env() {
+	vp_frp=
 	[ -n "$vp_lenv" ] || return 0
-	vp_many "$vp_lenv" tmo 10 grep -H -z -E "$VP_ENVPAT" 2>/dev/null | tr '\000\n' '\n\036' |
+	exec 4>&1
+	# the section on stdout; on stderr, captured, where the flight recorder dumps (its prefixes)
+	vp_frp=$({ vp_many "$vp_lenv" tmo 10 grep -H -z -E "$VP_ENVPAT" 2>/dev/null | tr '\000\n' '\n\036' |
 		VP_B=$VP_B awk -v cap=262144 "$VP_CAP_AWK"'
-		{ i = index($0, ":"); f = substr($0, 1, i - 1); if (++c[f] <= 48) out(substr($0, 1, i + 256)) }'
+		{ i = index($0, ":"); f = substr($0, 1, i - 1); if (++c[f] <= 48) out(substr($0, 1, i + 256)) }
+		/:(TORCH_NCCL_DEBUG_INFO_TEMP_FILE|TORCH_FR_DUMP_TEMP_FILE)=\// && np++ < 4 {
+			v = substr($0, index($0, "=") + 1)
+			if (length(v) < 512 && v !~ /[\036*?[]/ && !(v in seen)) { seen[v] = 1; print v > "/dev/stderr" }
+		}' 2>&3; } 3>&1 1>&4)
+	exec 4>&-
+}
+
+# PyTorch flight recorder dumps: the default prefix and the ones the ranks name, followed by digits
+# (the rank). Only regular files (no link), whose first byte is a pickle's (0x80), at most 8 of
+# them, 1 MiB of each in base64: the client reads them without running pickle code.
+vp_fr() {
+	vp_frn=0
+	vp_ifs=$IFS
+	IFS=$VP_NL
+	set -- /tmp/nccl_trace_rank_ $vp_frp
+	IFS=$vp_ifs
+	vp_magic=$(printf '\200')
+	for vp_p; do
+		for vp_f in "$vp_p"[0-9]*; do
+			[ "$vp_frn" -lt 8 ] || return 0
+			case $vp_f in "$vp_p"[0-9]*) ;; *) continue ;; esac
+			[ -f "$vp_f" ] && [ ! -h "$vp_f" ] || continue
+			[ "$(tmo 5 head -c 1 -- "$vp_f")" = "$vp_magic" ] || continue
+			vp_frn=$((vp_frn + 1))
+			printf '@fr %s\n' "$vp_f"
+			tmo 5 head -c 1048576 -- "$vp_f" | base64
+		done
+	done
 }
 
 # argv records, NUL -> newline (a newline inside an argument becomes \036), at most 64
@@ -647,6 +678,7 @@ vp_main() {
 	fi
 	secn cmdline vp_cmdline
 	secn env vp_env
+	secn fr vp_fr
 	vp_fd
 	vp_k=$(vp_kmsg)
 	secn kmsg printf '%s\n' "$vp_k"

@@ -97,6 +97,14 @@ ENV = Source(
     "vastprobe.parsers.environ:parse_env_section",
     "distributed-training variables (RANK, WORLD_SIZE, MASTER_ADDR, NCCL_*, ...) of multi-threaded processes",
 )
+FR = Source(
+    "fr",
+    "vp_fr",
+    12 * 1024 * 1024,
+    "once",
+    "vastprobe.parsers.flight_recorder:parse_fr_section",
+    "PyTorch flight recorder dumps (at most 8, 1 MiB each, base64), read without running pickle",
+)
 FD = Source(
     "fd",
     "vp_fd",
@@ -163,7 +171,7 @@ LEGACY_CLK = Source(
 )
 
 SOURCES: tuple[Source, ...] = (
-    META, HOST, NOW, PROC, CGMAP, CGMEM, SYSCALL, MOUNTS, LOCKS, GPU, LOGSTAT, CMDLINE, ENV, FD, NET,
+    META, HOST, NOW, PROC, CGMAP, CGMEM, SYSCALL, MOUNTS, LOCKS, GPU, LOGSTAT, CMDLINE, ENV, FR, FD, NET,
     KMSG, KMSG_FALLBACK, GPUAPPS, LOGTAIL, DF, ARTIFACTS, TIMES,
 )  # fmt: skip
 LEGACY: tuple[Source, ...] = (LEGACY_CLK,)

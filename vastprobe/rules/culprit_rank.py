@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from vastprobe.analysis.flight import Stuck, compare
 from vastprobe.model import DistributedJob, Evidence, Finding, JobRank, Severity
 from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
 from vastprobe.rules.chains import chain_evidence, resume_hint, stack_command
@@ -22,6 +23,19 @@ META = RuleMeta("culprit-rank", "VP119", "error", "one rank of a distributed job
 
 
 def check(ctx: Context) -> Iterator[Finding]:
+    dumps = ctx.snapshot.flight_dumps
+    for d in dumps:
+        if d.refused:
+            yield META.finding(
+                f"a flight recorder dump was not read: {d.path}: {d.refused}",
+                [],
+                [Evidence("flight recorder", f"{d.path}: {d.refused}")],
+                "vastprobe reads dumps as plain data and never runs pickle code; a dump that is more than that "
+                "(a global, a call, an object) or past its bounds was written by something else: look at who wrote it",
+                "warning",
+            )
+    stuck = compare(dumps)
+    named_by_ranks: set[int] = set()
     for job in ctx.jobs:
         if not any(r.pid in ctx.scope for r in job.ranks if r.pid is not None):
             continue
@@ -31,10 +45,39 @@ def check(ctx: Context) -> Iterator[Finding]:
                 yield _off_host(ctx, job, waiting)
             continue
         for culprit in job.culprits:
-            yield _culprit(ctx, job, culprit, waiting)
+            if culprit.rank is not None:
+                named_by_ranks.add(culprit.rank)
+            yield _culprit(ctx, job, culprit, waiting, stuck)
+    for st in stuck:  # the dumps alone name ranks the processes here did not (their host is elsewhere)
+        if not set(st.missing) & named_by_ranks:
+            yield _from_dumps(st)
 
 
-def _culprit(ctx: Context, job: DistributedJob, c: JobRank, waiting: str) -> Finding:
+def _flight_evidence(stuck: list[Stuck]) -> list[Evidence]:
+    return [
+        Evidence(
+            "flight recorder",
+            f"process group {st.pg}: every rank entered collective #{st.last_all}; ranks "
+            f"{', '.join(map(str, st.entered))} entered #{st.next_seq} ({st.op}, sizes {st.sizes}), ranks "
+            f"{', '.join(map(str, st.missing))} did not",
+        )
+        for st in stuck[:4]
+    ]
+
+
+def _from_dumps(st: Stuck) -> Finding:
+    missing = ", ".join(map(str, st.missing))
+    return META.finding(
+        f"the flight recorder dumps say rank(s) {missing} never entered collective #{st.next_seq} ({st.op}) of process "
+        f"group {st.pg}, which rank(s) {', '.join(map(str, st.entered))} entered and wait in",
+        [],
+        _flight_evidence([st]),
+        f"diagnose the host(s) of rank(s) {missing}: what they do instead of #{st.next_seq} is the cause",
+        "error",
+    )
+
+
+def _culprit(ctx: Context, job: DistributedJob, c: JobRank, waiting: str, stuck: list[Stuck]) -> Finding:
     who = f"{c.name}" + (
         f" (pid {c.pid}" + (f", {ctx.tree.by_pid[c.pid].comm})" if c.pid in ctx.tree.by_pid else ")") if c.pid else ""
     )
@@ -52,6 +95,7 @@ def _culprit(ctx: Context, job: DistributedJob, c: JobRank, waiting: str) -> Fin
     chain = next((s for s in ctx.stalled_chains if c.pid is not None and c.pid in s.chain.pids), None)
     if chain is not None:
         ev += chain_evidence(ctx, chain)
+    ev += _flight_evidence([st for st in stuck if c.rank in st.missing])
     severity: Severity = "error"
     caused_by = None
     if c.state == "stopped" and c.pid is not None:
