@@ -55,8 +55,8 @@ def load_plain(data: bytes) -> Any:
         return out
 
     def unpack(fmt: str) -> int:
-        (v,) = struct.unpack(fmt, take(struct.calcsize(fmt)))
-        return int(v)
+        v: int = struct.unpack(fmt, take(struct.calcsize(fmt)))[0]  # an integer format: an int, not text
+        return v
 
     def pop_mark() -> list[Any]:
         nonlocal depth
