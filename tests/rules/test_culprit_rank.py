@@ -22,6 +22,8 @@ from tests.helpers import proc_state, proc_wchan, vastprobe_json, wait_for
 from tests.sshd import free_ports, keygen, start_sshd
 
 LAB = Path(__file__).parents[1] / "rank_lab.py"
+#: every test diagnoses `--match rank_lab.py`, which would see another test's ranks: one at a time
+pytestmark = pytest.mark.serial("rank_lab")
 FUSE = Path(__file__).parents[1] / "fuse_server.py"
 
 
