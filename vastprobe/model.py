@@ -393,10 +393,21 @@ class LogFile:
     stats: tuple[FileStat | Unavailable, ...]  # one per sample
     tail: str | Unavailable
     holders: tuple[tuple[int, int, bool], ...]  # (pid, fd, deleted) of processes holding it open
+    found: bool = False  # not given with --log: a file the job's processes hold open write-only (its log)
 
     @property
     def exists(self) -> bool:
         return bool(self.stats) and isinstance(self.stats[-1], FileStat)
+
+
+@dataclass(frozen=True)
+class HeldFile:
+    """A file a process holds open write-only (its stdout or stderr, or named like a log), stat'ed
+    through /proc/PID/fd/N."""
+
+    pid: int
+    fd: int
+    stat: FileStat
 
 
 @dataclass(frozen=True)
@@ -466,6 +477,7 @@ class HostSnapshot:
     sockets: SocketTable | Unavailable = Unavailable("not read by this probe version")
     fuse_mounts: tuple[FuseMount, ...] | Unavailable = Unavailable("not read by this probe version")
     flight_dumps: tuple[FlightDump, ...] = ()  # PyTorch flight recorder dumps found on the target
+    held_files: tuple[HeldFile, ...] = ()  # files held open write-only named like logs: the job's logs, found
 
     @property
     def sample_window(self) -> float:

@@ -31,6 +31,7 @@ from vastprobe.parsers import (
     fd,
     files,
     flight_recorder,
+    held,
     host,
     kmsg,
     locks,
@@ -438,6 +439,7 @@ def build_snapshot(
         sockets=_sockets(out, fmt),
         fuse_mounts=_fuse_mounts(out, fmt),
         flight_dumps=flight_recorder.parse_fr_section(_text(out, src.FR.name)),
+        held_files=held.parse_held_section(_text(out, src.HELD.name)),
     )
 
 

@@ -360,6 +360,13 @@ vp_syscall() {
 
 vp_s1() { vp_proc_grep "$vp_l1" 2>&1 | VP_B=$VP_B awk -v cap="$VP_MAXPROC" "$VP_CAP_AWK"'{ out($0) }'; }
 
+# The files the processes hold open write-only whose names say log (and their stdout and stderr): the
+# job's logs where none was given. stat through /proc/PID/fd/N, the open file itself (a path
+# renamed or deleted since is still the one written), under a timeout; at most 128.
+vp_held_stat() {
+	[ -z "$vp_held" ] || tmo 5 stat -L -c '%n %s %Y %i %F' -- $vp_held
+}
+
 # Who is who in a distributed job: from the environ of the multi-threaded processes (ranks are), the
 # allow-listed names only (rank, world, rendezvous, job id, GPUs, NCCL and flight-recorder settings);
 # nothing else of an environment is ever printed: secrets live there. At most 48 names of 256 bytes
@@ -428,7 +435,9 @@ vp_fd() {
 			case $vp_f in @epoll/proc/*) vp_ep="$vp_ep ${vp_f#@epoll}" ;; esac
 		done
 	fi
-	vp_many "$vp_lfd" ls -ln$VP_LSB 2>&1 |
+	exec 4>&1
+	# the sections on stdout; on stderr, captured, the fds held write-only on files named like logs
+	vp_held=$({ vp_many "$vp_lfd" ls -ln$VP_LSB 2>&1 |
 		VP_B=$VP_B awk -v cap="$VP_MAXPROC" -v max="$VP_MAXFD" -v ncap="$VP_MAXNET" -v ss="$VP_SSNEED" \
 			-v ep="$vp_ep" "$VP_CAP_AWK"'
 			function readns(p, label,   t, f, col, l, c) {
@@ -461,6 +470,18 @@ vp_fd() {
 					ino = substr($0, i + 12, length($0) - i - 12)
 					held[ino] = 1
 					if (!(ino in holder)) holder[ino] = pid
+				} else if (substr($0, 1, 4) == "l-wx" && (i = index($0, " -> /")) > 0 && nlog < 128) {
+					# a file held open write-only: its stdout or stderr, or named like a log (the logs of the job
+					# logs, found where none was given); each file once, by its first holder
+					t = substr($0, i + 4)
+					for (j = 1; j <= NF; j++) if ($j == "->") break
+					fdn = $(j - 1)
+					if (t ~ /^\/(dev|proc|sys)\// || t ~ / \(deleted\)$/ || (t in logseen)) next
+					if (fdn == "1" || fdn == "2" || t ~ /(\.log|\.out|\.err|\.txt|log)[^\/]*$/) {
+						logseen[t] = 1
+						nlog++
+						print pid "/fd/" fdn > "/dev/stderr"
+					}
 				}
 			}
 			END {
@@ -485,7 +506,8 @@ vp_fd() {
 				}
 				if (!cut) printf "\n@@rc=0\n"
 				printf "\n@@%s@@ /net\n", B
-			}'
+			}' 2>&3; } 3>&1 1>&4)
+	exec 4>&-
 }
 
 VP_KPAT='invoked oom-killer|oom-kill:|Kill(ed)? process|oom_reaper|Out of memory|Memory cgroup out of memory|memory: usage|Task in .* killed|NVRM: Xid|SXid|fallen off the bus|The NVIDIA GPU |blocked for more than|GPU is lost'
@@ -680,6 +702,7 @@ vp_main() {
 	secn env vp_env
 	secn fr vp_fr
 	vp_fd
+	secn held vp_held_stat
 	vp_k=$(vp_kmsg)
 	secn kmsg printf '%s\n' "$vp_k"
 	case $vp_k in

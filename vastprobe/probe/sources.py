@@ -97,6 +97,14 @@ ENV = Source(
     "vastprobe.parsers.environ:parse_env_section",
     "distributed-training variables (RANK, WORLD_SIZE, MASTER_ADDR, NCCL_*, ...) of multi-threaded processes",
 )
+HELD = Source(
+    "held",
+    "vp_held_stat",
+    None,
+    "once",
+    "vastprobe.parsers.held:parse_held_section",
+    "stat of files held open write-only named like logs, and of stdout/stderr files (at most 128)",
+)
 FR = Source(
     "fr",
     "vp_fr",
@@ -171,7 +179,7 @@ LEGACY_CLK = Source(
 )
 
 SOURCES: tuple[Source, ...] = (
-    META, HOST, NOW, PROC, CGMAP, CGMEM, SYSCALL, MOUNTS, LOCKS, GPU, LOGSTAT, CMDLINE, ENV, FR, FD, NET,
+    META, HOST, NOW, PROC, CGMAP, CGMEM, SYSCALL, MOUNTS, LOCKS, GPU, LOGSTAT, CMDLINE, ENV, FR, FD, NET, HELD,
     KMSG, KMSG_FALLBACK, GPUAPPS, LOGTAIL, DF, ARTIFACTS, TIMES,
 )  # fmt: skip
 LEGACY: tuple[Source, ...] = (LEGACY_CLK,)
