@@ -332,7 +332,11 @@ vp_s0() {
 			nf = split(ctr[i], f, " ")
 			for (j = 1; j <= nf; j++) {
 				file = dir[i] "/memory." f[j]
-				while ((getline l < file) > 0) { print file ":" l; got = 1 }
+				while ((getline l < file) > 0) {
+					print file ":" l
+					got = 1
+					if (l ~ /^oom_kill [1-9]/) oomk = 1
+				}
 				close(file)
 			}
 		}
@@ -342,10 +346,13 @@ vp_s0() {
 		nl = 0
 		while (nl < 4096 && (getline l < "/proc/locks") > 0) { print l; nl++ }
 		printf "\n@@rc=%d\n\n@@%s@@ /locks\n", nl < 4096 ? 0 : 3, B
-		exit need_ss ? 3 : 0
+		# status: 1 a process waits on or polls a socket (ss is worth a fork); 2 a memory cgroup
+		# counts an OOM kill (the kernel log is worth a second look if dmesg has no line for it)
+		exit (need_ss ? 1 : 0) + (oomk ? 2 : 0)
 	}' /proc/self/mountinfo - 2>&3; } 3>&1 1>&4)
-	# status 3: a process waits on a socket, so ss is worth a fork for Unix sockets' peers
-	if [ "$?" = 3 ]; then VP_SSNEED=$VP_SS; else VP_SSNEED=0; fi
+	vp_rc=$?
+	case $vp_rc in 1 | 3) VP_SSNEED=$VP_SS ;; *) VP_SSNEED=0 ;; esac
+	case $vp_rc in 2 | 3) VP_OOMC=1 ;; *) VP_OOMC=0 ;; esac
 	exec 4>&-
 }
 
@@ -707,6 +714,10 @@ vp_main() {
 	secn kmsg printf '%s\n' "$vp_k"
 	case $vp_k in
 	*"@@err "* | *"@@lines 0") secn kmsg.fallback vp_kmsg_fallback ;;
+	*"Killed process"*) ;;
+	# a memory cgroup counts an OOM kill that dmesg no longer holds (a busy host rolled its ring
+	# buffer over): the journal's kernel messages may
+	*) [ "$VP_OOMC" != 1 ] || secn kmsg.fallback vp_kmsg_fallback ;;
 	esac
 	vp_gpu_sec gpuapps vp_gpuapps
 	vp_each_log vp_logtail_sec

@@ -130,12 +130,16 @@ def _from_cgroups(ctx: Context) -> Iterator[Finding]:
             ev.append(Evidence("limit", f"{cg.limit_bytes // 2**20} MiB; peak {((cg.peak_bytes or 0) // 2**20)} MiB"))
         why = snap.kernel_log.reason if not snap.kernel_log.readable else "the kernel log no longer holds the lines"
         ev.append(Evidence("kernel log", f"not usable: {why}"))
+        # the job's own cgroup (not the root one, where the whole host's kills count) lost a process: where
+        # the scope is the job, that is its loss, whatever the kernel log no longer says
+        own = ctx.bounded and cg.path not in ("/", "")
         yield META.finding(
             f"memory cgroup {cg.path} counts {cg.oom_kill} OOM kill(s); when and which process is unknown",
             members[:1],
             ev,
-            "the counter only grows: compare it with the next sweep to date the kill; give the job more memory",
-            "warning",
+            "the counter only grows: compare it with the next sweep to date the kill; give the job more memory"
+            + ("; the job lost a process to it: a parent waiting on that child waits for ever" if own else ""),
+            "error" if own else "warning",
         )
 
 
