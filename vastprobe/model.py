@@ -416,6 +416,7 @@ class Artifact:
     size: int
     mtime: int
     kind: str
+    uid: int | None = None  # the owner; None in captures before probe format 3 took it
 
 
 @dataclass(frozen=True)

@@ -620,7 +620,7 @@ vp_df() {
 	vp_dfdirs df -P -i -- /tmp
 }
 
-# glob PATTERN: the first VP_MAXART matches as "<size> <mtime> <type>|<name>". The list is cut
+# glob PATTERN: the first VP_MAXART matches as "<size> <mtime> <owner uid> <type>|<name>". The list is cut
 # in the shell, so stat never sees the rest of a huge directory.
 vp_glob() {
 	vp_ifs=$IFS
@@ -654,7 +654,7 @@ vp_glob() {
 	shift "$vp_gn"
 	[ "$vp_nl" = 0 ] || printf '@@unlisted %s\n' "$vp_nl"
 	[ "$#" -gt 0 ] || return 0
-	tmo 5 stat -c '%s %Y %F|%n' -- "$@"
+	tmo 5 stat -c '%s %Y %u %F|%n' -- "$@"
 }
 
 
