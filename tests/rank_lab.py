@@ -66,6 +66,9 @@ def rank_main() -> None:
                 f.read()
         elif how == "oom":
             _hog = bytearray(1 << 30)  # past the memory cgroup's limit
+    if os.environ.get("LAB_SPIN"):  # NCCL's waiting ranks: the host thread polls the GPU, a CPU at full use
+        while True:
+            pass
     threading.Event().wait()  # the collective's work never completes
 
 

@@ -232,3 +232,22 @@ def test_the_flight_recorder_dumps_agree_and_no_secret_reaches_any_format(reap, 
     for text in outputs:
         for name, value in SECRETS.items():
             assert value not in text and name not in text
+
+
+def test_on_gpus_the_rank_whose_gpu_idles_while_the_others_spin_holds_them(reap, tmp_path: Path) -> None:
+    """NCCL's waiting ranks spin: a CPU at full use and the GPU at 100% in the collective's kernel. The
+    rank they wait for runs on its CPU too, but its GPU idles. No GPU here: nvidia-smi is the stand-in
+    (tests/standins), one GPU per rank, rank 1's idle."""
+    pids = start_job(reap, tmp_path, "none", env={"LAB_SPIN": "1"})
+    wait_for(lambda: all(proc_state(p) == "R" for p in pids.values()), what="three ranks spinning")
+    standin = Path(__file__).parents[1] / "standins"
+    env = {**os.environ, "PATH": f"{standin}:{os.environ['PATH']}", "VASTPROBE_STANDIN_GPU": "ranks",
+           "VASTPROBE_STANDIN_RANK_PIDS": ",".join(str(pids[r]) for r in range(3)), "VASTPROBE_STANDIN_IDLE": "1"}  # fmt: skip
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", "--match",
+                        "rank_lab.py", "--sample", "1"], capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    host = json.loads(r.stdout)["hosts"][0]
+    f = culprit_finding(host)
+    assert f["summary"].startswith(f"rank 1 (pid {pids[1]}") and "its GPU idles" in f["summary"], f["summary"]
+    assert "2 other ranks (0, 2) wait on it in a collective" in f["summary"]
+    job = host["jobs"][0]
+    assert [x["state"] for x in job["ranks"]] == ["collective", "elsewhere", "collective"], job

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from vastprobe.analysis.gpu import gpu_users
 from vastprobe.analysis.waitgraph import untimed_futex
 from vastprobe.model import HOLDING, DistributedJob, JobRank, Process, RankState, Syscall
 from vastprobe.parsers.numbers import read_int
@@ -53,7 +54,12 @@ def find_jobs(ctx: Context) -> list[DistributedJob]:
     jobs = []
     for key, procs in sorted(by_key.items()):
         pids = {p.pid for p in procs}
-        ranks = [_classify(ctx, p, pids) for p in sorted(procs, key=lambda p: read_int(p.env_value("RANK") or "") or 0)]
+        util = _gpu_util(ctx, procs)
+        spinning = any(v >= BUSY_UTIL for v in util.values())
+        ranks = [
+            _classify(ctx, p, pids, util.get(p.pid), spinning)
+            for p in sorted(procs, key=lambda p: read_int(p.env_value("RANK") or "") or 0)
+        ]
         ranks += _gone(ctx, procs)
         world = max((read_int(p.env_value("WORLD_SIZE") or "") or 0 for p in procs), default=0) or None
         waiting = tuple(r for r in ranks if r.state == "collective")
@@ -68,6 +74,23 @@ def find_jobs(ctx: Context) -> list[DistributedJob]:
     return jobs
 
 
+#: GPU utilisation (%) of a rank spinning in a collective (NCCL's kernels busy-wait), and of an idle one
+BUSY_UTIL = 90.0
+IDLE_UTIL = 10.0
+
+
+def _gpu_util(ctx: Context, procs: list[Process]) -> dict[int, float]:
+    """pid -> the lowest utilisation its GPU showed over the samples, for ranks nvidia-smi maps to a GPU."""
+    users = gpu_users(ctx.snapshot, frozenset(p.pid for p in procs))
+    rows = [g for sample in ctx.snapshot.gpus.samples for g in sample]
+    out: dict[int, float] = {}
+    for u in users:
+        utils = [g.utilization_gpu for g in rows if u.gpu_uuid and g.uuid == u.gpu_uuid]
+        if utils and all(v is not None for v in utils):
+            out[u.pid] = min(v for v in utils if v is not None)
+    return out
+
+
 def _peers(ctx: Context, p: Process, ranks: set[int]) -> int:
     """How many other ranks this one holds connections to (gloo's pairs, NCCL's bootstrap and proxy):
     the ranks here, and connections to no process visible here (the job's ranks on other hosts)."""
@@ -75,7 +98,7 @@ def _peers(ctx: Context, p: Process, ranks: set[int]) -> int:
     return len(here & ranks) + unseen
 
 
-def _classify(ctx: Context, p: Process, ranks: set[int]) -> JobRank:
+def _classify(ctx: Context, p: Process, ranks: set[int], util: float | None = None, spinning: bool = False) -> JobRank:
     rank = read_int(p.env_value("RANK") or "")
     local = read_int(p.env_value("LOCAL_RANK") or "")
     gpu = p.env_value("CUDA_VISIBLE_DEVICES")
@@ -98,6 +121,12 @@ def _classify(ctx: Context, p: Process, ranks: set[int]) -> JobRank:
             "collective", f"waits in a collective (its main thread in a futex; {peers} connection(s) to other ranks)"
         )
     if p.state == "R" or kind is None:
+        # NCCL's waiting ranks spin: the host thread polls, the GPU runs the collective's kernel at full
+        # utilisation; the rank they wait for is the one whose GPU idles meanwhile
+        if util is not None and util >= BUSY_UTIL:
+            return r("collective", f"spins in a collective (its GPU at {util:.0f}% without end, its CPU busy)")
+        if util is not None and util <= IDLE_UTIL and spinning:
+            return r("elsewhere", f"runs on the CPU while its GPU idles ({util:.0f}%) and the other ranks' GPUs spin")
         if moved is False and peers:
             return r("collective", "spins without progress, connected to the other ranks")
         return r("running", "runs" + (" and makes progress" if moved else ""))
