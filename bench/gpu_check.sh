@@ -11,6 +11,8 @@
 #   busy   a matrix-multiply loop (PyTorch or CuPy)   -> expect neither idle-gpu nor gpu-busy-no-progress
 #   spin   a kernel that spins on the GPU while its process sleeps on the CPU, no log growth: what a
 #          rank stuck in an NCCL collective looks like -> expect gpu-busy-no-progress
+#   nccl   (two GPUs or more) a real NCCL job hung in an all_reduce while rank 1 blocks on a FIFO,
+#          the flight recorder on -> expect culprit-rank naming rank 1; its dumps are recorded
 # The busy and spin loads need PyTorch (torch.cuda._sleep spins a kernel), CuPy, or nvcc (two small
 # kernels compiled here); with none of them only the idle phase runs ("nvidia-smi's own load").
 #
@@ -179,6 +181,66 @@ if start_load spin; then
 	stop_load
 else
 	say "spin: no PyTorch, CuPy or nvcc here: skipped"
+fi
+
+# ---- nccl: a hung NCCL collective across the GPUs, one rank held elsewhere, the flight recorder on
+# (needs PyTorch with CUDA and at least two GPUs): every rank but 1 enters an all_reduce, rank 1
+# blocks on a FIFO; each rank dumps its flight recorder (torch._C._distributed_c10d._dump_nccl_trace)
+# to $OUT/nccl_trace_rank_<rank>, recorded as fixtures/flight-recorder/<case>-nccl/ for the reader.
+NGPU=$(smi -L | grep -c '^GPU ')
+if [ "$NGPU" -ge 2 ] && "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+	mkfifo "$OUT/loader.fifo" 2>/dev/null
+	cat >"$OUT/nccl_job.py" <<'PYEOF'
+import os, threading, time
+import torch
+import torch.distributed as dist
+dist.init_process_group("nccl")
+rank = dist.get_rank()
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+def dump_later():
+    time.sleep(20)
+    from torch._C._distributed_c10d import _dump_nccl_trace
+    with open(os.environ["FR_OUT"] + str(rank), "wb") as f:
+        f.write(_dump_nccl_trace())
+threading.Thread(target=dump_later, daemon=True).start()
+t = torch.ones(1 << 20, device="cuda")
+for _ in range(3):
+    dist.all_reduce(t)
+torch.cuda.synchronize()
+if rank == 1:
+    open(os.environ["FIFO"]).read()
+dist.all_reduce(t)
+torch.cuda.synchronize()
+PYEOF
+	NP=$((NGPU < 4 ? NGPU : 4))
+	FIFO="$OUT/loader.fifo" FR_OUT="$OUT/nccl_trace_rank_" TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_FR_BUFFER_SIZE=2000 \
+		TORCH_FR_DUMP_TEMP_FILE="$OUT/fr_auto_rank_" \
+		"$PY" -m torch.distributed.run --nproc-per-node "$NP" --master-port 29561 "$OUT/nccl_job.py" \
+		>"$OUT/nccl_job.log" 2>&1 &
+	NCCL_PID=$!
+	sleep 40
+	say "nccl: $NP ranks on $NP GPUs, rank 1 on a FIFO, the others in an all_reduce (launcher $NCCL_PID)"
+	"$PY" -m vastprobe diagnose local --format json --snapshot --match nccl_job.py >"$OUT/diagnose-nccl.json" 2>>"$OUT/summary.txt"
+	"$PY" -m vastprobe collect local -o "$OUT/capture-nccl.json" --match nccl_job.py 2>>"$OUT/summary.txt"
+	if "$PY" - "$OUT/diagnose-nccl.json" <<'PYEOF'; then
+import json, sys
+h = json.load(open(sys.argv[1]))["hosts"][0]
+f = [f for f in h["findings"] if f["rule"] == "culprit-rank"]
+ok = bool(f) and f[0]["summary"].startswith("rank 1 ")
+print("nccl: culprit-rank", "names rank 1" if ok else f"MISSED: {[(x['rule'], x['summary']) for x in h['findings']]}")
+sys.exit(0 if ok else 1)
+PYEOF
+		say "nccl: culprit named"
+	else
+		say "nccl: EXPECTATION FAILED: culprit-rank should name rank 1"
+		FAILED=1
+	fi
+	mkdir -p "$ROOT/fixtures/flight-recorder/$CASE-nccl"
+	cp "$OUT"/nccl_trace_rank_* "$ROOT/fixtures/flight-recorder/$CASE-nccl/" 2>/dev/null
+	pkill -P "$NCCL_PID" 2>/dev/null
+	kill "$NCCL_PID" 2>/dev/null
+else
+	say "nccl: needs PyTorch with CUDA and two GPUs: skipped"
 fi
 
 cat >"$FIX/NOTE.md" <<EOF
