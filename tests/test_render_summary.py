@@ -33,14 +33,16 @@ def test_forty_hosts_fold_into_ranges_with_their_instances() -> None:
     assert lines[0] == "40 hosts: 36 ok, 2 skipped, 2 unreachable"
     assert "STALLED (5): gpu[03,09,17,22,31]" in lines
     assert "HEALTHY (31): gpu[01-02,04-08,10-11,14-16,18-21,23-30,32-37,40]" in lines
+    # hosts with the same story fold into one line with their node set (issue 26); a lone host keeps its own
+    folded = [line for line in lines if line.startswith("  [3: gpu[03,17,22]]: cuzk-bench was OOM-killed at")]
+    assert len(folded) == 1
     stalled = [line for line in lines if line.startswith("  gpu")]
-    assert len(stalled) == 5
-    assert re.match(r"  gpu03 #8812303 llm-train-3 +cuzk-bench was OOM-killed at", stalled[0])
+    assert len(stalled) == 2
+    assert re.match(r"  gpu09 #8812309 llm-train-9 +sh \(1\) waits on tee", stalled[0])
     assert any(line.startswith("  gpu31 #8812331 llm-train-31  trainer (4) is stopped (T)") for line in lines)
-    # every host's why starts in one column, and its wrapped lines hang under it
-    column = stalled[0].index("cuzk-bench")
-    assert all(line[column - 2 : column] == "  " and line[column] != " " for line in stalled)
-    i = lines.index(stalled[0])
+    # the folded line's why wraps under itself
+    i = lines.index(folded[0])
+    column = folded[0].index("cuzk-bench")
     assert lines[i + 1].startswith(" " * column) and lines[i + 1][column] != " "
     assert "  skipped: vast.ai instance N is exited, not running  [2: gpu[12-13]]" in text
     # two texts differing in the host name fold to one, numbers kept when they are the same
@@ -93,13 +95,10 @@ def test_a_real_sweep_of_forty_vast_instances(tmp_path: Path, reap) -> None:
         assert r.returncode == 1, r.stderr
         assert out.startswith("40 hosts: 30 ok, 6 skipped, 4 unreachable (")
         assert f"STALLED (30): root@127.0.0.[1-16]:{a.port}, root@127.0.0.[17-30]:{b.port}" in out
-        # each stalled host on its own line with its instance (what heads its why is checked on the
-        # recorded fleet: here a neighbour's OOM kill, logged without its cgroup, may come first)
-        for i in range(1, 31):
-            assert re.search(
-                rf"^  root@127\.0\.0\.{i}:{a.port if i <= 16 else b.port} #{7700 + i} train-{i} +\S", out, re.M
-            )
         flat = re.sub(r"\s+", " ", out)
+        # thirty hosts stalled the same way: one line, their node set and count (issue 26); -v lists each
+        assert f"[30: root@127.0.0.[1-16]:{a.port}, root@127.0.0.[17-30]:{b.port}]" in flat, out
+        assert len(out.splitlines()) < 15
         assert f"VP105 stopped-child: sleep ({child}) is stopped (T) [30: root@127.0.0.[1-16]:{a.port}," in flat
         assert "skipped: vast.ai instance N is exited, not running  [6: root@127.0.0.[31-36]:" in out
         assert "unreachable: " in out and f"[4: root@127.0.0.[37-40]:{dead}]" in flat
@@ -134,3 +133,42 @@ def test_progress_line_is_there_at_once_with_time_and_hosts_in_flight(tmp_path: 
     finally:
         subprocess.run(["tmux", "-S", str(sock), "kill-server"], capture_output=True)
         hang.stop()
+
+
+@pytest.mark.slow
+def test_forty_hosts_stalled_the_same_way_twice_fold_into_one_history_line(tmp_path: Path, reap) -> None:
+    """40 loopback targets swept twice with a history, every live one stalled the same way (a stopped
+    child): the second table says it once, 'still … since …' with the node set, not 40 lines; -v
+    lists every host."""
+    key = keygen(tmp_path / "user")
+    # sshd listens on 16 addresses at most: three of them
+    ds = [start_sshd(tmp_path / f"d{n}", user_key=key, addresses=[f"127.0.0.{i}" for i in range(lo, lo + 14)])
+          for n, lo in enumerate((1, 15, 29))]  # fmt: skip
+    try:
+        p, _child = stopped_child(reap)
+        kh = tmp_path / "known_hosts"
+        kh.write_text("".join(d.known_hosts.read_text() for d in ds))
+        targets = [f"root@127.0.0.{i}:{ds[(i - 1) // 14].port}" for i in range(1, 41)]
+        (tmp_path / "fleet.txt").write_text("\n".join(targets) + "\n")
+        args = [sys.executable, "-m", "vastprobe", "sweep", str(tmp_path / "fleet.txt"), "--format", "table", "-i",
+                str(key), "--known-hosts", str(kh), "--sample", "0", "--pid", str(p.pid), "--history",
+                str(tmp_path / "h.sqlite")]  # fmt: skip
+        env = {**os.environ, "COLUMNS": "120"}
+        first = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+        assert first.returncode == 1 and "new [40: " in first.stdout, first.stdout
+        second = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+        out = second.stdout
+        assert second.returncode == 1, second.stderr
+        # the verdict sections (the findings section below folds the same way, by finding: the OOM
+        # noise other tests make on this machine shows on some hosts and not others)
+        hosts_part = out.split("findings across hosts")[0]
+        named = set(re.findall(r"root@127\.0\.0\.(?:\[[0-9,-]+\]|[0-9]+):[0-9]+", hosts_part))
+        assert len(named) <= 8, (named, out)  # the table names at most 8 addresses (node sets count as one)
+        assert not any(n.startswith("root@127.0.0.1:") for n in named), out  # no host on a line of its own
+        still = [line for line in out.splitlines() if line.startswith("  still since ")]
+        assert len(still) == 1 and "(2 sweeps) [40: root@127.0.0.[1-14]:" in still[0], out
+        verbose = subprocess.run([*args, "-v", "--no-history"], capture_output=True, text=True, timeout=300, env=env)
+        assert verbose.stdout.count("root@127.0.0.") >= 40
+    finally:
+        for d in ds:
+            d.stop()

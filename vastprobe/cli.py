@@ -720,7 +720,7 @@ def sweep(
     if chosen is OutputFormat.table:
         from vastprobe.render.summary import render_summary
 
-        render_summary(reports, sys.stdout, memory=fleet.memory, elapsed=elapsed)
+        render_summary(reports, sys.stdout, memory=fleet.memory, elapsed=elapsed, verbose=verbose > 0)
     elif chosen is OutputFormat.json:
         sys.stdout.write(_json_out(reports, brief))
     elif fleet.group_by is not None:  # NDJSON held back until the outliers are known

@@ -140,7 +140,10 @@ def render_summary(
     marks: Mapping[str, str] | None = None,
     elapsed: float | None = None,
     width: int | None = None,
+    verbose: bool = False,
 ) -> None:
+    """`verbose`: one line per stalled or degraded host; otherwise hosts with the same story fold
+    into one line (and past MAX_GROUPS lines, the largest groups and a count of the rest)."""
     console = Console(file=file, highlight=False, soft_wrap=False, width=width)
     now = time.time() if now is None else now
     marks = dict(marks or {})
@@ -163,7 +166,11 @@ def render_summary(
         head.append(f" ({len(hosts)}): ")
         hanging(console, "", head, Text(fold_hosts(r.target for r in hosts)))
         if verdict in ("stalled", "degraded"):
-            _host_lines(console, sorted(hosts, key=lambda r: natural_key(r.target)), marks, since)
+            ordered = sorted(hosts, key=lambda r: natural_key(r.target))
+            if verbose:
+                _host_lines(console, ordered, marks, since)
+            else:
+                _folded_host_lines(console, ordered, marks, since, memory or {})
         elif verdict == "unknown":
             _failures(console, hosts, marks)
     _findings(console, reports)
@@ -213,6 +220,61 @@ def _host_lines(console: Console, hosts: list[HostReport], marks: Mapping[str, s
         if r.target in since:
             text = f"{since[r.target]}: {text}"
         hanging(console, "", head, Text(safe(text, 700)))
+
+
+#: Lines a verdict's folded host list may take before the rest is counted ("--verbose lists them").
+MAX_GROUPS = 8
+
+
+def _story(r: HostReport) -> str:
+    """What a host's line says with what varies by host (its name, pids, sizes, times) folded."""
+    return _NUM.sub("N", why(r).replace(r.target, "HOST"))
+
+
+def _folded_host_lines(
+    console: Console,
+    hosts: list[HostReport],
+    marks: Mapping[str, str],
+    since: Mapping[str, str],
+    memory: Mapping[str, HostMemory],
+) -> None:
+    """Hosts with the same story in one line: the same transition (new, still), the same since-minute
+    and sweep count, the same why with its numbers folded; one line per group with its node set and
+    count, the largest first. A single host keeps its own line (its instance too)."""
+    groups: dict[tuple[str, str, str], list[HostReport]] = defaultdict(list)
+    for r in hosts:
+        m = memory.get(r.target)
+        when = (
+            f"since {_minute(m.verdict_since)} ({m.verdict_sweeps} sweeps)"
+            if m is not None and m.change == "still" and r.target in since
+            else ""
+        )
+        groups[(marks.get(r.target, ""), when, _story(r))].append(r)
+    ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    shown = ordered[:MAX_GROUPS]
+    for (mark, when, _key), rs in shown:
+        if len(rs) == 1:
+            _host_lines(console, rs, marks, since)
+            continue
+        texts = {why(r) for r in rs}
+        text = next(iter(texts)) if len(texts) == 1 else why(rs[0])
+        varies = "" if len(texts) == 1 else " (pids and numbers vary by host)"
+        head = Text("  ")
+        if mark:
+            head.append(f"{safe(mark, 20)} ", style="bold")
+        if when:
+            head.append(f"{when} ")
+        hosts_text = f"[{len(rs)}: {fold_hosts(r.target for r in rs)}]: "
+        if head.cell_len + len(hosts_text) <= console.width // 2:  # the why hangs under itself
+            head.append(hosts_text, style="bold")
+            hanging(console, "", head, Text(safe(text, 700) + varies))
+        else:  # a long node set wraps on lines of its own, never cut; the why under it
+            hanging(console, "", head, Text(hosts_text.rstrip(": "), style="bold"))
+            hanging(console, "", Text("    "), Text(safe(text, 700) + varies))
+    rest = ordered[MAX_GROUPS:]
+    if rest:
+        n = sum(len(rs) for _k, rs in rest)
+        console.print(Text(f"  and {len(rest)} more group(s) ({n} hosts); --verbose lists them", style="dim"))
 
 
 def _failures(console: Console, hosts: list[HostReport], marks: Mapping[str, str]) -> None:
