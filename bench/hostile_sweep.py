@@ -49,6 +49,8 @@ def sweep(python: str, targets: list[str], known_hosts: Path, d: Path, concurren
     rows = {}
     for line in p.stdout:
         r = json.loads(line)
+        if "summary" in r:  # the line that ends the stream
+            continue
         rows[r["target"]] = (time.monotonic() - t0, r["status"], (r.get("timings") or {}).get("analysis"))
     p.wait()
     wall = time.monotonic() - t0

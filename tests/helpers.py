@@ -82,7 +82,8 @@ def children_of(pid: int) -> list[int]:
 
 
 def vastprobe_json(*args: str, timeout: float = 120) -> tuple[int, dict]:
-    r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", *args],
+    """`diagnose local` as JSON, with the snapshot (--snapshot): tests read the evidence too."""
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", "--snapshot", *args],
                        capture_output=True, text=True, timeout=timeout)  # fmt: skip
     assert r.stdout, r.stderr
     return r.returncode, json.loads(r.stdout)["hosts"][0]
@@ -103,7 +104,8 @@ def vastprobe_json_acting_between_samples(
 ) -> tuple[int, dict]:
     """diagnose local with two samples `sample` s apart, calling `action` once the probe sleeps
     between them (its `sleep` is running): what changes then is seen by the second sample only."""
-    cmd = [sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", "--sample", f"{sample:g}", *args]
+    cmd = [sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", "--snapshot", "--sample",
+           f"{sample:g}", *args]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
 

@@ -26,7 +26,7 @@ def test_version() -> None:
 
 
 def test_diagnose_local_json() -> None:
-    r = run("diagnose", "local", "--format", "json", "--sample", "0.2")
+    r = run("diagnose", "local", "--format", "json", "--sample", "0.2", "--snapshot")
     doc = json.loads(r.stdout)
     assert doc["schema"] == "vastprobe.report/1"
     host = doc["hosts"][0]
@@ -35,6 +35,63 @@ def test_diagnose_local_json() -> None:
     assert r.returncode == (1 if host["verdict"] == "stalled" else 0)
     assert set(host) >= {"target", "status", "error", "verdict", "findings", "snapshot", "timings"}
     assert host["snapshot"]["processes"]
+    assert doc["summary"]["exit_code"] == r.returncode and doc["summary"]["verdict"][host["verdict"]] == 1
+
+
+def test_piped_json_leaves_the_snapshot_out() -> None:
+    """`vastprobe diagnose local | jq` or a cron mail: the findings and the summary, not 100-200 KB of
+    evidence on one line; --snapshot puts it in."""
+    r = run("diagnose", "local", "--sample", "0")
+    doc = json.loads(r.stdout)
+    assert "snapshot" not in doc["hosts"][0] and doc["hosts"][0]["findings"] is not None
+    assert doc["summary"] == {
+        "hosts": 1,
+        "status": {"ok": 1, "unreachable": 0, "auth-failed": 0, "host-key-rejected": 0, "timeout": 0,
+                   "probe-error": 0, "skipped": 0},
+        "verdict": {v: int(v == doc["hosts"][0]["verdict"]) for v in ("healthy", "degraded", "stalled", "unknown")},
+        "exit_code": r.returncode,
+        "complete": True,
+    }  # fmt: skip
+    full = run("diagnose", "local", "--sample", "0", "--snapshot")
+    assert json.loads(full.stdout)["hosts"][0]["snapshot"]["processes"] and len(full.stdout) > 5 * len(r.stdout)
+
+
+def test_snapshot_and_brief_against_the_format() -> None:
+    both = run("diagnose", "local", "--sample", "0", "--brief", "--snapshot")
+    assert both.returncode == 2 and "give one of them" in both.stderr and not both.stdout
+    table = run("analyze", "-", "--format", "table", "--snapshot", input="")
+    assert table.returncode == 2 and "--snapshot is for --format json or ndjson" in table.stderr
+
+
+def test_snapshot_on_a_terminal_chooses_json() -> None:
+    """The table never shows the snapshot, so asking for it on a terminal means JSON (indented)."""
+    import pty
+
+    leader, follower = pty.openpty()
+    p = subprocess.Popen([*VP, "diagnose", "local", "--sample", "0", "--snapshot"], stdout=follower,
+                         stderr=subprocess.DEVNULL)  # fmt: skip
+    os.close(follower)
+    out = b""
+    try:
+        while chunk := os.read(leader, 1 << 16):  # read as it writes: a terminal holds a few KB
+            out += chunk
+    except OSError:  # EIO: the writer closed the terminal
+        pass
+    finally:
+        os.close(leader)
+    assert p.wait(120) in (0, 1)
+    doc = json.loads(out.decode())
+    assert doc["hosts"][0]["snapshot"]["processes"] and b'\n "hosts"' in out.replace(b"\r\n", b"\n")
+
+
+def test_ndjson_lines_are_stamped_and_end_with_a_summary() -> None:
+    r = run("diagnose", "local", "local", "--sample", "0", "--format", "ndjson")
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(lines) == 2  # one host (the duplicate is probed once), then the summary
+    host, summary = lines
+    assert host["schema"] == summary["schema"] == "vastprobe.report/1" and host["generated_at"].endswith("Z")
+    assert host["target"] == "local" and "snapshot" not in host and "target" not in summary
+    assert summary["summary"]["hosts"] == 1 and summary["summary"]["exit_code"] == r.returncode
 
 
 def test_diagnose_json_is_default_off_a_terminal() -> None:
@@ -60,7 +117,7 @@ def test_collect_analyze_round_trip(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     data = json.loads(cap.read_text())
     assert data["schema"] == "vastprobe.capture/1" and data["raw_b64"]
-    a = run("analyze", str(cap), "--format", "json")
+    a = run("analyze", str(cap), "--format", "json", "--snapshot")
     doc = json.loads(a.stdout)
     host = doc["hosts"][0]
     assert host["status"] == "ok"
@@ -92,7 +149,7 @@ def test_hostile_names_do_not_reach_the_terminal(tmp_path: Path) -> None:
         r = run("diagnose", "local", "--format", "table", "--sample", "0", "--pid", str(p.pid), "-v", env=wide)
         assert "\x1b" not in r.stdout
         assert "\\x1b]0;pwned\\x07[bold red]X[/bold red]" in r.stdout
-        j = run("diagnose", "local", "--format", "json", "--sample", "0", "--pid", str(p.pid))
+        j = run("diagnose", "local", "--format", "json", "--sample", "0", "--pid", str(p.pid), "--snapshot")
         doc = json.loads(j.stdout)
         argv = next(x for x in doc["hosts"][0]["snapshot"]["processes"] if x["pid"] == p.pid)["cmdline"]
         assert argv[-1] == evil
@@ -156,7 +213,7 @@ def test_a_flipped_byte_is_reported_not_analysed(tmp_path: Path) -> None:
     raw[len(raw) // 2] ^= 0x20
     doc["raw_b64"] = base64.b64encode(bytes(raw)).decode()
     cap.write_text(json.dumps(doc))
-    r = run("analyze", str(cap), "--json")
+    r = run("analyze", str(cap), "--json", "--snapshot")
     host = json.loads(r.stdout)["hosts"][0]
     assert r.returncode == 3 and host["status"] == "probe-error" and "sha256" in host["error"]
     assert host["findings"] == [] and host["snapshot"] is None
@@ -190,7 +247,7 @@ def test_match_never_picks_the_command_line_that_ran_vastprobe(reap) -> None:
     tag = f"sleep {3000 + secrets.randbelow(1000)}.{secrets.randbelow(10**6)}"
     job = subprocess.Popen(tag.split(), start_new_session=True)
     reap.append(job)
-    wrapper = f"{shlex.join(VP)} diagnose local --match {shlex.quote(tag)} --sample 0 --format json; true"
+    wrapper = f"{shlex.join(VP)} diagnose local --match {shlex.quote(tag)} --sample 0 --format json --snapshot; true"
     r = subprocess.run(["bash", "-c", wrapper], capture_output=True, text=True, timeout=120)
     host = json.loads(r.stdout)["hosts"][0]
     assert host["scope"] == [job.pid], [

@@ -25,6 +25,7 @@ import psutil
 import pytest
 
 from tests.helpers import proc_state, wait_for
+from tests.ndjson import host_lines
 from tests.sshd import Sshd, dead_port, keygen, start_sshd
 
 
@@ -211,7 +212,7 @@ def test_two_sweeps_at_once_share_one_history(fleet: dict, tmp_path: Path) -> No
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (out, err) in zip(procs, outs, strict=True):
         assert err == "" and p.returncode in (0, 3), err
-        assert sorted(json.loads(line)["target"] for line in out.splitlines()) == sorted(targets)
+        assert sorted(row["target"] for row in host_lines(out)) == sorted(targets)
     for i in range(2):
         assert (tmp_path / f"{i}.prom").read_text().count("vastprobe_host_transitions_total{") == 12
     with sqlite3.connect(db) as con:
@@ -304,7 +305,7 @@ def test_group_by_ndjson_waits_for_the_group(fleet: dict) -> None:
         )
     finally:
         hosts[1].stall(False)
-    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    rows = host_lines(r.stdout)
     assert len(rows) == 3 and [row["target"] for row in rows if "outlier_of" in row] == [hosts[1].target]
 
 
@@ -318,7 +319,7 @@ def test_shards_cover_the_fleet_exactly_once(tmp_path: Path) -> None:
         r = run("sweep", str(inventory), "--format", "ndjson", "--shard", f"{k}/3", "--prom", str(prom),
                 "--history", str(tmp_path / f"{k}.sqlite"))  # fmt: skip
         assert r.returncode in (0, 3), r.stderr
-        seen += [json.loads(line)["target"] for line in r.stdout.splitlines()]
+        seen += [row["target"] for row in host_lines(r.stdout)]
         assert f'vastprobe_sweep_shard_info{{shard="{k}",shards="3"}} 1' in prom.read_text()
     assert sorted(seen) == sorted(targets)
 

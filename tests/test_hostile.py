@@ -26,6 +26,7 @@ import pytest
 
 from tests.helpers import children_of, proc_state, wait_for
 from tests.hostile_servers import RECORDED_BOUNDARY, Fleet, endless, healthy, quadratic, recorded
+from tests.ndjson import host_lines
 from vastprobe.capture import Capture
 from vastprobe.pipeline import DiagnoseOptions, report_from_capture
 from vastprobe.probe.render import ProbeParams
@@ -173,7 +174,7 @@ def test_nobody_racing_for_the_boundary_forges_nothing(reap: list[subprocess.Pop
         assert seen["passes"] > 20 and seen["denied"] > 0, seen  # it ran all along; root's environ stayed shut
         assert not boundaries & set(seen["found"]), "a probe's boundary was readable by nobody"
         for cap in captures:
-            r = vastprobe("analyze", str(cap), "--format", "json")
+            r = vastprobe("analyze", str(cap), "--format", "json", "--snapshot")
             host = json.loads(r.stdout)["hosts"][0]
             snap = host["snapshot"]
             assert host["status"] == "ok", host["error"]
@@ -299,12 +300,13 @@ def _sweep_rows(targets: list[str], known_hosts: Path, tmp: Path, name: str) -> 
     inv = tmp / f"{name}.txt"
     inv.write_text("\n".join(targets) + "\n")
     cmd = [sys.executable, "-m", "vastprobe", "sweep", str(inv), "--format", "ndjson", "--known-hosts", str(known_hosts),
-           "--sample", "0", "--timeout", "30", "--concurrency", "8"]  # fmt: skip
+           "--sample", "0", "--timeout", "30", "--concurrency", "8", "--snapshot"]  # fmt: skip
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert p.stdout is not None
     rows = [(time.monotonic() - t0, json.loads(line)) for line in p.stdout]
-    return rows, p.wait(60)
+    assert "summary" in rows[-1][1], rows[-1]  # the line that ends the stream
+    return rows[:-1], p.wait(60)
 
 
 def test_a_hostile_host_does_not_delay_the_others(tmp_path: Path) -> None:
@@ -457,13 +459,14 @@ def test_a_log_path_that_is_not_utf8(tmp_path: Path) -> None:
     out = tmp_path / "sweep.ndjson"
     prom = tmp_path / "vastprobe.prom"
     r = subprocess.run([sys.executable, "-m", "vastprobe", "sweep", "-w", "local", "--sample", "0", "--log", log,
-                        "--match", b"caf\xe9", "--format", "ndjson", "--output", str(out), "--prom", str(prom)],
+                        "--match", b"caf\xe9", "--format", "ndjson", "--output", str(out), "--prom", str(prom),
+                        "--snapshot"],
                        capture_output=True, timeout=120)  # fmt: skip
     assert r.returncode in (0, 1, 3), r.stderr
     for data in (r.stdout, out.read_bytes(), prom.read_bytes()):
         data.decode("utf-8")  # strict
         assert b"\\udc" not in data  # no lone surrogate escaped into JSON either
-    host = json.loads(out.read_text().splitlines()[0])
+    (host,) = host_lines(out.read_text())
     (lf,) = host["snapshot"]["logs"]
     assert lf["path"] == str(tmp_path) + "/caf\ufffd.log"
     assert lf["stats"][0]["size"] == 7  # the probe found the file by its real name

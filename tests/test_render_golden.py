@@ -39,7 +39,7 @@ def analyze_json(case: str, *extra: str) -> tuple[bytes, dict]:
 def test_seed_story(case: str) -> None:
     """The headline names the OOM kill and the waiting chain; the OOM incident comes first, the
     chain under it; sshd, a daemon in a session of its own, is in no finding."""
-    _raw, host = analyze_json(case)
+    _raw, host = analyze_json(case, "--snapshot")
     assert host["verdict"] == "stalled"
     assert "cuzk-bench was OOM-killed" in host["headline"] and "wait on cuzk-daemon" in host["headline"]
     first = host["incidents"][0]
@@ -68,20 +68,27 @@ def test_seed_tree_nests_entrypoint_benchmark_daemon(case: str) -> None:
 
 
 @pytest.mark.parametrize("case", ["seed-inside", "seed-host"])
-def test_brief_json_of_the_seed_case_is_small(case: str) -> None:
-    raw, host = analyze_json(case, "--brief")
+def test_json_of_the_seed_case_is_small_unless_the_snapshot_is_asked_for(case: str) -> None:
+    raw, host = analyze_json(case)
     assert len(raw) < 8 * 1024, len(raw)
     assert "snapshot" not in host and host["headline"] and host["incidents"]
-    full, _ = analyze_json(case)
-    assert len(full) > 10 * len(raw)  # the snapshot is the bulk
+    _, brief = analyze_json(case, "--brief")  # what --brief always did, now the default
+    full, whole = analyze_json(case, "--snapshot")
+    assert len(full) > 10 * len(raw) and whole["snapshot"]["processes"]  # the snapshot is the bulk
+
+    def same(h: dict) -> dict:
+        return {k: v for k, v in h.items() if k not in ("snapshot", "timings")}  # analysis times differ
+
+    assert same(brief) == same(whole) == same(host)
 
 
-def test_brief_ndjson_and_table(tmp_path) -> None:
+def test_ndjson_and_brief_table(tmp_path) -> None:
     env = {**os.environ, "COLUMNS": "100"}
-    r = subprocess.run([sys.executable, "-m", "vastprobe", "analyze", "-", "--format", "ndjson", "--brief"],
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "analyze", "-", "--format", "ndjson"],
                        input=read_capture("stopped-child"), capture_output=True, timeout=60, cwd=REPO)  # fmt: skip
-    (line,) = r.stdout.splitlines()
-    assert "snapshot" not in json.loads(line)
+    line, end = (json.loads(x) for x in r.stdout.splitlines())
+    assert "snapshot" not in line and line["schema"] == "vastprobe.report/1" and line["verdict"] == "stalled"
+    assert end["summary"]["verdict"]["stalled"] == 1 and end["summary"]["exit_code"] == r.returncode == 1
     r = subprocess.run([sys.executable, "-m", "vastprobe", "analyze", "-", "--format", "table", "--brief"],
                        input=read_capture("stopped-child"), capture_output=True, timeout=60, cwd=REPO, env=env)  # fmt: skip
     assert r.stdout.decode().splitlines()[0].startswith("local  STALLED  trainer (4) is stopped (T)")

@@ -37,7 +37,7 @@ def seen_as(seed: SeedContainer, host_pid: int, where: str) -> int:
 
 
 def check_story(seed: SeedContainer, where: str) -> None:
-    r = diagnose(seed, where, "--format", "json")
+    r = diagnose(seed, where, "--format", "json", "--snapshot")
     assert r.returncode == 1, r.stderr
     host = json.loads(r.stdout)["hosts"][0]
     procs = {p["pid"]: p for p in host["snapshot"]["processes"]}

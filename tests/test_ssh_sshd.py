@@ -30,7 +30,9 @@ def sshd(tmp_path_factory):
 
 
 def test_ok(sshd) -> None:
-    rc, host, _ = vp(sshd.target, "-i", str(sshd.user_key), "--known-hosts", str(sshd.known_hosts), "--sample", "0.2")
+    rc, host, _ = vp(
+        sshd.target, "-i", str(sshd.user_key), "--known-hosts", str(sshd.known_hosts), "--sample", "0.2", "--snapshot"
+    )
     assert host["status"] == "ok", host["error"]
     assert host["snapshot"]["probe"]["transport"] == "ssh"
     assert rc in (0, 1)
@@ -254,7 +256,9 @@ def test_collect_over_ssh_then_analyze(sshd, tmp_path: Path) -> None:
     data = json.loads(cap.read_text())
     assert data["transport"] == "ssh" and data["status"] == "ok"
     a = subprocess.run(
-        [sys.executable, "-m", "vastprobe", "analyze", str(cap), "--format", "json"], capture_output=True, text=True
+        [sys.executable, "-m", "vastprobe", "analyze", str(cap), "--format", "json", "--snapshot"],
+        capture_output=True,
+        text=True,
     )
     host = json.loads(a.stdout)["hosts"][0]
     assert host["status"] == "ok" and host["snapshot"]["probe"]["transport"] == "ssh"

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import interruptible
+from tests.ndjson import host_lines, hosts_and_summary
 from tests.sshd import dead_port, dead_ports, keygen, start_sshd
 
 
@@ -45,16 +46,16 @@ def test_forty_targets_twenty_dead(fleet, tmp_path: Path) -> None:
     out = tmp_path / "sweep.ndjson"
     r = sweep(str(inv), "--format", "ndjson", "-i", str(fleet["key"]), "--known-hosts", str(fleet["known_hosts"]),
               "--sample", "0", "--pid", fleet["pid"], "--output", str(out))  # fmt: skip
-    rows = [json.loads(line) for line in r.stdout.splitlines()]
-    assert len(rows) == 40
+    rows, summary = hosts_and_summary(r.stdout)
+    assert len(rows) == 40 and summary["status"]["ok"] == summary["status"]["unreachable"] == 20
     statuses = sorted(row["status"] for row in rows)
     assert statuses.count("ok") == 20 and statuses.count("unreachable") == 20, [
         row["error"] for row in rows if row["status"] != "ok"
     ][:3]
     assert {row["target"] for row in rows} == set(fleet["live"] + dead)
     stalled = [(row["target"], row["findings"]) for row in rows if row["verdict"] == "stalled"]
-    assert r.returncode == 3, stalled
-    assert len(out.read_text().splitlines()) == 40
+    assert r.returncode == 3 == summary["exit_code"], stalled
+    assert len(host_lines(out.read_text())) == 40
 
 
 def test_vast_inventory(fleet, tmp_path: Path) -> None:
@@ -115,7 +116,8 @@ def test_ctrl_c_prints_what_finished(tmp_path: Path, signum: int, code: int) -> 
         assert first["error"].startswith(f"{dead}: connection refused")  # the target once, as typed
         p.send_signal(signum)
         rest, err = p.communicate(timeout=30)
-        assert rest == ""
+        (end,) = (json.loads(line) for line in rest.splitlines())  # the summary says the stream is cut short
+        assert end["summary"] == {**end["summary"], "hosts": 1, "exit_code": code, "complete": False, "unfinished": 1}
         assert "interrupted: 1 of 2 hosts finished; 1 did not: " + hang.target in err
         assert p.returncode == code
     finally:
@@ -127,7 +129,7 @@ def test_concurrency_lowered_to_what_the_fd_limit_carries(tmp_path: Path) -> Non
     r = subprocess.run(["bash", "-c", f'ulimit -n 100 && exec "$0" -m vastprobe sweep {dead} --concurrency 64 --format ndjson',
                         sys.executable], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert "--concurrency 64 lowered to 9" in r.stderr and "ulimit -n" in r.stderr
-    assert len(r.stdout.splitlines()) == 12 and r.returncode == 3
+    assert len(host_lines(r.stdout)) == 12 and r.returncode == 3
 
 
 @pytest.mark.slow
@@ -147,7 +149,7 @@ def test_nodes_hostfile_and_exclusions_probe_the_expected_set(fleet, tmp_path: P
         prom = tmp_path / "v.prom"
         r = sweep("-w", "gpu[01-04]", "--hostfile", str(hosts), "-x", "gpu03", "-F", str(cfg), "--format", "ndjson",
                   "--sample", "0", "--pid", fleet["pid"], "--prom", str(prom))  # fmt: skip
-        rows = [json.loads(line) for line in r.stdout.splitlines()]
+        rows = host_lines(r.stdout)
         assert sorted(row["target"] for row in rows) == ["gpu01", "gpu02", "gpu04", "gpu05", "gpu06"], r.stderr
         assert all(row["status"] == "ok" for row in rows), [row["error"] for row in rows]
         assert "1 duplicate target probed once" in r.stderr and r.returncode == 0
@@ -160,7 +162,7 @@ def test_nodes_hostfile_and_exclusions_probe_the_expected_set(fleet, tmp_path: P
         assert contacted == {"127.0.0.1", "127.0.0.2", "127.0.0.4", "127.0.0.5", "127.0.0.6"}, log[-2000:]
         # the positional form still takes an existing file
         r = sweep(str(hosts), "-F", str(cfg), "--format", "ndjson", "--sample", "0", "--pid", fleet["pid"])
-        assert sorted(json.loads(line)["target"] for line in r.stdout.splitlines()) == ["gpu02", "gpu05", "gpu06"]
+        assert sorted(row["target"] for row in host_lines(r.stdout)) == ["gpu02", "gpu05", "gpu06"]
     finally:
         s.stop()
 

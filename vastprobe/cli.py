@@ -95,12 +95,24 @@ def _root(
     pass  # --debug is read by main() before parsing, so it works after the command name too
 
 
-def _format(fmt: Optional[OutputFormat], json_flag: bool) -> OutputFormat:
+def _format(fmt: Optional[OutputFormat], json_flag: bool, snapshot: bool = False) -> OutputFormat:
     if json_flag:
         return OutputFormat.json
     if fmt is not None:
         return fmt
+    if snapshot:  # only JSON carries it
+        return OutputFormat.json
     return OutputFormat.table if sys.stdout.isatty() else OutputFormat.json
+
+
+def _report_format(fmt: Optional[OutputFormat], json_flag: bool, brief: bool, snapshot: bool) -> OutputFormat:
+    """The report's format, --brief and --snapshot checked against it and each other (usage errors)."""
+    if brief and snapshot:
+        usage_error("--brief leaves the snapshot out and --snapshot puts it in: give one of them")
+    chosen = _format(fmt, json_flag, snapshot)
+    if snapshot and chosen is OutputFormat.table:
+        usage_error("--snapshot is for --format json or ndjson: the table never shows the snapshot")
+    return chosen
 
 
 def exit_code(reports: list) -> int:
@@ -231,7 +243,13 @@ ReportVerboseOpt = Annotated[
 BriefOpt = Annotated[
     bool,
     typer.Option("--brief", rich_help_panel=P_OUTPUT,
-                 help="JSON/NDJSON without the snapshot (for pipes and cron); a table prints each host's headline alone."),
+                 help="A table of each host's headline alone (JSON and NDJSON leave the snapshot out already)."),
+]  # fmt: skip
+SnapshotOpt = Annotated[
+    bool,
+    typer.Option("--snapshot", rich_help_panel=P_OUTPUT,
+                 help="JSON/NDJSON with each host's parsed evidence (processes, kernel log, cgroups, GPUs, logs; "
+                      "100-200 KB a host), left out by default. Without --format: JSON."),
 ]  # fmt: skip
 ConcurrencyOpt = Annotated[
     int,
@@ -272,21 +290,40 @@ def _options(
     )
 
 
-def _emit(reports: list, fmt: OutputFormat, verbose: int = 0, brief: bool = False) -> None:
+def _emit(
+    reports: list,
+    fmt: OutputFormat,
+    code: int,
+    verbose: int = 0,
+    brief: bool = False,
+    snapshot: bool = False,
+    unfinished: int = 0,
+) -> None:
+    """The reports of a run that ended with `code` (`unfinished`: targets an interrupt left out)."""
     if fmt is OutputFormat.table:
         from vastprobe.render.table import render_reports
 
         render_reports(reports, verbose=verbose > 0, brief=brief)
         return
-    from vastprobe.render.jsonable import dumps, host_report_dict, report_document
+    from vastprobe.render.jsonable import summary_dict
+
+    summary = summary_dict(reports, code, unfinished)
+    indent = 1 if fmt is OutputFormat.json and sys.stdout.isatty() else None  # compact for pipes
+    sys.stdout.write(_json_text(reports, fmt, snapshot, summary, indent))
+    sys.stdout.flush()
+
+
+def _json_text(reports: list, fmt: OutputFormat, snapshot: bool, summary: dict, indent: int | None = None) -> str:
+    """A JSON document, or NDJSON lines and the summary line that ends them."""
+    from vastprobe.render.jsonable import dumps, ndjson_line, ndjson_summary, report_document
 
     if fmt is OutputFormat.ndjson:
-        for r in reports:
-            sys.stdout.write(dumps(host_report_dict(r, brief)) + "\n")
-    else:
-        indent = 1 if sys.stdout.isatty() else None  # compact for pipes: smaller and faster
-        sys.stdout.write(dumps(report_document(reports, brief), indent=indent) + "\n")
-    sys.stdout.flush()
+        return "".join(ndjson_line(r, snapshot) for r in reports) + ndjson_summary(summary)
+    return dumps(report_document(reports, snapshot, summary), indent=indent) + "\n"
+
+
+def _interrupted_code() -> int:
+    return EXIT_TERMINATED if _terminated else EXIT_INTERRUPTED
 
 
 def _check_targets(targets: list[str]) -> None:
@@ -436,6 +473,7 @@ def diagnose(
     host_key_check: HostKeyOpt = None,
     verbose: VerboseOpt = 0,
     brief: BriefOpt = False,
+    snapshot: SnapshotOpt = False,
     history: HistoryOpt = None,
     keep: KeepOpt = "30d",
 ) -> None:
@@ -455,6 +493,7 @@ def diagnose(
     except InventoryError as exc:
         usage_error(str(exc))
     expanded = _unique(expanded)
+    chosen = _report_format(fmt, json_flag, brief, snapshot)
     options = _options(sample=sample, pid=pid, match=match, log=log, artifacts=artifacts,
                        stale_after=stale_after, expect_gpu=expect_gpu, timeout=timeout,
                        expect_gpus=expect_gpus)  # fmt: skip
@@ -468,11 +507,11 @@ def diagnose(
     reports = sorted(done, key=lambda r: order.get(r.target, len(order)))
     if fleet is not None:
         reports = fleet.finish(reports, kind="diagnose", complete=not interrupted)
-    _emit(reports, _format(fmt, json_flag), verbose, brief)
+    code = _interrupted_code() if interrupted else exit_code(reports)
+    _emit(reports, chosen, code, verbose, brief, snapshot, unfinished=len(entries) - len(done))
     if interrupted:
         _say_interrupted(done, entries, "targets")
-        raise typer.Exit(EXIT_INTERRUPTED)
-    raise typer.Exit(exit_code(reports))
+    raise typer.Exit(code)
 
 
 def _read_text_source(name: str) -> str:
@@ -561,13 +600,11 @@ def _inventory(
     return unique
 
 
-def _document(reports: list, fmt: OutputFormat, brief: bool = False, elapsed: float | None = None, memory=None) -> str:  # type: ignore[no-untyped-def]
-    from vastprobe.render.jsonable import dumps, host_report_dict, report_document
-
-    if fmt is OutputFormat.ndjson:
-        return "".join(dumps(host_report_dict(r, brief)) + "\n" for r in reports)
-    if fmt is OutputFormat.json:
-        return dumps(report_document(reports, brief)) + "\n"
+def _document(
+    reports: list, fmt: OutputFormat, summary: dict, snapshot: bool = False, elapsed: float | None = None, memory=None
+) -> str:  # type: ignore[no-untyped-def]
+    if fmt is not OutputFormat.table:
+        return _json_text(reports, fmt, snapshot, summary)
     import io
 
     from vastprobe.render.summary import render_summary
@@ -659,6 +696,7 @@ def sweep(
     host_key_check: HostKeyOpt = None,
     verbose: VerboseOpt = 0,
     brief: BriefOpt = False,
+    snapshot: SnapshotOpt = False,
     history: HistoryOpt = None,
     no_history: NoHistoryOpt = False,
     keep: KeepOpt = "30d",
@@ -677,6 +715,7 @@ def sweep(
 
     from vastprobe.sweep import plan
 
+    chosen = _report_format(fmt, json_flag, brief, snapshot)
     entries = _inventory(inventory, nodes or [], hostfile or [], exclude_nodes or [])
     fleet = _FleetMemory(None if no_history else history or _default_history(), keep, group_by, shard)
     entries = fleet.select(entries)
@@ -691,8 +730,7 @@ def sweep(
     p = plan(len(probed), concurrency, timeout)
     if p.warning:
         say(f"vastprobe: warning: {p.warning}")
-    chosen = _format(fmt, json_flag)
-    from vastprobe.render.jsonable import dumps, host_report_dict
+    from vastprobe.render.jsonable import ndjson_line, summary_dict
 
     t0 = time.monotonic()
     progress = None
@@ -703,7 +741,7 @@ def sweep(
 
     def on_report(r) -> None:  # type: ignore[no-untyped-def]
         if chosen is OutputFormat.ndjson and fleet.group_by is None:  # outliers need the whole group first
-            sys.stdout.write(dumps(host_report_dict(r, brief)) + "\n")
+            sys.stdout.write(ndjson_line(r, snapshot))
             sys.stdout.flush()
         if progress is not None:
             progress.finished(r.status, probed=r.status != "skipped")
@@ -717,14 +755,20 @@ def sweep(
             progress.stop()
     elapsed = time.monotonic() - t0
     reports = fleet.finish(reports, complete=not interrupted)
+    code = _interrupted_code() if interrupted else exit_code(reports)
+    summary = summary_dict(reports, code, unfinished=len(entries) - len(reports))
     if chosen is OutputFormat.table:
         from vastprobe.render.summary import render_summary
 
         render_summary(reports, sys.stdout, memory=fleet.memory, elapsed=elapsed, verbose=verbose > 0)
     elif chosen is OutputFormat.json:
-        sys.stdout.write(_json_out(reports, brief))
+        sys.stdout.write(_json_text(reports, chosen, snapshot, summary, indent=1 if sys.stdout.isatty() else None))
     elif fleet.group_by is not None:  # NDJSON held back until the outliers are known
-        sys.stdout.write(_document(reports, chosen, brief))
+        sys.stdout.write(_document(reports, chosen, summary, snapshot))
+    else:
+        from vastprobe.render.jsonable import ndjson_summary
+
+        sys.stdout.write(ndjson_summary(summary))  # the hosts' lines went out as they finished
     sys.stdout.flush()
     if interrupted:
         _say_interrupted(reports, entries)
@@ -734,18 +778,12 @@ def sweep(
     from vastprobe.fileio import write_atomic
 
     if output is not None:
-        write_atomic(output.expanduser(), _document(reports, chosen, brief, elapsed, fleet.memory))
+        write_atomic(output.expanduser(), _document(reports, chosen, summary, snapshot, elapsed, fleet.memory))
     if prom is not None:
         from vastprobe.render.prometheus import render_prometheus
 
         write_atomic(prom.expanduser(), render_prometheus(reports, memory=fleet.memory, shard=fleet.shard))
-    raise typer.Exit(exit_code(reports))
-
-
-def _json_out(reports: list, brief: bool = False) -> str:
-    from vastprobe.render.jsonable import dumps, report_document
-
-    return dumps(report_document(reports, brief), indent=1 if sys.stdout.isatty() else None) + "\n"
+    raise typer.Exit(code)
 
 
 @app.command(cls=Command, context_settings=CONTEXT, epilog=EXIT_EPILOG)
@@ -832,6 +870,7 @@ def analyze(
     json_flag: JsonOpt = False,
     verbose: ReportVerboseOpt = 0,
     brief: BriefOpt = False,
+    snapshot: SnapshotOpt = False,
 ) -> None:
     """Run the rules on saved captures, offline.
 
@@ -850,6 +889,7 @@ def analyze(
 
     if sum(str(f) == "-" for f in files) > 1:
         usage_error("stdin ('-') can be read once")
+    chosen = _report_format(fmt, json_flag, brief, snapshot)
     base = _options(
         sample=1.0, pid=pid, match=match, stale_after=stale_after, expect_gpu=expect_gpu, expect_gpus=expect_gpus
     )
@@ -868,8 +908,9 @@ def analyze(
             usage_error(f"capture of {cap.target}: scope {exc.format_message()}")
         opts = replace(base, params=cap.params, pids=scope_pids, matches=scope_matches)
         reports.append(report_from_capture(cap, opts))
-    _emit(reports, _format(fmt, json_flag), verbose, brief)
-    raise typer.Exit(exit_code(reports))
+    code = exit_code(reports)
+    _emit(reports, chosen, code, verbose, brief, snapshot)
+    raise typer.Exit(code)
 
 
 @app.command(cls=Command, context_settings=CONTEXT, epilog=EXIT_EPILOG)

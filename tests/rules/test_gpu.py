@@ -59,7 +59,7 @@ def diagnose(scenario: str, *args: str) -> tuple[int, dict]:
 
 
 def test_memory_held_no_kernels_is_hung() -> None:
-    rc, host = diagnose("hung", "--sample", "0.3", "--pid", "1")
+    rc, host = diagnose("hung", "--sample", "0.3", "--pid", "1", "--snapshot")
     f = next(f for f in host["findings"] if f["rule"] == "idle-gpu")
     assert f["severity"] == "error" and "runs no kernels" in f["summary"] and rc == 1
     assert host["snapshot"]["gpus"]["apps"][0]["pid"] == 4242

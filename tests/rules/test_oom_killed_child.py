@@ -94,7 +94,7 @@ def test_unreadable_kernel_log_falls_back_to_cgroup_counters(reap, memcg: Memory
 
     drop = ["setpriv", "--bounding-set=-syslog,-sys_admin", "--inh-caps=-syslog,-sys_admin"]
     r = subprocess.run([*drop, sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json",
-                        "--pid", str(p.pid), "--sample", "0.2"], capture_output=True, text=True, timeout=120)  # fmt: skip
+                        "--pid", str(p.pid), "--sample", "0.2", "--snapshot"], capture_output=True, text=True, timeout=120)  # fmt: skip
     host = json.loads(r.stdout)["hosts"][0]
     assert host["snapshot"]["kernel_log"]["readable"] is False
     assert "not permitted" in host["snapshot"]["kernel_log"]["reason"]

@@ -15,11 +15,11 @@ import dataclasses
 import json
 import re
 import time
-from typing import Any
+from typing import Any, get_args
 
 import orjson
 
-from vastprobe.model import DistributedJob, Finding, HostReport, JobRank, Unavailable
+from vastprobe.model import DistributedJob, Finding, HostReport, JobRank, Status, Unavailable, Verdict
 
 SCHEMA = "vastprobe.report/1"
 
@@ -93,8 +93,9 @@ def _finding_dict(f: Finding) -> dict[str, Any]:
     return d
 
 
-def host_report_dict(r: HostReport, brief: bool = False) -> dict[str, Any]:
-    """`brief`: without the snapshot (the bulk of a report), for pipes and cron."""
+def host_report_dict(r: HostReport, snapshot: bool = False) -> dict[str, Any]:
+    """`snapshot`: with the parsed evidence, the bulk of a report (~100-200 KB a host); asked for
+    with --snapshot, left out otherwise (pipes, cron mail, jq)."""
     findings = [_finding_dict(f) for f in r.findings]
     by_identity = {id(f): d for f, d in zip(r.findings, findings, strict=True)}
 
@@ -116,7 +117,7 @@ def host_report_dict(r: HostReport, brief: bool = False) -> dict[str, Any]:
         ],
         "scope": list(r.scope),
     }
-    if not brief:
+    if snapshot:
         out["snapshot"] = r.snapshot
     out["timings"] = r.timings
     if r.labels:
@@ -159,9 +160,46 @@ def job_dict(j: DistributedJob, host: str) -> dict[str, Any]:
     }
 
 
-def report_document(reports: list[HostReport], brief: bool = False) -> dict[str, Any]:
-    return {
+def generated_at() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def summary_dict(reports: list[HostReport], exit_code: int, unfinished: int = 0) -> dict[str, Any]:
+    """What the run came to, in the shape of every run (each status and verdict counted, zeros
+    too), so `jq .summary.verdict.stalled` needs no default; `complete` is false when it was
+    interrupted, with how many targets did not finish."""
+    status = dict.fromkeys(get_args(Status), 0)
+    verdict = dict.fromkeys(get_args(Verdict), 0)
+    for r in reports:
+        status[r.status] = status.get(r.status, 0) + 1
+        verdict[r.verdict] = verdict.get(r.verdict, 0) + 1
+    out: dict[str, Any] = {"hosts": len(reports), "status": status, "verdict": verdict, "exit_code": exit_code}
+    out["complete"] = unfinished == 0
+    if unfinished:
+        out["unfinished"] = unfinished
+    return out
+
+
+def report_document(
+    reports: list[HostReport], snapshot: bool = False, summary: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    doc: dict[str, Any] = {
         "schema": SCHEMA,
-        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "hosts": [host_report_dict(r, brief) for r in reports],
+        "generated_at": generated_at(),
+        "hosts": [host_report_dict(r, snapshot) for r in reports],
     }
+    if summary is not None:
+        doc["summary"] = summary
+    return doc
+
+
+def ndjson_line(r: HostReport, snapshot: bool = False) -> str:
+    """One host's report as an NDJSON line, stamped like a document: a line read alone (grep, tail,
+    a log shipper) still says its schema and when it was written."""
+    return dumps({"schema": SCHEMA, "generated_at": generated_at(), **host_report_dict(r, snapshot)}) + "\n"
+
+
+def ndjson_summary(summary: dict[str, Any]) -> str:
+    """The line that ends an NDJSON stream: no `target`, a `summary` instead (summary_dict). A
+    stream without it was cut short."""
+    return dumps({"schema": SCHEMA, "generated_at": generated_at(), "summary": summary}) + "\n"
