@@ -297,3 +297,48 @@ def test_verbose_shows_the_handshake(sshd: Sshd, tmp_path: Path) -> None:
     _rc, _host, quiet = vp(sshd.target, "-i", str(sshd.user_key), "--known-hosts", str(sshd.known_hosts),
                            env=clean_env(tmp_path))  # fmt: skip
     assert quiet == ""
+
+
+def test_dash_p_and_dash_l_win_over_the_target_as_in_ssh_and_say_so(sshd: Sshd, tmp_path: Path) -> None:
+    """`ssh -p 2603 ssh://h:2605` connects to 2603 and `ssh -l bob alice@h` logs in as bob (ssh -G
+    says so): the command line wins over the target's own port and user. The target here names a
+    port where nothing listens and a user sshd refuses; -p and -l reach the real sshd as root."""
+    env = clean_env(tmp_path)
+    target = f"nobody@127.0.0.1:{dead_port()}"
+    _rc, host, err = vp(target, "-p", str(sshd.port), "-l", "root", "-i", str(sshd.user_key),
+                       "--known-hosts", str(sshd.known_hosts), env=env)  # fmt: skip
+    assert host["status"] == "ok", host["error"]
+    assert f"warning: -p {sshd.port} wins over the port in {target}" in err
+    assert f"connecting to port {sshd.port}" in err
+    assert f"warning: -l root wins over the user in {target}" in err and "logging in as root" in err
+    # the same port or user twice is no conflict, and a target without them is -p's to fill in
+    _rc, host, err = vp(f"root@127.0.0.1:{sshd.port}", "-p", str(sshd.port), "-l", "root", "-i", str(sshd.user_key),
+                        "--known-hosts", str(sshd.known_hosts), env=env)  # fmt: skip
+    assert host["status"] == "ok" and "warning" not in err, err
+    if shutil.which("ssh") is not None:  # the rule itself, from OpenSSH
+        g = subprocess.run(["ssh", "-G", "-p", "2603", "-l", "bob", "ssh://alice@h:2605"], capture_output=True,
+                           text=True, stdin=subprocess.DEVNULL, env=env)  # fmt: skip
+        assert {"port 2603", "user bob"} <= set(g.stdout.splitlines()), g.stdout
+
+
+def test_a_name_that_is_no_alias_in_the_ssh_config_says_so(tmp_path: Path) -> None:
+    """The resolver's "cannot resolve" beside what the -F file knows: the name is no Host alias
+    there, and the alias it likely meant. In a network namespace of its own (nothing to ask, no
+    packet leaves), so the resolver fails at once."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare (util-linux) for a network namespace")
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host gpu-07 gpu-08\n  HostName 127.0.0.1\nHost gpu09\n  User root\nHost *\n  User root\n")
+
+    def error(name: str) -> str:
+        r = subprocess.run(["unshare", "-n", *VP, "diagnose", name, "-F", str(cfg), "--json", "--sample", "0"],
+                           capture_output=True, text=True, timeout=60, env=clean_env(tmp_path))  # fmt: skip
+        if not r.stdout:
+            pytest.skip(f"no network namespace here: {r.stderr.strip()[:200]}")
+        assert r.returncode == 3, r.stderr
+        return json.loads(r.stdout)["hosts"][0]["error"]
+
+    typo = error("gpu07")
+    assert "cannot resolve host name 'gpu07'" in typo and f"(not a Host alias in {cfg}; did you mean gpu-07?)" in typo
+    # named by a Host line (without HostName): an alias, so nothing to add
+    assert "cannot resolve host name 'gpu09'" in (named := error("gpu09")) and "alias" not in named, named

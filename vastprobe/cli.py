@@ -400,9 +400,39 @@ def _ssh_options(
         usage_error(f"{ssh_config or '~/.ssh/config'}: {exc.strerror or exc}")
     except ValueError as exc:  # asyncssh's ConfigParseError names the file and line
         usage_error(f"ssh_config: {exc}")
+    _say_overridden(targets, opts)
     if verbose:
         _verbose_logging(verbose)
     return opts
+
+
+def _say_overridden(targets: list[str], opts) -> None:  # type: ignore[no-untyped-def]
+    """-p/-l (or -o Port/User) win over a port or user written in a target, as ssh's do over
+    ssh://user@host:port: one warning line each, before anything is contacted, naming the targets
+    whose own port or user is not the one used."""
+    from vastprobe.targets import parse_target
+
+    port = opts.port or opts.option("Port")
+    user = opts.user or opts.option("User")
+    if port is None and user is None:
+        return
+    parsed = [(t, parse_target(t)) for t in targets if t != "local"]
+    if port is not None:
+        flag = "-p" if opts.port else "-o Port"
+        theirs = [t for t, st in parsed if st.port is not None and str(st.port) != str(port)]
+        if theirs:
+            say(f"vastprobe: warning: {flag} {port} wins over the port in {_some(theirs)}, as ssh -p does over "
+                f"ssh://host:port: connecting to port {port}")  # fmt: skip
+    if user is not None:
+        flag = "-l" if opts.user else "-o User"
+        theirs = [t for t, st in parsed if st.user is not None and st.user != user]
+        if theirs:
+            say(f"vastprobe: warning: {flag} {user} wins over the user in {_some(theirs)}, as ssh -l does over "
+                f"user@host: logging in as {user}")  # fmt: skip
+
+
+def _some(items: list[str], shown: int = 5) -> str:
+    return ", ".join(items[:shown]) + (f" (+{len(items) - shown} more)" if len(items) > shown else "")
 
 
 def _unique(targets: list[str], what: str = "target") -> list[str]:

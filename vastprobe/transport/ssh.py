@@ -70,10 +70,20 @@ _KEY_NAMES = {"ssh-ed25519": "ED25519", "ssh-rsa": "RSA", "ssh-dss": "DSA", "sk-
 
 
 class _ClientConfig(SSHClientConfig):
-    """asyncssh's ssh_config reader, plus the keywords it skips that vastprobe honours."""
+    """asyncssh's ssh_config reader, plus the keywords it skips that vastprobe honours, and which
+    `Host` lines named the host (for "cannot resolve": a name that is no alias in the file)."""
+
+    def _match_host_noted(self, option: str, args: list[str]) -> None:
+        patterns = [p for arg in args for p in arg.split(",")]
+        SSHClientConfig._match_host(self, option, args)  # type: ignore[attr-defined]
+        aliases = self.__dict__.setdefault("host_aliases", [])
+        aliases += [p for p in patterns if p and not any(c in p for c in "*?!")]
+        if self._matching and any(p.lstrip("!") != "*" for p in patterns):  # type: ignore[attr-defined]
+            self.__dict__["host_named"] = True  # a Host line other than the catch-all matched
 
     _handlers = {  # noqa: RUF012  (asyncssh's own class attribute, extended)
         **SSHClientConfig._handlers,
+        "host": ("Host", _match_host_noted),
         "stricthostkeychecking": ("StrictHostKeyChecking", SSHConfig._set_string),
         "hashknownhosts": ("HashKnownHosts", SSHConfig._set_bool),
     }
@@ -98,6 +108,9 @@ class Resolved:
     known_hosts: tuple[str, ...] = ()
     hash_known_hosts: bool = False
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    #: said beside "cannot resolve" when the name went to the resolver as typed and no Host line of
+    #: the ssh_config read names it (a typo, or the wrong -F): "not a Host alias in FILE"
+    alias_note: str | None = None
 
     @property
     def display(self) -> str:
@@ -145,11 +158,12 @@ def _agent_path(value: object) -> str | None:
 
 
 def resolve(target: SshTarget, opts: SshOptions) -> Resolved:
-    """OpenSSH precedence: the target string, then vastprobe's flags, then -o, then ssh_config,
-    then defaults. Raises ValueError for a setting that cannot be used."""
+    """OpenSSH precedence: vastprobe's flags, then -o, then the target string, then ssh_config,
+    then defaults (`ssh -p 2603 ssh://h:2605` connects to 2603; `ssh -l bob alice@h` logs in as bob;
+    the CLI warns when they differ). Raises ValueError for a setting that cannot be used."""
     o_port = opts.option("Port")
-    user = target.user or opts.user or opts.option("User")
-    port = target.port or opts.port or (int(o_port) if o_port else None)
+    user = opts.user or opts.option("User") or target.user
+    port = opts.port or (int(o_port) if o_port else None) or target.port
     cfg = load_config(opts, target.host, user, port)
     host = opts.option("HostName") or str(cfg.get("Hostname", target.host) or target.host)
 
@@ -207,6 +221,7 @@ def resolve(target: SshTarget, opts: SshOptions) -> Resolved:
     )
     return Resolved(
         alias=target.host,
+        alias_note=_alias_note(target.host, host, cfg, opts),
         host=host,
         port=int(str(port or cfg.get("Port") or 22)),
         user=str(user or cfg.get("User") or _local_user()),
@@ -220,6 +235,19 @@ def resolve(target: SshTarget, opts: SshOptions) -> Resolved:
         hash_known_hosts=hash_hosts,
         connect_timeout=min(connect_timeout, opts.timeout),
     )
+
+
+def _alias_note(name: str, host: str, cfg: _ClientConfig, opts: SshOptions) -> str | None:
+    """`not a Host alias in FILE` (and the nearest aliases it has) when `name` reached the resolver
+    as typed and only catch-all lines of the ssh_config matched it."""
+    paths = _config_paths(opts)
+    if host != name or cfg.__dict__.get("host_named") or not paths:
+        return None
+    import difflib
+
+    near = difflib.get_close_matches(name, dict.fromkeys(cfg.__dict__.get("host_aliases", [])), n=1, cutoff=0.6)
+    hint = f"; did you mean {near[0]}?" if near else ""
+    return f"not a Host alias in {', '.join(map(str, paths))}{hint}"
 
 
 def _hop_options(opts: SshOptions) -> SshOptions:
@@ -569,7 +597,8 @@ def _describe(exc: BaseException, where: str, r: Resolved, opts: SshOptions, pha
             )
         return ProbeFailure("timeout", f"{where}: the probe did not finish within --timeout {opts.timeout:g}s")
     if isinstance(exc, socket.gaierror):
-        return ProbeFailure("unreachable", f"{where}: cannot resolve host name {r.host!r}: {exc.strerror}")
+        note = f" ({r.alias_note})" if r.alias_note else ""
+        return ProbeFailure("unreachable", f"{where}: cannot resolve host name {r.host!r}: {exc.strerror}{note}")
     if isinstance(exc, ConnectionRefusedError):
         return ProbeFailure("unreachable", f"{where}: connection refused on port {r.port}; is sshd running there?")
     if isinstance(exc, OSError):
