@@ -177,6 +177,16 @@ def test_node_set_bound_is_checked_before_anything_is_allocated() -> None:
     del resource
 
 
+@pytest.mark.parametrize("cmd", ["", "diagnose", "sweep", "collect", "analyze", "rules", "probe-script", "history"])
+def test_help_at_80_columns_cuts_nothing(cmd: str) -> None:
+    """Rich cuts a word longer than its column with an ellipsis (the --history default was)."""
+    r = subprocess.run([sys.executable, "-m", "vastprobe", *cmd.split(), "-h"], capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "COLUMNS": "80"})  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80
+    assert "…" not in r.stdout, [line for line in r.stdout.splitlines() if "…" in line]
+
+
 def test_help_everywhere_with_examples_and_exit_codes() -> None:
     for cmd in ("diagnose", "sweep", "collect", "analyze", "rules", "probe-script"):
         r = subprocess.run([sys.executable, "-m", "vastprobe", cmd, "-h"], capture_output=True, text=True, timeout=60,

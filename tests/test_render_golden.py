@@ -101,3 +101,32 @@ def test_verbose_lists_every_process_and_all_evidence() -> None:
     assert "none named by a finding" in quiet and "processes in scope (4)" in loud
     assert "worker worker.py" in loud and "worker worker.py" not in quiet
     assert "hint:" in loud and "hint:" not in quiet  # the folded notes, in full
+
+
+def test_a_cut_command_line_keeps_its_script_name() -> None:
+    """At 80 columns the tree's and the table's command lines give up their middle, not their end:
+    `/bin/bash /tmp/…seed/entrypoint.sh`, not `/bin/bash /tmp/vastprobe-golden/s…`."""
+    text = golden_path("seed-inside", 80).read_text()
+    tree = next(line for line in text.splitlines() if " entrypoint.sh  S do_wait" in line)
+    assert tree.endswith("…seed/entrypoint.sh") and "/bin/bash /tmp/" in tree, tree
+    row = next(line for line in text.splitlines() if line.lstrip().startswith("1       0 S  do_wait"))
+    assert row.endswith("entrypoint.sh") and "…" in row, row
+
+
+@pytest.mark.parametrize(
+    ("command", "keep", "want"),
+    [
+        ("/usr/bin/python3 /workspace/train.py --batch-size 64 --lr 3e-4 --epochs 90 --output /workspace/runs/exp12",
+         40, "…/python3 …/train.py…workspace/runs/exp12"),
+        ("/usr/bin/python3 /workspace/train.py --batch-size 64 --lr 3e-4 --epochs 90 --output /workspace/runs/exp12",
+         60, "/usr/bin/python3 /workspace/train.py…ut /workspace/runs/exp12"),
+        ("/bin/bash /tmp/vastprobe-golden/seed/entrypoint.sh", 33, "/bin/bash /tmp/…seed/entrypoint.sh"),
+        ("sh -c cd /tmp/vastprobe-golden/stopped-child; ./entrypoint.sh; echo exited", 50,
+         "sh -c cd /tmp/vastprobe-…entrypoint.sh; echo exited"),
+    ],
+)  # fmt: skip
+def test_middle_cut(command: str, keep: int, want: str) -> None:
+    from vastprobe.render.layout import middle_cut
+
+    got = middle_cut(command, keep)
+    assert got == want and len(got) == keep + 1

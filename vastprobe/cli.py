@@ -164,7 +164,9 @@ GpuOpt = Annotated[
 ]  # fmt: skip
 FormatOpt = Annotated[
     Optional[OutputFormat],
-    typer.Option("--format", rich_help_panel=P_OUTPUT, help="table on a terminal, json otherwise."),
+    typer.Option(
+        "--format", rich_help_panel=P_OUTPUT, help="table on a terminal (json with --snapshot), json otherwise."
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", rich_help_panel=P_OUTPUT, help="Short for --format json.")]
 GpusOpt = Annotated[
@@ -183,10 +185,10 @@ ConnectTimeoutOpt = Annotated[
                  help="TCP connect + handshake + auth bound (default: ConnectTimeout from ssh_config, else 10)."),
 ]  # fmt: skip
 PortOpt = Annotated[
-    Optional[int], typer.Option("-p", "--port", metavar="PORT", callback=checks.port, rich_help_panel=P_SSH, help="SSH port.")
+    Optional[int], typer.Option("-p", "--port", metavar="PORT", callback=checks.port, rich_help_panel=P_SSH, help="SSH port (wins over a target's :port, as ssh -p).")
 ]  # fmt: skip
 UserOpt = Annotated[
-    Optional[str], typer.Option("-l", "--user", metavar="USER", callback=checks.user, rich_help_panel=P_SSH, help="SSH user.")
+    Optional[str], typer.Option("-l", "--user", metavar="USER", callback=checks.user, rich_help_panel=P_SSH, help="SSH user (wins over a target's user@, as ssh -l).")
 ]  # fmt: skip
 IdentityOpt = Annotated[
     Optional[list[Path]],
@@ -1059,8 +1061,8 @@ def _group_by_check(value: Optional[str]) -> Optional[str]:
 HistoryOpt = Annotated[
     Optional[Path],
     typer.Option("--history", metavar="PATH", rich_help_panel=P_HISTORY,
-                 help="History file (SQLite). sweep: by default ${XDG_STATE_HOME:-~/.local/state}/vastprobe/history.sqlite; "
-                      "diagnose: recorded only with this option."),
+                 help="History file (SQLite). sweep: by default ~/.local/state/vastprobe/history.sqlite "
+                      "($XDG_STATE_HOME for ~/.local/state when set); diagnose: recorded only with this option."),
 ]  # fmt: skip
 NoHistoryOpt = Annotated[
     bool, typer.Option("--no-history", rich_help_panel=P_HISTORY, help="Record nothing in the history.")

@@ -19,7 +19,7 @@ from vastprobe.analysis.relevance import job_start, rank_artifacts
 from vastprobe.clock import utc_text
 from vastprobe.model import HostReport, HostSnapshot, Process, Unavailable
 from vastprobe.render import incidents as story
-from vastprobe.render.layout import cropped, hanging
+from vastprobe.render.layout import MIDDLE, cropped, hanging
 from vastprobe.render.safe import safe
 
 MAX_ARTIFACTS = 5
@@ -93,7 +93,7 @@ def _process_rows(console: Console, snap: HostSnapshot, shown: list[Process]) ->
         cpu = f"{pr.cpu_ticks / snap.host.clk_tck:.2f}s" if pr.sampled else "-"
         wchan = "?" if isinstance(p.wchan, Unavailable) else "-" if p.wchan in ("0", "") else p.wchan
         row = Text(f"{p.pid:>7} {p.ppid:>7} {p.state:<2} {safe(wchan, 18):<18} {cpu:>6}  ")
-        row.append(safe(p.command, 400), style="dim")
+        row.append(safe(p.command, 400), style=MIDDLE)
         cropped(console, "  ", row)
 
 

@@ -9,6 +9,7 @@ from rich.text import Text
 
 from vastprobe.analysis.progress import progress
 from vastprobe.model import HostSnapshot, Process, Unavailable, WaitPicture
+from vastprobe.render.layout import MIDDLE
 from vastprobe.render.safe import safe
 
 BRANCH, LAST, PIPE, SPACE = "├─ ", "└─ ", "│  ", "   "
@@ -29,7 +30,8 @@ def node_text(snap: HostSnapshot, p: Process, blocker: str | None = None, parent
         t.append(f"  {pr.cpu_ticks / snap.host.clk_tck:.2f}s cpu", style="dim")
     if parent_note:
         t.append(f"  [{parent_note}]", style="dim")
-    t.append("  " + safe(p.command, 400), style="dim")
+    t.append("  ")
+    t.append(safe(p.command, 400), style=MIDDLE)
     return t
 
 

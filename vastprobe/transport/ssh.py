@@ -2,11 +2,12 @@
 output read back under a cap. Every way a connection can fail ends as a status with a sentence
 a person understands, never as a hang or a traceback.
 
-asyncssh's sharp edges handled here (shared/reference/ssh-fanout-facts.md): its timeouts do not
-cover channel open, so the whole host is wrapped in one deadline; `run()` buffers everything, so
-output is read in chunks up to the cap; `connect_timeout` raises the *builtin* TimeoutError, and OS
-errors are not asyncssh.Error; there is no trust-on-first-use, so accept-new is ours; and ProxyJump
-hops from ssh_config would not get our keys or known_hosts, so jump hosts are connected here.
+asyncssh's sharp edges handled here (its issue numbers in brackets): its timeouts do not cover
+channel open [#626], so the whole host is wrapped in one deadline; `run()` buffers everything
+[#754], so output is read in chunks up to the cap; `connect_timeout` raises the *builtin*
+TimeoutError, and OS errors are not asyncssh.Error [#558]; there is no trust-on-first-use, so
+accept-new is ours; and ProxyJump hops from ssh_config would not get our keys or known_hosts
+[#698], so jump hosts are connected here.
 
 OpenSSH habits kept (its ssh(1)/ssh_config(5) behaviour, which users expect): keys are read here,
 not by asyncssh, so that an encrypted key is skipped with a note while ssh-agent signs for it, a
