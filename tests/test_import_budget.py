@@ -26,6 +26,7 @@ def test_json_and_local_paths_stay_light(args: tuple[str, ...]) -> None:
     assert "vastprobe.cli" in mods  # the measurement saw the run at all
     assert "asyncssh" not in mods and "rich" not in mods
     assert "ClusterShell" not in mods  # host sets are folded for the sweep summary alone
+    assert "vastprobe.completion" not in mods  # shell completion: only when a shell asks
 
 
 def test_analyze_stays_light(tmp_path: Path) -> None:
@@ -105,3 +106,18 @@ def test_asyncssh_is_imported_whole_when_it_needs_a_part_left_out() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["asyncssh.connection", "True"]
+
+
+def test_completion_answers_without_rich_or_asyncssh(tmp_path: Path) -> None:
+    """A TAB runs vastprobe once: commands, options and ssh_config aliases come without the heavy
+    parts (rich, asyncssh, the parsers)."""
+    import os
+
+    env = {**os.environ, "HOME": str(tmp_path), "_VASTPROBE_COMPLETE": "bash_complete",
+           "COMP_WORDS": "vastprobe diagnose --sn", "COMP_CWORD": "2"}  # fmt: skip
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "vastprobe"], capture_output=True, text=True,
+                       timeout=120, env=env)  # fmt: skip
+    assert r.stdout.splitlines() == ["plain,--snapshot"], r.stdout
+    mods = {m.group(1) for m in re.finditer(r"\|\s+([\w.]+)\s*$", r.stderr, re.M)}
+    assert "vastprobe.completion" in mods  # the measurement saw it
+    assert not {"rich", "asyncssh", "vastprobe.parsers", "vastprobe.rules"} & mods

@@ -77,10 +77,40 @@ def usage_error(message: str) -> NoReturn:
     raise _click_exceptions().UsageError(message)
 
 
-def _version(value: bool) -> None:
-    if value:
+def _version(ctx: typer.Context, value: bool) -> None:
+    if value and not ctx.resilient_parsing:  # not while a shell asks for completions
         typer.echo(f"vastprobe {__version__}")
         raise typer.Exit(0)
+
+
+def _show_completion(ctx: typer.Context, value: Optional[str]) -> None:
+    if value is None or ctx.resilient_parsing:
+        return
+    from vastprobe.completion import SCRIPTS, ShellError, shell_for
+
+    try:
+        shell = shell_for(value)
+    except ShellError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    sys.stdout.write(SCRIPTS[shell])
+    raise typer.Exit(0)
+
+
+def _install_completion(ctx: typer.Context, value: Optional[str]) -> None:
+    if value is None or ctx.resilient_parsing:
+        return
+    from vastprobe.completion import ShellError, install, shell_for
+
+    try:
+        shell = shell_for(value)
+        script, rc = install(shell)
+    except ShellError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    except OSError as exc:
+        raise typer.BadParameter(f"{getattr(exc, 'filename', None) or ''}: {exc.strerror or exc}".lstrip(": ")) from exc
+    loaded = f", loaded from {rc}" if rc else ""
+    say(f"vastprobe: {shell} completion installed in {script}{loaded}; it works in shells started from now on")
+    raise typer.Exit(0)
 
 
 @app.callback()
@@ -91,8 +121,51 @@ def _root(
     debug: Annotated[
         bool, typer.Option("--debug", help="On an internal error, print the traceback (also VASTPROBE_DEBUG=1).")
     ] = False,
+    install_completion: Annotated[
+        Optional[str],
+        typer.Option(
+            "--install-completion",
+            metavar="[bash|zsh|fish]",
+            callback=_install_completion,
+            is_eager=True,
+            expose_value=False,
+            help="Install completion for this shell ($SHELL) or the one named, then exit.",
+        ),
+    ] = None,
+    show_completion: Annotated[
+        Optional[str],
+        typer.Option(
+            "--show-completion",
+            metavar="[bash|zsh|fish]",
+            callback=_show_completion,
+            is_eager=True,
+            expose_value=False,
+            help="Print the completion script for this shell or the one named (to save or source), then exit.",
+        ),
+    ] = None,
 ) -> None:
     pass  # --debug is read by main() before parsing, so it works after the command name too
+
+
+# Completion of values, asked by the shell's script (vastprobe/completion.py, imported only then).
+
+
+def _complete_targets(ctx: typer.Context, incomplete: str) -> list[str]:
+    from vastprobe.completion import targets
+
+    return targets(ctx, incomplete)
+
+
+def _complete_hosts(ctx: typer.Context, incomplete: str) -> list[str]:
+    from vastprobe.completion import targets
+
+    return targets(ctx, incomplete, local=False)
+
+
+def _complete_rules(incomplete: str) -> list[tuple[str, str]]:
+    from vastprobe.completion import rule_names
+
+    return rule_names(incomplete)
 
 
 def _format(fmt: Optional[OutputFormat], json_flag: bool, snapshot: bool = False) -> OutputFormat:
@@ -218,7 +291,7 @@ LongOptionOpt = Annotated[
 JumpOpt = Annotated[
     Optional[str],
     typer.Option("-J", "--jump", metavar="HOST,...", callback=checks.jump_hosts, rich_help_panel=P_SSH,
-                 help="Jump host(s), as ssh -J (wins over ProxyJump)."),
+                 help="Jump host(s), as ssh -J (wins over ProxyJump).", autocompletion=_complete_hosts),
 ]  # fmt: skip
 KnownHostsOpt = Annotated[
     Optional[Path],
@@ -481,6 +554,7 @@ def diagnose(
         typer.Argument(
             metavar="TARGET...",
             help="`local`, \\[user@]host\\[:port], ssh://\\[user@]host\\[:port], or a range like gpu\\[01-04].",
+            autocompletion=_complete_targets,
         ),
     ],
     sample: SampleOpt = 1.0,
@@ -653,6 +727,7 @@ def sweep(
         typer.Argument(
             metavar="[INVENTORY]",
             help="An inventory file (plain list or vast.ai JSON), '-' for stdin, or a node set like 'gpu\\[01-16]'.",
+            autocompletion=_complete_targets,
         ),
     ] = None,
     nodes: Annotated[
@@ -663,6 +738,7 @@ def sweep(
             metavar="NODES",
             rich_help_panel=P_INVENTORY,
             help="Targets as a node set: 'gpu\\[01-16],root@other:2222' (repeatable).",
+            autocompletion=_complete_targets,
         ),
     ] = None,
     hostfile: Annotated[
@@ -683,6 +759,7 @@ def sweep(
             metavar="NODES",
             rich_help_panel=P_INVENTORY,
             help="Leave these out: targets or host names, node sets allowed (repeatable).",
+            autocompletion=_complete_targets,
         ),
     ] = None,
     concurrency: ConcurrencyOpt = 32,
@@ -820,7 +897,10 @@ def sweep(
 
 @app.command(cls=Command, context_settings=CONTEXT, epilog=EXIT_EPILOG)
 def collect(
-    target: Annotated[str, typer.Argument(metavar="TARGET", help="`local`, or \\[user@]host\\[:port].")],
+    target: Annotated[
+        str,
+        typer.Argument(metavar="TARGET", help="`local`, or \\[user@]host\\[:port].", autocompletion=_complete_targets),
+    ],
     output: Annotated[
         Path,
         typer.Option(
@@ -947,7 +1027,10 @@ def analyze(
 
 @app.command(cls=Command, context_settings=CONTEXT, epilog=EXIT_EPILOG)
 def rules(
-    name: Annotated[Optional[str], typer.Argument(metavar="[RULE]", help="A slug or code: explain that rule.")] = None,
+    name: Annotated[
+        Optional[str],
+        typer.Argument(metavar="[RULE]", help="A slug or code: explain that rule.", autocompletion=_complete_rules),
+    ] = None,
     fmt: FormatOpt = None,
     json_flag: JsonOpt = False,
 ) -> None:
@@ -1140,6 +1223,7 @@ def history_command(
         typer.Argument(
             metavar="[TARGET|NODESET...]",
             help="Targets as swept, host names, or ranges like gpu\\[01-04]; all when none.",
+            autocompletion=_complete_targets,
         ),
     ] = None,
     history: HistoryOpt = None,
@@ -1220,9 +1304,23 @@ def _click_exceptions():  # type: ignore[no-untyped-def]
     return exceptions
 
 
+_COMMANDS = ("diagnose", "sweep", "collect", "analyze", "rules", "probe-script", "history")
+
+
 def _command_name(args: list[str]) -> str:
-    names = {"diagnose", "sweep", "collect", "analyze", "rules", "probe-script", "history"}
-    return next((a for a in args if a in names), "")
+    return next((a for a in args if a in _COMMANDS), "")
+
+
+def _completion_shell_named(args: list[str]) -> list[str]:
+    """`--show-completion` / `--install-completion` with no shell after them mean this shell ("auto"):
+    typer's options cannot leave their value out, so it is filled in here."""
+    out = list(args)
+    for i in range(len(out) - 1, -1, -1):
+        if out[i] in ("--show-completion", "--install-completion") and "--" not in out[:i]:
+            after = out[i + 1] if i + 1 < len(out) else None
+            if after is None or after.startswith("-") or after in _COMMANDS:
+                out.insert(i + 1, "auto")
+    return out
 
 
 def _click_group(args: list[str]) -> typer.core.TyperGroup:
@@ -1249,6 +1347,12 @@ def run(args: list[str], debug: bool = False) -> int:
     """Run the CLI on `args` and return the exit code; never raises (but SystemExit from --help)."""
     import os
 
+    instruction = os.environ.get("_VASTPROBE_COMPLETE")
+    if instruction:  # a shell's completion script asks (vastprobe/completion.py)
+        from vastprobe.completion import respond
+
+        return respond(_click_group([]), instruction)
+    args = _completion_shell_named(args)
     exc_mod = _click_exceptions()
     prog = ("vastprobe " + _command_name(args)).strip()
     try:
