@@ -49,24 +49,70 @@ def kill_families(procs: list[subprocess.Popen]) -> None:
         p.wait()
 
 
-@pytest.fixture(autouse=True)
-def _serial(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Tests marked `serial("name")` never run at the same time as another test of that name, on
-    any parallel worker: each holds an exclusive lock from before its first fixture to after its
-    last (a test that diagnoses `--match rank_lab.py` would see another's ranks, or the ones it
-    leaves until its teardown kills them)."""
-    mark = request.node.get_closest_marker("serial")
-    if mark is None:
+#: How many tests run at once on this machine, counting every suite on it (this run's parallel
+#: workers and other checkouts' runs): most wait on real processes, sshd's and probe samples, so twice
+#: the CPUs keeps the machine busy, and no more keeps it from starving the timing of every test on it
+#: (three suites of four workers each took a 2-CPU machine to a load of 26, and each took 14 minutes).
+#: VASTPROBE_TEST_SLOTS=N sets it; 0 is no limit.
+SLOTS_ENV = "VASTPROBE_TEST_SLOTS"
+SLOT_DIR = "vastprobe-test-slots"
+
+
+def machine_slots() -> int:
+    import os
+
+    value = os.environ.get(SLOTS_ENV, "").strip()
+    if value.isdigit():
+        return int(value)
+    return 2 * len(os.sched_getaffinity(0))
+
+
+@contextlib.contextmanager
+def machine_slot() -> Iterator[None]:
+    """One of the machine's test slots, held while the block runs: an exclusive lock on one of
+    SLOTS files in a folder every suite on the machine shares (a crashed holder's lock goes with it)."""
+    import fcntl
+    import random
+    import tempfile
+    import time
+
+    n = machine_slots()
+    if n == 0:
         yield
         return
+    folder = Path(tempfile.gettempdir()) / SLOT_DIR
+    folder.mkdir(exist_ok=True)
+    while True:
+        for i in random.sample(range(n), n):
+            with open(folder / f"slot-{i}", "a") as f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue
+                yield
+                return
+        time.sleep(0.05)  # every slot busy: poll until one is released
+
+
+@pytest.fixture(autouse=True)
+def _turn(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Each test's turn, held from before its own fixtures to after them: a machine slot first
+    (machine_slots), then, for a test marked `serial("name")`, the lock that keeps every other
+    test of that name, on any parallel worker, from running meanwhile (a test that diagnoses
+    `--match rank_lab.py` would see another's ranks, or those it leaves until its teardown)."""
     import fcntl
     import os
 
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers' common folder
-    with open(shared / f"serial-{mark.args[0]}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+    with machine_slot():
+        mark = request.node.get_closest_marker("serial")
+        if mark is None:
+            yield
+            return
+        base = tmp_path_factory.getbasetemp()
+        shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers' common folder
+        with open(shared / f"serial-{mark.args[0]}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
 
 
 @pytest.fixture(autouse=True)
