@@ -53,6 +53,11 @@ def files(tmp_path_factory) -> dict[str, str]:
     raw[100] ^= 1
     doc["raw_b64"] = base64.b64encode(bytes(raw)).decode()
     (d / "flipped.json").write_text(json.dumps(doc))
+    # a history with one host (an exited vast.ai instance: nothing is contacted), written before any
+    # row runs: the rows run at once, and one that reads a history must not wait for one that writes it
+    (d / "exited.json").write_text(json.dumps([{"id": 8, "actual_status": "exited", "ssh_host": "h", "ssh_port": 22}]))
+    subprocess.run([sys.executable, "-m", "vastprobe", "sweep", str(d / "exited.json"), "--history", str(d / "hist.sqlite"),
+                    "--json"], check=True, capture_output=True, timeout=120)  # fmt: skip
     return {
         "DIR": str(d / "dir"),
         "BIN": str(d / "bin"),
@@ -62,6 +67,7 @@ def files(tmp_path_factory) -> dict[str, str]:
         "BADJSON": str(d / "bad.json"),
         "VASTBAD": str(d / "vast-bad.json"),
         "FLIPPED": str(d / "flipped.json"),
+        "HIST": str(d / "hist.sqlite"),
         "CWD": str(d),
     }
 

@@ -107,7 +107,8 @@ def _install_completion(ctx: typer.Context, value: Optional[str]) -> None:
     except ShellError as exc:
         raise typer.BadParameter(str(exc)) from exc
     except OSError as exc:
-        raise typer.BadParameter(f"{getattr(exc, 'filename', None) or ''}: {exc.strerror or exc}".lstrip(": ")) from exc
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise typer.BadParameter(f"{where}{exc.strerror or exc}") from exc
     loaded = f", loaded from {rc}" if rc else ""
     say(f"vastprobe: {shell} completion installed in {script}{loaded}; it works in shells started from now on")
     raise typer.Exit(0)
