@@ -76,12 +76,12 @@ def machine_slot() -> Iterator[None]:
     import tempfile
     import time
 
+    folder = Path(tempfile.gettempdir()) / SLOT_DIR
+    folder.mkdir(exist_ok=True)
     n = machine_slots()
     if n == 0:
         yield
         return
-    folder = Path(tempfile.gettempdir()) / SLOT_DIR
-    folder.mkdir(exist_ok=True)
     while True:
         for i in random.sample(range(n), n):
             with open(folder / f"slot-{i}", "a") as f:
@@ -95,22 +95,22 @@ def machine_slot() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def _turn(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def _turn(request: pytest.FixtureRequest) -> Iterator[None]:
     """Each test's turn, held from before its own fixtures to after them: a machine slot first
     (machine_slots), then, for a test marked `serial("name")`, the lock that keeps every other
-    test of that name, on any parallel worker, from running meanwhile (a test that diagnoses
-    `--match rank_lab.py` would see another's ranks, or those it leaves until its teardown)."""
+    test of that name on this machine (any worker, any checkout's suite) from running meanwhile:
+    a test that diagnoses `--match rank_lab.py` would see another's ranks, or those it leaves
+    until its teardown. Slot before lock, always: no two tests wait on each other."""
     import fcntl
-    import os
+    import tempfile
 
     with machine_slot():
         mark = request.node.get_closest_marker("serial")
         if mark is None:
             yield
             return
-        base = tmp_path_factory.getbasetemp()
-        shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the workers' common folder
-        with open(shared / f"serial-{mark.args[0]}.lock", "w") as lock:
+        folder = Path(tempfile.gettempdir()) / SLOT_DIR
+        with open(folder / f"serial-{mark.args[0]}", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
 
