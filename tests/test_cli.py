@@ -39,7 +39,7 @@ def test_diagnose_local_json() -> None:
 
 
 def test_piped_json_leaves_the_snapshot_out() -> None:
-    """`vastprobe diagnose local | jq` or a cron mail: the findings and the summary, not 100-200 KB of
+    """`vastprobe diagnose local | jq` or a cron mail: the findings and the summary, not 0.1-0.6 MB of
     evidence on one line; --snapshot puts it in."""
     r = run("diagnose", "local", "--sample", "0")
     doc = json.loads(r.stdout)

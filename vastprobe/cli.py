@@ -325,7 +325,7 @@ SnapshotOpt = Annotated[
     bool,
     typer.Option("--snapshot", rich_help_panel=P_OUTPUT,
                  help="JSON/NDJSON with each host's parsed evidence (processes, kernel log, cgroups, GPUs, logs; "
-                      "100-200 KB a host), left out by default. Without --format: JSON."),
+                      "0.1-0.6 MB a host), left out by default. Without --format: JSON."),
 ]  # fmt: skip
 ConcurrencyOpt = Annotated[
     int,

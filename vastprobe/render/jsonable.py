@@ -94,7 +94,7 @@ def _finding_dict(f: Finding) -> dict[str, Any]:
 
 
 def host_report_dict(r: HostReport, snapshot: bool = False) -> dict[str, Any]:
-    """`snapshot`: with the parsed evidence, the bulk of a report (~100-200 KB a host); asked for
+    """`snapshot`: with the parsed evidence, the bulk of a report (0.1-0.6 MB a host); asked for
     with --snapshot, left out otherwise (pipes, cron mail, jq)."""
     findings = [_finding_dict(f) for f in r.findings]
     by_identity = {id(f): d for f, d in zip(r.findings, findings, strict=True)}
