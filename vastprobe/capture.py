@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vastprobe import __version__
+from vastprobe import __version__, jsonnumbers
 
 if TYPE_CHECKING:
     from vastprobe.model import Status
@@ -175,7 +175,7 @@ def load_captures(path: Path | str) -> list[Capture]:
     if b"\0" in data[:8192]:
         raise CaptureError(f"{name}: not a capture (binary data, not JSON text)")
     try:
-        doc = json.loads(data.decode("utf-8"))
+        doc = jsonnumbers.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise CaptureError(f"{name}: not a capture (not UTF-8 text at byte {exc.start})") from exc
     except json.JSONDecodeError as exc:
