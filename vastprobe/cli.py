@@ -128,7 +128,7 @@ PidOpt = Annotated[
 MatchOpt = Annotated[
     Optional[list[str]],
     typer.Option("--match", metavar="REGEX", callback=checks.regexes, rich_help_panel=P_SCOPE,
-                 help="Processes whose command line matches, with descendants (repeatable)."),
+                 help="Processes whose command line (its first 4096 characters) matches, with descendants (repeatable)."),
 ]  # fmt: skip
 LogOpt = Annotated[
     Optional[list[str]],

@@ -246,7 +246,7 @@ def analyse_capture(capture: Capture, options: DiagnoseOptions, budget: _Budget 
     snap = _printable_params(snap)
     budget.check("the process tree")
     tree = ProcessTree(snap)
-    scope = compute_scope(snap, options.pids, options.matches, tree)
+    scope = compute_scope(snap, options.pids, options.matches, tree, budget.check)
     if (options.pids or options.matches) and not scope:  # nothing to diagnose: say so, never "healthy"
         return _told(HostReport(
             capture.target, "ok", _no_process_matches(options, len(snap.processes)), "unknown",
