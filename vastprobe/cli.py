@@ -253,10 +253,10 @@ def _options(
     expect_gpus: Optional[int] = None,
 ):  # -> DiagnoseOptions
     from vastprobe.options import RuleOptions
-    from vastprobe.pipeline import DiagnoseOptions
+    from vastprobe.pipeline import DiagnoseOptions, remote_deadline
     from vastprobe.probe.render import DEFAULT_ARTIFACTS, ProbeParams
 
-    deadline = max(10, int(timeout) + 5)
+    deadline = remote_deadline(timeout)  # SSH runs set it again from the time left once connected
     params = ProbeParams(
         sample=sample,
         logs=tuple(log or ()),

@@ -457,6 +457,7 @@ class ProbeInfo:
     output_bytes: int
     timeout_mode: str
     tampering: tuple[str, ...] = ()  # repeated or unexpected sections, forged lines: someone forged output
+    unfinished_sections: tuple[str, ...] = ()  # sections the probe should have written that never arrived whole
     unreadable_sections: tuple[tuple[str, str], ...] = ()  # (section, why): its parser failed; read as absent
 
 

@@ -416,6 +416,7 @@ def build_snapshot(
         output_bytes=output_bytes,
         timeout_mode=meta.get("timeout", ""),
         tampering=out.anomalies,
+        unfinished_sections=_unfinished(out, params, fmt),
     )
     kernel_log = kmsg.parse_kmsg_sections(
         _kmsg_text(out, src.KMSG, fmt),
@@ -441,6 +442,16 @@ def build_snapshot(
         flight_dumps=flight_recorder.parse_fr_section(_text(out, src.FR.name)),
         held_files=held.parse_held_section(_text(out, src.HELD.name)),
     )
+
+
+def _unfinished(out: ProbeOutput, params: ProbeParams, fmt: int) -> tuple[str, ...]:
+    """The sections this probe version writes for these parameters that are missing or cut, in
+    the probe's order (format 1 captures: only the ones cut, their section list was another)."""
+    if fmt < 2:
+        return tuple(n for n, s in out.sections.items() if s.truncated)
+    wanted = src.expected_sections(len(params.logs), len(params.artifacts), params.sample != 0)
+    extra = tuple(n for n in src.OPTIONAL if (s := out.get(n)) is not None and s.truncated)
+    return tuple(n for n in wanted if (s := out.get(n)) is None or s.truncated) + extra
 
 
 def _process_syscall(
