@@ -61,7 +61,7 @@ def test_a_section_out_of_the_probes_order_is_dropped() -> None:
     out = split_sections((text + f"\n@@{B}@@ end\n").encode(), B)
     assert sorted(out.sections) == ["fd", "meta", "s0.proc"]
     assert out.anomalies == ("section 'kmsg' arrived out of the probe's order",)
-    old = frame("meta", "format=2\n") + frame("fd", "y") + frame("cgmap", "z")  # older probes wrote cgmap after fd
+    old = frame("meta", "kernel=x\n") + frame("fd", "y") + frame("cgmap", "z")  # format 1 wrote cgmap after fd
     assert sorted(split_sections(old.encode(), B).sections) == ["cgmap", "fd", "meta"]
 
 
