@@ -24,6 +24,15 @@ class Unavailable:
         return False
 
 
+@dataclass(frozen=True)
+class NotRead(Unavailable):
+    """A path the probe would not touch, or gave up on: `why` is `refused` (a link to another
+    user's file, a kernel or device file) or `unanswered` (a FUSE mount with requests waiting for
+    its server, or no answer within the probe's file timeout: a dead mount)."""
+
+    why: Literal["refused", "unanswered"] = "refused"
+
+
 def available(value: T | Unavailable) -> T | None:
     return None if isinstance(value, Unavailable) else value
 

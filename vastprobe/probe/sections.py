@@ -44,6 +44,7 @@ class ProbeOutput:
     deadline_hit: bool
     framed: bool  # at least one section carried our boundary
     anomalies: tuple[str, ...] = ()  # sections dropped as not the probe's own: repeated, undeclared, out of order
+    abandoned: tuple[str, ...] = ()  # sections whose child the probe abandoned (a path that did not answer)
 
     def get(self, name: str) -> RawSection | None:
         return self.sections.get(name)
@@ -55,10 +56,12 @@ def decode(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def _arrivals(parts: list[str]) -> tuple[list[RawSection], list[int], bool]:
+def _arrivals(parts: list[str]) -> tuple[list[RawSection], list[int], bool, list[str]]:
     """Every section in the order it arrived, where each end marker came (as the number of
-    sections before it), and whether the deadline marker came."""
+    sections before it), whether the deadline marker came, and the sections open when the probe
+    abandoned a child that touched a path ("" when none was)."""
     arrived: list[RawSection] = []
+    abandoned: list[str] = []
     ends: list[int] = []
     deadline = False
     open_name: str | None = None
@@ -71,6 +74,14 @@ def _arrivals(parts: list[str]) -> tuple[list[RawSection], list[int], bool]:
             continue
         if head == "deadline":
             deadline = True
+            continue
+        if head.startswith("abandoned "):  # the probe stopped waiting for a child touching a path
+            if open_name is not None:
+                arrived.append(_section(open_name, open_body, cut=True))
+                abandoned.append(open_name)
+            else:
+                abandoned.append("")
+            open_name = None
             continue
         if head == "cut":  # the section's own awk stopped it at its size cap
             if open_name is not None:
@@ -87,7 +98,7 @@ def _arrivals(parts: list[str]) -> tuple[list[RawSection], list[int], bool]:
         open_name, open_body = head, body
     if open_name is not None:
         arrived.append(_section(open_name, open_body, cut=True))
-    return arrived, ends, deadline
+    return arrived, ends, deadline, abandoned
 
 
 def _not_asked(name: str, params: ProbeParams) -> str | None:
@@ -111,7 +122,7 @@ def split_sections(data: bytes | str, boundary: str, params: ProbeParams | None 
 
     text = decode(data) if isinstance(data, bytes) else data
     parts = ("\n" + text).split(f"\n@@{boundary}@@ ")
-    arrived, ends, deadline = _arrivals(parts[1:])
+    arrived, ends, deadline, abandoned = _arrivals(parts[1:])
     anomalies: list[str] = []
     counts = Counter(s.name for s in arrived)
     kept: list[tuple[int, RawSection]] = []  # (position in arrival order, section)
@@ -142,6 +153,7 @@ def split_sections(data: bytes | str, boundary: str, params: ProbeParams | None 
         deadline_hit=deadline,
         framed=len(parts) > 1,
         anomalies=tuple(anomalies),
+        abandoned=tuple(abandoned[:64]),
     )
 
 

@@ -80,7 +80,12 @@ GPU = Source(
     "nvidia-smi --query-gpu, with a header (columns read by name)",
 )
 LOGSTAT = Source(
-    "s{sample}.logs", "vp_logstats", None, "per-sample", "vastprobe.parsers.files:parse_logstats", "stat of each --log"
+    "s{sample}.logs",
+    "vp_logstats_sec",
+    None,
+    "per-sample",
+    "vastprobe.parsers.files:parse_logstats",
+    "stat of each --log",
 )
 CMDLINE = Source(
     "cmdline",
