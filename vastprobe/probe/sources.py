@@ -199,8 +199,9 @@ ORDER: tuple[str, ...] = (
     "s0.logs", "cmdline", "env", "fr", "fd", "net", "kmsg", "kmsg.fallback", "gpuapps", "log.{index}", "df",
     "art.{index}", "s1.now", "s1.proc", "s1.gpu", "s1.logs", "times",
 )  # fmt: skip
-#: Sections the probe writes only sometimes: never missed when absent.
-OPTIONAL = frozenset({"kmsg.fallback"})
+#: Sections the probe writes only sometimes (kmsg.fallback), or that captures of the same format
+#: made before them lack (env, fr): never missed when absent.
+OPTIONAL = frozenset({"kmsg.fallback", "env", "fr"})
 
 
 def declared(name: str) -> bool:
