@@ -16,9 +16,9 @@ from vastprobe.probe.render import ProbeParams, render_script
 FORK = re.compile(r"^(clone3?|fork|vfork)\(.*= (\d+)$")
 
 
-#: The watchdog's tick (script.sh, vp_watch): one `sleep 1` a second the probe runs, whatever
+#: The watchdog's tick (script.sh, vp_watch): a `sleep 0.5` twice a second the probe runs, whatever
 #: the number of processes; a probe slowed by strace over 600 processes runs a tick or two longer.
-TICK = '["sleep", "1"]'
+TICK = '["sleep", "0.5"]'
 
 
 def count_forks(tmp: Path) -> int:

@@ -806,9 +806,9 @@ vp_gpu_sec() {
 
 # ---- the watchdog ----
 # It ends the probe at its deadline (which comes before the client gives up), and within a second
-# or two when the probe's shell is gone: killed, or left behind by a closed session (sshd exits,
-# and the shell is adopted by another parent). It ticks with `sleep 1` (a fork a second, however
-# many processes the target runs), ignores SIGPIPE (a closed channel must not end it before it
+# when the probe's shell is gone: killed, or left behind by a closed session (sshd exits, and the
+# shell is adopted by another parent). It ticks with `sleep 0.5` (two forks a second, however many
+# processes the target runs; GNU and BusyBox sleep take fractions, as the sample's sleep does), ignores SIGPIPE (a closed channel must not end it before it
 # kills), SIGHUP, SIGINT and SIGTERM, kills first and reports after. What it kills: every process
 # of the probe's session (the shell leads it under sshd and under vastprobe's local run; commands
 # `timeout` put in process groups of their own stay in it), else of its process group, found by
@@ -856,7 +856,7 @@ vp_watch() {
 	vp_end=$((vp_u + VP_DEADLINE))
 	vp_why=
 	while [ -z "$vp_why" ]; do
-		sleep 1 </dev/null >/dev/null 2>&1 # it must not hold the probe's stdout open after the end
+		sleep 0.5 </dev/null >/dev/null 2>&1 # it must not hold the probe's stdout open after the end
 		vp_secs
 		if [ "$VP_DEADLINE" -gt 0 ] && [ "$vp_u" -ge "$vp_end" ]; then
 			vp_why=deadline
