@@ -85,3 +85,11 @@ def test_sections_the_probe_was_not_asked_for_are_tampering() -> None:
         "unexpected section 'log.1' (the probe was given 1 --log path(s))",
         "unexpected section 's1.now' (the probe took one sample)",
     )
+
+
+def test_every_declared_section_has_its_place_in_the_probes_order() -> None:
+    """A new source left out of ORDER would be dropped as written out of turn in every run."""
+    from vastprobe.probe import sources
+
+    for s in sources.SOURCES:
+        assert sources.rank(s.section(0)) is not None, s.name

@@ -378,6 +378,13 @@ vp_s1() { vp_proc_grep "$vp_l1" 2>&1 | VP_B=$VP_B awk -v cap="$VP_MAXPROC" "$VP_
 vp_held_stat() {
 	[ -z "$vp_held" ] || tmo 5 stat -L -c '%n %s %Y %i %F' -- $vp_held
 }
+# The held files may be on a dead mount (timeout cannot end a stat in D state): in a guarded child,
+# framed here, not by secn (whose redirection a guard must not run under).
+vp_held_sec() {
+	printf '\n@@%s@@ held\n' "$VP_B"
+	[ -z "$vp_held" ] || vp_guard vp_held_stat
+	printf '\n@@rc=0\n\n@@%s@@ /held\n' "$VP_B"
+}
 
 # Who is who in a distributed job: from the environ of the multi-threaded processes (ranks are), the
 # allow-listed names only (rank, world, rendezvous, job id, GPUs, NCCL and flight-recorder settings);
@@ -903,7 +910,7 @@ vp_main() {
 	secn env vp_env
 	secn fr vp_fr
 	vp_fd
-	secn held vp_held_stat
+	vp_held_sec
 	vp_k=$(vp_kmsg)
 	secn kmsg printf '%s\n' "$vp_k"
 	case $vp_k in

@@ -196,12 +196,12 @@ SAMPLES = (0, 1)
 #: come in their index order; s1.* only with a second sample; kmsg.fallback only when dmesg failed.
 ORDER: tuple[str, ...] = (
     "meta", "host", "s0.now", "s0.proc", "cgmap", "cgmem", "mounts", "locks", "syscall", "s0.gpu",
-    "s0.logs", "cmdline", "env", "fr", "fd", "net", "kmsg", "kmsg.fallback", "gpuapps", "log.{index}", "df",
+    "s0.logs", "cmdline", "env", "fr", "fd", "net", "held", "kmsg", "kmsg.fallback", "gpuapps", "log.{index}", "df",
     "art.{index}", "s1.now", "s1.proc", "s1.gpu", "s1.logs", "times",
 )  # fmt: skip
 #: Sections the probe writes only sometimes (kmsg.fallback), or that captures of the same format
-#: made before them lack (env, fr): never missed when absent.
-OPTIONAL = frozenset({"kmsg.fallback", "env", "fr"})
+#: made before them lack (env, fr, held): never missed when absent.
+OPTIONAL = frozenset({"kmsg.fallback", "env", "fr", "held"})
 
 
 def declared(name: str) -> bool:
