@@ -54,6 +54,12 @@ def files(tmp_path_factory) -> dict[str, str]:
     raw[100] ^= 1
     doc["raw_b64"] = base64.b64encode(bytes(raw)).decode()
     (d / "flipped.json").write_text(json.dumps(doc))
+    huge = "9" * 4301  # one digit past Python's int-str conversion limit
+    (d / "vast-huge.json").write_text(
+        f'[{{"id": 7, "actual_status": "running", "ssh_host": "ssh4.vast.ai", "ssh_port": {huge}}}]'
+    )
+    good = json.loads(cap.read_text())
+    (d / "huge-cap.json").write_text(json.dumps(good).replace('"captured_at": ', f'"captured_at": {huge}, "x": ', 1))
     return {
         "DIR": str(d / "dir"),
         "BIN": str(d / "bin"),
@@ -63,6 +69,8 @@ def files(tmp_path_factory) -> dict[str, str]:
         "BADJSON": str(d / "bad.json"),
         "VASTBAD": str(d / "vast-bad.json"),
         "FLIPPED": str(d / "flipped.json"),
+        "VASTHUGE": str(d / "vast-huge.json"),
+        "HUGECAP": str(d / "huge-cap.json"),
         "CWD": str(d),
     }
 

@@ -128,7 +128,7 @@ PidOpt = Annotated[
 MatchOpt = Annotated[
     Optional[list[str]],
     typer.Option("--match", metavar="REGEX", callback=checks.regexes, rich_help_panel=P_SCOPE,
-                 help="Processes whose command line matches, with descendants (repeatable)."),
+                 help="Processes whose command line (its first 4096 characters) matches, with descendants (repeatable)."),
 ]  # fmt: skip
 LogOpt = Annotated[
     Optional[list[str]],
@@ -253,10 +253,10 @@ def _options(
     expect_gpus: Optional[int] = None,
 ):  # -> DiagnoseOptions
     from vastprobe.options import RuleOptions
-    from vastprobe.pipeline import DiagnoseOptions
+    from vastprobe.pipeline import DiagnoseOptions, remote_deadline
     from vastprobe.probe.render import DEFAULT_ARTIFACTS, ProbeParams
 
-    deadline = max(10, int(timeout) + 5)
+    deadline = remote_deadline(timeout)  # SSH runs set it again from the time left once connected
     params = ProbeParams(
         sample=sample,
         logs=tuple(log or ()),

@@ -24,6 +24,15 @@ class Unavailable:
         return False
 
 
+@dataclass(frozen=True)
+class NotRead(Unavailable):
+    """A path the probe would not touch, or gave up on: `why` is `refused` (a link to another
+    user's file, a kernel or device file) or `unanswered` (a FUSE mount with requests waiting for
+    its server, or no answer within the probe's file timeout: a dead mount)."""
+
+    why: Literal["refused", "unanswered"] = "refused"
+
+
 def available(value: T | Unavailable) -> T | None:
     return None if isinstance(value, Unavailable) else value
 
@@ -457,6 +466,7 @@ class ProbeInfo:
     output_bytes: int
     timeout_mode: str
     tampering: tuple[str, ...] = ()  # repeated or unexpected sections, forged lines: someone forged output
+    unfinished_sections: tuple[str, ...] = ()  # sections the probe should have written that never arrived whole
     unreadable_sections: tuple[tuple[str, str], ...] = ()  # (section, why): its parser failed; read as absent
 
 

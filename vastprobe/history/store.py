@@ -14,12 +14,14 @@ import hashlib
 import json
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from vastprobe.fileio import create_private
 from vastprobe.history.schema import SchemaError, migrate, needs_migration
 from vastprobe.model import HostReport
 
@@ -56,23 +58,53 @@ def _errors(path: Path, doing: str):  # type: ignore[no-untyped-def]
         raise HistoryError(f"history {path}: {_reason(exc)}; {doing}") from exc
 
 
+#: Files SQLite opens beside the database: a link planted at any of them would be written through.
+SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def _identity(path: Path, doing: str) -> tuple[int, int] | None:
+    """(device, inode) of the history file and its side files' check, without following a link at
+    any of them; None when the file does not exist yet."""
+    found = None
+    for name in (str(path), *(str(path) + s for s in SIDE_FILES)):
+        try:
+            st = os.lstat(name)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            raise HistoryError(
+                f"history {path}: {name} is a symbolic link; not followed (give the file itself); {doing}"
+            )
+        if not stat.S_ISREG(st.st_mode):
+            raise HistoryError(f"history {path}: {name} is not a regular file; {doing}")
+        if name == str(path):
+            found = (st.st_dev, st.st_ino)
+    return found
+
+
 def open_history(path: Path, readonly: bool = False, busy_timeout: float = BUSY_TIMEOUT) -> sqlite3.Connection:
     """A connection in autocommit mode (transactions are explicit). Read-only opens never create
-    the file and never migrate it."""
+    the file and never migrate it. A symbolic link at the file (or at its -wal, -shm, -journal) is
+    refused, never followed: a link planted there would have SQLite write through it."""
     path = Path(path)
     doing = "nothing was read" if readonly else "this run was not recorded"
     with _errors(path, doing):
         if readonly:
-            if not path.is_file():
+            if _identity(path, doing) is None:
                 raise HistoryError(f"history {path}: no such file (a sweep writes it)")
             mode = "rw" if os.access(path, os.W_OK) and os.access(path.parent, os.W_OK) else "ro"
-            con = sqlite3.connect(f"{path.resolve().as_uri()}?mode={mode}", uri=True, timeout=busy_timeout)
+            con = sqlite3.connect(f"{(path.parent.resolve() / path.name).as_uri()}?mode={mode}", uri=True,
+                                  timeout=busy_timeout)  # fmt: skip
+            checked = _identity(path, doing)
         else:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            new = not path.exists()
+            if _identity(path, doing) is None:
+                create_private(path)  # 0600, never through a link; SQLite fills it
+            checked = _identity(path, doing)
             con = sqlite3.connect(path, timeout=busy_timeout)
-            if new:  # host names and process names: readable by the owner only, before anything is in it
-                os.chmod(path, 0o600)
+        if checked is None or _identity(path, doing) != checked:  # swapped for a link while SQLite opened it
+            con.close()
+            raise HistoryError(f"history {path}: the file changed while it was opened; {doing}")
         con.isolation_level = None
         try:
             con.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")

@@ -17,6 +17,11 @@ MAX_PROC_SECTION = 8 * 1024 * 1024
 MAX_NET_SECTION = 2 * 1024 * 1024
 #: Threads whose state and wait channel are read, in all (at most 64 per process, 64 processes).
 MAX_THREADS = 2048
+#: Seconds a section that touches an operator's path (a --log, an --artifacts glob, df) may take
+#: before the probe abandons the child doing it (a dead mount: docs/security.md).
+FILE_TIMEOUT = 5
+#: Bytes of dmesg (or journalctl) output read at most: the largest kernel ring buffer is 32 MiB.
+MAX_KMSG_READ = 64 * 1024 * 1024
 #: Cap on the whole probe output read from one host, in bytes.
 MAX_TOTAL_OUTPUT = 32 * 1024 * 1024
 DEFAULT_ARTIFACTS = ("/tmp/*",)
@@ -92,6 +97,9 @@ def render_script(params: ProbeParams) -> str:
         f"VP_MAXTHR={shell_quote(_number(MAX_THREADS))}",
         f"VP_MAXART={shell_quote(_number(int(params.max_artifacts)))}",
         f"VP_TAIL={shell_quote(_number(int(params.log_tail_bytes)))}",
+        f"VP_NLOGS={shell_quote(_number(len(params.logs)))}",
+        f"VP_FILE_T={shell_quote(_number(FILE_TIMEOUT))}",
+        f"VP_KMAX={shell_quote(_number(MAX_KMSG_READ))}",
         "VP_GPU_HUNG=0",
         _each("vp_each_log", params.logs),
         _each("vp_each_glob", params.artifacts),
