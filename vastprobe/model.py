@@ -606,6 +606,12 @@ class FlightDump:
     collectives: tuple[Collective, ...]
     last_completed: dict[str, int]  # process group -> its last completed collective (pg_status)
     refused: str | None = None  # why the dump was not read: a pickle that is not plain data, bounds
+    mtime: int | None = None  # when it was written (epoch seconds, the target's clock); None: not known
+
+    @property
+    def prefix(self) -> str:
+        """The dump prefix its rank wrote it under (TORCH_FR_DUMP_TEMP_FILE): the path without the rank."""
+        return self.path.rstrip("0123456789")
 
     def last_entered(self, pg: str) -> int | None:
         seqs = [c.seq for c in self.collectives if c.pg == pg]

@@ -408,7 +408,8 @@ vp_env() {
 
 # PyTorch flight recorder dumps: the default prefix and the ones the ranks name, followed by digits
 # (the rank). Only regular files (no link), whose first byte is a pickle's (0x80), at most 8 of
-# them, 1 MiB of each in base64: the client reads them without running pickle code.
+# them, 1 MiB of each in base64, after `@fr MTIME PATH`: the client reads them without running
+# pickle code.
 vp_fr() {
 	vp_frn=0
 	vp_ifs=$IFS
@@ -423,7 +424,10 @@ vp_fr() {
 			[ -f "$vp_f" ] && [ ! -h "$vp_f" ] || continue
 			[ "$(tmo 5 head -c 1 -- "$vp_f")" = "$vp_magic" ] || continue
 			vp_frn=$((vp_frn + 1))
-			printf '@fr %s\n' "$vp_f"
+			# its mtime first: a dump older than the job's ranks is an earlier run's
+			vp_mt=$(tmo 5 stat -c %Y -- "$vp_f" 2>/dev/null)
+			case $vp_mt in '' | *[!0-9]*) vp_mt=- ;; esac
+			printf '@fr %s %s\n' "$vp_mt" "$vp_f"
 			tmo 5 head -c 1048576 -- "$vp_f" | base64
 		done
 	done
