@@ -19,7 +19,7 @@ from vastprobe.probe.sections import ProbeOutput, RawSection, split_sections
 from vastprobe.transport.base import TransportResult
 
 if TYPE_CHECKING:
-    from vastprobe.model import Finding, HostReport, HostSnapshot, Verdict
+    from vastprobe.model import DistributedJob, Finding, HostReport, HostSnapshot, Verdict
     from vastprobe.rules.base import Context
 
 #: What turns raw output into a report. Imported lazily: while SSH probes wait on the network, a
@@ -322,9 +322,15 @@ def analyse_capture(capture: Capture, options: DiagnoseOptions, budget: _Budget 
         if snap.probe.unfinished_sections:
             why = f"{why}; analysed what arrived, not finished: {', '.join(snap.probe.unfinished_sections)}"
     report = _told(HostReport(capture.target, capture.status, why, judged, findings, snap, timings, scope,
-                              jobs=tuple(ctx.jobs)), ctx)  # fmt: skip
+                              jobs=_jobs_in_scope(ctx)), ctx)  # fmt: skip
     timings["analysis"] = round(time.monotonic() - t0, 4)
     return report
+
+
+def _jobs_in_scope(ctx: Context) -> tuple[DistributedJob, ...]:
+    """The distributed jobs with a rank among the watched processes (another test's or tenant's job on
+    the host is not this report's)."""
+    return tuple(j for j in ctx.jobs if any(r.pid in ctx.scope for r in j.ranks if r.pid is not None))
 
 
 def _partial(capture: Capture) -> bool:
