@@ -68,6 +68,7 @@ def capture_to_dict(c: Capture, snapshot: Any) -> dict[str, Any]:
             "logs": list(c.params.logs),
             "artifacts": list(c.params.artifacts),
             "boundary": c.params.boundary,
+            "python_stacks": c.params.python_stacks,
         },
         "scope": {"pids": list(c.pids), "matches": list(c.matches)},
         "exit": {"status": c.exit_status, "signal": c.exit_signal, "attempts": c.attempts},
@@ -113,8 +114,15 @@ def capture_from_dict(d: dict[str, Any]) -> Capture:
     sample = _number(p.get("sample"), "params.sample")
     if not 0 <= sample <= 600:
         raise CaptureError("field 'params.sample' is out of range")
+    stacks = p.get("python_stacks", False)  # captures before --py-spy lack it
+    if not isinstance(stacks, bool):
+        raise CaptureError("field 'params.python_stacks' is not true or false")
     params = ProbeParams(
-        sample=sample, logs=_texts(p, "logs"), artifacts=_texts(p, "artifacts"), boundary=_text(p, "boundary")
+        sample=sample,
+        logs=_texts(p, "logs"),
+        artifacts=_texts(p, "artifacts"),
+        boundary=_text(p, "boundary"),
+        python_stacks=stacks,
     )
     status = d.get("status")
     if status not in _STATUSES:

@@ -130,6 +130,12 @@ MatchOpt = Annotated[
     typer.Option("--match", metavar="REGEX", callback=checks.regexes, rich_help_panel=P_SCOPE,
                  help="Processes whose command line (its first 4096 characters) matches, with descendants (repeatable)."),
 ]  # fmt: skip
+PySpyOpt = Annotated[
+    bool,
+    typer.Option("--py-spy", rich_help_panel=P_SCOPE,
+                 help="Also take Python stacks with py-spy on the target (8 programs: under --pid, else the newest; "
+                      "--nonblocking: read, never paused; 3 s and 64 KiB each), shown on the findings that name them."),
+]  # fmt: skip
 LogOpt = Annotated[
     Optional[list[str]],
     typer.Option("--log", metavar="PATH", callback=checks.texts, rich_help_panel=P_SCOPE,
@@ -251,6 +257,7 @@ def _options(
     expect_gpu: Optional[bool] = None,
     timeout: float = 60.0,
     expect_gpus: Optional[int] = None,
+    py_spy: bool = False,
 ):  # -> DiagnoseOptions
     from vastprobe.options import RuleOptions
     from vastprobe.pipeline import DiagnoseOptions, remote_deadline
@@ -262,6 +269,8 @@ def _options(
         logs=tuple(log or ()),
         artifacts=tuple(artifacts or DEFAULT_ARTIFACTS),
         deadline=deadline,
+        python_stacks=py_spy,
+        python_stack_pids=tuple(dict.fromkeys(pid or ())) if py_spy else (),
     )
     return DiagnoseOptions(
         params=params,
@@ -419,6 +428,7 @@ def diagnose(
     match: MatchOpt = None,
     log: LogOpt = None,
     artifacts: ArtOpt = None,
+    py_spy: PySpyOpt = False,
     stale_after: StaleOpt = 300.0,
     expect_gpu: GpuOpt = None,
     expect_gpus: GpusOpt = None,
@@ -457,7 +467,7 @@ def diagnose(
     expanded = _unique(expanded)
     options = _options(sample=sample, pid=pid, match=match, log=log, artifacts=artifacts,
                        stale_after=stale_after, expect_gpu=expect_gpu, timeout=timeout,
-                       expect_gpus=expect_gpus)  # fmt: skip
+                       expect_gpus=expect_gpus, py_spy=py_spy)  # fmt: skip
     ssh = _ssh_options(expanded, port=port, user=user, identity=identity, ssh_config=ssh_config,
                        known_hosts=known_hosts, host_key_check=host_key_check, connect_timeout=connect_timeout,
                        timeout=timeout, config_options=config_options, jump=jump, verbose=verbose)  # fmt: skip
@@ -642,6 +652,7 @@ def sweep(
     match: MatchOpt = None,
     log: LogOpt = None,
     artifacts: ArtOpt = None,
+    py_spy: PySpyOpt = False,
     stale_after: StaleOpt = 300.0,
     expect_gpu: GpuOpt = None,
     expect_gpus: GpusOpt = None,
@@ -682,7 +693,7 @@ def sweep(
     entries = fleet.select(entries)
     options = _options(sample=sample, pid=pid, match=match, log=log, artifacts=artifacts,
                        stale_after=stale_after, expect_gpu=expect_gpu, timeout=timeout,
-                       expect_gpus=expect_gpus)  # fmt: skip
+                       expect_gpus=expect_gpus, py_spy=py_spy)  # fmt: skip
     probed = [e.target for e in entries if e.skip is None]
     ssh = _ssh_options(probed or ["local"], port=port, user=user, identity=identity, ssh_config=ssh_config,
                        known_hosts=known_hosts, host_key_check=host_key_check, connect_timeout=connect_timeout,
@@ -767,6 +778,7 @@ def collect(
     match: MatchOpt = None,
     log: LogOpt = None,
     artifacts: ArtOpt = None,
+    py_spy: PySpyOpt = False,
     timeout: TimeoutOpt = 60.0,
     connect_timeout: ConnectTimeoutOpt = None,
     port: PortOpt = None,
@@ -793,7 +805,8 @@ def collect(
     from vastprobe.pipeline import collect_target, parse_capture
     from vastprobe.render.jsonable import dumps
 
-    options = _options(sample=sample, pid=pid, match=match, log=log, artifacts=artifacts, timeout=timeout)
+    options = _options(sample=sample, pid=pid, match=match, log=log, artifacts=artifacts, timeout=timeout,
+                       py_spy=py_spy)  # fmt: skip
     ssh = _ssh_options([target], port=port, user=user, identity=identity, ssh_config=ssh_config,
                        known_hosts=known_hosts, host_key_check=host_key_check, connect_timeout=connect_timeout,
                        timeout=timeout, config_options=config_options, jump=jump, verbose=verbose)  # fmt: skip
@@ -929,6 +942,7 @@ def probe_script(
     sample: SampleOpt = 1.0,
     log: LogOpt = None,
     artifacts: ArtOpt = None,
+    py_spy: PySpyOpt = False,
 ) -> None:
     """Print the exact script that runs on targets, for audit.
 
@@ -936,7 +950,7 @@ def probe_script(
       vastprobe probe-script
       vastprobe probe-script --log /workspace/run.log | less
     """
-    options = _options(sample=sample, log=log, artifacts=artifacts)
+    options = _options(sample=sample, log=log, artifacts=artifacts, py_spy=py_spy)
     from vastprobe.probe.render import render_script
 
     sys.stdout.write(render_script(options.params))

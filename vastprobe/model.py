@@ -489,6 +489,11 @@ class HostSnapshot:
     fuse_mounts: tuple[FuseMount, ...] | Unavailable = Unavailable("not read by this probe version")
     flight_dumps: tuple[FlightDump, ...] = ()  # PyTorch flight recorder dumps found on the target
     held_files: tuple[HeldFile, ...] = ()  # files held open write-only named like logs: the job's logs, found
+    python_stacks: tuple[PythonStack, ...] = ()  # --py-spy: where the newest Python programs are
+    python_stacks_note: str | None = None  # --py-spy asked and not (all) answered: why
+
+    def python_stack(self, pid: int) -> PythonStack | None:
+        return next((s for s in self.python_stacks if s.pid == pid and s.threads), None)
 
     @property
     def sample_window(self) -> float:
@@ -594,6 +599,39 @@ class Collective:
     sizes: str  # input sizes, in words
     state: str  # scheduled, started, completed
     retired: bool
+
+
+@dataclass(frozen=True)
+class PyThread:
+    """One thread of a Python program as py-spy read it (parsers/pystack.py)."""
+
+    tid: str  # as py-spy names it: the native thread id, or its address
+    name: str  # the Python thread's name: MainThread, QueueFeederThread, pt_autograd_0
+    status: str  # py-spy's words: idle, active, active+gil, ...
+    frames: tuple[str, ...]  # innermost first: "function (file:line)"
+
+
+@dataclass(frozen=True)
+class PythonStack:
+    """Where a Python program is (--py-spy): its threads' stacks, or why py-spy could not say."""
+
+    pid: int
+    threads: tuple[PyThread, ...]
+    error: str | None = None  # py-spy's own error (not Python, permission denied, timed out)
+    cut: bool = False  # past the probe's 64 KiB per program
+
+    def thread_lines(self, threads: int = 4, frames: int = 3) -> list[str]:
+        """Each thread's innermost frames and its outermost one (where the program entered), for evidence."""
+        out = []
+        for t in self.threads[:threads]:
+            where = " <- ".join(t.frames[:frames]) or "no Python frame"
+            hidden = len(t.frames) - frames - 1  # the outermost frame (the program's entry) is shown
+            if hidden > 0:
+                where += f" <- … {hidden} more <- {t.frames[-1]}"
+            elif hidden == 0:
+                where += f" <- {t.frames[-1]}"
+            out.append(f'thread {t.tid} "{t.name}" ({t.status}): {where}')
+        return out
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from vastprobe.parsers import (
     proc_io,
     proc_stat,
     proc_status,
+    pystack,
     sched,
     syscall,
     threads,
@@ -440,6 +441,11 @@ def build_snapshot(
         btime,
         now=btime + facts.uptime if btime is not None else None,  # syslog stamps have no year
     )
+    stacks, stacks_note = pystack.parse_pystack_section(_text(out, src.PYSTACK.name))
+    if src.PYSTACK.name in out.abandoned:
+        stacks_note = "py-spy did not answer within the probe's 16 s and was abandoned"
+    elif params.python_stacks and out.get(src.PYSTACK.name) is None and fmt >= 2:
+        stacks_note = "the probe took no Python stack (its section is missing)"
     return HostSnapshot(
         target=target,
         host=facts,
@@ -457,6 +463,8 @@ def build_snapshot(
         fuse_mounts=_fuse_mounts(out, fmt),
         flight_dumps=flight_recorder.parse_fr_section(_text(out, src.FR.name)),
         held_files=held.parse_held_section(_text(out, src.HELD.name)),
+        python_stacks=stacks,
+        python_stacks_note=stacks_note,
     )
 
 

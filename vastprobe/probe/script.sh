@@ -178,10 +178,25 @@ VP_USER_AWK='/^\/proc\/[0-9]+\/stat:/ {
 	print p
 	if (f[1] == "Z" && nz++ < 64) print "z" p
 	if (f[18] > 1) mt[nt++ % 192] = "+" p
+	# with --py-spy: Python programs (by their comm) that are neither in D state nor zombies, nor
+	# the parent of the probe (a local run: vastprobe itself); with --pid, those under it (a child
+	# comes after its parent in /proc but where PIDs wrapped), else the newest
+	if (py != 1) next
+	q = substr(p, 7)
+	if (q in under || f[2] in under) under[q] = 1
+	lp = index($0, "(")
+	if (f[1] == "D" || f[1] == "Z" || q == me || substr($0, lp + 1, 6) != "python") next
+	if (q in under) { if (nun < 8) un[nun++] = "y" p }
+	else pyl[npy++ % 8] = "y" p
 }
+BEGIN { nw = split(want, w, " "); for (i = 1; i <= nw; i++) under[w[i]] = 1 }
 # the newest 192 multi-threaded processes, newest first (a job starts after the daemons, and the
-# thread bound goes to the first ones listed)
-END { for (i = nt - 1; i >= 0 && i >= nt - 192; i--) print mt[i % 192] }'
+# thread bound goes to the first ones listed); with --py-spy, 8 Python programs
+END {
+	for (i = nt - 1; i >= 0 && i >= nt - 192; i--) print mt[i % 192]
+	for (i = 0; i < nun; i++) print un[i]
+	for (i = npy - 1; nw == 0 && i >= 0 && i >= npy - 8; i--) print pyl[i % 8]
+}'
 
 # Every process's stat first, through a file list from one readdir of /proc (a glob like
 # /proc/[0-9]*/stat would stat every path it matches: a third of the cost of reading them).
@@ -198,11 +213,13 @@ vp_lists() {
 	vp_lthr=
 	vp_lenv=
 	vp_lz=
+	vp_lpy=
 	vp_nthr=0
-	for vp_w in $(printf '%s\n' "$vp_st" | awk "$VP_USER_AWK"); do
+	for vp_w in $(printf '%s\n' "$vp_st" | awk -v py="$VP_PYSPY" -v want="$VP_PYPIDS" -v me="${VP_PARENT:-0}" "$VP_USER_AWK"); do
 		case $vp_w in
 		+*) vp_threads "${vp_w#+}" ;;
 		z*) vp_lz="$vp_lz ${vp_w#z}/sched" ;;
+		y*) vp_lpy="$vp_lpy ${vp_w#y}" ;;
 		*) vp_lusr="$vp_lusr $vp_w" ;;
 		esac
 	done
@@ -430,6 +447,37 @@ vp_fr() {
 			printf '@fr %s %s\n' "$vp_mt" "$vp_f"
 			tmo 5 head -c 1048576 -- "$vp_f" | base64
 		done
+	done
+}
+
+# With --py-spy (VP_PYSPY=1): where 8 Python programs are (those under --pid, else the newest), as
+# py-spy reads them from their memory without stopping them (--nonblocking; it writes nothing).
+# Each dump at most 3 s and 64 KiB, every line prefixed (a frame's name is the program's to
+# choose); no dump starts after 12 s.
+# The section runs in a guarded child: reading the memory of a process stuck on a dead mount can
+# put the reader in D state, which no timeout ends.
+vp_pystack_sec() {
+	vp_gsave=$VP_FILE_T
+	VP_FILE_T=16
+	vp_guard secn pystack vp_pystack
+	VP_FILE_T=$vp_gsave
+}
+vp_pystack() {
+	vp_has py-spy || {
+		printf '@@absent\n'
+		return 0
+	}
+	vp_secs
+	vp_py0=$vp_u
+	for vp_p in $vp_lpy; do
+		vp_secs
+		if [ $((vp_u - vp_py0)) -ge 12 ]; then
+			printf '@@budget\n'
+			return 0
+		fi
+		printf '@pyspy %s\n' "${vp_p#/proc/}"
+		tmo 3 py-spy dump --nonblocking --pid "${vp_p#/proc/}" 2>&1 </dev/null |
+			awk -v cap=65536 '{ if ((n += length($0) + 2) > cap) { print "@cut"; exit } print "|" $0 }'
 	done
 }
 
@@ -861,13 +909,18 @@ vp_killall() {
 
 vp_watch() {
 	trap '' PIPE HUP INT TERM
+	# USR1 is the probe's end: take the tick's sleep along and reap it (`$!`, even one forked just
+	# before the trap ran), or it outlives us for up to half a second, adopted by the target's init, where the
+	# next probe reads it as a child of the job (a PID 1 entrypoint that waits on children).
+	trap 'kill -KILL $! 2>/dev/null; wait $!; exit 0' USR1
 	vp_me=
 	read -r vp_me vp_x </proc/self/stat 2>/dev/null
 	vp_secs
 	vp_end=$((vp_u + VP_DEADLINE))
 	vp_why=
 	while [ -z "$vp_why" ]; do
-		sleep 0.5 </dev/null >/dev/null 2>&1 # it must not hold the probe's stdout open after the end
+		sleep 0.5 </dev/null >/dev/null 2>&1 & # it must not hold the probe's stdout open after the end
+		wait $! # returns at once on USR1
 		vp_secs
 		if [ "$VP_DEADLINE" -gt 0 ] && [ "$vp_u" -ge "$vp_end" ]; then
 			vp_why=deadline
@@ -913,6 +966,7 @@ vp_main() {
 	secn cmdline vp_cmdline
 	secn env vp_env
 	secn fr vp_fr
+	[ "$VP_PYSPY" != 1 ] || vp_pystack_sec
 	vp_fd
 	vp_held_sec
 	vp_k=$(vp_kmsg)
@@ -937,7 +991,7 @@ vp_main() {
 	printf '\n@@%s@@ times\n' "$VP_B"
 	times
 	printf '\n@@rc=0\n\n@@%s@@ /times\n' "$VP_B"
-	kill -KILL "$vp_wd" 2>/dev/null
+	kill -USR1 "$vp_wd" 2>/dev/null && wait "$vp_wd"
 	if [ -n "$VP_LEFT" ] && [ -n "$VP_KF" ]; then # what a guard abandoned, if any signal can end it
 		vp_me=$VP_SELF
 		vp_killall

@@ -119,6 +119,14 @@ FR = Source(
     "vastprobe.parsers.flight_recorder:parse_fr_section",
     "PyTorch flight recorder dumps (at most 8, 1 MiB each, base64), read without running pickle",
 )
+PYSTACK = Source(
+    "pystack",
+    "vp_pystack",
+    None,
+    "once",
+    "vastprobe.parsers.pystack:parse_pystack_section",
+    "with --py-spy: py-spy dump --nonblocking of the newest Python programs (at most 8, 64 KiB each)",
+)
 FD = Source(
     "fd",
     "vp_fd",
@@ -185,7 +193,7 @@ LEGACY_CLK = Source(
 )
 
 SOURCES: tuple[Source, ...] = (
-    META, HOST, NOW, PROC, CGMAP, CGMEM, SYSCALL, MOUNTS, LOCKS, GPU, LOGSTAT, CMDLINE, ENV, FR, FD, NET, HELD,
+    META, HOST, NOW, PROC, CGMAP, CGMEM, SYSCALL, MOUNTS, LOCKS, GPU, LOGSTAT, CMDLINE, ENV, FR, PYSTACK, FD, NET, HELD,
     KMSG, KMSG_FALLBACK, GPUAPPS, LOGTAIL, DF, ARTIFACTS, TIMES,
 )  # fmt: skip
 LEGACY: tuple[Source, ...] = (LEGACY_CLK,)
@@ -196,12 +204,13 @@ SAMPLES = (0, 1)
 #: come in their index order; s1.* only with a second sample; kmsg.fallback only when dmesg failed.
 ORDER: tuple[str, ...] = (
     "meta", "host", "s0.now", "s0.proc", "cgmap", "cgmem", "mounts", "locks", "syscall", "s0.gpu",
-    "s0.logs", "cmdline", "env", "fr", "fd", "net", "held", "kmsg", "kmsg.fallback", "gpuapps", "log.{index}", "df",
+    "s0.logs", "cmdline", "env", "fr", "pystack", "fd", "net", "held", "kmsg", "kmsg.fallback", "gpuapps", "log.{index}", "df",
     "art.{index}", "s1.now", "s1.proc", "s1.gpu", "s1.logs", "times",
 )  # fmt: skip
 #: Sections the probe writes only sometimes (kmsg.fallback), or that captures of the same format
-#: made before them lack (env, fr, held): never missed when absent.
-OPTIONAL = frozenset({"kmsg.fallback", "env", "fr", "held"})
+#: made before them lack (env, fr, held), or that only an option asks for (pystack): never missed
+#: when absent.
+OPTIONAL = frozenset({"kmsg.fallback", "env", "fr", "held", "pystack"})
 
 
 def declared(name: str) -> bool:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from vastprobe.analysis.flight import Stuck, compare, job_dumps
 from vastprobe.model import DistributedJob, Evidence, Finding, FlightDump, JobRank, Severity
 from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
-from vastprobe.rules.chains import chain_evidence, resume_hint, stack_command
+from vastprobe.rules.chains import chain_evidence, resume_hint, stack_command, stack_evidence
 
 META = RuleMeta("culprit-rank", "VP119", "error", "one rank of a distributed job holds the others in a collective")
 
@@ -99,6 +99,8 @@ def _culprit(ctx: Context, job: DistributedJob, c: JobRank, waiting: str, stuck:
     chain = next((s for s in ctx.stalled_chains if c.pid is not None and c.pid in s.chain.pids), None)
     if chain is not None:
         ev += chain_evidence(ctx, chain)
+    elif c.pid is not None:
+        ev += stack_evidence(ctx, (c.pid,))
     ev += _flight_evidence([st for st in stuck if c.rank in st.missing])
     severity: Severity = "error"
     caused_by = None
