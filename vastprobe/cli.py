@@ -663,6 +663,7 @@ def sweep(
     keep: KeepOpt = "30d",
     group_by: GroupByOpt = None,
     shard: ShardOpt = None,
+    shards: ShardsOpt = None,
 ) -> None:
     """The same diagnosis over a fleet: bounded concurrency, results streamed as hosts finish.
 
@@ -677,7 +678,7 @@ def sweep(
     from vastprobe.sweep import plan
 
     entries = _inventory(inventory, nodes or [], hostfile or [], exclude_nodes or [])
-    fleet = _FleetMemory(None if no_history else history or _default_history(), keep, group_by, shard)
+    fleet = _FleetMemory(None if no_history else history or _default_history(), keep, group_by, shard, shards)
     entries = fleet.select(entries)
     options = _options(sample=sample, pid=pid, match=match, log=log, artifacts=artifacts,
                        stale_after=stale_after, expect_gpu=expect_gpu, timeout=timeout,
@@ -963,7 +964,7 @@ def _keep_check(value: str) -> str:
 
 
 def _shard_check(value: Optional[str]) -> Optional[str]:
-    if value is not None:
+    if value is not None and value.strip() != "auto":  # auto: read from the environment once all options are in
         from vastprobe.history.shard import ShardError, parse_shard
 
         try:
@@ -1006,9 +1007,39 @@ GroupByOpt = Annotated[
 ]  # fmt: skip
 ShardOpt = Annotated[
     Optional[str],
-    typer.Option("--shard", metavar="K/N", callback=_shard_check, rich_help_panel=P_HISTORY,
-                 help="Sweep only shard K of N of the inventory (a stable hash of each target)."),
+    typer.Option("--shard", metavar="K/N|auto", callback=_shard_check, rich_help_panel=P_HISTORY,
+                 help="Sweep only shard K of N of the inventory (a stable hash of each target); 'auto': K and N "
+                      "from a Kubernetes Indexed Job or a Slurm array (docs/deploy.md)."),
 ]  # fmt: skip
+ShardsOpt = Annotated[
+    Optional[int],
+    typer.Option("--shards", metavar="N", min=1, max=9999, rich_help_panel=P_HISTORY,
+                 help="With --shard auto in a Kubernetes Indexed Job: the shard count, the Job's completions "
+                      "(default: $VASTPROBE_SHARDS)."),
+]  # fmt: skip
+
+
+def _resolve_shard(shard: Optional[str], shards: Optional[int]) -> Optional[tuple[int, int]]:
+    """K and N from --shard K/N, or from the engine's environment for --shard auto: a usage error
+    (exit 2, before any host is contacted) when they cannot be known."""
+    import os
+
+    from vastprobe.history.shard import SHARDS_ENV, ShardError, parse_shard, shard_from_environment
+
+    if shard is None or shard.strip() != "auto":
+        if shards is not None:
+            usage_error("--shards N goes with --shard auto (with --shard K/N, N is already given)")
+        return parse_shard(shard) if shard is not None else None
+    if shards is None and os.environ.get(SHARDS_ENV, "").strip():
+        raw = os.environ[SHARDS_ENV].strip()
+        if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= 9999:
+            usage_error(f"--shard auto: {SHARDS_ENV}={raw[:40]!r} is not a shard count from 1 to 9999")
+        shards = int(raw)
+    try:
+        k, n, _ = shard_from_environment(os.environ, shards)
+    except ShardError as exc:
+        usage_error(str(exc))
+    return k, n
 
 
 def _default_history() -> Path:
@@ -1021,17 +1052,21 @@ class _FleetMemory:
     """One run's history, group and shard settings (checked while parsing), and what it asks of them."""
 
     def __init__(
-        self, history: Optional[Path], keep: str, group_by: Optional[str] = None, shard: Optional[str] = None
+        self,
+        history: Optional[Path],
+        keep: str,
+        group_by: Optional[str] = None,
+        shard: Optional[str] = None,
+        shards: Optional[int] = None,
     ) -> None:
         import time
 
-        from vastprobe.history.shard import parse_shard
         from vastprobe.history.timespec import parse_duration
 
         self.started_at = time.time()
         self.history = history.expanduser() if history is not None else None
         self.keep = parse_duration(keep)
-        self.shard = parse_shard(shard) if shard is not None else None
+        self.shard = _resolve_shard(shard, shards)
         self.group_by = group_by
         self.memory: dict = {}
 
