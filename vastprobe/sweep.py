@@ -194,16 +194,18 @@ async def sweep(
 
 def remember(
     reports: list[HostReport],
-    history: Path | None,
+    history: Path | str | None,
     *,
     started_at: float,
     keep: float,
     kind: str = "sweep",
     shard: str | None = None,
     complete: bool = True,
+    on_error: list | None = None,
 ) -> tuple[Mapping[str, HostMemory], str | None]:
-    """Hand the finished reports to the history store: what each host was before this run, for the
-    summary and the textfile. History never costs a result: a failure is one warning line."""
+    """Hand the finished reports to the history store (an SQLite file or a PostgreSQL URL): what
+    each host was before this run, for the summary and the textfile. History never costs a result:
+    a failure is one line (and, through `on_error`, the error itself)."""
     if history is None:
         return {}, None
     import time
@@ -212,5 +214,5 @@ def remember(
 
     return record_safely(
         history, reports, started_at=started_at, finished_at=time.time(), kind=kind, shard=shard, complete=complete,
-        keep=keep,
+        keep=keep, on_error=on_error,
     )  # fmt: skip

@@ -1,11 +1,12 @@
-"""The history file: each finished sweep (or `diagnose --history`) is one write transaction that
+"""The history: each finished sweep (or `diagnose --history`) is one write transaction that
 records every host's state, findings and timings, moves each host's current state on, and prunes
-what is older than `--keep`.
+what is older than `--keep`. It lives in an SQLite file or in a PostgreSQL database many
+controllers share (`engine`); the SQL is the same.
 
-Overlapping cron runs are safe: WAL lets readers go on while one writer writes, a write waits for
-another (busy timeout) instead of failing, and the previous state is read under the same write
-lock that replaces it. Any failure is a `HistoryError` with one line; callers print it and carry
-on (history never costs a result)."""
+Overlapping runs are safe: readers go on while one writer writes (SQLite's WAL, PostgreSQL's MVCC),
+a write waits for another (SQLite's busy timeout, a PostgreSQL advisory lock) instead of failing,
+and the previous state is read under the same write lock that replaces it. Any failure is a
+`HistoryError` with one line; callers print it and carry on (history never costs a result)."""
 
 from __future__ import annotations
 
@@ -20,18 +21,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from vastprobe.history.engine import (
+    SQLITE,
+    Database,
+    DatabaseError,
+    connect_postgres,
+    connect_sqlite,
+    display,
+    is_url,
+)
 from vastprobe.history.schema import SchemaError, migrate, needs_migration
 from vastprobe.model import HostReport
 
 DEFAULT_KEEP = 30 * 86400.0
 BUSY_TIMEOUT = 20.0  # seconds a writer waits for another one (a sweep writes for milliseconds)
+PG_WRITE_WAIT = 120.0  # in a shared database, every shard of a fleet may finish at once
+HISTORY_ENV = "VASTPROBE_HISTORY"  # where the history lives when --history is not given
 AT_RISK = ("warning", "error", "critical")  # severities whose rules make up a host's state
 MAX_PIDS = 64  # per finding, in the record
 _CHUNK = 500  # SQLite's bound on ? parameters is 32766; stay far below it
 
 
+Location = Path | str  # a file path, or a postgresql:// URL
+
+
 class HistoryError(Exception):
-    """One line: what happened to which file."""
+    """One line: what happened to which file or database (never with a password)."""
+
+    def __init__(self, message: str, shared: bool = False) -> None:
+        super().__init__(message)
+        self.shared = shared  # a shared database (PostgreSQL): the run fails with exit 2, after its output
 
 
 def default_path() -> Path:
@@ -39,54 +58,90 @@ def default_path() -> Path:
     return Path(base) / "vastprobe" / "history.sqlite"
 
 
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return text[:200]
+def location_of(text: str) -> Location:
+    """`--history` or VASTPROBE_HISTORY as given: a database URL stays text, a path is expanded."""
+    return text.strip() if is_url(text) else Path(text).expanduser()
+
+
+def default_location() -> Location:
+    """VASTPROBE_HISTORY when set (a URL or a path), else the per-user SQLite file."""
+    env = os.environ.get(HISTORY_ENV, "").strip()
+    return location_of(env) if env else default_path()
+
+
+def _driver_errors() -> tuple[type[BaseException], ...]:
+    errors: tuple[type[BaseException], ...] = (sqlite3.Error, DatabaseError, OSError, ValueError)
+    with contextlib.suppress(ImportError):
+        import psycopg
+
+        errors += (psycopg.Error,)
+    return errors
 
 
 @contextlib.contextmanager
-def _errors(path: Path, doing: str):  # type: ignore[no-untyped-def]
+def _errors(location: Location, doing: str, secrets: Sequence[str] = ()):  # type: ignore[no-untyped-def]
+    from vastprobe.history.engine import reason
+
+    where, shared = display(location), is_url(location)
     try:
         yield
     except HistoryError:
         raise
     except SchemaError as exc:
-        raise HistoryError(f"history {path} {exc}; {doing}") from exc
-    except (sqlite3.Error, OSError, ValueError) as exc:
-        raise HistoryError(f"history {path}: {_reason(exc)}; {doing}") from exc
+        raise HistoryError(f"history {where} {exc}; {doing}", shared) from exc
+    except _driver_errors() as exc:
+        raise HistoryError(f"history {where}: {reason(exc, secrets)}; {doing}", shared) from exc
 
 
-def open_history(path: Path, readonly: bool = False, busy_timeout: float = BUSY_TIMEOUT) -> sqlite3.Connection:
+def _secrets_of(location: Location) -> list[str]:
+    from vastprobe.history.engine import _secrets
+
+    return _secrets(location) if isinstance(location, str) and is_url(location) else []
+
+
+def open_history(location: Location, readonly: bool = False, busy_timeout: float = BUSY_TIMEOUT) -> Database:
     """A connection in autocommit mode (transactions are explicit). Read-only opens never create
-    the file and never migrate it."""
-    path = Path(path)
+    the history and never migrate it."""
     doing = "nothing was read" if readonly else "this run was not recorded"
+    if isinstance(location, str) and is_url(location):
+        with _errors(location, doing, _secrets_of(location)):
+            db: Database = connect_postgres(location, readonly)
+            try:
+                if readonly:
+                    _check_readable(db)
+                else:
+                    migrate(db, max(busy_timeout, PG_WRITE_WAIT))
+            except BaseException:
+                db.close()
+                raise
+        return db
+    path = Path(location)
     with _errors(path, doing):
-        if readonly:
-            if not path.is_file():
-                raise HistoryError(f"history {path}: no such file (a sweep writes it)")
-            mode = "rw" if os.access(path, os.W_OK) and os.access(path.parent, os.W_OK) else "ro"
-            con = sqlite3.connect(f"{path.resolve().as_uri()}?mode={mode}", uri=True, timeout=busy_timeout)
-        else:
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            new = not path.exists()
-            con = sqlite3.connect(path, timeout=busy_timeout)
-            if new:  # host names and process names: readable by the owner only, before anything is in it
-                os.chmod(path, 0o600)
-        con.isolation_level = None
+        if readonly and not path.is_file():
+            raise HistoryError(f"history {path}: no such file (a sweep writes it)")
+        db = connect_sqlite(path, readonly, busy_timeout)
+        con = db.con
         try:
             con.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
             if readonly:
-                if needs_migration(con):
-                    raise SchemaError("is from an older vastprobe; the next sweep migrates it")
+                _check_readable(db)
             else:
                 _wal(con, busy_timeout)
                 con.execute("PRAGMA synchronous = NORMAL")  # with WAL: a power cut loses the last sweep, never the file
-                migrate(con)
+                migrate(db, busy_timeout)
         except BaseException:
             con.close()
             raise
-    return con
+    return db
+
+
+def _check_readable(db: Database) -> None:
+    from vastprobe.history.schema import _version
+
+    if db.engine != SQLITE and _version(db)[:2] == (0, 0):
+        raise SchemaError("holds no vastprobe history yet (a sweep writes it)")
+    if needs_migration(db):
+        raise SchemaError("is from an older vastprobe; the next sweep migrates it")
 
 
 def _wal(con: sqlite3.Connection, busy_timeout: float) -> None:
@@ -176,9 +231,10 @@ def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
 
 
 class HistoryStore:
-    def __init__(self, path: Path, busy_timeout: float = BUSY_TIMEOUT) -> None:
-        self.path = Path(path)
-        self.con = open_history(self.path, busy_timeout=busy_timeout)
+    def __init__(self, location: Location, busy_timeout: float = BUSY_TIMEOUT) -> None:
+        self.location = location if isinstance(location, str) and is_url(location) else Path(location)
+        self.con = open_history(self.location, busy_timeout=busy_timeout)
+        self.wait = busy_timeout if self.con.engine == SQLITE else max(busy_timeout, PG_WRITE_WAIT)
 
     def close(self) -> None:
         self.con.close()
@@ -202,22 +258,22 @@ class HistoryStore:
     ) -> dict[str, HostMemory]:
         """One transaction: the sweep, every host's observation and new state, the pruning."""
         latest = {r.target: r for r in reports}  # a target named twice counts once, as last seen
-        with _errors(self.path, "this run was not recorded"):
+        with _errors(self.location, "this run was not recorded", _secrets_of(self.location)):
             con = self.con
-            con.execute("BEGIN IMMEDIATE")
+            con.begin_write(self.wait)
             try:
                 memory = self._record(con, list(latest.values()), started_at, finished_at, kind, shard, complete)
                 prune(con, finished_at - keep)
-                con.execute("COMMIT")
+                con.commit()
             except BaseException:
-                if con.in_transaction:
-                    con.execute("ROLLBACK")
+                with contextlib.suppress(*_driver_errors()):
+                    con.rollback()
                 raise
         return memory
 
     def _record(
         self,
-        con: sqlite3.Connection,
+        con: Database,
         reports: list[HostReport],
         t: float,
         finished_at: float,
@@ -225,11 +281,11 @@ class HistoryStore:
         shard: str | None,
         complete: bool,
     ) -> dict[str, HostMemory]:
-        cur = con.execute(
-            "INSERT INTO sweeps (started_at, finished_at, kind, shard, hosts, complete) VALUES (?, ?, ?, ?, ?, ?)",
+        sweep_id = con.execute(
+            "INSERT INTO sweeps (started_at, finished_at, kind, shard, hosts, complete) VALUES (?, ?, ?, ?, ?, ?) "
+            "RETURNING id",
             (t, finished_at, kind, shard, len(reports), int(complete)),
-        )
-        sweep_id = cur.lastrowid
+        ).fetchone()[0]
         states = {(s, v, r): i for i, s, v, r in con.execute("SELECT id, status, verdict, rules FROM states")}
         verdict_of = {i: v for (_, v, _), i in states.items()}
         hosts: dict[str, _Host] = {}
@@ -256,7 +312,8 @@ class HistoryStore:
                 if details_id is None:
                     details_id = details_ids[digest] = con.execute(
                         "INSERT INTO details (digest, body, last_used) VALUES (?, ?, ?) ON CONFLICT (digest) "
-                        "DO UPDATE SET last_used = max(last_used, excluded.last_used) RETURNING id",
+                        "DO UPDATE SET last_used = CASE WHEN excluded.last_used > details.last_used "
+                        "THEN excluded.last_used ELSE details.last_used END RETURNING id",
                         (digest, body, t),
                     ).fetchone()[0]
             labels = json.dumps(r.labels, sort_keys=True) if r.labels else None
@@ -265,12 +322,13 @@ class HistoryStore:
                 host_id = con.execute(
                     "INSERT INTO hosts (target, labels, first_seen, last_seen, state_id, details_id, episode_id, "
                     "state_since, state_sweeps, verdict_since, verdict_sweeps, last_healthy, transitions_total) "
-                    "VALUES (?, ?, ?, ?, ?, ?, 0, ?, 1, ?, 1, ?, 0)",
+                    "VALUES (?, ?, ?, ?, ?, ?, 0, ?, 1, ?, 1, ?, 0) RETURNING id",
                     (r.target, labels, t, t, state_id, details_id, t, t, t if r.verdict == "healthy" else None),
-                ).lastrowid
+                ).fetchone()[0]
                 episode = con.execute(
-                    "INSERT INTO episodes (host_id, state_id, started_at) VALUES (?, ?, ?)", (host_id, state_id, t)
-                ).lastrowid
+                    "INSERT INTO episodes (host_id, state_id, started_at) VALUES (?, ?, ?) RETURNING id",
+                    (host_id, state_id, t),
+                ).fetchone()[0]
                 con.execute("UPDATE hosts SET episode_id = ? WHERE id = ?", (episode, host_id))
                 memory[r.target] = HostMemory(
                     r.target, r.verdict, None, None, t, 1, t if r.verdict == "healthy" else None, 0
@@ -304,7 +362,7 @@ class HistoryStore:
 
     @staticmethod
     def _advance(
-        con: sqlite3.Connection, h: _Host, r: HostReport, state_id: int, previous_verdict: str | None, t: float
+        con: Database, h: _Host, r: HostReport, state_id: int, previous_verdict: str | None, t: float
     ) -> HostMemory:
         """Move a host's current state on by one observation (mutates `h`)."""
         previous_verdict_since = h.verdict_since
@@ -315,9 +373,9 @@ class HistoryStore:
             )
             h.episode_id = con.execute(
                 "INSERT INTO episodes (host_id, state_id, started_at, prev_state_id, prev_last_seen) "
-                "VALUES (?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?) RETURNING id",
                 (h.id, state_id, t, h.state_id, h.last_seen),
-            ).lastrowid  # type: ignore[assignment]
+            ).fetchone()[0]
             h.state_id, h.state_since, h.state_sweeps = state_id, t, 1
             h.transitions_total += 1
         else:
@@ -335,7 +393,7 @@ class HistoryStore:
         )  # fmt: skip
 
 
-def prune(con: sqlite3.Connection, cutoff: float) -> None:
+def prune(con: Database, cutoff: float) -> None:
     """Drop what ended before `cutoff`. A host's current state is kept with its true start, however
     old; a host not seen since the cutoff goes with all it had."""
     old = con.execute("SELECT max(id) FROM sweeps WHERE started_at < ?", (cutoff,)).fetchone()[0]
@@ -353,7 +411,7 @@ def prune(con: sqlite3.Connection, cutoff: float) -> None:
 
 
 def record_safely(
-    path: Path,
+    location: Location,
     reports: Sequence[HostReport],
     *,
     started_at: float,
@@ -363,16 +421,29 @@ def record_safely(
     complete: bool = True,
     keep: float = DEFAULT_KEEP,
     busy_timeout: float = BUSY_TIMEOUT,
+    on_error: list[HistoryError] | None = None,
 ) -> tuple[dict[str, HostMemory], str | None]:
-    """Record and compare, or say in one line why not: (memory, warning). Never raises."""
+    """Record and compare, or say in one line why not: (memory, warning). Never raises; the error
+    itself is appended to `on_error` when given (a shared database's failure fails the run)."""
+    from vastprobe.history.engine import reason
+
     try:
-        with HistoryStore(path, busy_timeout) as store:
+        with HistoryStore(location, busy_timeout) as store:
             memory = store.record(
                 reports, started_at=started_at, finished_at=finished_at, kind=kind, shard=shard,
                 complete=complete, keep=keep,
             )  # fmt: skip
         return memory, None
     except HistoryError as exc:
+        if on_error is not None:
+            on_error.append(exc)
         return {}, str(exc)
     except Exception as exc:  # history never costs a result, whatever went wrong
-        return {}, f"history {path}: {type(exc).__name__}: {_reason(exc)}; this run was not recorded"
+        err = HistoryError(
+            f"history {display(location)}: {type(exc).__name__}: {reason(exc, _secrets_of(location))}; "
+            "this run was not recorded",
+            isinstance(location, str) and is_url(location),
+        )
+        if on_error is not None:
+            on_error.append(err)
+        return {}, str(err)
