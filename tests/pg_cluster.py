@@ -108,7 +108,11 @@ def start() -> Cluster | str:
     r = run(str(bindir / "pg_ctl"), "-D", str(data), "-l", str(d / "server.log"), "-w", "-t", "60", "-o", options,
             "start")  # fmt: skip
     if r.returncode != 0:
-        log = (d / "server.log").read_text(errors="replace").strip().splitlines()[-3:] if (d / "server.log").exists() else []
+        log = (
+            (d / "server.log").read_text(errors="replace").strip().splitlines()[-3:]
+            if (d / "server.log").exists()
+            else []
+        )
         subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
                        capture_output=True, timeout=60)  # fmt: skip
         shutil.rmtree(d, ignore_errors=True)

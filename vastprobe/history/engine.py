@@ -69,7 +69,13 @@ def reason(exc: BaseException, secrets: Sequence[str] = ()) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     for s in secrets:
         text = text.replace(s, "***").replace(quote(s, safe=""), "***")
+    text = _USERINFO.sub(r"\1:***@", text)  # libpq echoes a URI it could not read, password and all
+    text = _QUERY_SECRET.sub(r"\1***", text)
     return text[:240]
+
+
+_USERINFO = re.compile(r"(://[^:/@\s\"']*):[^@\s\"']*@")
+_QUERY_SECRET = re.compile(r"((?:^|[?&\s])(?:ssl)?password=)[^&\s\"']*", re.I)
 
 
 @functools.lru_cache(maxsize=256)
