@@ -376,7 +376,9 @@ def _unique(targets: list[str], what: str = "target") -> list[str]:
     return out
 
 
-def _run_entries(entries: list, options, concurrency: int, on_report, on_start=None) -> tuple[list, bool]:  # type: ignore[no-untyped-def]
+def _run_entries(
+    entries: list, options, concurrency: int, on_report, on_start=None, keep_snapshots: bool = True
+) -> tuple[list, bool]:  # type: ignore[no-untyped-def]
     """Probe every entry; returns (reports in completion order, interrupted). Ctrl-C stops the run
     and keeps what finished."""
     from vastprobe import eventloop
@@ -391,7 +393,8 @@ def _run_entries(entries: list, options, concurrency: int, on_report, on_start=N
     from vastprobe.analysis.hops import join_remote
 
     try:
-        eventloop.run(run_sweep(entries, options, concurrency, on_report, on_start, kept=done))
+        eventloop.run(run_sweep(entries, options, concurrency, on_report, on_start, kept=done,
+                                keep_snapshots=keep_snapshots))  # fmt: skip
     except KeyboardInterrupt:
         return join_remote(done), True
     return join_remote(done), False  # a job waiting on an ssh session to another host of the run
@@ -710,8 +713,11 @@ def sweep(
             progress.finished(r.status, probed=r.status != "skipped")
 
     try:
+        # the snapshots are kept for the end only when something there prints them or compares hosts by them
+        snapshots = fleet.group_by is not None or (not brief and (chosen is OutputFormat.json or (
+            output is not None and chosen is not OutputFormat.table)))  # fmt: skip
         reports, interrupted = _run_entries(
-            entries, options, p.concurrency, on_report, progress.started if progress is not None else None
+            entries, options, p.concurrency, on_report, progress.started if progress is not None else None, snapshots
         )
     finally:
         if progress is not None:

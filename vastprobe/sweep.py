@@ -146,6 +146,7 @@ async def sweep(
     *,
     budget: ByteBudget | None = None,
     kept: list[HostReport] | None = None,
+    keep_snapshots: bool = True,
 ) -> list[HostReport]:
     """Probe every entry once; `on_report` is called as each host finishes (for streaming),
     `on_start` as each probe begins (for the progress line's hosts in flight).
@@ -153,7 +154,8 @@ async def sweep(
     saw and counts the rest as unfinished. A host's slot (and its bytes) is held until its report
     is made, so at most `concurrency` hosts hold output at once. The reports kept for the end (in
     `kept`, when given, as they finish) hold the snapshots of ordinary hosts, and of others up to
-    SWEEP_KEPT_OUTPUT bytes of output."""
+    SWEEP_KEPT_OUTPUT bytes of output; with `keep_snapshots` False (nothing at the end reads them: a
+    table, NDJSON already streamed, --brief), none: memory then stays flat however large the fleet."""
     entries, _ = unique_entries(entries)  # a target listed twice is probed once
     sem = asyncio.Semaphore(concurrency)
     bytes_budget = budget or ByteBudget(SWEEP_BYTES_IN_FLIGHT, concurrency)
@@ -179,6 +181,10 @@ async def sweep(
                     held.release()
             if entry.labels:
                 r = replace(r, labels=entry.labels)
+            if not keep_snapshots:
+                on_report(r)
+                reports.append(replace(r, snapshot=None))
+                return
             if r.snapshot is not None and not ordinary:
                 if kept_bytes + size > SWEEP_KEPT_OUTPUT:
                     on_report(r)
