@@ -19,7 +19,9 @@ hold. Every host answers after `--latency` ms (plus up to `--jitter` ms).
     python bench/fleet_sim.py --hosts 20000 --dir /tmp/fleet      # writes fleet.txt and known_hosts
     vastprobe sweep /tmp/fleet/fleet.txt --known-hosts /tmp/fleet/known_hosts --format ndjson --brief
 
-It prints `ready N` on stdout when every host listens, and runs until SIGINT or SIGTERM.
+It prints `ready N` on stdout when every host listens, and runs until SIGINT or SIGTERM. One
+process serves as many hosts as its open-file limit allows (one listening socket a host, and room
+for the connections in flight); a larger fleet is split between forked workers of the same kind.
 """
 
 from __future__ import annotations
@@ -27,7 +29,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import json
+import math
+import multiprocessing
+import os
 import random
 import re
 import resource
@@ -129,11 +135,10 @@ def handler(capture: Capture, delay: float, jitter: float, rng: random.Random): 
     return answer
 
 
-async def serve(args: argparse.Namespace, hosts: list[Host], directory: Path) -> None:
+async def serve(args: argparse.Namespace, hosts: list[Host], keys: tuple[str, str], ready: object) -> None:
     captures = load_captures()
-    good = asyncssh.generate_private_key("ssh-ed25519")
-    wrong = asyncssh.generate_private_key("ssh-ed25519")
-    rng = random.Random(args.seed + 1)
+    good, wrong = (asyncssh.import_private_key(k) for k in keys)
+    rng = random.Random(args.seed + 1 + os.getpid())
     handlers = {
         (name, slow): handler(c, args.latency / 1000 + (args.slow_delay if slow else 0), args.jitter / 1000, rng)
         for name, c in captures.items()
@@ -149,13 +154,7 @@ async def serve(args: argparse.Namespace, hosts: list[Host], directory: Path) ->
                                        process_factory=handlers[(h.capture, h.fault == "slow")], encoding=None,
                                        backlog=1024, reuse_address=True)  # fmt: skip
         servers.append(server)
-    pub = good.export_public_key("openssh").decode().strip()
-    (directory / "known_hosts").write_text("".join(f"[{h.address}]:{h.port} {pub}\n" for h in hosts))
-    (directory / "fleet.txt").write_text("".join(h.target + "\n" for h in hosts))
-    (directory / "fleet.json").write_text(
-        json.dumps([{"target": h.target, "kind": h.kind, "capture": h.capture, "fault": h.fault} for h in hosts])
-    )
-    print(f"ready {len(hosts)} ({len(servers)} listening, {time.monotonic() - t0:.1f} s)", flush=True)
+    ready.put((len(servers), time.monotonic() - t0))  # type: ignore[attr-defined]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -182,15 +181,53 @@ def main() -> None:
     args = ap.parse_args()
     if args.hosts < 1 or args.per_address < 1 or args.port + args.per_address > 65536:
         sys.exit("fleet_sim: --hosts, --per-address and --port must leave every port in 1-65535")
-    need = args.hosts + 4096
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < need:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (need, max(hard, need)))  # root may raise the hard limit
-        except (ValueError, OSError):
-            sys.exit(f"fleet_sim: {args.hosts} hosts need {need} open files; the limit is {hard} (ulimit -n)")
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    room = resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 2048  # connections in flight, the loop, the log
+    if room < 100:
+        sys.exit(f"fleet_sim: the open-file limit ({soft}) leaves no room for hosts (ulimit -n)")
     args.dir.mkdir(parents=True, exist_ok=True)
-    asyncio.run(serve(args, plan(args), args.dir))
+    hosts = plan(args)
+    good = asyncssh.generate_private_key("ssh-ed25519")
+    wrong = asyncssh.generate_private_key("ssh-ed25519")
+    pub = good.export_public_key("openssh").decode().strip()
+    (args.dir / "known_hosts").write_text("".join(f"[{h.address}]:{h.port} {pub}\n" for h in hosts))
+    (args.dir / "fleet.txt").write_text("".join(h.target + "\n" for h in hosts))
+    (args.dir / "fleet.json").write_text(
+        json.dumps([{"target": h.target, "kind": h.kind, "capture": h.capture, "fault": h.fault} for h in hosts])
+    )
+    keys = (good.export_private_key().decode(), wrong.export_private_key().decode())
+    workers = max(1, math.ceil(len(hosts) / room))
+    ctx = multiprocessing.get_context("fork")
+    ready = ctx.Queue()
+    step = math.ceil(len(hosts) / workers)
+    procs = [
+        ctx.Process(target=lambda part=hosts[i : i + step]: asyncio.run(serve(args, part, keys, ready)), daemon=True)
+        for i in range(0, len(hosts), step)
+    ]
+    for p in procs:
+        p.start()
+    listening, took = 0, 0.0
+    for _ in procs:
+        n, t = ready.get(timeout=600)
+        listening, took = listening + n, max(took, t)
+    print(f"ready {len(hosts)} ({listening} listening, {len(procs)} process(es), {took:.1f} s)", flush=True)
+    stop = [False]
+
+    def on_signal(*_: object) -> None:
+        stop[0] = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    while not stop[0] and all(p.is_alive() for p in procs):
+        time.sleep(0.5)  # a worker that died ends the fleet: a load generator that lies is worse than none
+    for p in procs:
+        if p.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGTERM)
+    for p in procs:
+        p.join(30)
 
 
 if __name__ == "__main__":
