@@ -1097,6 +1097,17 @@ def _default_history():  # type: ignore[no-untyped-def]
     return default_location()
 
 
+GROUP_WINDOW = 3600.0  # --group-by counts other shards' hosts whose features are at most this old
+
+
+def _labels_of(text: Optional[str]) -> dict:
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
 class _FleetMemory:
     """One run's history, group and shard settings (checked while parsing), and what it asks of them."""
 
@@ -1128,17 +1139,33 @@ class _FleetMemory:
         return in_shard(entries, [e.target for e in entries], *self.shard)
 
     def finish(self, reports: list, kind: str = "sweep", complete: bool = True) -> list:
-        """Outliers marked, the run recorded; a history failure is one warning line, nothing more."""
+        """The run recorded, outliers marked (with a history, against the whole fleet's groups: the
+        hosts other shards recorded within GROUP_WINDOW count in their groups); a history failure
+        is one line."""
+        feats = texts = None
         if self.group_by is not None:
-            from vastprobe.history.outliers import mark_outliers
+            from vastprobe.history.outliers import features, features_text
 
-            reports = mark_outliers(reports, self.group_by)
+            feats = {r.target: features(r) for r in reports if r.status != "skipped"}
+            texts = {t: features_text(f) for t, f in feats.items()}
         from vastprobe.sweep import remember
 
         shard = f"{self.shard[0]}/{self.shard[1]}" if self.shard else None
         errors: list = []
+        peers: list = []
         memory, warning = remember(reports, self.history, started_at=self.started_at, keep=self.keep, kind=kind,
-                                   shard=shard, complete=complete, on_error=errors)  # fmt: skip
+                                   shard=shard, complete=complete, on_error=errors, features=texts,
+                                   peers_since=self.started_at - GROUP_WINDOW if feats is not None else None,
+                                   peers_out=peers)  # fmt: skip
+        if self.group_by is not None:
+            from vastprobe.history.outliers import Peer, features_from_text, mark_outliers
+
+            others = []
+            for target, labels, text in peers:
+                fs = features_from_text(text)
+                if fs is not None and target not in (feats or {}):
+                    others.append(Peer(target, _labels_of(labels), fs))
+            reports = mark_outliers(reports, self.group_by, others, feats)
         self.memory = dict(memory)
         if errors and errors[0].shared:  # a shared history the run could not write: a configuration error
             self.failed = errors[0]

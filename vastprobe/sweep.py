@@ -208,6 +208,9 @@ def remember(
     shard: str | None = None,
     complete: bool = True,
     on_error: list | None = None,
+    features: Mapping[str, str] | None = None,
+    peers_since: float | None = None,
+    peers_out: list | None = None,
 ) -> tuple[Mapping[str, HostMemory], str | None]:
     """Hand the finished reports to the history store (an SQLite file or a PostgreSQL URL): what
     each host was before this run, for the summary and the textfile. History never costs a result:
@@ -220,5 +223,5 @@ def remember(
 
     return record_safely(
         history, reports, started_at=started_at, finished_at=time.time(), kind=kind, shard=shard, complete=complete,
-        keep=keep, on_error=on_error,
+        keep=keep, on_error=on_error, features=features, peers_since=peers_since, peers_out=peers_out,
     )  # fmt: skip

@@ -135,8 +135,20 @@ def _to_v1(db: Database) -> None:
     run_ddl(db, _V1)
 
 
+# version 2: what `sweep --group-by` compares, kept per host so that a group spans every shard
+_V2 = """
+-- the host's features at its last --group-by run (JSON), and when they were taken (that run's start)
+ALTER TABLE hosts ADD COLUMN features TEXT;
+ALTER TABLE hosts ADD COLUMN features_at REAL
+"""
+
+
+def _to_v2(db: Database) -> None:
+    run_ddl(db, _V2)
+
+
 # MIGRATIONS[i] takes a history from version i to i + 1; append, never edit a shipped step
-MIGRATIONS: list[Callable[[Database], None]] = [_to_v1]
+MIGRATIONS: list[Callable[[Database], None]] = [_to_v1, _to_v2]
 
 
 def schema_version() -> int:

@@ -16,7 +16,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -231,6 +231,8 @@ def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
 
 
 class HistoryStore:
+    _features: Mapping[str, str] = {}
+
     def __init__(self, location: Location, busy_timeout: float = BUSY_TIMEOUT) -> None:
         self.location = location if isinstance(location, str) and is_url(location) else Path(location)
         self.con = open_history(self.location, busy_timeout=busy_timeout)
@@ -238,6 +240,15 @@ class HistoryStore:
 
     def close(self) -> None:
         self.con.close()
+
+    def peers(self, since: float) -> list[tuple[str, str | None, str]]:
+        """(target, labels, features) of every host whose features were recorded since `since`:
+        the whole fleet's, whichever run (shard) recorded them."""
+        with _errors(self.location, "the group was compared with this run's hosts only", _secrets_of(self.location)):
+            rows = self.con.execute(
+                "SELECT target, labels, features FROM hosts WHERE features_at >= ? AND features IS NOT NULL", (since,)
+            ).fetchall()
+        return [(str(t), lab, str(f)) for t, lab, f in rows]
 
     def __enter__(self) -> HistoryStore:
         return self
@@ -255,9 +266,12 @@ class HistoryStore:
         shard: str | None = None,
         complete: bool = True,
         keep: float = DEFAULT_KEEP,
+        features: Mapping[str, str] | None = None,
     ) -> dict[str, HostMemory]:
-        """One transaction: the sweep, every host's observation and new state, the pruning."""
+        """One transaction: the sweep, every host's observation and new state, the pruning.
+        `features`: what `--group-by` compared of each host (JSON text), kept for other shards."""
         latest = {r.target: r for r in reports}  # a target named twice counts once, as last seen
+        self._features = features or {}
         with _errors(self.location, "this run was not recorded", _secrets_of(self.location)):
             con = self.con
             con.begin_write(self.wait)
@@ -319,12 +333,14 @@ class HistoryStore:
             labels = json.dumps(r.labels, sort_keys=True) if r.labels else None
             h = hosts.get(r.target)
             if h is None:
+                feats = self._features.get(r.target)
                 host_id = con.execute(
                     "INSERT INTO hosts (target, labels, first_seen, last_seen, state_id, details_id, episode_id, "
-                    "state_since, state_sweeps, verdict_since, verdict_sweeps, last_healthy, transitions_total) "
-                    "VALUES (?, ?, ?, ?, ?, ?, 0, ?, 1, ?, 1, ?, 0) RETURNING id",
-                    (r.target, labels, t, t, state_id, details_id, t, t, t if r.verdict == "healthy" else None),
-                ).fetchone()[0]
+                    "state_since, state_sweeps, verdict_since, verdict_sweeps, last_healthy, transitions_total, "
+                    "features, features_at) VALUES (?, ?, ?, ?, ?, ?, 0, ?, 1, ?, 1, ?, 0, ?, ?) RETURNING id",
+                    (r.target, labels, t, t, state_id, details_id, t, t, t if r.verdict == "healthy" else None,
+                     feats, t if feats is not None else None),
+                ).fetchone()[0]  # fmt: skip
                 episode = con.execute(
                     "INSERT INTO episodes (host_id, state_id, started_at) VALUES (?, ?, ?) RETURNING id",
                     (host_id, state_id, t),
@@ -343,9 +359,11 @@ class HistoryStore:
                     )  # fmt: skip
                 else:
                     memory[r.target] = self._advance(con, h, r, state_id, previous_verdict, t)
+                    feats = self._features.get(r.target)
                     host_updates.append(
                         (labels, t, h.state_id, details_id, h.episode_id, h.state_since, h.state_sweeps,
-                         h.verdict_since, h.verdict_sweeps, h.last_healthy, h.transitions_total, h.id)
+                         h.verdict_since, h.verdict_sweeps, h.last_healthy, h.transitions_total, feats,
+                         t if feats is not None else None, h.id)
                     )  # fmt: skip
             observations.append(
                 (sweep_id, host_id, state_id, details_id, _ms(r.timings, "connect"), _ms(r.timings, "probe"),
@@ -355,7 +373,8 @@ class HistoryStore:
         con.executemany(
             "UPDATE hosts SET labels = ?, last_seen = ?, state_id = ?, details_id = ?, episode_id = ?, "
             "state_since = ?, state_sweeps = ?, verdict_since = ?, verdict_sweeps = ?, last_healthy = ?, "
-            "transitions_total = ? WHERE id = ?",
+            "transitions_total = ?, features = COALESCE(?, features), features_at = COALESCE(?, features_at) "
+            "WHERE id = ?",
             host_updates,
         )
         return memory
@@ -422,6 +441,9 @@ def record_safely(
     keep: float = DEFAULT_KEEP,
     busy_timeout: float = BUSY_TIMEOUT,
     on_error: list[HistoryError] | None = None,
+    features: Mapping[str, str] | None = None,
+    peers_since: float | None = None,
+    peers_out: list[tuple[str, str | None, str]] | None = None,
 ) -> tuple[dict[str, HostMemory], str | None]:
     """Record and compare, or say in one line why not: (memory, warning). Never raises; the error
     itself is appended to `on_error` when given (a shared database's failure fails the run)."""
@@ -431,8 +453,10 @@ def record_safely(
         with HistoryStore(location, busy_timeout) as store:
             memory = store.record(
                 reports, started_at=started_at, finished_at=finished_at, kind=kind, shard=shard,
-                complete=complete, keep=keep,
+                complete=complete, keep=keep, features=features,
             )  # fmt: skip
+            if peers_since is not None and peers_out is not None:
+                peers_out.extend(store.peers(peers_since))
         return memory, None
     except HistoryError as exc:
         if on_error is not None:
