@@ -41,7 +41,7 @@ def start_sim(n: int, d: Path, extra: list[str]) -> subprocess.Popen[str]:
     return p
 
 
-def sweep(d: Path, shards: int, url: str, concurrency: int, timeout: float) -> dict:
+def sweep(d: Path, shards: int, url: str, concurrency: int, timeout: float, connect_timeout: float) -> dict:
     procs = []
     t0 = time.monotonic()
     for k in range(shards):
@@ -50,7 +50,7 @@ def sweep(d: Path, shards: int, url: str, concurrency: int, timeout: float) -> d
             env.update(SLURM_ARRAY_TASK_ID=str(k), SLURM_ARRAY_TASK_MIN="0", SLURM_ARRAY_TASK_COUNT=str(shards))
         cmd = [sys.executable, "-m", "vastprobe", "sweep", str(d / "fleet.txt"), "--known-hosts",
                str(d / "known_hosts"), "--format", "ndjson", "--brief", "--concurrency", str(concurrency),
-               "--timeout", str(timeout), "--connect-timeout", "10", "--history", url]  # fmt: skip
+               "--timeout", str(timeout), "--connect-timeout", str(connect_timeout), "--history", url]  # fmt: skip
         if shards > 1:
             cmd += ["--shard", "auto"]
         out = open(d / f"out{k}.ndjson", "w")  # noqa: SIM115
@@ -78,10 +78,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hosts", default="1000,5000,20000")
     ap.add_argument("--shards", default="1,4,8")
-    ap.add_argument("--concurrency", type=int, default=256, help="per controller")
-    ap.add_argument("--timeout", type=float, default=60)
+    ap.add_argument(
+        "--concurrency",
+        type=int,
+        default=256,
+        help="hosts in flight in all, split between the controllers (the simulator's load stays the same)",
+    )
+    ap.add_argument("--timeout", type=float, default=90)
+    ap.add_argument("--connect-timeout", type=float, default=30)
     ap.add_argument("--pg-url", help="a PostgreSQL database to write (default: a private cluster started here)")
-    ap.add_argument("--sim", default="", help="extra fleet_sim options, e.g. '--latency 50 --slow 0.02'")
+    ap.add_argument("--sim", default="--workers 2", help="fleet_sim options, e.g. '--workers 2 --latency 50'")
     args = ap.parse_args()
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -112,7 +118,8 @@ def main() -> None:
                             url = cluster.url(cluster.create_database(f"scale_{n}_{shards}"))
                         else:
                             url = args.pg_url
-                        r = sweep(d, shards, url, args.concurrency, args.timeout)
+                        per = max(16, args.concurrency // shards)
+                        r = sweep(d, shards, url, per, args.timeout, args.connect_timeout)
                         dup = len(r["targets"]) - len(set(r["targets"]))
                         hist = "-"
                         if cluster is not None:
@@ -120,7 +127,7 @@ def main() -> None:
                                 h = con.execute("SELECT count(*) FROM vastprobe.hosts").fetchone()[0]
                                 o = con.execute("SELECT count(*) FROM vastprobe.observations").fetchone()[0]
                             hist = f"{h} / {o}"
-                        print(f"| {n} | {shards} | {r['wall']:.1f} | {r['cpu']:.1f} | {1000 * r['cpu'] / n:.1f} | "
+                        print(f"| {n} | {shards} x {per} | {r['wall']:.1f} | {r['cpu']:.1f} | {1000 * r['cpu'] / n:.1f} | "
                               f"{r['rss_mib']:.0f} | {r['status']}{' DUPLICATES ' + str(dup) if dup else ''} | {hist} |",
                               flush=True)  # fmt: skip
                         if r["errors"]:

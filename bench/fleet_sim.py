@@ -178,6 +178,7 @@ def main() -> None:
     ap.add_argument("--dead", type=float, default=0.005, help="share of hosts nobody listens for")
     ap.add_argument("--wrong-key", type=float, default=0.005, help="share of hosts with a host key not in known_hosts")
     ap.add_argument("--seed", type=int, default=23)
+    ap.add_argument("--workers", type=int, default=1, help="processes serving the hosts (more: more CPUs)")
     args = ap.parse_args()
     if args.hosts < 1 or args.per_address < 1 or args.port + args.per_address > 65536:
         sys.exit("fleet_sim: --hosts, --per-address and --port must leave every port in 1-65535")
@@ -198,7 +199,7 @@ def main() -> None:
         json.dumps([{"target": h.target, "kind": h.kind, "capture": h.capture, "fault": h.fault} for h in hosts])
     )
     keys = (good.export_private_key().decode(), wrong.export_private_key().decode())
-    workers = max(1, math.ceil(len(hosts) / room))
+    workers = max(args.workers, math.ceil(len(hosts) / room))
     ctx = multiprocessing.get_context("fork")
     ready = ctx.Queue()
     step = math.ceil(len(hosts) / workers)
