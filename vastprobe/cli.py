@@ -1315,12 +1315,19 @@ def _history_transfer(words: list[str], location, output: Optional[Path]) -> NoR
     except OSError as exc:
         usage_error(f"{args[0]}: {exc.strerror or exc}")
     try:
-        from vastprobe.history.store import BUSY_TIMEOUT, PG_WRITE_WAIT
+        import itertools
 
+        from vastprobe.history.store import BUSY_TIMEOUT, PG_WRITE_WAIT
+        from vastprobe.history.transfer import check_header
+
+        dump = read_lines(source)
+        first = next(dump, None)
+        check_header(first)  # a file that is no dump opens (or creates) no history
         db = open_history(location)
         try:
             with _errors(location, "nothing was imported"):
-                counts, skipped = import_lines(db, read_lines(source), max(BUSY_TIMEOUT, PG_WRITE_WAIT))
+                rows = itertools.chain([first or ""], dump)
+                counts, skipped = import_lines(db, rows, max(BUSY_TIMEOUT, PG_WRITE_WAIT))
         finally:
             db.close()
     except (HistoryError, TransferError, UnicodeDecodeError) as exc:

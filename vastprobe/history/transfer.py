@@ -43,12 +43,10 @@ def export_lines(db: Database, source: str, now: float) -> Iterator[str]:
             yield json.dumps({"t": table, "r": values}, ensure_ascii=False, separators=(",", ":"))
 
 
-def _rows(lines: Iterable[str]) -> Iterator[tuple[str, list[Any]]]:
-    it = iter(enumerate(lines, 1))
-    try:
-        n, first = next(it)
-    except StopIteration:
-        raise TransferError("the dump is empty") from None
+def check_header(first: str | None) -> None:
+    """The dump's first line, checked before anything is opened for writing."""
+    if first is None:
+        raise TransferError("the dump is empty")
     try:
         head = json.loads(first)
     except ValueError:
@@ -59,6 +57,11 @@ def _rows(lines: Iterable[str]) -> Iterator[tuple[str, list[Any]]]:
         raise TransferError(
             f"line 1: the dump's tables are from another vastprobe (schema {head.get('schema_version')})"
         )
+
+
+def _rows(lines: Iterable[str]) -> Iterator[tuple[str, list[Any]]]:
+    it = iter(enumerate(lines, 1))
+    check_header(next(it, (1, None))[1])
     for n, line in it:
         if not line.strip():
             continue
