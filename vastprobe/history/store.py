@@ -16,11 +16,12 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from vastprobe.history import bulk
 from vastprobe.history.engine import (
     SQLITE,
     Database,
@@ -39,7 +40,6 @@ PG_WRITE_WAIT = 120.0  # in a shared database, every shard of a fleet may finish
 HISTORY_ENV = "VASTPROBE_HISTORY"  # where the history lives when --history is not given
 AT_RISK = ("warning", "error", "critical")  # severities whose rules make up a host's state
 MAX_PIDS = 64  # per finding, in the record
-_CHUNK = 500  # SQLite's bound on ? parameters is 32766; stay far below it
 
 
 Location = Path | str  # a file path, or a postgresql:// URL
@@ -203,12 +203,6 @@ def _ms(timings: dict[str, float], key: str) -> int | None:
     return round(v * 1000) if isinstance(v, (int, float)) and v == v else None
 
 
-_HOST_COLUMNS = (
-    "id, target, labels, state_id, episode_id, last_seen, state_since, state_sweeps, verdict_since, "
-    "verdict_sweeps, last_healthy, transitions_total"
-)
-
-
 @dataclass
 class _Host:
     id: int
@@ -223,11 +217,6 @@ class _Host:
     verdict_sweeps: int
     last_healthy: float | None
     transitions_total: int
-
-
-def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
-    for i in range(0, len(items), _CHUNK):
-        yield items[i : i + _CHUNK]
 
 
 class HistoryStore:
@@ -302,81 +291,56 @@ class HistoryStore:
         ).fetchone()[0]
         states = {(s, v, r): i for i, s, v, r in con.execute("SELECT id, status, verdict, rules FROM states")}
         verdict_of = {i: v for (_, v, _), i in states.items()}
-        hosts: dict[str, _Host] = {}
-        for chunk in _chunks([r.target for r in reports]):
-            marks = ",".join("?" * len(chunk))
-            for row in con.execute(f"SELECT {_HOST_COLUMNS} FROM hosts WHERE target IN ({marks})", chunk):
-                hosts[row[1]] = _Host(*row)
-        details_ids: dict[bytes, int] = {}
-        observations = []
-        host_updates = []
-        memory: dict[str, HostMemory] = {}
+        hosts = {row[1]: _Host(*row) for row in bulk.select_hosts(con, [r.target for r in reports])}
+        bodies: dict[str, tuple[bytes, str]] = {}
         for r in reports:
-            key = (r.status, r.verdict, state_rules(r))
-            if key not in states:
-                row = con.execute("INSERT INTO states (status, verdict, rules) VALUES (?, ?, ?) RETURNING id", key)
-                states[key] = row.fetchone()[0]
-                verdict_of[states[key]] = r.verdict
-            state_id = states[key]
-            details_id = None
             body = details_body(r)
             if body is not None:
-                digest = hashlib.sha256(body.encode()).digest()[:16]
-                details_id = details_ids.get(digest)
-                if details_id is None:
-                    details_id = details_ids[digest] = con.execute(
-                        "INSERT INTO details (digest, body, last_used) VALUES (?, ?, ?) ON CONFLICT (digest) "
-                        "DO UPDATE SET last_used = CASE WHEN excluded.last_used > details.last_used "
-                        "THEN excluded.last_used ELSE details.last_used END RETURNING id",
-                        (digest, body, t),
-                    ).fetchone()[0]
+                bodies[r.target] = (hashlib.sha256(body.encode()).digest()[:16], body)
+        for key in sorted({(r.status, r.verdict, state_rules(r)) for r in reports} - set(states)):
+            states[key] = con.execute(
+                "INSERT INTO states (status, verdict, rules) VALUES (?, ?, ?) ON CONFLICT (status, verdict, rules) "
+                "DO UPDATE SET status = excluded.status RETURNING id",
+                key,
+            ).fetchone()[0]
+            verdict_of[states[key]] = key[1]
+        details_ids = bulk.upsert_details(con, [(d, b, t) for d, b in dict(bodies.values()).items()])
+        observations = []
+        host_updates = []
+        new_hosts = []
+        memory: dict[str, HostMemory] = {}
+        for r in reports:
+            state_id = states[(r.status, r.verdict, state_rules(r))]
+            details_id = details_ids[bodies[r.target][0]] if r.target in bodies else None
             labels = json.dumps(r.labels, sort_keys=True) if r.labels else None
+            feats = self._features.get(r.target)
             h = hosts.get(r.target)
             if h is None:
-                feats = self._features.get(r.target)
-                host_id = con.execute(
-                    "INSERT INTO hosts (target, labels, first_seen, last_seen, state_id, details_id, episode_id, "
-                    "state_since, state_sweeps, verdict_since, verdict_sweeps, last_healthy, transitions_total, "
-                    "features, features_at) VALUES (?, ?, ?, ?, ?, ?, 0, ?, 1, ?, 1, ?, 0, ?, ?) RETURNING id",
-                    (r.target, labels, t, t, state_id, details_id, t, t, t if r.verdict == "healthy" else None,
-                     feats, t if feats is not None else None),
-                ).fetchone()[0]  # fmt: skip
-                episode = con.execute(
-                    "INSERT INTO episodes (host_id, state_id, started_at) VALUES (?, ?, ?) RETURNING id",
-                    (host_id, state_id, t),
-                ).fetchone()[0]
-                con.execute("UPDATE hosts SET episode_id = ? WHERE id = ?", (episode, host_id))
+                healthy = t if r.verdict == "healthy" else None
+                new_hosts.append((r.target, labels, t, state_id, details_id, healthy, feats,
+                                  t if feats is not None else None))  # fmt: skip
+                memory[r.target] = HostMemory(r.target, r.verdict, None, None, t, 1, healthy, 0)
+                continue
+            previous_verdict = verdict_of.get(h.state_id)
+            if t < h.last_seen:  # an overlapping run that started earlier finished later
                 memory[r.target] = HostMemory(
-                    r.target, r.verdict, None, None, t, 1, t if r.verdict == "healthy" else None, 0
-                )
+                    r.target, r.verdict, previous_verdict, h.verdict_since, h.verdict_since,
+                    h.verdict_sweeps, h.last_healthy, h.transitions_total, in_order=False,
+                )  # fmt: skip
             else:
-                host_id = h.id
-                previous_verdict = verdict_of.get(h.state_id)
-                if t < h.last_seen:  # an overlapping run that started earlier finished later
-                    memory[r.target] = HostMemory(
-                        r.target, r.verdict, previous_verdict, h.verdict_since, h.verdict_since,
-                        h.verdict_sweeps, h.last_healthy, h.transitions_total, in_order=False,
-                    )  # fmt: skip
-                else:
-                    memory[r.target] = self._advance(con, h, r, state_id, previous_verdict, t)
-                    feats = self._features.get(r.target)
-                    host_updates.append(
-                        (labels, t, h.state_id, details_id, h.episode_id, h.state_since, h.state_sweeps,
-                         h.verdict_since, h.verdict_sweeps, h.last_healthy, h.transitions_total, feats,
-                         t if feats is not None else None, h.id)
-                    )  # fmt: skip
-            observations.append(
-                (sweep_id, host_id, state_id, details_id, _ms(r.timings, "connect"), _ms(r.timings, "probe"),
-                 _ms(r.timings, "analysis"))
-            )  # fmt: skip
-        con.executemany("INSERT INTO observations VALUES (?, ?, ?, ?, ?, ?, ?)", observations)
-        con.executemany(
-            "UPDATE hosts SET labels = ?, last_seen = ?, state_id = ?, details_id = ?, episode_id = ?, "
-            "state_since = ?, state_sweeps = ?, verdict_since = ?, verdict_sweeps = ?, last_healthy = ?, "
-            "transitions_total = ?, features = COALESCE(?, features), features_at = COALESCE(?, features_at) "
-            "WHERE id = ?",
-            host_updates,
-        )
+                memory[r.target] = self._advance(con, h, r, state_id, previous_verdict, t)
+                host_updates.append(
+                    (labels, t, h.state_id, details_id, h.episode_id, h.state_since, h.state_sweeps,
+                     h.verdict_since, h.verdict_sweeps, h.last_healthy, h.transitions_total, feats,
+                     t if feats is not None else None, h.id)
+                )  # fmt: skip
+            observations.append(_observation(sweep_id, h.id, state_id, details_id, r))
+        new_ids = bulk.insert_hosts(con, new_hosts)
+        by_target = {r.target: r for r in reports}
+        for target, _labels, _t, state_id, details_id, *_ in new_hosts:
+            observations.append(_observation(sweep_id, new_ids[target], state_id, details_id, by_target[target]))
+        bulk.insert_observations(con, observations)
+        bulk.update_hosts(con, host_updates)
         return memory
 
     @staticmethod
@@ -410,6 +374,11 @@ class HistoryStore:
             r.target, r.verdict, previous_verdict, previous_verdict_since, h.verdict_since, h.verdict_sweeps,
             h.last_healthy, h.transitions_total,
         )  # fmt: skip
+
+
+def _observation(sweep_id: int, host_id: int, state_id: int, details_id: int | None, r: HostReport) -> tuple:
+    return (sweep_id, host_id, state_id, details_id, _ms(r.timings, "connect"), _ms(r.timings, "probe"),
+            _ms(r.timings, "analysis"))  # fmt: skip
 
 
 def prune(con: Database, cutoff: float) -> None:
