@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.bytecode import compile_vastprobe  # noqa: E402
-from tests.sshd import free_port, keygen, start_sshd  # noqa: E402
+from tests.sshd import dead_port, keygen, start_sshd  # noqa: E402
 
 CONCURRENCY = 32
 TIMEOUT = 60
@@ -102,7 +102,7 @@ def main() -> None:
                 f"\nvastprobe / parallel-ssh: CPU {v[0] / p[0]:.2f}x (target <= 0.5x), wall {v[1] / p[1]:.2f}x (target <= 1.0x)"
             )
             if args.big:
-                dead = [f"root@127.0.0.1:{free_port()}" for _ in range(args.big - len(live))]
+                dead = [f"root@127.0.0.1:{dead_port()}" for _ in range(args.big - len(live))]
                 big = d / "big.txt"
                 big.write_text("\n".join(live + dead) + "\n")
                 cmd = [*vp[:4], str(big), *vp[5:]]

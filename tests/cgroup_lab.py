@@ -75,14 +75,23 @@ def memcg() -> Iterator[MemoryCgroup]:
     cg.remove()
 
 
+def workers() -> int:
+    """How many test processes run at once (pytest-xdist's workers; 1 without it)."""
+    return max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+
+
 class OomNoise:
     """Unrelated OOM kills, over and over, in a cgroup of their own while a test runs: the shared
-    host our users have. No test may depend on a quiet kernel log."""
+    host our users have. No test may depend on a quiet kernel log.
+
+    `interval` is the host's pace: with parallel workers each runs its own noise, as often divided
+    by their number, so the kernel's OOM-report rate limit (10 in 5 s) is not hit by the noise
+    alone and the lines that name cgroups still reach the log."""
 
     def __init__(self, interval: float = 0.3) -> None:
         import threading
 
-        self.interval = interval
+        self.interval = interval * workers()
         self.cgroup = MemoryCgroup(24 * 1024 * 1024)
         self.name = self.cgroup.name
         self.kills = 0

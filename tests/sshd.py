@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -16,14 +17,17 @@ SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
 
 def free_port() -> int:
+    """A port nothing listens on now, for a server about to bind it (start_sshd retries when another
+    process took it meanwhile: parallel test workers and other suites share this machine)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 def free_ports(n: int) -> list[int]:
-    """n distinct free ports: each held bound until all are chosen (n free_port() calls can
-    return one port twice, and a sweep probes a target listed twice once)."""
+    """n distinct ports free now, for servers about to bind them (each held until all are chosen:
+    n free_port() calls can return one port twice). Another process may take one before the
+    server binds it; where nothing must listen, use dead_ports."""
     socks = [socket.socket() for _ in range(n)]
     try:
         for s in socks:
@@ -32,6 +36,35 @@ def free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+#: Sockets bound, never listening, for the whole test process: connections to their ports are
+#: refused on every loopback address, and no other process (another worker's sshd) can take them.
+_HELD: list[socket.socket] = []
+
+
+def dead_port() -> int:
+    """A port where nothing listens and nothing will for as long as the tests run: bound here on
+    the wildcard address (dual-stack where there is IPv6), never listening, so a connection to
+    127.0.0.x or ::1 at this port is refused. A port merely free now may be another worker's sshd
+    a second later."""
+    return dead_ports(1)[0]
+
+
+def dead_ports(n: int) -> list[int]:
+    """n distinct dead ports (dead_port)."""
+    out = []
+    for _ in range(n):
+        try:
+            s = socket.socket(socket.AF_INET6)
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            s.bind(("::", 0))
+        except OSError:  # no IPv6 here
+            s = socket.socket()
+            s.bind(("0.0.0.0", 0))
+        _HELD.append(s)
+        out.append(s.getsockname()[1])
+    return out
 
 
 def keygen(path: Path, kind: str = "ed25519") -> Path:
@@ -71,47 +104,80 @@ def start_sshd(d: Path, force_command: str | None = None, user_key: Path | None 
     auth = d / "authorized_keys"
     auth.write_text(Path(str(user_key) + ".pub").read_text())
     auth.chmod(0o600)
-    port = free_port()
-    conf = d / "sshd_config"
     listen = addresses or [address]
-    lines = [
-        *(f"ListenAddress {a}" for a in listen),
-        f"Port {port}",
-        f"HostKey {host_key}",
-        f"AuthorizedKeysFile {auth}",
-        "PermitRootLogin prohibit-password",
-        "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no",
-        "UsePAM no",
-        "StrictModes no",
-        f"PidFile {d / 'sshd.pid'}",
-        f"LogLevel {log_level}",
-        "AllowTcpForwarding yes",
-        "MaxStartups 100:30:200",
-    ]
-    if force_command:
-        lines.append(f"ForceCommand {force_command}")
-    conf.write_text("\n".join(lines) + "\n" + extra)
     log = d / "sshd.log"
-    proc = subprocess.Popen(
-        [*(wrap or ()), SSHD, "-D", "-E", str(log), "-f", str(conf)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((listen[0], port), timeout=0.5) as s:
-                if s.recv(4).startswith(b"SSH-"):
-                    break
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError(f"sshd exited: {log.read_text() if log.exists() else ''}") from None
-            time.sleep(0.05)
+    for _attempt in range(8):
+        port = free_port()
+        conf = d / "sshd_config"
+        lines = [
+            *(f"ListenAddress {a}" for a in listen),
+            f"Port {port}",
+            f"HostKey {host_key}",
+            f"AuthorizedKeysFile {auth}",
+            "PermitRootLogin prohibit-password",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "UsePAM no",
+            "StrictModes no",
+            f"PidFile {d / 'sshd.pid'}",
+            f"LogLevel {log_level}",
+            "AllowTcpForwarding yes",
+            "MaxStartups 100:30:200",
+        ]
+        if force_command:
+            lines.append(f"ForceCommand {force_command}")
+        conf.write_text("\n".join(lines) + "\n" + extra)
+        log.unlink(missing_ok=True)
+        proc = subprocess.Popen(
+            [*(wrap or ()), SSHD, "-D", "-E", str(log), "-f", str(conf)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        if _serving(proc, listen[0], port, log):
+            break
     else:
-        proc.kill()
-        raise RuntimeError("sshd did not start")
+        raise RuntimeError(f"sshd found no free port in 8 tries: {log.read_text() if log.exists() else ''}")
     known = d / "known_hosts"
     pub = Path(str(host_key) + ".pub").read_text().split()
     known.write_text("".join(f"[{a}]:{port} {pub[0]} {pub[1]}\n" for a in listen))
     return Sshd(port, host_key, user_key, known, proc, listen[0], log)
+
+
+def _serving(proc: subprocess.Popen, address: str, port: int, log: Path) -> bool:
+    """Whether this sshd (or the one its wrapper started) listens on `port` and greets; False when
+    another process took the port first (it exited with "Address already in use": try another). A
+    greeting alone is not enough: it may come from another worker's sshd on that port."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            text = log.read_text() if log.exists() else ""
+            if "Address already in use" in text:
+                return False
+            raise RuntimeError(f"sshd exited: {text}")
+        if _listens(proc.pid, port):
+            with contextlib.suppress(OSError), socket.create_connection((address, port), timeout=0.5) as s:
+                if s.recv(4).startswith(b"SSH-"):
+                    return True
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    raise RuntimeError("sshd did not start")
+
+
+def _listens(pid: int, port: int) -> bool:
+    """Whether `pid` or a process below it holds a TCP socket listening on `port`."""
+    import psutil
+
+    try:
+        top = psutil.Process(pid)
+        family = [top, *top.children(recursive=True)]
+    except psutil.Error:
+        return False
+    for p in family:
+        try:
+            conns = p.net_connections(kind="tcp") if hasattr(p, "net_connections") else p.connections(kind="tcp")
+        except psutil.Error:
+            continue
+        if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in conns):
+            return True
+    return False

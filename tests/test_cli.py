@@ -215,5 +215,25 @@ def test_a_whole_host_has_no_job_to_date_files_against(reap, tmp_path: Path) -> 
     r = run("diagnose", "local", "--format", "table", "--sample", "0", "--artifacts", f"{tmp_path}/*",
             env={**os.environ, "COLUMNS": "200"})  # fmt: skip
     assert "stopped-child" in r.stdout
+    # a host's files are nobody's job: only what is held open is listed, the rest on -v
+    assert f"artifacts {tmp_path}/*: 2 matches, none held open (-v lists them)" in r.stdout
+    r = run("diagnose", "local", "--format", "table", "--sample", "0", "--artifacts", f"{tmp_path}/*", "-v",
+            env={**os.environ, "COLUMNS": "200"})  # fmt: skip
     listing = r.stdout[r.stdout.index(f"artifacts {tmp_path}/*") :]
     assert "new.log" in listing and "since the job started" not in listing and "the job's first" not in listing
+
+
+def test_a_named_jobs_listing_shows_its_own_files_not_everybodys(reap, tmp_path: Path) -> None:
+    """With --pid, /tmp holds everybody's files: the listing shows the job's (held open by it, written
+    by its user since it started; not a directory another process touched), the rest on -v."""
+    job = subprocess.Popen(["bash", "-c", f"exec 3>>{tmp_path}/job.log; sleep 1000; true"], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: (tmp_path / "job.log").exists(), what="the job's log")
+    (tmp_path / "someone-else").mkdir()
+    later = time.time() + 5
+    os.utime(tmp_path / "someone-else", (later, later))  # a directory touched since the job started
+    r = run("diagnose", "local", "--format", "table", "--sample", "0", "--pid", str(job.pid), "--artifacts",
+            f"{tmp_path}/*", env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    listing = r.stdout[r.stdout.index(f"artifacts {tmp_path}/*") :]
+    assert "1 the job's (-v lists all)" in listing and "job.log" in listing and "held open" in listing, listing
+    assert "someone-else" not in listing

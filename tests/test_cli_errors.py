@@ -82,6 +82,7 @@ def test_the_table_has_at_least_forty_bad_inputs() -> None:
     assert all(code in DOCUMENTED_EXITS for _, _, code, _ in table)
 
 
+@pytest.mark.slow
 def test_every_row_exits_and_says_what_the_table_documents(files: dict[str, str]) -> None:
     table = rows()
     with ThreadPoolExecutor(max_workers=4) as pool:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import interruptible, stat_fields, wait_for
-from tests.sshd import Sshd, free_port, start_sshd
+from tests.sshd import Sshd, dead_port, start_sshd
 
 
 def _ancestors(pid: int) -> list[int]:
@@ -53,7 +53,7 @@ def test_ctrl_c_in_a_terminal_sweep_exits_130(hang: Sshd, tmp_path: Path) -> Non
     if shutil.which("tmux") is None:
         pytest.skip("needs tmux (apt-get install tmux)")
     sock = tmp_path / "tmux.sock"
-    dead = f"root@127.0.0.1:{free_port()}"
+    dead = f"root@127.0.0.1:{dead_port()}"
     status = tmp_path / "status"
     cmd = (f"{sys.executable} -m vastprobe sweep -w {dead},{hang.target} -i {hang.user_key} "
            f"--known-hosts {hang.known_hosts} --timeout 120 --format table; echo EXIT=$? > {status}; sleep 60")  # fmt: skip
@@ -79,7 +79,7 @@ def test_ctrl_c_in_a_terminal_sweep_exits_130(hang: Sshd, tmp_path: Path) -> Non
 
 
 def test_ctrl_c_in_diagnose_prints_what_finished(hang: Sshd) -> None:
-    dead = f"root@127.0.0.1:{free_port()}"
+    dead = f"root@127.0.0.1:{dead_port()}"
     p = subprocess.Popen([sys.executable, "-m", "vastprobe", "diagnose", hang.target, dead, "--json",
                           "-i", str(hang.user_key), "--known-hosts", str(hang.known_hosts), "--timeout", "120"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

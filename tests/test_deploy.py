@@ -97,6 +97,7 @@ def test_the_cronjob_starts_an_indexed_job_whose_env_reaches_shard_auto() -> Non
     assert "/shard/$shard" in script and "vastprobe-shard-$shard.prom" in script
 
 
+@pytest.mark.slow
 def test_the_cronjob_script_sweeps_every_host_once(tmp_path: Path, inventory: tuple[Path, list[str]]) -> None:
     container = cronjob()["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
     spec = cronjob()["spec"]["jobTemplate"]["spec"]
@@ -121,6 +122,7 @@ def test_the_cronjob_script_sweeps_every_host_once(tmp_path: Path, inventory: tu
     assert sorted(seen) == targets
 
 
+@pytest.mark.slow
 def test_the_slurm_array_sweeps_every_host_once(tmp_path: Path, inventory: tuple[Path, list[str]]) -> None:
     script = DEPLOY / "slurm" / "vastprobe-sweep.sbatch"
     text = script.read_text()

@@ -112,3 +112,30 @@ def test_thread_waits_recorded() -> None:
     assert [c.pids for c in g.cycles] == [(plain.ppid, plain.pid, plain.ppid)]
     assert g.acts_elsewhere(beat.pid, next(t.tid for t in beat.threads_detail if t.wchan == "anon_pipe_write"))
     assert all(t.state == "S" and t.comm == "python" for t in (*plain.threads_detail, *beat.threads_detail))
+
+
+def test_torch_gloo_culprit_recorded() -> None:
+    """Real PyTorch gloo, three ranks, rank 1 blocked on its loader's FIFO while 0 and 2 wait in an
+    all_reduce: the job, the ranks and the culprit from /proc alone, and no planted secret anywhere."""
+    from vastprobe.analysis.tree import ProcessTree
+    from vastprobe.options import RuleOptions
+    from vastprobe.rules.base import Context
+    from vastprobe.rules.engine import run_rules
+
+    folder = FIXTURES / "torch-gloo-fifo"
+    assert b"planted" not in (folder / "probe.out").read_bytes()
+    snap = parse_fixture(folder)
+    scope = tuple(p.pid for p in snap.processes if not p.kernel_thread)
+    ctx = Context(snap, scope, RuleOptions(), ProcessTree(snap))
+    (job,) = ctx.jobs
+    assert job.key == "rendezvous:127.0.0.1:29533" and job.world_size == 3
+    assert [(r.rank, r.state) for r in job.ranks] == [(0, "collective"), (1, "elsewhere"), (2, "collective")]
+    (culprit,) = job.culprits
+    assert culprit.rank == 1 and "FIFO" in culprit.why
+    findings = run_rules(snap, frozenset(scope), RuleOptions(), ctx.tree, context=ctx)
+    f = next(f for f in findings if f.rule == "culprit-rank")
+    assert f.severity == "error" and f.pids[0] == culprit.pid and "2 other ranks (0, 2)" in f.summary
+    text = json.dumps(to_jsonable(snap)) + json.dumps([to_jsonable(x) for x in findings])
+    assert "planted" not in text and "AWS_SECRET" not in text and "HF_TOKEN" not in text
+    rank_env = dict(snap.process(culprit.pid).env)  # type: ignore[union-attr]
+    assert rank_env["RANK"] == "1" and rank_env["TORCH_FR_BUFFER_SIZE"] == "2000"

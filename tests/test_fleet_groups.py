@@ -19,6 +19,7 @@ from tests import pg_cluster
 from tests.hostile_servers import RECORDED_BOUNDARY, Fleet, healthy
 from vastprobe.history.shard import shard_of
 
+pytestmark = pytest.mark.slow  # sweeps of in-process SSH hosts, four per test
 CAPTURES = Path(__file__).resolve().parent / "golden" / "captures"
 
 

@@ -46,6 +46,7 @@ def extra_processes(n: int) -> Iterator[None]:
             p.wait()
 
 
+@pytest.mark.slow
 def test_forks_do_not_grow_with_processes(tmp_path: Path) -> None:
     if shutil.which("strace") is None:
         pytest.skip("strace is not installed (apt-get install strace)")

@@ -133,6 +133,7 @@ def run_case(raw: bytes, params: ProbeParams, target: str = "gpu-01", truncated:
     target=st.sampled_from(TARGETS),
     hostile_params=st.booleans(),
 )
+@pytest.mark.slow
 def test_mutated_captures(seed, ops, target, hostile_params) -> None:  # type: ignore[no-untyped-def]
     params = seed.params
     if hostile_params:  # the same number of logs and globs, with text from a hostile command line

@@ -25,7 +25,7 @@ import psutil
 import pytest
 
 from tests.helpers import proc_state, wait_for
-from tests.sshd import Sshd, free_port, keygen, start_sshd
+from tests.sshd import Sshd, dead_port, keygen, start_sshd
 
 
 @dataclass
@@ -121,6 +121,7 @@ PLAN = {  # a stays healthy, b stalls at sweep 3, c clears at 5, d flaps, e stal
 }
 
 
+@pytest.mark.slow
 def test_five_sweeps_history_and_the_fifth_summary(fleet: dict, tmp_path: Path) -> None:
     hosts = dict(zip(PLAN, fleet["hosts"][:5], strict=True))
     name = {h.target: n for n, h in hosts.items()}
@@ -195,6 +196,7 @@ def test_five_sweeps_history_and_the_fifth_summary(fleet: dict, tmp_path: Path) 
     assert t["c"] not in healthy or healthy[t["c"]] == round(starts[4], 3)
 
 
+@pytest.mark.slow
 def test_two_sweeps_at_once_share_one_history(fleet: dict, tmp_path: Path) -> None:
     db = tmp_path / "history.sqlite"
     targets = [h.target for h in fleet["hosts"]]
@@ -253,6 +255,7 @@ def test_a_broken_history_costs_no_result(fleet: dict, tmp_path: Path, damage: s
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 def test_group_by_flags_exactly_the_stuck_host(fleet: dict, tmp_path: Path) -> None:
     hosts = fleet["hosts"]
     odd = hosts[7]
@@ -306,7 +309,7 @@ def test_group_by_ndjson_waits_for_the_group(fleet: dict) -> None:
 
 
 def test_shards_cover_the_fleet_exactly_once(tmp_path: Path) -> None:
-    targets = sorted({f"root@127.0.0.{i % 5 + 1}:{free_port()}" for i in range(24)})  # refused at once: fast
+    targets = sorted({f"root@127.0.0.{i % 5 + 1}:{dead_port()}" for i in range(24)})  # refused at once: fast
     inventory = tmp_path / "fleet.txt"
     inventory.write_text("\n".join(targets) + "\n")
     seen: list[str] = []
@@ -331,7 +334,7 @@ def test_shards_cover_the_fleet_exactly_once(tmp_path: Path) -> None:
     ],
 )
 def test_bad_fleet_options_are_usage_errors(args: list[str], message: str) -> None:
-    r = run("sweep", f"root@127.0.0.1:{free_port()}", *args, "--format", "json")
+    r = run("sweep", f"root@127.0.0.1:{dead_port()}", *args, "--format", "json")
     assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
@@ -360,7 +363,7 @@ def test_diagnose_records_only_when_asked(tmp_path: Path) -> None:
 
 def test_sweep_records_by_default_under_xdg_state_home(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    dead = f"root@127.0.0.1:{free_port()}"
+    dead = f"root@127.0.0.1:{dead_port()}"
     r = run("sweep", dead, "--format", "json", env={"XDG_STATE_HOME": str(state)})
     assert r.returncode == 3 and r.stderr == "", r.stderr
     db = state / "vastprobe" / "history.sqlite"

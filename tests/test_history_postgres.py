@@ -23,6 +23,7 @@ from vastprobe.history.queries import host_histories
 from vastprobe.history.shard import shard_of
 from vastprobe.history.store import HistoryError, HistoryStore, open_history, record_safely
 
+pytestmark = pytest.mark.slow  # a private PostgreSQL cluster, processes writing it at once
 SHARDS = 8
 SWEEPS = 6
 HOSTS = 200

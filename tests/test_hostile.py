@@ -140,6 +140,7 @@ def test_a_real_hung_task_line_is_not_taken_for_a_forgery() -> None:
 
 
 @needs_root_setpriv
+@pytest.mark.slow
 def test_nobody_racing_for_the_boundary_forges_nothing(reap: list[subprocess.Popen], tmp_path: Path) -> None:
     """The issue's attack: an unprivileged user polls every /proc/*/cmdline and environ for a
     32-hex string while `vastprobe collect` runs as root, and plants names in a world-writable

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.seed_lab import SeedContainer, inside, seed_container  # noqa: F401  (a fixture, used by name)
 
 VASTPROBE = [sys.executable, "-m", "vastprobe", "diagnose", "local", "--sample", "1"]
@@ -72,9 +74,11 @@ def check_story(seed: SeedContainer, where: str) -> None:
     assert "also " in text and "info" in text  # the neighbours' OOM kills: folded notes
 
 
+@pytest.mark.slow
 def test_seed_case_from_inside_the_container(seed_container: SeedContainer) -> None:  # noqa: F811
     check_story(seed_container, "inside")
 
 
+@pytest.mark.slow
 def test_seed_case_from_the_host(seed_container: SeedContainer) -> None:  # noqa: F811
     check_story(seed_container, "host")

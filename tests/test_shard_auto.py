@@ -45,6 +45,7 @@ def swept(inventory: Path, env: dict[str, str], *extra: str) -> list[str]:
     return [json.loads(line)["target"] for line in r.stdout.splitlines()]
 
 
+@pytest.mark.slow
 def test_a_kubernetes_indexed_job_covers_every_host_once(inventory: tuple[Path, list[str]]) -> None:
     path, targets = inventory
     seen: list[str] = []
@@ -59,6 +60,7 @@ def test_a_kubernetes_indexed_job_covers_every_host_once(inventory: tuple[Path, 
     )
 
 
+@pytest.mark.slow
 def test_a_slurm_array_covers_every_host_once(inventory: tuple[Path, list[str]]) -> None:
     path, targets = inventory
     seen: list[str] = []

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import wait_for
-from tests.sshd import Sshd, free_port, keygen, start_sshd
+from tests.sshd import Sshd, dead_port, keygen, start_sshd
 
 VP = [sys.executable, "-m", "vastprobe"]
 
@@ -202,7 +202,7 @@ def test_jump_flag_through_a_second_sshd(tmp_path: Path) -> None:
         assert host["status"] == "ok", host["error"]
         assert jump.log is not None and "direct-tcpip" in jump.log.read_text()
         # a dead jump host is named as such
-        rc, host, _ = vp("root@127.0.0.2", "-p", str(inner.port), "-J", f"root@127.0.0.1:{free_port()}",
+        rc, host, _ = vp("root@127.0.0.2", "-p", str(inner.port), "-J", f"root@127.0.0.1:{dead_port()}",
                          "-i", str(user_key), "--known-hosts", str(kh), env=clean_env(tmp_path))  # fmt: skip
         assert host["status"] == "unreachable" and "via jump host" in host["error"] and rc == 3
     finally:
@@ -239,6 +239,7 @@ def test_identities_only_and_identity_agent(sshd: Sshd, agent: str, tmp_path: Pa
     assert host["status"] == "auth-failed"
 
 
+@pytest.mark.slow
 def test_connect_timeout_from_ssh_config_and_command_line_wins(tmp_path: Path) -> None:
     """A listener that accepts and never speaks: the handshake bound comes from ConnectTimeout."""
     with socket.socket() as srv:
@@ -282,7 +283,7 @@ def test_ipv6_targets_keep_their_brackets(tmp_path: Path) -> None:
                           env=clean_env(tmp_path))  # fmt: skip
         assert host["status"] == "ok" and host["target"] == target, host["error"]
         # a bare address is a host, not host:port; its failure keeps the brackets in the sentence
-        _rc, host, _ = vp("::1", "-p", str(free_port()), "-l", "root", env=clean_env(tmp_path))
+        _rc, host, _ = vp("::1", "-p", str(dead_port()), "-l", "root", env=clean_env(tmp_path))
         assert host["target"] == "::1" and host["status"] == "unreachable" and "root@[::1]:" in host["error"]
     finally:
         s6.stop()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import children_of, wait_for
-from tests.sshd import free_port, keygen, start_sshd
+from tests.sshd import dead_port, keygen, start_sshd
 
 
 def vp(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> tuple[int, dict, str]:
@@ -129,11 +129,12 @@ def test_off_says_so_loudly(sshd, tmp_path: Path) -> None:
 
 def test_closed_port_is_unreachable_fast() -> None:
     t0 = time.monotonic()
-    rc, host, _ = vp(f"root@127.0.0.1:{free_port()}", "--connect-timeout", "3")
+    rc, host, _ = vp(f"root@127.0.0.1:{dead_port()}", "--connect-timeout", "3")
     assert host["status"] == "unreachable" and "refused" in host["error"] and rc == 3
     assert time.monotonic() - t0 < 10
 
 
+@pytest.mark.slow
 def test_hanging_force_command_times_out(tmp_path: Path) -> None:
     s = start_sshd(tmp_path / "hang", force_command="sleep 600")
     try:
@@ -201,7 +202,7 @@ def test_ssh_config_alias(sshd, tmp_path: Path) -> None:
 
 
 def test_targets_run_concurrently_and_independently(sshd) -> None:
-    dead = f"root@127.0.0.1:{free_port()}"
+    dead = f"root@127.0.0.1:{dead_port()}"
     _rc, _, _ = vp(sshd.target, "-i", str(sshd.user_key), "--known-hosts", str(sshd.known_hosts), "--sample", "0")
     r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "--format", "json", sshd.target, dead, "local",
                         "-i", str(sshd.user_key), "--known-hosts", str(sshd.known_hosts), "--sample", "0"],
@@ -257,6 +258,6 @@ def test_collect_over_ssh_then_analyze(sshd, tmp_path: Path) -> None:
     )
     host = json.loads(a.stdout)["hosts"][0]
     assert host["status"] == "ok" and host["snapshot"]["probe"]["transport"] == "ssh"
-    dead = subprocess.run([sys.executable, "-m", "vastprobe", "collect", f"root@127.0.0.1:{free_port()}", "-o",
+    dead = subprocess.run([sys.executable, "-m", "vastprobe", "collect", f"root@127.0.0.1:{dead_port()}", "-o",
                            str(tmp_path / "dead.json")], capture_output=True, text=True, timeout=60)  # fmt: skip
     assert dead.returncode == 3 and "refused" in dead.stderr

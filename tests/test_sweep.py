@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import interruptible
-from tests.sshd import free_port, free_ports, keygen, start_sshd
+from tests.sshd import dead_port, dead_ports, keygen, start_sshd
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +37,9 @@ def sweep(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[s
     )
 
 
+@pytest.mark.slow
 def test_forty_targets_twenty_dead(fleet, tmp_path: Path) -> None:
-    dead = [f"root@127.0.0.1:{port}" for port in free_ports(20)]
+    dead = [f"root@127.0.0.1:{port}" for port in dead_ports(20)]
     inv = tmp_path / "hosts.txt"
     inv.write_text("# loopback fleet\n" + "\n".join(fleet["live"] + dead) + "\n")
     out = tmp_path / "sweep.ndjson"
@@ -64,6 +65,8 @@ def test_vast_inventory(fleet, tmp_path: Path) -> None:
         {"id": 102, "label": "proxy", "actual_status": "running", "ssh_host": "127.0.0.4", "ssh_port": port - 1,
          "image_runtype": "jupyter_direc"},
         {"id": 103, "label": "gone", "actual_status": "exited", "ssh_host": "127.0.0.5", "ssh_port": port},
+        {"id": 104, "label": "dead", "actual_status": "running", "intended_status": "running",
+         "status_msg": "Instance is not responding", "ssh_host": "127.0.0.6", "ssh_port": dead_port()},
     ]  # fmt: skip
     r = sweep("-", "--format", "json", "-i", str(fleet["key"]), "--known-hosts", str(fleet["known_hosts"]), "--sample", "0",
               "--pid", fleet["pid"], stdin=json.dumps(data))  # fmt: skip
@@ -72,14 +75,17 @@ def test_vast_inventory(fleet, tmp_path: Path) -> None:
     assert hosts["proxy"]["status"] == "ok" and hosts["proxy"]["target"] == f"root@127.0.0.4:{port}"
     assert hosts["gone"]["status"] == "skipped" and "exited" in hosts["gone"]["error"]
     assert hosts["gone"]["labels"]["instance_id"] == "103"
-    assert r.returncode in (0, 1)  # skipped rows do not make it 3
+    # an unreachable instance says what vast.ai says of it, besides the refused connection
+    assert hosts["dead"]["status"] == "unreachable"
+    assert hosts["dead"]["error"].endswith("(vast.ai: running: 'Instance is not responding')"), hosts["dead"]["error"]
+    assert r.returncode == 3
 
 
 def test_prometheus_textfile(fleet, tmp_path: Path) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
     prom = tmp_path / "vastprobe.prom"
-    dead = f"root@127.0.0.1:{free_port()}"
+    dead = f"root@127.0.0.1:{dead_port()}"
     r = sweep(f"{fleet['live'][0]},{dead}", "--format", "table", "-i", str(fleet["key"]), "--known-hosts",
               str(fleet["known_hosts"]), "--sample", "0", "--pid", fleet["pid"], "--prom", str(prom))  # fmt: skip
     assert r.returncode == 3
@@ -98,7 +104,7 @@ def test_ctrl_c_prints_what_finished(tmp_path: Path, signum: int, code: int) -> 
     """SIGTERM (`timeout` in a cron line, systemd) stops the sweep as Ctrl-C does, exit 143."""
     hang = start_sshd(tmp_path / "hang", force_command="sleep 600")
     try:
-        dead = f"root@127.0.0.1:{free_port()}"
+        dead = f"root@127.0.0.1:{dead_port()}"
         p = subprocess.Popen([sys.executable, "-m", "vastprobe", "sweep", f"{dead},{hang.target}", "--format", "ndjson",
                               "-i", str(hang.user_key), "--known-hosts", str(hang.known_hosts), "--timeout", "120"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -117,13 +123,14 @@ def test_ctrl_c_prints_what_finished(tmp_path: Path, signum: int, code: int) -> 
 
 
 def test_concurrency_lowered_to_what_the_fd_limit_carries(tmp_path: Path) -> None:
-    dead = ",".join(f"root@127.0.0.1:{port}" for port in free_ports(12))
+    dead = ",".join(f"root@127.0.0.1:{port}" for port in dead_ports(12))
     r = subprocess.run(["bash", "-c", f'ulimit -n 100 && exec "$0" -m vastprobe sweep {dead} --concurrency 64 --format ndjson',
                         sys.executable], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert "--concurrency 64 lowered to 9" in r.stderr and "ulimit -n" in r.stderr
     assert len(r.stdout.splitlines()) == 12 and r.returncode == 3
 
 
+@pytest.mark.slow
 def test_nodes_hostfile_and_exclusions_probe_the_expected_set(fleet, tmp_path: Path) -> None:
     """`sweep -w 'gpu[01-04]' --hostfile fleet.txt -x gpu03`, as clush takes it: gpu01..06 are
     ssh_config aliases of six loopback addresses of one real sshd, whose own log says which

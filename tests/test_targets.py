@@ -42,7 +42,7 @@ def test_vast_inventory_skips_what_is_not_running() -> None:
     ]
     entries = parse_inventory(json.dumps(data))
     assert [(e.target, e.skip is None) for e in entries] == [("root@h:2", True), ("root@h:3", False), ("vast-3", False)]
-    assert entries[0].labels == {"instance_id": "1", "label": "prover-a"}
+    assert entries[0].labels == {"instance_id": "1", "label": "prover-a", "vast_status": "running"}
     assert "exited" in (entries[1].skip or "") and "provisioning" in (entries[2].skip or "")
 
 
@@ -119,7 +119,10 @@ def test_vast_instances_with_unusable_fields_become_skipped_rows() -> None:
     assert "ssh_host" in (entries[1].skip or "") and "\\x1b" in (entries[1].skip or "")
     assert entries[3].target == "root@h:5"  # a bad direct port falls back to the proxy address
     assert "past 65535" in (entries[4].skip or "")
-    assert entries[7].target == "root@ok.host:2200" and entries[7].labels == {"instance_id": "8"}
+    assert entries[7].target == "root@ok.host:2200" and entries[7].labels == {
+        "instance_id": "8",
+        "vast_status": "running",
+    }
     for e in entries:  # nothing that cannot be encoded, nothing that moves a terminal's cursor
         text = e.target + (e.skip or "") + "".join(e.labels.values())
         text.encode("utf-8")
@@ -160,3 +163,21 @@ def test_a_json_list_without_instances_is_no_host_list() -> None:
 def test_a_byte_order_mark_is_no_part_of_the_first_target() -> None:
     assert [e.target for e in parse_inventory("\ufeffroot@127.0.0.1:22\n")] == ["root@127.0.0.1:22"]
     assert parse_inventory('\ufeff[{"id": 1, "ssh_host": "127.0.0.1", "ssh_port": 22}]')[0].target.endswith(":22")
+
+
+def test_vast_state_rides_with_the_instance_and_words_a_skip() -> None:
+    """What vast.ai says of an instance (actual, intended, status_msg) travels in its labels: a skipped
+    one says it, and an unreachable one's error gets it (sweep.py); rows sort by it."""
+    from vastprobe.targets import parse_vast, vast_order, vast_words
+
+    data = [
+        {"id": 1, "actual_status": "exited", "intended_status": "running", "status_msg": "Error: OOM\x1b[31m",
+         "ssh_host": "127.0.0.5", "ssh_port": 2222},
+        {"id": 2, "actual_status": "running", "intended_status": "running", "status_msg": "success, running",
+         "ssh_host": "127.0.0.6", "ssh_port": 2222},
+    ]  # fmt: skip
+    gone, live = parse_vast(data)
+    assert gone.skip == "vast.ai instance 1 is exited, not running (vast.ai: intended running: 'Error: OOM\\x1b[31m')"
+    assert live.skip is None and live.labels["vast_status"] == "running"
+    assert vast_words(live.labels) == " (vast.ai: running: 'success, running')"
+    assert vast_order(live.labels) < vast_order(gone.labels) < vast_order({})

@@ -390,14 +390,15 @@ def _run_entries(
         from vastprobe.pipeline import warm_analysis
 
         warm_analysis()
-    from vastprobe.analysis.hops import join_remote
+    from vastprobe.analysis.hops import join_jobs, join_remote
 
     try:
         eventloop.run(run_sweep(entries, options, concurrency, on_report, on_start, kept=done,
                                 keep_snapshots=keep_snapshots))  # fmt: skip
     except KeyboardInterrupt:
-        return join_remote(done), True
-    return join_remote(done), False  # a job waiting on an ssh session to another host of the run
+        return join_jobs(join_remote(done)), True
+    # a job waiting on an ssh session to another host of the run; a distributed job's hosts
+    return join_jobs(join_remote(done)), False
 
 
 def _say_interrupted(done: list, entries: list, unit: str = "hosts") -> None:

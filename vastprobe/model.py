@@ -154,6 +154,10 @@ class Process:
     exited_ago: float | None = None  # a zombie: seconds since it exited (scheduler clock); None: not known
     tpgid: int | None = None  # the foreground process group of its controlling terminal (-1: none)
     epoll: tuple[EpollWatch, ...] | None = None  # an epoll waiter's interest lists; None: not read
+    env: tuple[tuple[str, str], ...] = ()  # distributed-training variables only (parsers/environ.ALLOWED)
+
+    def env_value(self, name: str) -> str | None:
+        return next((v for k, v in self.env if k == name), None)
 
     @property
     def command(self) -> str:
@@ -389,10 +393,21 @@ class LogFile:
     stats: tuple[FileStat | Unavailable, ...]  # one per sample
     tail: str | Unavailable
     holders: tuple[tuple[int, int, bool], ...]  # (pid, fd, deleted) of processes holding it open
+    found: bool = False  # not given with --log: a file the job's processes hold open write-only (its log)
 
     @property
     def exists(self) -> bool:
         return bool(self.stats) and isinstance(self.stats[-1], FileStat)
+
+
+@dataclass(frozen=True)
+class HeldFile:
+    """A file a process holds open write-only (its stdout or stderr, or named like a log), stat'ed
+    through /proc/PID/fd/N."""
+
+    pid: int
+    fd: int
+    stat: FileStat
 
 
 @dataclass(frozen=True)
@@ -401,6 +416,7 @@ class Artifact:
     size: int
     mtime: int
     kind: str
+    uid: int | None = None  # the owner; None in captures before probe format 3 took it
 
 
 @dataclass(frozen=True)
@@ -461,6 +477,8 @@ class HostSnapshot:
     locks: tuple[FileLock, ...] | Unavailable = Unavailable("not read by this probe version")
     sockets: SocketTable | Unavailable = Unavailable("not read by this probe version")
     fuse_mounts: tuple[FuseMount, ...] | Unavailable = Unavailable("not read by this probe version")
+    flight_dumps: tuple[FlightDump, ...] = ()  # PyTorch flight recorder dumps found on the target
+    held_files: tuple[HeldFile, ...] = ()  # files held open write-only named like logs: the job's logs, found
 
     @property
     def sample_window(self) -> float:
@@ -553,6 +571,77 @@ class Outlier:
     differences: tuple[str, ...]  # what sets this host apart, in words
 
 
+# ---------------------------------------------------------------- distributed jobs
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective a rank entered, from its flight recorder dump."""
+
+    pg: str  # the process group's id
+    seq: int  # collective_seq_id
+    op: str  # profiling_name: "nccl:all_reduce", "gloo:all_reduce"
+    sizes: str  # input sizes, in words
+    state: str  # scheduled, started, completed
+    retired: bool
+
+
+@dataclass(frozen=True)
+class FlightDump:
+    """One rank's flight recorder dump (parsers/flight_recorder.py: read without running pickle)."""
+
+    path: str
+    rank: int | None  # from the file name's digits after the prefix
+    version: str
+    collectives: tuple[Collective, ...]
+    last_completed: dict[str, int]  # process group -> its last completed collective (pg_status)
+    refused: str | None = None  # why the dump was not read: a pickle that is not plain data, bounds
+
+    def last_entered(self, pg: str) -> int | None:
+        seqs = [c.seq for c in self.collectives if c.pg == pg]
+        return max(seqs) if seqs else None
+
+
+RankState = Literal["collective", "elsewhere", "stopped", "uninterruptible", "exited", "gone", "running"]
+#: States in which a rank cannot take part in a collective until something else happens.
+HOLDING = frozenset({"elsewhere", "stopped", "uninterruptible", "exited", "gone"})
+
+
+@dataclass(frozen=True)
+class JobRank:
+    """A rank of a distributed job on this host, and where it is (analysis/ranks.py)."""
+
+    rank: int | None  # global rank; None for a local rank that is gone (only LOCAL_RANK is known)
+    local_rank: int | None
+    pid: int | None  # None: gone
+    state: RankState
+    why: str  # the state, in words
+    gpu: str | None = None  # CUDA_VISIBLE_DEVICES as the rank sees it
+
+    @property
+    def name(self) -> str:
+        if self.rank is not None:
+            return f"rank {self.rank}"
+        return f"local rank {self.local_rank}"
+
+
+@dataclass(frozen=True)
+class DistributedJob:
+    """A distributed job with ranks on this host, and the ranks that hold it."""
+
+    key: str  # the job's id: TORCHELASTIC_RUN_ID, SLURM_JOB_ID, or the rendezvous address
+    world_size: int | None
+    ranks: tuple[JobRank, ...]  # the ranks on this host, by rank (gone ones last)
+    culprits: tuple[JobRank, ...]  # the ranks holding the others; () when none here
+    waiting: tuple[JobRank, ...]  # the ranks here waiting in a collective
+
+    @property
+    def elsewhere(self) -> bool:
+        """Every rank here waits in a collective, and the job has ranks on other hosts: the one
+        holding them is there."""
+        return bool(self.waiting) and not self.culprits and (self.world_size or 0) > len(self.ranks)
+
+
 @dataclass(frozen=True)
 class HostReport:
     target: str
@@ -568,3 +657,4 @@ class HostReport:
     incidents: tuple[Incident, ...] = ()  # every finding once, grouped by cause, worst first
     timeline: tuple[Instant, ...] = ()  # key instants, when they tell the story (terminal only)
     outlier_of: Outlier | None = None  # set by `sweep --group-by` on hosts unlike their group
+    jobs: tuple[DistributedJob, ...] = ()  # distributed jobs with ranks here, their culprits (analysis/ranks)

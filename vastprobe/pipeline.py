@@ -257,7 +257,8 @@ def analyse_capture(capture: Capture, options: DiagnoseOptions, budget: _Budget 
     ctx = Context(snap, scope, rule_options, tree)
     findings = run_rules(snap, scope, rule_options, tree, context=ctx)
     findings = (*findings, *_probe_findings(snap))
-    report = _told(HostReport(capture.target, "ok", None, verdict(findings), findings, snap, timings, scope), ctx)
+    report = _told(HostReport(capture.target, "ok", None, verdict(findings), findings, snap, timings, scope,
+                              jobs=tuple(ctx.jobs)), ctx)  # fmt: skip
     timings["analysis"] = round(time.monotonic() - t0, 4)
     return report
 

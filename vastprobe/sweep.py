@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from vastprobe.model import HostReport
 from vastprobe.pipeline import DiagnoseOptions, probe_any, report_off_loop
 from vastprobe.probe.render import MAX_TOTAL_OUTPUT
-from vastprobe.targets import InventoryEntry, unique_entries
+from vastprobe.targets import InventoryEntry, unique_entries, vast_words
 
 if TYPE_CHECKING:
     from vastprobe.history.store import HostMemory
@@ -181,6 +181,9 @@ async def sweep(
                     held.release()
             if entry.labels:
                 r = replace(r, labels=entry.labels)
+                if r.status not in ("ok", "skipped") and "vast_status" in entry.labels:
+                    # "connection refused" says little; what vast.ai says of the instance says more
+                    r = replace(r, error=(r.error or r.status) + vast_words(entry.labels))
             if not keep_snapshots:
                 on_report(r)
                 reports.append(replace(r, snapshot=None))

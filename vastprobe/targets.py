@@ -309,6 +309,33 @@ def vast_target(inst: dict[str, Any]) -> tuple[str | None, str | None]:
     return None, "; ".join(problems) or None
 
 
+#: (label, vast.ai field, length bound): the instance's state as vast.ai reports it
+VAST_STATE_FIELDS = (
+    ("vast_status", "actual_status", 40),
+    ("vast_intended", "intended_status", 40),
+    ("vast_msg", "status_msg", 160),
+)
+#: actual_status values in the order a sweep lists unreachable hosts: the surprising ones first
+VAST_STATUS_ORDER = ("running", "loading", "created", "offline", "stopped", "exited")
+
+
+def vast_words(labels: dict[str, str], with_actual: bool = True) -> str:
+    """` (vast.ai: running, intended running: "msg")`, from an instance's labels; "" without them."""
+    actual, intended, msg = (labels.get(k, "") for k, _f, _n in VAST_STATE_FIELDS)
+    parts = [actual] if with_actual and actual else []
+    if intended and intended != actual:
+        parts.append(f"intended {intended}")
+    text = ", ".join(parts)
+    if msg:
+        text += f"{': ' if text else ''}{msg!r}"
+    return f" (vast.ai: {text})" if text else ""
+
+
+def vast_order(labels: dict[str, str]) -> int:
+    status = labels.get("vast_status")
+    return VAST_STATUS_ORDER.index(status) if status in VAST_STATUS_ORDER else len(VAST_STATUS_ORDER)
+
+
 def vast_address(inst: dict[str, Any]) -> str | None:
     return vast_target(inst)[0]
 
@@ -325,6 +352,10 @@ def parse_vast(data: Any) -> list[InventoryEntry]:
         iid = _instance_id(inst)
         label = inst.get("label")
         labels = {"instance_id": iid, "label": _clean(label) if isinstance(label, str) else ""}
+        # what vast.ai says of the instance: an unreachable host reports it (and rows sort by it)
+        for key, field_name, limit in VAST_STATE_FIELDS:
+            v = inst.get(field_name)
+            labels[key] = " ".join(_clean(v, limit).split()) if isinstance(v, str) else ""
         labels = {k: v for k, v in labels.items() if v}
         addr, problem = vast_target(inst)
         status = inst.get("actual_status")
@@ -332,7 +363,8 @@ def parse_vast(data: Any) -> list[InventoryEntry]:
         who = f"vast.ai instance {iid or '#' + str(n)}"
         if status != "running":
             state = _clean(status, 40) if isinstance(status, str) and status else "provisioning"
-            out.append(InventoryEntry(name, f"{who} is {state}, not running", labels))
+            said = vast_words(labels, with_actual=False)
+            out.append(InventoryEntry(name, f"{who} is {state}, not running{said}", labels))
         elif addr is None:
             why = f"has unusable fields: {problem}" if problem else "has no SSH address yet"
             out.append(InventoryEntry(name, f"{who} {why}", labels))

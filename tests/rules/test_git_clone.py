@@ -96,6 +96,7 @@ def the_relay(job: int) -> int:
     raise AssertionError("no relay")
 
 
+@pytest.mark.slow
 def test_a_slow_clone_is_no_deadlock(reap, sshd: Sshd, repo: Path, tmp_path: Path) -> None:
     """16 KiB every 2 s: a window of one second often sees nothing move; the loop of waits between
     git and index-pack is served by git's other thread."""

@@ -455,3 +455,18 @@ def test_which_of_my_processes_uses_which_gpu_inside_a_container() -> None:
     assert u.pid == holder.pid and u.gpu_uuid and "only process here running it" in u.how
     (f,) = [f for f in findings(snap, pids=tuple(scope)) if f.rule == "idle-gpu"]
     assert f.pids == (holder.pid,)
+
+
+@pytest.mark.slow
+def test_a_wedged_driver_names_the_tasks_asleep_inside_it() -> None:
+    """nvidia-smi timed out (the stand-in hangs); a rank asleep in the driver (no driver here: its
+    recorded wait channel is put on a real process of the snapshot) is named, D state first, with
+    the hint that D state inside the driver needs a reset or a reboot."""
+    snap = snapshot_with("hang", sample=0.2, nvsmi_timeout=2)
+    user = next(p for p in snap.processes if not p.kernel_thread and p.state == "S")
+    rank = dataclasses.replace(user, state="D", wchan="uvm_wait_for_thread_to_complete")
+    snap = dataclasses.replace(snap, processes=tuple(rank if p.pid == user.pid else p for p in snap.processes))
+    (f,) = [f for f in findings(snap) if f.rule == "gpu-driver-error"]
+    assert f.pids[0] == rank.pid
+    assert any(e.detail.startswith(f"{rank.pid} ({rank.comm}) D in uvm_wait") for e in f.evidence)
+    assert "cannot be killed" in (f.hint or "")

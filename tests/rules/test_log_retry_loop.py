@@ -10,17 +10,18 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import vastprobe_json, wait_for
-from tests.sshd import free_port
+from tests.sshd import dead_port
 from vastprobe.analysis.logs import retry_loop
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
 @pytest.mark.parametrize("quiet", ["-sS", ""])
+@pytest.mark.slow
 def test_a_download_retrying_a_dead_mirror(reap, tmp_path: Path, quiet: str) -> None:
     """curl -sS prints one line an attempt; plain curl a progress meter rewritten with carriage
     returns and a warning wrapped over two lines: a 5-line block (missed at first: a reviewer)."""
     log = tmp_path / "download.log"
-    url = f"http://127.0.0.1:{free_port()}/model.safetensors"  # closed again: refused
+    url = f"http://127.0.0.1:{dead_port()}/model.safetensors"  # closed again: refused
     job = subprocess.Popen(["bash", "-c", f"curl {quiet} --retry 1000 --retry-connrefused --retry-delay 1 -o /dev/null "
                             f"{url} 2>> {log}; echo gave up >> {log}"], start_new_session=True)  # fmt: skip
     reap.append(job)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -52,9 +53,17 @@ def test_a_stale_log_whose_writer_spins_says_so(tmp_path: Path, reap) -> None:
     """The writer holds the log on stdout and stderr (named once) and burns a CPU without a line:
     the finding says it is busy, not waiting; one sample claims no window."""
     log = tmp_path / "train.log"
-    spin = f"exec >>{log} 2>&1; echo training; exec {sys.executable} -c 'while True: pass'"
+    # at a high priority (root may): on a loaded machine a spinner at the default one gets too little
+    # CPU to count as busy, which is the rule's answer but not this test's case
+    spin = f"exec >>{log} 2>&1; echo training; exec nice -n -15 {sys.executable} -c 'while True: pass'"
     p = subprocess.Popen(["sh", "-c", spin], start_new_session=True)
     reap.append(p)
+    # at a high priority (root may): on a loaded machine a spinner at the default one gets too little
+    # CPU to count as busy, which is the rule's answer but not this test's case. Its session is a
+    # scheduling group of its own (autogroup), whose nice is the one that counts against the others.
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, p.pid, -15)
+        Path(f"/proc/{p.pid}/autogroup").write_text("-15")
     wait_for(lambda: os.path.realpath(f"/proc/{p.pid}/exe") == os.path.realpath(sys.executable), what="spinning")
     os.utime(log, (1000, 1000))
     rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.5", "--log", str(log))
@@ -87,3 +96,22 @@ def test_a_fifo_or_a_device_as_the_log_is_a_warning_not_a_silent_log(reap, tmp_p
         "/dev/zero is not a regular file (character special file): no log is read there": "warning",
     }
     assert host["status"] == "ok" and rc == 0
+
+
+def test_a_stale_log_the_job_holds_open_is_found_without_log(reap, tmp_path: Path) -> None:
+    """No --log given: the trainer holds its log open for writing and has not written it for a long
+    time while it sleeps. With --pid naming the job, that file is its log, judged as a given one and
+    said to be found; with no scope it is not (a quiet daemon is no stall)."""
+    log = tmp_path / "train.log"
+    job = subprocess.Popen(["bash", "-c", f"exec >> {log} 2>&1; echo step 1; sleep 600; true"], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: log.exists() and log.read_text() == "step 1\n", what="the first line")
+    os.utime(log, (1, 1))  # last written long ago
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0")
+    f = next((f for f in host["findings"] if f["rule"] == "missing-logs"), None)
+    assert f is not None, [(g["rule"], g["summary"]) for g in host["findings"]]
+    assert f["summary"].startswith(f"{log} (the job's log, found open) has not been written for"), f["summary"]
+    assert any("found: no --log named it" in e["detail"] for e in f["evidence"]) and f["severity"] == "error"
+    assert host["verdict"] == "stalled" and rc == 1
+    _rc, whole = vastprobe_json("--sample", "0")
+    assert not [g for g in whole["findings"] if str(log) in g["summary"]]

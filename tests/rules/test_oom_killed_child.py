@@ -77,7 +77,8 @@ def test_kill_in_another_cgroup_during_the_job_is_context(reap, memcg: MemoryCgr
 
 
 def test_unreadable_kernel_log_falls_back_to_cgroup_counters(reap, memcg: MemoryCgroup) -> None:
-    """Like a container without CAP_SYSLOG: dmesg is refused, the cgroup's counter still tells."""
+    """Like a container without CAP_SYSLOG: dmesg is refused, the cgroup's counter still tells; the job's
+    own cgroup lost a process, an error (it was a warning: 'when and which process is unknown')."""
     import shutil
 
     import pytest
@@ -98,7 +99,7 @@ def test_unreadable_kernel_log_falls_back_to_cgroup_counters(reap, memcg: Memory
     assert host["snapshot"]["kernel_log"]["readable"] is False
     assert "not permitted" in host["snapshot"]["kernel_log"]["reason"]
     f = next(f for f in host["findings"] if f["rule"] == "oom-killed-child")
-    assert f["severity"] == "warning" and cg.name in f["summary"] and "1 OOM kill" in f["summary"]
+    assert f["severity"] == "error" and cg.name in f["summary"] and "1 OOM kill" in f["summary"]
     assert any("not usable" in e["detail"] for e in f["evidence"])
 
 
@@ -131,3 +132,36 @@ def test_kill_whose_cgroup_line_the_kernel_rate_limited(reap, memcg: MemoryCgrou
         assert all(f["severity"] == "info" and not f["pids"] for f in ooms if f is not mine[0])
     finally:
         noise.remove()
+
+
+def test_a_kill_the_kernel_log_no_longer_holds_is_still_the_jobs_loss(reap, memcg: MemoryCgroup, tmp_path) -> None:
+    """A busy host rolls its kernel log over: the capture's kernel log holds no line of the job's kill
+    (dropped from a real capture here, as a flood of other lines would), while the job's memory
+    cgroup's counter (memory.events / memory.oom_control) counts it. That is the job's loss, an
+    error, and the waiting parent's stall follows from it."""
+    import base64
+    import hashlib
+    import json
+    import re
+
+    cg = memcg
+    job = f"echo $$ > {cg.procs_file}; sleep 1000 & {sys.executable} -c '{HOG}'; wait"
+    p = subprocess.Popen(["bash", "-c", job], start_new_session=True)
+    reap.append(p)
+    wait_for(lambda: cg.oom_kills() >= 1, timeout=30, what="OOM kill")
+    cap = tmp_path / "c.json"
+    subprocess.run([sys.executable, "-m", "vastprobe", "collect", "local", "--pid", str(p.pid), "--sample", "0.2",
+                    "-o", str(cap)], check=True, capture_output=True, timeout=120)  # fmt: skip
+    doc = json.loads(cap.read_text())
+    raw = base64.b64decode(doc["raw_b64"])
+    rolled = re.sub(rb"(?m)^\|[^\n]*(oom|Out of memory|Killed process|memory: usage)[^\n]*\n", b"", raw)
+    assert rolled != raw and b"Killed process" not in rolled
+    doc.update(raw_b64=base64.b64encode(rolled).decode(), raw_sha256=hashlib.sha256(rolled).hexdigest())
+    doc.pop("snapshot", None)
+    cap.write_text(json.dumps(doc))
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "analyze", str(cap), "--format", "json"],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    host = json.loads(r.stdout)["hosts"][0]
+    f = next(f for f in host["findings"] if f["rule"] == "oom-killed-child" and cg.name in f["summary"])
+    assert f["severity"] == "error" and "1 OOM kill" in f["summary"], f
+    assert host["verdict"] == "stalled" and r.returncode == 1

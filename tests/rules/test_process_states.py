@@ -98,6 +98,7 @@ def old_zombies(reap_module) -> Iterator[dict[str, tuple[int, list[int]]]]:
         os.sched_setaffinity(0, before)
 
 
+@pytest.mark.slow
 def test_zombie_child(old_zombies) -> None:
     parent, zombies = old_zombies["one"]
     rc, host = vastprobe_json("--pid", str(parent), "--sample", "0.3")
@@ -110,6 +111,7 @@ def test_zombie_child(old_zombies) -> None:
     assert host["verdict"] == "degraded" and rc == 0
 
 
+@pytest.mark.slow
 def test_a_zombie_seen_in_one_sample_is_a_note(old_zombies) -> None:
     """Every exiting process is a zombie for a moment: one instant of one or two is no problem."""
     parent, zombies = old_zombies["one"]
@@ -119,6 +121,7 @@ def test_a_zombie_seen_in_one_sample_is_a_note(old_zombies) -> None:
     assert f["pids"] == [parent, *zombies] and host["verdict"] == "healthy" and rc == 0
 
 
+@pytest.mark.slow
 def test_a_pile_up_of_zombies_seen_in_one_sample_is_a_warning(old_zombies) -> None:
     parent, zombies = old_zombies["three"]
     rc, host = vastprobe_json("--pid", str(parent), "--sample", "0")
@@ -126,6 +129,7 @@ def test_a_pile_up_of_zombies_seen_in_one_sample_is_a_warning(old_zombies) -> No
     assert f["severity"] == "warning" and f["pids"] == [parent, *zombies] and rc == 0
 
 
+@pytest.mark.slow
 def test_a_zombie_reaped_before_the_second_sample_is_not_reported(old_zombies) -> None:
     parent, zombies = old_zombies["to-reap"]
     rc, host = vastprobe_json_acting_between_samples(lambda: os.kill(parent, signal.SIGUSR1), "--pid", str(parent))
@@ -135,6 +139,7 @@ def test_a_zombie_reaped_before_the_second_sample_is_not_reported(old_zombies) -
 
 
 @pytest.mark.skipif(not Path("/proc/self/sched").exists(), reason="needs /proc/PID/sched (CONFIG_SCHED_DEBUG)")
+@pytest.mark.slow
 def test_a_zombie_that_just_exited_after_a_long_life_is_no_finding(old_zombies) -> None:
     """A batch reaper's zombie of a process that ran for minutes: old by its start, but it exited a
     moment ago (by /proc/PID/sched), so it has not waited on its parent at all."""

@@ -28,7 +28,6 @@ from tests.helpers import (
     vastprobe_json_acting_between_samples,
     wait_for,
 )
-from tests.sshd import free_port
 
 SILENT_SERVER = """
 import socket, sys, time
@@ -188,8 +187,9 @@ def serve(ls):
                 arrived += 1
                 if arrived == world:
                     for c in clients: c.sendall(b"go")
-if rank == 0:
+if rank == 0:  # port 0: any free one, printed for the other ranks (MASTER_PORT)
     ls = socket.socket(); ls.bind(("127.0.0.1", port)); ls.listen(16)
+    port = ls.getsockname()[1]
     threading.Thread(target=serve, args=(ls,), daemon=True).start()
     print(port, flush=True)
 while True:  # as torch's clients do: retry until the store listens
@@ -203,7 +203,8 @@ c.recv(64)
 
 STORE_IN_ACCEPT = """
 import socket, sys
-ls = socket.socket(); ls.bind(("127.0.0.1", int(sys.argv[1]))); ls.listen(8)
+ls = socket.socket(); ls.bind(("127.0.0.1", 0)); ls.listen(8)
+print(ls.getsockname()[1], flush=True)
 peers = []
 while len(peers) < 2:   # waits for two more ranks; only one comes
     c, _ = ls.accept(); c.recv(64); peers.append(c)
@@ -216,20 +217,18 @@ def test_a_rendezvous_short_of_a_rank_names_the_store(reap, tmp_path: Path, stor
     """Two ranks of three at the barrier: the launcher waits on both, every rank waits on the store.
     Seen from the launcher (the whole job in scope) this was healthy: its chain to rank 0 ended at an
     idle child, and the store in rank 0's own thread was 'held by nobody visible'."""
-    port = free_port()
     (tmp_path / "rank.py").write_text(STORE_IN_A_THREAD if store == "in-a-thread" else STORE_IN_ACCEPT)
     rank = f"{sys.executable} {tmp_path / 'rank.py'}"
+    # the store binds a port of its own choosing and prints it; the others join once it is known
+    port = tmp_path / "port"
+    known = f"while [ ! -s {port} ]; do sleep 0.05; done"
     if store == "in-a-thread":
-        launch = f"{rank} 0 3 {port} > {tmp_path / 'port'} & {rank} 1 3 {port} & wait"
-        ready = lambda: (tmp_path / "port").exists() and (tmp_path / "port").read_text().strip() != ""  # noqa: E731
+        launch = f"{rank} 0 3 0 > {port} & {known}; {rank} 1 3 $(cat {port}) & wait"
     else:
-        launch = f"{rank} {port} & while ! ss -Hltn 'sport = :{port}' | grep -q .; do :; done; " \
-                 f"{sys.executable} -c \"import socket; c = socket.create_connection(('127.0.0.1', {port})); " \
-                 f"c.sendall(b'join'); c.recv(64)\" & wait"  # fmt: skip
-        ready = lambda: True  # noqa: E731
+        launch = f"{rank} > {port} & {known}; {sys.executable} -c \"import socket; " \
+                 f"c = socket.create_connection(('127.0.0.1', $(cat {port}))); c.sendall(b'join'); c.recv(64)\" & wait"  # fmt: skip
     job = subprocess.Popen(["bash", "-c", launch], start_new_session=True)
     reap.append(job)
-    wait_for(ready, what="rank 0 up")
     wait_for(lambda: sum(proc_wchan(d) in ("wait_woken", "sk_wait_data") for d in descendants(job.pid))
              == (2 if store == "in-a-thread" else 1), what="the ranks at the barrier")  # fmt: skip
     rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
@@ -310,6 +309,7 @@ while True:
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
+@pytest.mark.slow
 def test_a_slow_download_is_not_a_server_that_does_not_answer(reap, tmp_path: Path) -> None:
     """The server's sending thread uses no CPU tick and send() counts in no /proc/PID/io field, so
     the server looks idle; but curl, waiting on it, writes what it receives: the wait moves. With a

@@ -1,7 +1,9 @@
-"""Findings of one run joined across hosts: a job on one host that waits on an ssh session to another
+"""Findings of one run joined across hosts. A job on one host that waits on an ssh session to another
 (`tar | ssh`, `rsync -e ssh`) names that host as a target (`Finding.remote`); when the same run
 probed that host too, each side's finding says what the other side's report found, so the stall is
-read once, from the waiting job to the process that holds it."""
+read once, from the waiting job to the process that holds it. A distributed job's hosts are grouped
+by the job's id (its ranks' environment): the hosts whose ranks all wait in a collective are told
+which host's rank holds them, and that host how many ranks elsewhere wait on it."""
 
 from __future__ import annotations
 
@@ -71,3 +73,36 @@ def _swap(r: HostReport, old: Finding, new: Finding) -> HostReport:
         for inc in r.incidents
     )
     return replace(r, findings=tuple(sub(f) for f in r.findings), incidents=incidents)
+
+
+def join_jobs(reports: Sequence[HostReport]) -> list[HostReport]:
+    """The reports, with each distributed job seen on several hosts joined: a host whose ranks all
+    wait (its culprit-rank finding says the holder is elsewhere) gets the host and rank that holds
+    them, as evidence and as its finding's `remote`; the holding host's finding gets who waits."""
+    by_job: dict[str, list[int]] = {}
+    for i, r in enumerate(reports):
+        for j in r.jobs:
+            by_job.setdefault(j.key, []).append(i)
+    out = list(reports)
+    for key, hosts in by_job.items():
+        if len(hosts) < 2:
+            continue
+        holders = [(i, job) for i in hosts for job in out[i].jobs if job.key == key and job.culprits]
+        waiters = [(i, job) for i in hosts for job in out[i].jobs if job.key == key and job.elsewhere]
+        if not holders or not waiters:
+            continue
+        h, hjob = holders[0]
+        c = hjob.culprits[0]
+        said = f"{c.name} on {out[h].target} holds the job: {c.why}"
+        for i, _job in waiters:
+            f = next((f for f in out[i].findings if f.rule == "culprit-rank"), None)
+            if f is not None:
+                new = replace(f, evidence=(*f.evidence, Evidence("this run", said[:400])), remote=out[h].target)
+                out[i] = _swap(out[i], f, new)
+        n = sum(len(job.waiting) for _i, job in waiters)
+        where = ", ".join(out[i].target for i, _job in waiters[:8])
+        f = next((f for f in out[h].findings if f.rule == "culprit-rank"), None)
+        if f is not None:
+            line = f"{n} rank(s) on other hosts of this run wait on it too: {where}"
+            out[h] = _swap(out[h], f, replace(f, evidence=(*f.evidence, Evidence("this run", line[:400]))))
+    return out

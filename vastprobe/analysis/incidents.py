@@ -23,13 +23,15 @@ if TYPE_CHECKING:
 
 SEVERITY_ORDER = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 #: Findings about a chain of waits: their first pid is the waiter.
-CHAIN_RULES = frozenset({"do-wait-orphan", "socket-peer-wait", "file-lock-wait", "fifo-no-partner", "fuse-no-answer"})
+CHAIN_RULES = frozenset(
+    {"do-wait-orphan", "socket-peer-wait", "file-lock-wait", "fifo-no-partner", "fuse-no-answer", "db-lock-wait"}
+)
 #: Findings about one process in a state nothing ends by itself: chains that end there follow from them.
 STATE_RULES = frozenset({"stopped-child", "d-state"})
 #: What a stall looks like from outside; they follow the worst stall rather than stand alone.
 SYMPTOM_RULES = frozenset({"missing-logs", "idle-gpu", "gpu-busy-no-progress"})
 #: Roots a symptom may follow: the ones that stop a job.
-STALL_RULES = CHAIN_RULES | STATE_RULES | {"oom-killed-child", "deadlock"}
+STALL_RULES = CHAIN_RULES | STATE_RULES | {"oom-killed-child", "deadlock", "culprit-rank"}
 #: How the consequence's summary words a cause the arrow in the headline already says.
 CAUSE_SUFFIXES = {"oom-killed-child": " after an OOM kill in the job"}
 
@@ -50,6 +52,12 @@ def _cause(i: int, findings: Sequence[Finding]) -> int | None:
     if f.rule in CHAIN_RULES and f.pids:
         for j, g in enumerate(findings):
             if j != i and g.rule in STATE_RULES and g.pids and g.pids[0] in f.pids[1:]:
+                return j
+    if f.pids and f.rule != "culprit-rank":
+        # a rank's own finding (the culprit's chain, a waiting rank's silent peer or busy GPU) follows
+        # the finding that names the rank holding the job
+        for j, g in enumerate(findings):
+            if j != i and g.rule == "culprit-rank" and f.pids[0] in g.pids:
                 return j
     return None
 

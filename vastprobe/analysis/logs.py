@@ -1,4 +1,5 @@
-"""Health of the logs the workload is expected to keep writing (`--log`)."""
+"""Health of the logs the workload is expected to keep writing (`--log`, or found: the files a named
+job holds open write-only)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from vastprobe.model import FileStat, LogFile, Process, Unavailable
+from vastprobe.model import FileStat, HostSnapshot, LogFile, Process, Unavailable
 
 LogState = Literal["ok", "absent", "empty", "stale", "deleted-open", "rotated", "not-a-file", "unknown"]
 
@@ -156,3 +157,27 @@ def log_health(log: LogFile, now: float | None, stale_after: float, processes: I
     if rotated and not log.holders:
         state = "rotated"
     return LogHealth(log, state, age, grew, fatal, writers, rotated, retry_loop(tail) if tail else None)
+
+
+def found_logs(snapshot: HostSnapshot, scope: frozenset[int]) -> tuple[LogFile, ...]:
+    """The logs of the processes in scope, found: each file they hold open write-only that the probe
+    stat'ed (their stdout and stderr, or named like a log), once per file, with every holder in
+    scope; not a --log given already."""
+    given = {log.path for log in snapshot.logs}
+    files: dict[int, tuple[str, FileStat]] = {}
+    holders: dict[int, list[tuple[int, int, bool]]] = {}
+    by_pid = {p.pid: p for p in snapshot.processes if p.pid in scope}
+    for held in snapshot.held_files:
+        p = by_pid.get(held.pid)
+        if p is None or isinstance(p.fds, Unavailable):
+            continue
+        entry = next((e for e in p.fds if e.fd == held.fd and e.mode == "w"), None)
+        if entry is None or entry.path in given or not held.stat.regular:
+            continue
+        files.setdefault(held.stat.inode, (entry.path, held.stat))
+        holders.setdefault(held.stat.inode, []).append((held.pid, held.fd, entry.deleted))
+    unread = Unavailable("found, not given: its tail is not read")
+    return tuple(
+        LogFile(path=path, stats=(stat,), tail=unread, holders=tuple(holders[ino]), found=True)
+        for ino, (path, stat) in files.items()
+    )

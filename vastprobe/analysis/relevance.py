@@ -51,6 +51,7 @@ def rank_artifacts(
     snapshot: HostSnapshot, entries: Iterable[Artifact], job: Sequence[Process], job_start: float | None
 ) -> list[RankedArtifact]:
     holders: dict[str, dict[int, tuple[Process, bool]]] = {}
+    uids = {p.uid for p in job if p.uid is not None}
     run_paths: dict[str, Process] = {}
     names: dict[str, Process] = {}
     for p in job:
@@ -88,7 +89,14 @@ def rank_artifacts(
         if like is not None:
             out.append(RankedArtifact(a, 2, f"named like {like.comm} ({like.pid})"))
             continue
-        if job_start is not None and a.mtime >= job_start:
+        if (
+            job_start is not None
+            and a.mtime >= job_start
+            and a.kind != "directory"
+            and (a.uid is None or a.uid in uids)
+        ):
+            # a file written since the job started, by one of its users (another user's file is not the
+            # job's; a directory's mtime moves with whoever adds a file to it)
             out.append(RankedArtifact(a, 1, "written since the job started"))
             continue
         out.append(RankedArtifact(a, 0, None))

@@ -70,6 +70,19 @@ def stall_evidence(ctx: Context, pids: Iterable[int], waiter: int) -> StallEvide
         if m.loser is not None and (m.loser in chain_pids or ctx.tree.in_subtree(m.loser, waiter)):
             ev.append(Evidence("oom-killed-child", f"{m.event.comm} was OOM-killed; {m.how}"))
             oom = True
+    if not oom and bounded and not any(m.relevant for m in ctx.oom_matches):
+        # the kernel log no longer holds the kill (rolled over, or not readable): the chain's own
+        # memory cgroup counting one is the same loss
+        for cg in ctx.snapshot.cgroups:
+            if not cg.oom_kill or cg.path in ("/", ""):
+                continue
+            inside = [
+                p for p in chain_pids if (q := ctx.tree.by_pid.get(p)) and cg.path in (q.memory_cgroup, q.cgroup_v2)
+            ]
+            if inside:
+                ev.append(Evidence("oom-killed-child", f"memory cgroup {cg.path} counts {cg.oom_kill} OOM kill(s)"))
+                oom = True
+                break
     for h in ctx.log_healths:
         if not h.alarming(ctx.options.stale_after):
             continue

@@ -940,6 +940,30 @@ class WaitGraph:
         return WaitEdge(p.pid, "fuse", tuple(sorted(set(chosen) - {p.pid})), where, tuple(ev), thread=thread,
                         path=mount.mount_point if mount else None)  # fmt: skip
 
+    def connected(self, pid: int) -> tuple[set[int], int]:
+        """The processes at the other end of the connected sockets `pid` holds (TCP on this host: the
+        mirror-image row; Unix sockets where ss named the peer), and how many TCP connections lead to
+        no process visible here (another host, or outside this container)."""
+        p = self.tree.by_pid.get(pid)
+        if p is None or isinstance(p.fds, Unavailable):
+            return set(), 0
+        out: set[int] = set()
+        unseen = 0
+        for e in p.fds:
+            sock = self._sockets.get(e.socket_inode) if e.socket_inode is not None else None
+            if sock is None or sock.state not in ("ESTABLISHED", "CONNECTED"):
+                continue
+            if sock.proto.startswith("tcp"):
+                holders: set[int] = set()
+                for peer in self._tcp_peers.get((sock.remote, sock.local), []):
+                    if peer.inode != sock.inode:
+                        holders.update(self._fds.sockets.get(peer.inode, []))
+                out |= holders
+                unseen += not holders
+            elif sock.peer_inode:
+                out.update(self._fds.sockets.get(sock.peer_inode, []))
+        return out - {pid}, unseen
+
     @property
     def fuse_servers(self) -> tuple[int, ...]:
         """The processes holding /dev/fuse: every FUSE server on the host."""

@@ -10,7 +10,8 @@ from vastprobe.model import Artifact, FileStat, Unavailable
 from vastprobe.parsers.numbers import read_int
 
 _STAT = re.compile(r"^([0-9]{1,20}) (-?[0-9]{1,20}) ([0-9]{1,20})(?: ([a-z][a-z ]{0,40}))?$", re.ASCII)
-_ART = re.compile(r"^([0-9]{1,20}) (-?[0-9]{1,20}) ([^|]{0,64})\|(.*)$", re.ASCII)
+# size, mtime, the owner's uid (since probe format 3: older captures have none), type | name
+_ART = re.compile(r"^([0-9]{1,20}) (-?[0-9]{1,20}) (?:([0-9]{1,10}) )?([^|0-9][^|]{0,63})\|(.*)$", re.ASCII)
 
 
 def parse_logstats(text: str) -> dict[int, FileStat | Unavailable]:
@@ -47,7 +48,8 @@ def parse_artifacts(text: str) -> tuple[int, list[Artifact], str | None]:
         m = _ART.match(line)
         if m:
             size, mtime = read_int(m.group(1)) or 0, read_int(m.group(2), signed=True) or 0
-            entries.append(Artifact(path=m.group(4), size=size, mtime=mtime, kind=m.group(3)))
+            uid = read_int(m.group(3)) if m.group(3) else None
+            entries.append(Artifact(path=m.group(5), size=size, mtime=mtime, kind=m.group(4), uid=uid))
         elif line.strip():
             errors.append(line.strip())
     return count, entries, "; ".join(errors) or None

@@ -27,8 +27,11 @@ from vastprobe.parsers import (
     cgroup,
     cmdline,
     df,
+    environ,
     fd,
     files,
+    flight_recorder,
+    held,
     host,
     kmsg,
     locks,
@@ -278,6 +281,7 @@ def build_snapshot(
     zombies = [pid for pid, rec in stats[0].items() if rec.state == "Z"]
     exited = sched.exited_ago(sched.parse_last_ran(proc_texts[0]), zombies, shell_pid) if zombies else {}
     cmdlines = cmdline.parse_cmdline_section(_text(out, src.CMDLINE.name))
+    envs = environ.parse_env_section(_text(out, src.ENV.name))
     cgroups_by_pid = cgroup.parse_proc_cgroup_section(proc_texts[0])
     fd_table = fd.parse_fd_section(_text(out, src.FD.name), escaped=meta.get("ls") == "b")
     wchan_ok = out.get(src.PROC.section(0)) is not None
@@ -360,6 +364,7 @@ def build_snapshot(
                 exited_ago=exited.get(pid),
                 tpgid=rec.tpgid,
                 epoll=tuple(fd_table.epoll[pid]) if pid in fd_table.epoll else None,
+                env=envs.get(pid, ()),
             )
         )
 
@@ -433,6 +438,8 @@ def build_snapshot(
         locks=_locks(out, fmt),
         sockets=_sockets(out, fmt),
         fuse_mounts=_fuse_mounts(out, fmt),
+        flight_dumps=flight_recorder.parse_fr_section(_text(out, src.FR.name)),
+        held_files=held.parse_held_section(_text(out, src.HELD.name)),
     )
 
 

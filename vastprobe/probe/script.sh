@@ -191,6 +191,7 @@ vp_lists() {
 	vp_st=$(vp_proc_grep "$vp_lstat" 2>&1)
 	vp_lusr=
 	vp_lthr=
+	vp_lenv=
 	vp_lz=
 	vp_nthr=0
 	for vp_w in $(printf '%s\n' "$vp_st" | awk "$VP_USER_AWK"); do
@@ -213,8 +214,10 @@ vp_lists() {
 	if [ "$VP_SAMPLE" != 0 ]; then vp_l1="$vp_lstat $(printf '%s/io ' "$@")"; fi
 }
 
-# vp_threads /proc/PID: stat and wchan of its threads but the main one, within the bounds.
+# vp_threads /proc/PID: stat and wchan of its threads but the main one, within the bounds; and its
+# environ, of which only the distributed-training variables are kept (VP_ENVPAT).
 vp_threads() {
+	vp_lenv="$vp_lenv $1/environ"
 	vp_i=0
 	for vp_t in "$1"/task/*; do
 		[ "$vp_i" -lt 64 ] && [ "$vp_nthr" -lt "$VP_MAXTHR" ] || break
@@ -329,7 +332,11 @@ vp_s0() {
 			nf = split(ctr[i], f, " ")
 			for (j = 1; j <= nf; j++) {
 				file = dir[i] "/memory." f[j]
-				while ((getline l < file) > 0) { print file ":" l; got = 1 }
+				while ((getline l < file) > 0) {
+					print file ":" l
+					got = 1
+					if (l ~ /^oom_kill [1-9]/) oomk = 1
+				}
 				close(file)
 			}
 		}
@@ -339,10 +346,13 @@ vp_s0() {
 		nl = 0
 		while (nl < 4096 && (getline l < "/proc/locks") > 0) { print l; nl++ }
 		printf "\n@@rc=%d\n\n@@%s@@ /locks\n", nl < 4096 ? 0 : 3, B
-		exit need_ss ? 3 : 0
+		# status: 1 a process waits on or polls a socket (ss is worth a fork); 2 a memory cgroup
+		# counts an OOM kill (the kernel log is worth a second look if dmesg has no line for it)
+		exit (need_ss ? 1 : 0) + (oomk ? 2 : 0)
 	}' /proc/self/mountinfo - 2>&3; } 3>&1 1>&4)
-	# status 3: a process waits on a socket, so ss is worth a fork for Unix sockets' peers
-	if [ "$?" = 3 ]; then VP_SSNEED=$VP_SS; else VP_SSNEED=0; fi
+	vp_rc=$?
+	case $vp_rc in 1 | 3) VP_SSNEED=$VP_SS ;; *) VP_SSNEED=0 ;; esac
+	case $vp_rc in 2 | 3) VP_OOMC=1 ;; *) VP_OOMC=0 ;; esac
 	exec 4>&-
 }
 
@@ -356,6 +366,56 @@ vp_syscall() {
 }
 
 vp_s1() { vp_proc_grep "$vp_l1" 2>&1 | VP_B=$VP_B awk -v cap="$VP_MAXPROC" "$VP_CAP_AWK"'{ out($0) }'; }
+
+# The files the processes hold open write-only whose names say log (and their stdout and stderr): the
+# job's logs where none was given. stat through /proc/PID/fd/N, the open file itself (a path
+# renamed or deleted since is still the one written), under a timeout; at most 128.
+vp_held_stat() {
+	[ -z "$vp_held" ] || tmo 5 stat -L -c '%n %s %Y %i %F' -- $vp_held
+}
+
+# Who is who in a distributed job: from the environ of the multi-threaded processes (ranks are), the
+# allow-listed names only (rank, world, rendezvous, job id, GPUs, NCCL and flight-recorder settings);
+# nothing else of an environment is ever printed: secrets live there. At most 48 names of 256 bytes
+# per process.
+VP_ENVPAT='^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_RUN_ID|SLURM_JOB_ID|SLURM_PROCID|CUDA_VISIBLE_DEVICES|NCCL_[A-Z0-9_]+|TORCH_NCCL_[A-Z0-9_]+|TORCH_FR_[A-Z0-9_]+)='
+vp_env() {
+	vp_frp=
+	[ -n "$vp_lenv" ] || return 0
+	exec 4>&1
+	# the section on stdout; on stderr, captured, where the flight recorder dumps (its prefixes)
+	vp_frp=$({ vp_many "$vp_lenv" tmo 10 grep -H -z -E "$VP_ENVPAT" 2>/dev/null | tr '\000\n' '\n\036' |
+		VP_B=$VP_B awk -v cap=262144 "$VP_CAP_AWK"'
+		{ i = index($0, ":"); f = substr($0, 1, i - 1); if (++c[f] <= 48) out(substr($0, 1, i + 256)) }
+		/:(TORCH_NCCL_DEBUG_INFO_TEMP_FILE|TORCH_FR_DUMP_TEMP_FILE)=\// && np++ < 4 {
+			v = substr($0, index($0, "=") + 1)
+			if (length(v) < 512 && v !~ /[\036*?[]/ && !(v in seen)) { seen[v] = 1; print v > "/dev/stderr" }
+		}' 2>&3; } 3>&1 1>&4)
+	exec 4>&-
+}
+
+# PyTorch flight recorder dumps: the default prefix and the ones the ranks name, followed by digits
+# (the rank). Only regular files (no link), whose first byte is a pickle's (0x80), at most 8 of
+# them, 1 MiB of each in base64: the client reads them without running pickle code.
+vp_fr() {
+	vp_frn=0
+	vp_ifs=$IFS
+	IFS=$VP_NL
+	set -- /tmp/nccl_trace_rank_ $vp_frp
+	IFS=$vp_ifs
+	vp_magic=$(printf '\200')
+	for vp_p; do
+		for vp_f in "$vp_p"[0-9]*; do
+			[ "$vp_frn" -lt 8 ] || return 0
+			case $vp_f in "$vp_p"[0-9]*) ;; *) continue ;; esac
+			[ -f "$vp_f" ] && [ ! -h "$vp_f" ] || continue
+			[ "$(tmo 5 head -c 1 -- "$vp_f")" = "$vp_magic" ] || continue
+			vp_frn=$((vp_frn + 1))
+			printf '@fr %s\n' "$vp_f"
+			tmo 5 head -c 1048576 -- "$vp_f" | base64
+		done
+	done
+}
 
 # argv records, NUL -> newline (a newline inside an argument becomes \036), at most 64
 # arguments of 1024 bytes per process. A process gone since the listing is not worth an error
@@ -382,7 +442,9 @@ vp_fd() {
 			case $vp_f in @epoll/proc/*) vp_ep="$vp_ep ${vp_f#@epoll}" ;; esac
 		done
 	fi
-	vp_many "$vp_lfd" ls -ln$VP_LSB 2>&1 |
+	exec 4>&1
+	# the sections on stdout; on stderr, captured, the fds held write-only on files named like logs
+	vp_held=$({ vp_many "$vp_lfd" ls -ln$VP_LSB 2>&1 |
 		VP_B=$VP_B awk -v cap="$VP_MAXPROC" -v max="$VP_MAXFD" -v ncap="$VP_MAXNET" -v ss="$VP_SSNEED" \
 			-v ep="$vp_ep" "$VP_CAP_AWK"'
 			function readns(p, label,   t, f, col, l, c) {
@@ -415,6 +477,18 @@ vp_fd() {
 					ino = substr($0, i + 12, length($0) - i - 12)
 					held[ino] = 1
 					if (!(ino in holder)) holder[ino] = pid
+				} else if (substr($0, 1, 4) == "l-wx" && (i = index($0, " -> /")) > 0 && nlog < 128) {
+					# a file held open write-only: its stdout or stderr, or named like a log (the logs of the job
+					# logs, found where none was given); each file once, by its first holder
+					t = substr($0, i + 4)
+					for (j = 1; j <= NF; j++) if ($j == "->") break
+					fdn = $(j - 1)
+					if (t ~ /^\/(dev|proc|sys)\// || t ~ / \(deleted\)$/ || (t in logseen)) next
+					if (fdn == "1" || fdn == "2" || t ~ /(\.log|\.out|\.err|\.txt|log)[^\/]*$/) {
+						logseen[t] = 1
+						nlog++
+						print pid "/fd/" fdn > "/dev/stderr"
+					}
 				}
 			}
 			END {
@@ -439,7 +513,8 @@ vp_fd() {
 				}
 				if (!cut) printf "\n@@rc=0\n"
 				printf "\n@@%s@@ /net\n", B
-			}'
+			}' 2>&3; } 3>&1 1>&4)
+	exec 4>&-
 }
 
 VP_KPAT='invoked oom-killer|oom-kill:|Kill(ed)? process|oom_reaper|Out of memory|Memory cgroup out of memory|memory: usage|Task in .* killed|NVRM: Xid|SXid|fallen off the bus|The NVIDIA GPU |blocked for more than|GPU is lost'
@@ -545,7 +620,7 @@ vp_df() {
 	vp_dfdirs df -P -i -- /tmp
 }
 
-# glob PATTERN: the first VP_MAXART matches as "<size> <mtime> <type>|<name>". The list is cut
+# glob PATTERN: the first VP_MAXART matches as "<size> <mtime> <owner uid> <type>|<name>". The list is cut
 # in the shell, so stat never sees the rest of a huge directory.
 vp_glob() {
 	vp_ifs=$IFS
@@ -579,7 +654,7 @@ vp_glob() {
 	shift "$vp_gn"
 	[ "$vp_nl" = 0 ] || printf '@@unlisted %s\n' "$vp_nl"
 	[ "$#" -gt 0 ] || return 0
-	tmo 5 stat -c '%s %Y %F|%n' -- "$@"
+	tmo 5 stat -c '%s %Y %u %F|%n' -- "$@"
 }
 
 
@@ -631,11 +706,18 @@ vp_main() {
 		vp_sl=$!
 	fi
 	secn cmdline vp_cmdline
+	secn env vp_env
+	secn fr vp_fr
 	vp_fd
+	secn held vp_held_stat
 	vp_k=$(vp_kmsg)
 	secn kmsg printf '%s\n' "$vp_k"
 	case $vp_k in
 	*"@@err "* | *"@@lines 0") secn kmsg.fallback vp_kmsg_fallback ;;
+	*"Killed process"*) ;;
+	# a memory cgroup counts an OOM kill that dmesg no longer holds (a busy host rolled its ring
+	# buffer over): the journal's kernel messages may
+	*) [ "$VP_OOMC" != 1 ] || secn kmsg.fallback vp_kmsg_fallback ;;
 	esac
 	vp_gpu_sec gpuapps vp_gpuapps
 	vp_each_log vp_logtail_sec

@@ -89,6 +89,30 @@ CMDLINE = Source(
     "vastprobe.parsers.cmdline:parse_cmdline_section",
     "argv of user processes",
 )
+ENV = Source(
+    "env",
+    "vp_env",
+    256 * 1024,
+    "once",
+    "vastprobe.parsers.environ:parse_env_section",
+    "distributed-training variables (RANK, WORLD_SIZE, MASTER_ADDR, NCCL_*, ...) of multi-threaded processes",
+)
+HELD = Source(
+    "held",
+    "vp_held_stat",
+    None,
+    "once",
+    "vastprobe.parsers.held:parse_held_section",
+    "stat of files held open write-only named like logs, and of stdout/stderr files (at most 128)",
+)
+FR = Source(
+    "fr",
+    "vp_fr",
+    12 * 1024 * 1024,
+    "once",
+    "vastprobe.parsers.flight_recorder:parse_fr_section",
+    "PyTorch flight recorder dumps (at most 8, 1 MiB each, base64), read without running pickle",
+)
 FD = Source(
     "fd",
     "vp_fd",
@@ -155,7 +179,7 @@ LEGACY_CLK = Source(
 )
 
 SOURCES: tuple[Source, ...] = (
-    META, HOST, NOW, PROC, CGMAP, CGMEM, SYSCALL, MOUNTS, LOCKS, GPU, LOGSTAT, CMDLINE, FD, NET,
+    META, HOST, NOW, PROC, CGMAP, CGMEM, SYSCALL, MOUNTS, LOCKS, GPU, LOGSTAT, CMDLINE, ENV, FR, FD, NET, HELD,
     KMSG, KMSG_FALLBACK, GPUAPPS, LOGTAIL, DF, ARTIFACTS, TIMES,
 )  # fmt: skip
 LEGACY: tuple[Source, ...] = (LEGACY_CLK,)

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from vastprobe.model import Finding, HostReport, Unavailable
+from vastprobe.model import DistributedJob, Finding, HostReport, JobRank, Unavailable
 
 SCHEMA = "vastprobe.report/1"
 
@@ -121,6 +121,8 @@ def host_report_dict(r: HostReport, brief: bool = False) -> dict[str, Any]:
     out["timings"] = r.timings
     if r.labels:
         out["labels"] = r.labels
+    if r.jobs:
+        out["jobs"] = [job_dict(j, r.target) for j in r.jobs]
     if r.outlier_of is not None:
         o = r.outlier_of
         out["outlier_of"] = {
@@ -130,6 +132,31 @@ def host_report_dict(r: HostReport, brief: bool = False) -> dict[str, Any]:
             "differences": list(o.differences),
         }
     return out
+
+
+def job_dict(j: DistributedJob, host: str) -> dict[str, Any]:
+    """A distributed job as one host saw it: its id, world size, the ranks here and the one holding it."""
+
+    def rank(r: JobRank) -> dict[str, Any]:
+        return {"host": host, "rank": r.rank, "local_rank": r.local_rank, "pid": r.pid, "state": r.state,
+                "why": r.why, "gpu": r.gpu}  # fmt: skip
+
+    culprit = j.culprits[0] if j.culprits else None
+    return {
+        "id": j.key,
+        "world_size": j.world_size,
+        "ranks": [rank(r) for r in j.ranks],
+        "culprit": None
+        if culprit is None
+        else {
+            "host": host,
+            "rank": culprit.rank,
+            "local_rank": culprit.local_rank,
+            "pid": culprit.pid,
+            "why": culprit.why,
+        },
+        "waiting": [r.rank for r in j.waiting],
+    }
 
 
 def report_document(reports: list[HostReport], brief: bool = False) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from rich.text import Text
 from vastprobe.model import HostReport
 from vastprobe.render.layout import hanging
 from vastprobe.render.safe import safe
-from vastprobe.targets import natural_key
+from vastprobe.targets import natural_key, vast_order
 
 if TYPE_CHECKING:
     from vastprobe.history.store import HostMemory
@@ -224,7 +224,9 @@ def _failures(console: Console, hosts: list[HostReport], marks: Mapping[str, str
         text = (r.error or r.headline or "").replace(r.target, "HOST")
         label: str = r.status if r.status != "ok" else r.verdict
         groups[(label, _NUM.sub("N", text))].append(r)
-    for (label, folded), rs in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+    # hosts vast.ai calls running come first (the surprise), then loading, ..., exited; then by count
+    order = sorted(groups.items(), key=lambda kv: (min(vast_order(r.labels) for r in kv[1]), -len(kv[1]), kv[0]))
+    for (label, folded), rs in order:
         texts = {r.error or r.headline or "" for r in rs}
         hosted = {(r.error or r.headline or "").replace(r.target, "HOST") for r in rs}
         shown = next(iter(texts)) if len(texts) == 1 else next(iter(hosted)) if len(hosted) == 1 else folded

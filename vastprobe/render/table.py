@@ -145,6 +145,15 @@ def _artifacts(console: Console, r: HostReport, snap: HostSnapshot, verbose: boo
     for a in snap.artifacts:
         ranked = rank_artifacts(snap, a.entries, job, start[0] if start else None)
         line = Text(f"  artifacts {safe(a.pattern, 200)}: {a.matched} match{'es' if a.matched != 1 else ''}")
+        # the job's files only (a host's /tmp holds everybody's): held open, run or named like its
+        # programs, written by its users since it started; on a whole host, the ones held open; -v all
+        if not verbose:
+            least = 3 if whole_host else 1
+            shown = [ra for ra in ranked if ra.score >= least]
+            if len(shown) < len(ranked):
+                whose = "held open" if whole_host else "the job's"
+                line.append(f", {len(shown)} {whose} (-v lists all)" if shown else f", none {whose} (-v lists them)")
+            ranked = shown
         if ranked:
             first = ", held open first" if whole_host else ", the job's first"
             line.append(first if ranked[0].score > 0 else ", newest first")

@@ -4,6 +4,7 @@ rule keeps its code in RETIRED."""
 from __future__ import annotations
 
 from vastprobe.rules import (
+    culprit_rank,
     d_state,
     db_lock_wait,
     deadlock,
@@ -50,6 +51,7 @@ RULES: tuple[Rule, ...] = tuple(
         fifo_no_partner,
         fuse_no_answer,
         deadlock,
+        culprit_rank,
         terminal_prompt,
         log_retry_loop,
         gpu_busy_no_progress,

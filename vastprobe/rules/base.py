@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from vastprobe.analysis.gpu import gpu_expected, gpu_holders
-from vastprobe.analysis.logs import LogHealth, log_health
+from vastprobe.analysis.logs import LogHealth, found_logs, log_health
 from vastprobe.analysis.oom import OomMatch, job_is_bounded, match_oom_kills
 from vastprobe.analysis.progress import Progress, progress
+from vastprobe.analysis.ranks import find_jobs
 from vastprobe.analysis.stalls import StalledChain, StallEvidence, stall_evidence, stalled_chains
 from vastprobe.analysis.tree import ProcessTree
 from vastprobe.analysis.waitgraph import WaitGraph
-from vastprobe.model import Evidence, Finding, HostSnapshot, Process, Severity, available
+from vastprobe.model import DistributedJob, Evidence, Finding, HostSnapshot, LogFile, Process, Severity, available
 from vastprobe.options import RuleOptions
 from vastprobe.probe.sources import PROC
 
@@ -110,10 +111,21 @@ class Context:
         return match_oom_kills(self.snapshot, self.scope, self.graph, self.options.explicit_scope)
 
     @cached_property
+    def jobs(self) -> list[DistributedJob]:
+        """Distributed jobs with ranks on this host, and the ranks holding them (analysis.ranks)."""
+        return find_jobs(self)
+
+    @cached_property
     def log_healths(self) -> list[LogHealth]:
-        return [
-            log_health(log, self.now, self.options.stale_after, self.snapshot.processes) for log in self.snapshot.logs
-        ]
+        logs = (*self.snapshot.logs, *self.found_logs)
+        return [log_health(log, self.now, self.options.stale_after, self.snapshot.processes) for log in logs]
+
+    @cached_property
+    def found_logs(self) -> tuple[LogFile, ...]:
+        """Where --pid/--match named the job, the files its processes hold open write-only (their
+        stdout and stderr, or named like logs) are its logs: judged as given ones, said to be found.
+        Without a named job they are not: a quiet daemon is no stall."""
+        return found_logs(self.snapshot, self.scope) if self.options.explicit_scope else ()
 
     @property
     def two_samples(self) -> bool:

@@ -59,8 +59,27 @@ def chain_text(ctx: Context, chain: Chain) -> str:
     return " ".join(parts)
 
 
+def thread_evidence(ctx: Context, pids: tuple[int, ...]) -> list[Evidence]:
+    """The threads of the chain's multi-threaded processes: their names and waits, and how many the
+    probe's bound left unread (said, never guessed)."""
+    out = []
+    for pid in dict.fromkeys(pids):
+        p = ctx.tree.by_pid.get(pid)
+        if p is None or p.threads < 2:
+            continue
+        read = p.threads_detail
+        shown = ", ".join(f"{t.tid} {t.comm} [{t.state} {t.wchan or '?'}]" for t in read[:6])
+        more = len(read) - 6 if len(read) > 6 else 0
+        unread = p.threads - 1 - len(read)
+        tail = (f" and {more} more" if more else "") + (
+            f"; {unread} not read (the probe's bound)" if unread > 0 else ""
+        )
+        out.append(Evidence("threads", f"{p.pid} ({p.comm}): {p.threads} threads: {shown or 'none read'}{tail}"))
+    return out[:4]
+
+
 def chain_evidence(ctx: Context, s: StalledChain) -> list[Evidence]:
-    ev = [Evidence("wait chain", chain_text(ctx, s.chain))]
+    ev = [Evidence("wait chain", chain_text(ctx, s.chain)), *thread_evidence(ctx, s.chain.pids)]
     seen = set()
     for edge in (*s.chain.edges, *([s.chain.dangling] if s.chain.dangling else [])):
         for e in edge.evidence:

@@ -19,7 +19,7 @@ from vastprobe.analysis.waitgraph import Chain
 from vastprobe.clock import utc_text
 from vastprobe.model import Evidence, Finding
 from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
-from vastprobe.rules.chains import chain_text, names
+from vastprobe.rules.chains import chain_text, names, thread_evidence
 
 META = RuleMeta("deadlock", "VP115", "critical", "processes wait on each other in a cycle")
 
@@ -70,7 +70,11 @@ def check(ctx: Context) -> Iterator[Finding]:
 
 def _loop_evidence(ctx: Context, loop: Chain) -> list[Evidence]:
     """The loop as a chain, then what each of its edges says."""
-    return [Evidence("wait cycle", chain_text(ctx, loop)), *(e for edge in loop.edges for e in edge.evidence)]
+    return [
+        Evidence("wait cycle", chain_text(ctx, loop)),
+        *thread_evidence(ctx, loop.pids),
+        *(e for edge in loop.edges for e in edge.evidence),
+    ]
 
 
 def _full_pipe_loops(ctx: Context) -> Iterator[Finding]:

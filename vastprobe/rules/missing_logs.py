@@ -17,6 +17,12 @@ def _finding(ctx: Context, h: LogHealth) -> Finding | None:
     path = h.log.path
     ev: list[Evidence] = []
     sev: Severity
+    if h.log.found:
+        if h.state not in ("stale", "empty", "deleted-open"):
+            return None  # found open: it exists, and a rotation or a fatal tail needs its --log
+        who = ", ".join(ctx.proc_label(pid) for pid, _fd, _d in h.log.holders[:3])
+        ev.append(Evidence("/proc/fd", f"held open for writing by {who} (found: no --log named it)"))
+        path = f"{path} (the job's log, found open)"
     if h.state == "ok":
         if not h.fatal_lines:
             return None
@@ -71,6 +77,8 @@ def _finding(ctx: Context, h: LogHealth) -> Finding | None:
             "the job is busy on the CPU but not logging: a loop, a retry or a long step with no output; "
             "see where it spins (py-spy dump, gdb -p, perf top)"
         )
+        if h.log.found:
+            sev = "warning"  # a file it holds is only likely its log: one that works without logging is no stall
     if h.age is not None:
         window = (
             f"; {'grew' if h.grew else 'size unchanged'} over the {ctx.snapshot.sample_window:.1f}s between samples"

@@ -11,6 +11,8 @@ from vastprobe.model import Evidence, Finding, Severity
 from vastprobe.rules.base import Context, Rule, RuleMeta
 
 META = RuleMeta("oom-killed-child", "VP102", "error", "the kernel's OOM killer killed a process of the job")
+#: Kills elsewhere on the host this recent bear on the job: the host is short of memory now.
+RECENT_S = 900.0
 
 
 def _when(wall: float | None) -> str:
@@ -43,22 +45,22 @@ def check(ctx: Context) -> Iterator[Finding]:
     snap = ctx.snapshot
     # with no --pid/--match there is no job, only a whole host: say what was in scope, not "the job"
     job = "the watched job" if ctx.options.explicit_scope else "the processes in scope"
+    # host-wide facts, said once and only when they bear on the job: kills from before it started
+    # never do; kills elsewhere do while they are recent (the host is short of memory now)
+    now = ctx.now
+    recent = [
+        m
+        for m in ctx.oom_matches
+        if m.tie == "elsewhere" and now is not None and m.event.wall_time and now - m.event.wall_time <= RECENT_S
+    ]
     yield from _folded(
-        [m for m in ctx.oom_matches if m.tie == "before"],
-        f"before {'the watched processes' if ctx.options.explicit_scope else 'the processes in scope'} started",
-        "timing",
-        "context, not the cause",
-        f"nothing to do for {job}; the host had memory trouble earlier",
-        "info",
-    )
-    yield from _folded(
-        [m for m in ctx.oom_matches if m.tie == "elsewhere"],
-        "elsewhere on the host, not tied to the watched job"
+        recent,
+        f"elsewhere on the host in the last {RECENT_S // 60:.0f} minutes, not tied to the watched job"
         if ctx.options.explicit_scope
-        else "outside the processes in scope",
+        else f"outside the processes in scope in the last {RECENT_S // 60:.0f} minutes",
         "context",
         "in other memory cgroups, or tied to no process in scope",
-        f"nothing to do for {job}; the host (or a neighbour) is short of memory",
+        f"nothing to do for {job}; the host (or a neighbour) is short of memory now",
         "info",
     )
     # a kill tied to the job stalls it when the scope is the job; on a whole host it is a warning
@@ -128,12 +130,16 @@ def _from_cgroups(ctx: Context) -> Iterator[Finding]:
             ev.append(Evidence("limit", f"{cg.limit_bytes // 2**20} MiB; peak {((cg.peak_bytes or 0) // 2**20)} MiB"))
         why = snap.kernel_log.reason if not snap.kernel_log.readable else "the kernel log no longer holds the lines"
         ev.append(Evidence("kernel log", f"not usable: {why}"))
+        # the job's own cgroup (not the root one, where the whole host's kills count) lost a process: where
+        # the scope is the job, that is its loss, whatever the kernel log no longer says
+        own = ctx.bounded and cg.path not in ("/", "")
         yield META.finding(
             f"memory cgroup {cg.path} counts {cg.oom_kill} OOM kill(s); when and which process is unknown",
             members[:1],
             ev,
-            "the counter only grows: compare it with the next sweep to date the kill; give the job more memory",
-            "warning",
+            "the counter only grows: compare it with the next sweep to date the kill; give the job more memory"
+            + ("; the job lost a process to it: a parent waiting on that child waits for ever" if own else ""),
+            "error" if own else "warning",
         )
 
 

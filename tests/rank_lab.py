@@ -1,0 +1,95 @@
+"""A distributed job as /proc sees one, without PyTorch: a launcher (torchrun's agent) and N ranks,
+plain Python processes with the environment torchrun gives its workers (RANK, LOCAL_RANK, WORLD_SIZE,
+LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID). Each rank connects to every other
+(gloo's full mesh of TCP pairs on 127.0.0.1), then does what a rank in a collective does: its main
+thread waits for the collective's work (a futex with no timeout) while a communication thread polls
+the connections (epoll). One rank, the culprit, is elsewhere instead. tests/fixtures torch-gloo-fifo
+is the same shape recorded from real PyTorch.
+
+    python tests/rank_lab.py launch PORTS RUN_ID CULPRIT HOW [FIFO_OR_PATH]    # PORTS: one per rank, a,b,c
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+HOWS = ("fifo", "stopped", "killed", "fuse", "oom", "none")
+
+
+def rank_main() -> None:
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    ports = [int(p) for p in os.environ["LAB_PORTS"].split(",")]
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", ports[rank]))
+    listener.listen(world)
+    peers = []
+    for other in range(rank + 1, world):  # connect to the higher ranks, retrying as torch does
+        while True:
+            try:
+                peers.append(socket.create_connection(("127.0.0.1", ports[other])))
+                break
+            except OSError:
+                time.sleep(0.05)
+    for _ in range(rank):
+        peers.append(listener.accept()[0])
+    listener.close()
+    sel = selectors.EpollSelector()
+    for s in peers:
+        sel.register(s, selectors.EVENT_READ)
+
+    def tcp_loop() -> None:  # gloo_tcp_loop: epoll over the pairs, forever
+        while True:
+            sel.select()
+            time.sleep(3600)
+
+    threading.Thread(target=tcp_loop, name="gloo_tcp_loop", daemon=True).start()
+    recorded = os.environ.get("LAB_FR_FIXTURE")  # the flight recorder's dump, as torch writes it on a timeout
+    prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE")
+    if recorded and prefix and os.path.exists(f"{recorded}/nccl_trace_rank_{rank}"):
+        with open(f"{recorded}/nccl_trace_rank_{rank}", "rb") as src, open(f"{prefix}{rank}", "wb") as dst:
+            dst.write(src.read())
+    ready = os.environ.get("LAB_READY")
+    if ready:
+        with open(f"{ready}.{rank}", "w") as f:
+            f.write(str(os.getpid()))
+    if rank == int(os.environ["LAB_CULPRIT"]):
+        how, path = os.environ["LAB_HOW"], os.environ.get("LAB_PATH", "")
+        if how in ("fifo", "fuse"):
+            with open(path) as f:  # a data loader's FIFO nobody opens; a dataset on a dead mount
+                f.read()
+        elif how == "oom":
+            _hog = bytearray(1 << 30)  # past the memory cgroup's limit
+    threading.Event().wait()  # the collective's work never completes
+
+
+def launch(ports: str, run_id: str, culprit: int, how: str, path: str = "") -> None:
+    """The ranks of a job of len(PORTS) ranks, each listening on its port; LAB_LOCAL (`1` or `0,2`)
+    names the ranks this launcher starts (one host's share of a multi-host job), all by default."""
+    world = len(ports.split(","))
+    local = [int(r) for r in os.environ.get("LAB_LOCAL", ",".join(map(str, range(world)))).split(",")]
+    env = dict(os.environ, WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(len(local)), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=ports.split(",")[0], TORCHELASTIC_RUN_ID=run_id, LAB_PORTS=ports,
+               LAB_CULPRIT=str(culprit), LAB_HOW=how, LAB_PATH=path)  # fmt: skip
+    ranks = [
+        subprocess.Popen([sys.executable, __file__, "rank"], env=dict(env, RANK=str(r), LOCAL_RANK=str(i)))
+        for i, r in enumerate(local)
+    ]
+    # torchrun's agent: it watches its workers (here without tearing the others down when one dies)
+    while True:
+        for p in ranks:
+            p.poll()
+        time.sleep(0.5)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "rank":
+        rank_main()
+    else:
+        launch(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], *sys.argv[6:7])

@@ -1,0 +1,234 @@
+"""A distributed job on this host (tests/rank_lab.py: a launcher and three ranks with torchrun's
+environment, a full mesh of TCP pairs, each rank's main thread waiting for the collective while its
+communication thread polls the others), one rank held elsewhere in each way a rank is lost: blocked on
+its loader's FIFO, on a FUSE dataset mount whose server does not answer, stopped, killed, OOM-killed.
+`diagnose local` names that rank, says why, and how many ranks wait on it; the waiting ranks' own
+findings follow from it. The real PyTorch shape is fixtures/procfs/torch-gloo-fifo."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cgroup_lab import MemoryCgroup
+from tests.helpers import proc_state, proc_wchan, vastprobe_json, wait_for
+from tests.sshd import free_ports, keygen, start_sshd
+
+LAB = Path(__file__).parents[1] / "rank_lab.py"
+#: every test diagnoses `--match rank_lab.py`, which would see another test's ranks: one at a time
+pytestmark = pytest.mark.serial("rank_lab")
+FUSE = Path(__file__).parents[1] / "fuse_server.py"
+
+
+RECORDED_DUMPS = Path(__file__).parents[2] / "fixtures" / "flight-recorder" / "gloo-fifo"
+SECRETS = {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI-planted-K7MDENG", "HF_TOKEN": "hf_plantedTokenDoNotPrint"}
+
+
+def start_job(reap: list, tmp_path: Path, how: str, path: str = "", procs_file: Path | None = None,
+              env: dict[str, str] | None = None) -> dict[int, int]:  # fmt: skip
+    """rank -> pid of a three-rank job whose rank 1 is the culprit, once every rank is set up."""
+    ready = tmp_path / "ready"
+    ports = ",".join(map(str, free_ports(3)))
+    cmd = [sys.executable, str(LAB), "launch", ports, f"lab-{tmp_path.name}", "1", how, path]
+    if procs_file is not None:
+        cmd = ["sh", "-c", f'echo $$ > {procs_file}; exec "$@"', "sh", *cmd]
+    launcher = subprocess.Popen(cmd, env=dict(os.environ, LAB_READY=str(ready), **(env or {})), start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    reap.append(launcher)
+    wait_for(lambda: all(Path(f"{ready}.{r}").exists() for r in range(3)), timeout=30, what="three ranks connected")
+    return {r: int(Path(f"{ready}.{r}").read_text()) for r in range(3)}
+
+
+def culprit_finding(host: dict) -> dict:
+    found = [f for f in host["findings"] if f["rule"] == "culprit-rank"]
+    assert found, [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    return found[0]
+
+
+def waiting(pids: dict[int, int]) -> None:
+    for r in (0, 2):
+        wait_for(lambda r=r: proc_wchan(pids[r]).startswith("futex"), what=f"rank {r} in its collective")
+
+
+@pytest.mark.parametrize("sample", ["1", "0"])
+def test_a_rank_blocked_on_its_loaders_fifo_holds_the_job(reap, tmp_path: Path, sample: str) -> None:
+    fifo = tmp_path / "loader.fifo"
+    os.mkfifo(fifo)
+    pids = start_job(reap, tmp_path, "fifo", str(fifo))
+    waiting(pids)
+    wait_for(lambda: proc_wchan(pids[1]) == "wait_for_partner", what="rank 1 blocked on the FIFO")
+    rc, host = vastprobe_json("--match", "rank_lab.py", "--sample", sample)
+    f = culprit_finding(host)
+    assert f["summary"].startswith(f"rank 1 (pid {pids[1]}, python") and "FIFO" in f["summary"], f["summary"]
+    assert "2 other ranks (0, 2) wait on it in a collective" in f["summary"]
+    assert f["pids"][:1] == [pids[1]] and {pids[0], pids[2]} <= set(f["pids"])
+    if sample == "1":
+        assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1
+        assert host["incidents"][0]["root"]["rule"] == "culprit-rank", host["incidents"][0]
+        followers = [c["rule"] for c in host["incidents"][0]["consequences"]]
+        assert "fifo-no-partner" in followers, followers  # the culprit's own chain follows from it
+    else:
+        assert f["severity"] == "warning" and f["summary"].endswith("(seen in one sample)")
+    assert "TORCH_FR_BUFFER_SIZE" in f["hint"]  # the job ran without the flight recorder
+
+
+def test_a_stopped_rank_holds_the_job(reap, tmp_path: Path) -> None:
+    pids = start_job(reap, tmp_path, "none")
+    waiting(pids)
+    os.kill(pids[1], signal.SIGSTOP)
+    wait_for(lambda: proc_state(pids[1]) == "T", what="rank 1 stopped")
+    rc, host = vastprobe_json("--match", "rank_lab.py", "--sample", "1")
+    f = culprit_finding(host)
+    assert f["summary"].startswith(f"rank 1 (pid {pids[1]}") and "stopped" in f["summary"]
+    assert f"kill -CONT {pids[1]}" in f["hint"] and rc == 1
+
+
+def test_a_killed_rank_is_gone_and_holds_the_job(reap, tmp_path: Path) -> None:
+    pids = start_job(reap, tmp_path, "none")
+    waiting(pids)
+    os.kill(pids[1], signal.SIGKILL)
+    wait_for(lambda: proc_state(pids[1]) is None, what="rank 1 reaped by its launcher")
+    rc, host = vastprobe_json("--match", "rank_lab.py", "--sample", "1")
+    f = culprit_finding(host)
+    assert f["summary"].startswith("local rank 1 of job") and "gone" in f["summary"], f["summary"]
+    assert "2 other ranks (0, 2)" in f["summary"] and rc == 1
+
+
+def test_a_rank_reading_a_dead_fuse_mount_holds_the_job(reap, tmp_path: Path) -> None:
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        pytest.skip("needs root and /dev/fuse")
+    mnt = tmp_path / "datasets"
+    mnt.mkdir()
+    server = subprocess.Popen([sys.executable, str(FUSE), str(mnt)], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)  # fmt: skip
+    reap.append(server)
+    assert server.stdout is not None
+    if server.stdout.readline().strip() != "ready":
+        pytest.skip("could not mount a FUSE file system here")
+    try:
+        pids = start_job(reap, tmp_path, "fuse", str(mnt / "shard-00001.tar"))
+        waiting(pids)
+        wait_for(lambda: proc_wchan(pids[1]) == "request_wait_answer", what="rank 1 waiting on the mount")
+        _rc, host = vastprobe_json("--match", "rank_lab.py", "--sample", "1")
+        f = culprit_finding(host)
+        assert f["summary"].startswith(f"rank 1 (pid {pids[1]}") and str(mnt) in f["summary"], f["summary"]
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_an_oom_killed_rank_holds_the_job_and_the_kill_leads(reap, tmp_path: Path, memcg: MemoryCgroup) -> None:
+    cg = MemoryCgroup(256 * 1024 * 1024)
+    try:
+        pids = start_job(reap, tmp_path, "oom", procs_file=cg.procs_file)
+        wait_for(lambda: cg.oom_kills() >= 1, timeout=30, what="rank 1 OOM-killed")
+        waiting({0: pids[0], 2: pids[2]})
+        wait_for(lambda: proc_state(pids[1]) is None, what="rank 1 reaped")
+        rc, host = vastprobe_json("--match", "rank_lab.py", "--sample", "1")
+        f = culprit_finding(host)
+        assert "OOM-killed" in f["summary"] and f["caused_by"] == "oom-killed-child", f
+        assert host["incidents"][0]["root"]["rule"] == "oom-killed-child" and rc == 1
+    finally:
+        cg.remove()
+
+
+def test_ranks_that_all_wait_together_blame_nobody(reap, tmp_path: Path) -> None:
+    """The control: every rank in the collective and none elsewhere (a collective in flight, as any
+    healthy job has between steps): no rank is named."""
+    pids = start_job(reap, tmp_path, "none")
+    waiting(pids)
+    wait_for(lambda: proc_wchan(pids[1]).startswith("futex"), what="rank 1 in its collective")
+    rc, host = vastprobe_json("--match", "rank_lab.py", "--sample", "1")
+    assert not [f for f in host["findings"] if f["rule"] == "culprit-rank"], host["findings"]
+    assert rc == 0
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")
+def test_a_sweep_of_three_hosts_names_the_host_and_rank_that_hold_the_job(tmp_path: Path) -> None:
+    """Three loopback "hosts" (a PID namespace behind its own sshd each), one rank of a three-rank job
+    on each; rank 1's host B has it blocked on its loader's FIFO. One sweep: B names rank 1, and A and
+    C, whose ranks wait in the collective with nothing holding them there, are told it is B's rank 1."""
+    key = keygen(tmp_path / "user")
+    fifo = tmp_path / "loader.fifo"
+    os.mkfifo(fifo)
+    ports = ",".join(map(str, free_ports(3)))
+    ready = tmp_path / "ready"
+    hosts = []
+    try:
+        for r in range(3):
+            lab = f"LAB_LOCAL={r} LAB_READY={ready} {sys.executable} {LAB} launch {ports} lab-sweep 1 fifo {fifo}"
+            wrap = ["unshare", "--pid", "--kill-child", "--mount-proc", "--", "sh", "-c",
+                    f'({lab} </dev/null >/dev/null 2>&1 &) ; exec "$@"', "sh"]  # fmt: skip
+            hosts.append(start_sshd(tmp_path / f"h{r}", user_key=key, wrap=wrap))
+        wait_for(lambda: all(Path(f"{ready}.{r}").exists() for r in range(3)), timeout=30, what="three ranks")
+        kh = tmp_path / "known_hosts"
+        kh.write_text("".join(h.known_hosts.read_text() for h in hosts))
+        a, b, c = (h.target for h in hosts)
+
+        def sweep() -> dict[str, dict]:
+            r = subprocess.run([sys.executable, "-m", "vastprobe", "sweep", f"{a},{b},{c}", "-i", str(key),
+                                "--known-hosts", str(kh), "--format", "json", "--match", "rank_lab.py", "--sample",
+                                "1", "--no-history"], capture_output=True, text=True, timeout=120)  # fmt: skip
+            assert r.stdout, r.stderr
+            return {h["target"]: h for h in json.loads(r.stdout)["hosts"]}
+
+        def rank1_blocked() -> bool:
+            got = sweep()
+            job = (got[b].get("jobs") or [{}])[0]
+            return bool(job.get("culprit")) and all(got[t].get("jobs") for t in (a, c))
+
+        wait_for(rank1_blocked, timeout=60, what="rank 1 blocked and the others waiting")
+        got = sweep()
+        holder = next(f for f in got[b]["findings"] if f["rule"] == "culprit-rank")
+        assert holder["summary"].startswith("rank 1 (pid") and "FIFO" in holder["summary"], holder["summary"]
+        assert any(e["source"] == "this run" and "2 rank(s) on other hosts" in e["detail"] for e in holder["evidence"])
+        for t in (a, c):
+            f = next(f for f in got[t]["findings"] if f["rule"] == "culprit-rank")
+            assert f["remote"] == b and "is on another host" in f["summary"], f
+            joined = [e["detail"] for e in f["evidence"] if e["source"] == "this run"]
+            assert joined and joined[0].startswith(f"rank 1 on {b} holds the job: waits on a FIFO"), joined
+        job = got[b]["jobs"][0]
+        assert job["world_size"] == 3 and job["culprit"]["rank"] == 1 and job["culprit"]["host"] == b
+    finally:
+        for h in hosts:
+            h.stop()
+
+
+def test_the_flight_recorder_dumps_agree_and_no_secret_reaches_any_format(reap, tmp_path: Path) -> None:
+    """The ranks wrote the dumps real PyTorch ranks wrote in this shape (rank 1 never entered the 4th
+    all_reduce); two secrets are planted in every rank's environment. The culprit's evidence says what
+    the dumps say, read without running pickle code; no format of the report holds a secret."""
+    fifo = tmp_path / "loader.fifo"
+    os.mkfifo(fifo)
+    env = {"LAB_FR_FIXTURE": str(RECORDED_DUMPS), "TORCH_FR_DUMP_TEMP_FILE": f"{tmp_path}/fr_rank_",
+           "TORCH_FR_BUFFER_SIZE": "2000", **SECRETS}  # fmt: skip
+    pids = start_job(reap, tmp_path, "fifo", str(fifo), env=env)
+    waiting(pids)
+    wait_for(lambda: proc_wchan(pids[1]) == "wait_for_partner", what="rank 1 blocked on the FIFO")
+    _rc, host = vastprobe_json("--match", "rank_lab.py", "--sample", "1")
+    f = culprit_finding(host)
+    fr = [e["detail"] for e in f["evidence"] if e["source"] == "flight recorder"]
+    assert fr == ["process group 0: every rank entered collective #3; ranks 0, 2 entered #4 (gloo:all_reduce, "
+                  "sizes [[65536]]), ranks 1 did not"], f["evidence"]  # fmt: skip
+    assert "the flight recorder is on" in f["hint"]
+    outputs = [json.dumps(host)]
+    for fmt in ("table", "ndjson", "json"):
+        r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--match", "rank_lab.py",
+                            "--sample", "0", "--format", fmt, "-v"], capture_output=True, text=True, timeout=120)  # fmt: skip
+        outputs.append(r.stdout + r.stderr)
+    cap = tmp_path / "capture.json"
+    subprocess.run([sys.executable, "-m", "vastprobe", "collect", "local", "--sample", "0", "-o", str(cap)],
+                   capture_output=True, timeout=120, check=True)  # fmt: skip
+    import base64
+
+    raw = json.loads(cap.read_text())
+    outputs += [cap.read_text(), base64.b64decode(raw["raw_b64"]).decode("utf-8", "replace")]
+    for text in outputs:
+        for name, value in SECRETS.items():
+            assert value not in text and name not in text

@@ -1,0 +1,113 @@
+"""PyTorch flight recorder dumps are pickles, and a pickle is a program: vastprobe's reader is an
+interpreter of the opcodes that build plain data and nothing else. Real dumps (recorded from real
+PyTorch gloo ranks, fixtures/flight-recorder/gloo-fifo) read the same as pickle would read them;
+hostile ones are refused without executing anything or allocating what they claim."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from vastprobe.analysis.flight import compare
+from vastprobe.parsers.flight_recorder import Refused, load_plain, parse_fr_section, read_dump
+
+RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "flight-recorder" / "gloo-fifo"
+
+
+def dumps() -> dict[int, bytes]:
+    return {r: (RECORDED / f"nccl_trace_rank_{r}").read_bytes() for r in range(3)}
+
+
+def test_real_dumps_read_as_pickle_reads_them_and_name_the_rank_behind() -> None:
+    for data in dumps().values():
+        assert load_plain(data) == pickle.loads(data)  # the test may use pickle; vastprobe never does
+    read = [read_dump(f"/tmp/nccl_trace_rank_{r}", data) for r, data in dumps().items()]
+    assert [d.rank for d in read] == [0, 1, 2] and all(d.refused is None for d in read)
+    assert [d.last_entered("0") for d in read] == [4, 3, 4]
+    (stuck,) = compare(read)
+    assert (stuck.last_all, stuck.next_seq, stuck.entered, stuck.missing) == (3, 4, (0, 2), (1,))
+    assert stuck.op == "gloo:all_reduce" and stuck.sizes == "[[65536]]"
+
+
+def test_a_pickle_that_calls_a_function_is_refused_and_runs_nothing(tmp_path: Path) -> None:
+    canary = tmp_path / "ran"
+    classic = f"cos\nsystem\n(S'touch {canary}'\ntR.".encode()  # protocol 0: GLOBAL, REDUCE
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {canary}",))
+
+    modern = pickle.dumps(Evil(), protocol=4)  # STACK_GLOBAL
+    for payload, op in ((classic, "GLOBAL"), (modern, "STACK_GLOBAL")):
+        with pytest.raises(Refused, match=op):
+            load_plain(payload)
+        d = read_dump("/tmp/nccl_trace_rank_0", payload)
+        assert d.refused and d.collectives == ()
+    assert not canary.exists()
+
+
+def test_a_claimed_gigabyte_is_refused_without_allocating_it() -> None:
+    payload = b"\x80\x04\x8d" + struct.pack("<Q", 1 << 30) + b"abc."  # BINUNICODE8 of 1 GiB, 3 bytes there
+    with pytest.raises(Refused, match="runs past the end"):
+        load_plain(payload)
+    with pytest.raises(Refused, match="over"):
+        load_plain(b"\x80\x04" + b"N" * (2 << 20))
+
+
+def test_deep_nesting_is_refused() -> None:
+    with pytest.raises(Refused, match="nested deeper"):
+        load_plain(b"\x80\x02" + b"(" * 100 + b"t" * 100 + b".")  # MARKs
+    with pytest.raises(Refused, match="nested deeper"):
+        load_plain(b"\x80\x02" + b"]" * 1000 + b"a" * 999 + b".")  # lists appended into lists
+
+
+def test_the_section_refuses_what_is_not_base64_and_keeps_the_rest() -> None:
+    good = base64.b64encode(dumps()[0]).decode()
+    text = f"@fr /tmp/nccl_trace_rank_0\n{good[:76]}\n{good[76:]}\n@fr /tmp/nccl_trace_rank_1\n!!not base64!!\n"
+    a, b = parse_fr_section(text)
+    assert a.refused is None and a.rank == 0 and len(a.collectives) == 4
+    assert b.refused == "not base64" and b.collectives == ()
+
+
+def test_the_probe_reads_dumps_but_no_link_and_no_file_that_is_not_a_pickle(tmp_path: Path) -> None:
+    """A rank names its dump prefix in its environment; next to its real dump, a link to /etc/shadow
+    and a text file are planted under the same prefix: neither is read (nor put in the output)."""
+    prefix = tmp_path / "fr_rank_"
+    Path(f"{prefix}0").write_bytes(dumps()[0])
+    os.symlink("/etc/shadow", f"{prefix}1")
+    Path(f"{prefix}2").write_text("root:$6$not-a-pickle\n")
+    holder = subprocess.Popen([sys.executable, "-c", "import threading, time\n"
+                               "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
+                               "time.sleep(600)"], env=dict(os.environ, TORCH_FR_DUMP_TEMP_FILE=str(prefix)))  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(os.listdir(f"/proc/{holder.pid}/task")) < 2:
+            time.sleep(0.02)
+        cap = tmp_path / "c.json"
+        subprocess.run([sys.executable, "-m", "vastprobe", "collect", "local", "--sample", "0", "-o", str(cap)],
+                       check=True, capture_output=True, timeout=120)  # fmt: skip
+        doc = json.loads(cap.read_text())
+        raw = base64.b64decode(doc["raw_b64"])
+        assert f"@fr {prefix}0".encode() in raw
+        assert f"@fr {prefix}1".encode() not in raw and f"@fr {prefix}2".encode() not in raw
+        assert b"not-a-pickle" not in raw and base64.b64encode(b"root:$6$")[:8] not in raw
+        ours = [d for d in doc["snapshot"]["flight_dumps"] if d["path"].startswith(str(prefix))]
+        assert [d["rank"] for d in ours] == [0] and ours[0]["refused"] is None
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_the_reader_holds_no_pickle_import() -> None:
+    """Static guard: the reader module never imports pickle (the interpreter is its own)."""
+    src = (Path(__file__).resolve().parent.parent / "vastprobe" / "parsers" / "flight_recorder.py").read_text()
+    assert "import pickle" not in src and "pickle.load" not in src

@@ -1,0 +1,145 @@
+"""Who is who in a distributed job, and which rank holds the others.
+
+A hung collective shows on every rank but one as the same wait: the main thread waits for the
+collective's work (a futex with no timeout, or spins on a busy GPU) while its communication thread
+polls connections to the other ranks. The rank that holds the job is the one that is elsewhere:
+stopped, gone (killed, OOM-killed), in uninterruptible sleep, or blocked on something that is not
+another rank (a data loader's FIFO, a FUSE dataset mount, a lock, a checkpoint write). Ranks come
+from their environment (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE; the job from
+TORCHELASTIC_RUN_ID, SLURM_JOB_ID or the rendezvous MASTER_ADDR:MASTER_PORT), read by the probe from
+an allow-list of names only.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from vastprobe.analysis.waitgraph import untimed_futex
+from vastprobe.model import HOLDING, DistributedJob, JobRank, Process, RankState, Syscall
+from vastprobe.parsers.numbers import read_int
+
+if TYPE_CHECKING:
+    from vastprobe.rules.base import Context
+
+
+def job_key(p: Process) -> str | None:
+    run = p.env_value("TORCHELASTIC_RUN_ID")
+    if run and run != "none":
+        return f"torchelastic:{run}"
+    slurm = p.env_value("SLURM_JOB_ID")
+    if slurm:
+        return f"slurm:{slurm}"
+    addr, port = p.env_value("MASTER_ADDR"), p.env_value("MASTER_PORT")
+    if addr and port:
+        return f"rendezvous:{addr}:{port}"
+    return None
+
+
+def find_jobs(ctx: Context) -> list[DistributedJob]:
+    """The distributed jobs with a rank on this host, each rank classified. The ranks of a job are
+    the processes whose environment names a RANK and the same job; a worker a rank forked (a
+    DataLoader worker inherits the environment) is not a rank of its own."""
+    by_key: dict[str, list[Process]] = {}
+    for p in ctx.snapshot.processes:
+        if p.kernel_thread or read_int(p.env_value("RANK") or "") is None:
+            continue
+        key = job_key(p)
+        parent = ctx.tree.by_pid.get(p.ppid)
+        if key is None or (
+            parent is not None and job_key(parent) == key and parent.env_value("RANK") == p.env_value("RANK")
+        ):
+            continue  # a worker of a rank: same rank in its environment as its parent
+        by_key.setdefault(key, []).append(p)
+    jobs = []
+    for key, procs in sorted(by_key.items()):
+        pids = {p.pid for p in procs}
+        ranks = [_classify(ctx, p, pids) for p in sorted(procs, key=lambda p: read_int(p.env_value("RANK") or "") or 0)]
+        ranks += _gone(ctx, procs)
+        world = max((read_int(p.env_value("WORLD_SIZE") or "") or 0 for p in procs), default=0) or None
+        waiting = tuple(r for r in ranks if r.state == "collective")
+        holding = tuple(r for r in ranks if r.state in HOLDING)
+        # a rank that computes while the others wait is a straggler: it holds them only while nothing
+        # here is stuck outright
+        culprits = holding or (tuple(r for r in ranks if r.state == "running") if waiting else ())
+        # ranks holding the job count where someone waits on them: here, or the job's ranks elsewhere
+        if not waiting and (world or 0) <= len(ranks):
+            culprits = ()
+        jobs.append(DistributedJob(key, world, tuple(ranks), culprits, waiting))
+    return jobs
+
+
+def _peers(ctx: Context, p: Process, ranks: set[int]) -> int:
+    """How many other ranks this one holds connections to (gloo's pairs, NCCL's bootstrap and proxy):
+    the ranks here, and connections to no process visible here (the job's ranks on other hosts)."""
+    here, unseen = ctx.graph.connected(p.pid)
+    return len(here & ranks) + unseen
+
+
+def _classify(ctx: Context, p: Process, ranks: set[int]) -> JobRank:
+    rank = read_int(p.env_value("RANK") or "")
+    local = read_int(p.env_value("LOCAL_RANK") or "")
+    gpu = p.env_value("CUDA_VISIBLE_DEVICES")
+
+    def r(state: RankState, why: str) -> JobRank:
+        return JobRank(rank, local, p.pid, state, why, gpu)
+
+    if p.state in ("T", "t"):
+        return r("stopped", f"{'traced and held by its tracer' if p.state == 't' else 'stopped'} ({p.state})")
+    if p.state == "D":
+        return r("uninterruptible", f"in uninterruptible sleep in {p.wchan}")
+    if p.state in ("Z", "X"):
+        return r("exited", "exited (a zombie its launcher has not reaped)")
+    g = ctx.graph
+    kind = g.kind(p)
+    peers = _peers(ctx, p, ranks)
+    moved = ctx.progress[p.pid].moved if ctx.two_samples and p.pid in ctx.progress else None
+    if kind == "futex" and (untimed_futex(p.syscall) or not isinstance(p.syscall, Syscall)) and peers:
+        return r(
+            "collective", f"waits in a collective (its main thread in a futex; {peers} connection(s) to other ranks)"
+        )
+    if p.state == "R" or kind is None:
+        if moved is False and peers:
+            return r("collective", "spins without progress, connected to the other ranks")
+        return r("running", "runs" + (" and makes progress" if moved else ""))
+    # blocked on something: another rank (a collective by hand) or something else
+    chain = next((s for s in ctx.stalled_chains if p.pid in s.chain.pids), None)
+    if chain is not None and not set(chain.chain.pids[chain.chain.pids.index(p.pid) + 1 :]) & ranks:
+        end = ctx.tree.by_pid.get(chain.chain.end)
+        edge = chain.edge
+        what = edge.what if edge is not None else f"{end.comm} ({end.pid})" if end else "a child"
+        return r("elsewhere", f"waits on {what}, not on another rank")
+    for edge in g.edges(p.pid):
+        if edge.holders and set(edge.holders) <= ranks:
+            return r("collective", f"waits on another rank ({edge.what})")
+    edges = g.edges(p.pid)
+    if edges:
+        return r("elsewhere", f"waits on {edges[0].what}, not on another rank")
+    if kind in ("fifo-open", "pipe-read", "pipe-write", "file-lock", "fuse", "nfs", "tty", "child", "stopped"):
+        return r("elsewhere", f"waits in {p.wchan} ({kind}), not on another rank")
+    if peers:
+        return r("collective", f"waits ({kind}) with {peers} connection(s) to other ranks")
+    return r("elsewhere", f"waits in {p.wchan}, connected to no other rank")
+
+
+def _gone(ctx: Context, procs: list[Process]) -> list[JobRank]:
+    """Local ranks the job should have here (LOCAL_WORLD_SIZE) that no process is: killed, or
+    OOM-killed (the kernel log names a victim of the ranks' program under their launcher)."""
+    local_world = max((read_int(p.env_value("LOCAL_WORLD_SIZE") or "") or 0 for p in procs), default=0)
+    seen = {read_int(p.env_value("LOCAL_RANK") or "") for p in procs}
+    missing = [n for n in range(local_world) if n not in seen]
+    if not missing:
+        return []
+    launchers = {p.ppid for p in procs}
+    comms = {p.comm for p in procs}
+    oom = [
+        m for m in ctx.oom_matches if m.relevant and m.event.comm in comms and (m.loser in launchers or m.loser is None)
+    ]
+    out = []
+    for i, n in enumerate(missing):
+        if i < len(oom):
+            e = oom[i].event
+            why = f"gone: OOM-killed (host pid {e.pid}, {e.comm})"
+        else:
+            why = "gone: no process is this local rank any more (killed, or exited)"
+        out.append(JobRank(None, n, None, "gone", why))
+    return out

@@ -1,0 +1,39 @@
+"""The distributed-training variables of multi-threaded processes' environments:
+
+    /proc/812/environ:RANK=3
+    /proc/812/environ:MASTER_ADDR=10.0.0.1
+
+The probe prints only allow-listed names; the allow-list is applied here again, so a target that
+sends more (a forged section, an older probe) can never put another variable in a report: secrets
+live in environments.
+"""
+
+from __future__ import annotations
+
+import re
+
+from vastprobe.parsers.procfs_lines import group_by_pid
+
+#: The names that say who is who in a distributed job; nothing else of an environment is kept.
+ALLOWED = re.compile(
+    r"(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_RUN_ID"
+    r"|SLURM_JOB_ID|SLURM_PROCID|CUDA_VISIBLE_DEVICES|NCCL_[A-Z0-9_]{1,64}|TORCH_NCCL_[A-Z0-9_]{1,64}"
+    r"|TORCH_FR_[A-Z0-9_]{1,64})",
+    re.ASCII,
+)
+MAX_NAMES = 48
+MAX_VALUE = 256
+
+
+def parse_env_section(text: str) -> dict[int, tuple[tuple[str, str], ...]]:
+    """PID -> its allow-listed variables, in the order the environment holds them."""
+    out: dict[int, tuple[tuple[str, str], ...]] = {}
+    for pid, lines in group_by_pid(text, "environ").lines.items():
+        kept: dict[str, str] = {}
+        for line in lines:
+            name, sep, value = line.partition("=")
+            if sep and ALLOWED.fullmatch(name) and name not in kept and len(kept) < MAX_NAMES:
+                kept[name] = value.replace("\x1e", "\n")[:MAX_VALUE]
+        if kept:
+            out[pid] = tuple(kept.items())
+    return out

@@ -1,0 +1,258 @@
+"""PyTorch's flight recorder dumps (`TORCH_NCCL_DEBUG_INFO_TEMP_FILE` / `TORCH_FR_DUMP_TEMP_FILE`
+prefix + rank, `/tmp/nccl_trace_rank_N` by default): a pickle of plain containers and scalars.
+
+A pickle is a program: loading one with the `pickle` module can call any function it names. This
+reader never does. It is an interpreter of the opcodes that build plain data (dicts, lists, tuples,
+strings, bytes, numbers, booleans, None, the memo) and of nothing else: an opcode that names a
+global, calls, builds an object or loads a persistent id is refused, and so is input past its size,
+nesting or item bounds. What the dump says is then read into a typed record: per process group, the
+collectives this rank entered (sequence id, op, sizes, state) and its status.
+
+The probe sends a dump as `@fr PATH` followed by its bytes in base64 (at most 1 MiB of it).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import struct
+from typing import Any
+
+from vastprobe.model import Collective, FlightDump
+from vastprobe.parsers.numbers import read_int
+
+MAX_BYTES = 1 << 20
+MAX_DEPTH = 64
+MAX_ITEMS = 200_000
+MAX_MEMO = 100_000
+MAX_STACK = 256  # values on the stack at once: what bounds nesting built with APPEND and SETITEM
+
+
+class Refused(ValueError):
+    """The dump is not plain data, or not within bounds: nothing of it is used."""
+
+
+_MARK = object()
+
+
+def load_plain(data: bytes) -> Any:
+    """The value a pickle of plain data builds; Refused for anything else."""
+    if len(data) > MAX_BYTES:
+        raise Refused(f"{len(data)} bytes, over {MAX_BYTES}")
+    stack: list[Any] = []
+    memo: dict[int, Any] = {}
+    pos = 0
+    items = 0
+    depth = 0
+
+    def take(n: int) -> bytes:
+        nonlocal pos
+        if n < 0 or pos + n > len(data):
+            raise Refused(f"a length of {n} runs past the end ({len(data)} bytes)")
+        out = data[pos : pos + n]
+        pos += n
+        return out
+
+    def unpack(fmt: str) -> int:
+        v: int = struct.unpack(fmt, take(struct.calcsize(fmt)))[0]  # an integer format: an int, not text
+        return v
+
+    def pop_mark() -> list[Any]:
+        nonlocal depth
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i] is _MARK:
+                items_ = stack[i + 1 :]
+                del stack[i:]
+                depth -= 1
+                return items_
+        raise Refused("no mark")
+
+    def push(v: Any) -> None:
+        nonlocal items
+        items += 1
+        if items > MAX_ITEMS:
+            raise Refused(f"more than {MAX_ITEMS} items")
+        if len(stack) >= MAX_STACK:
+            raise Refused(f"nested deeper than {MAX_STACK}")
+        stack.append(v)
+
+    while True:
+        op = take(1)[0]
+        if op == 0x80:  # PROTO
+            take(1)
+        elif op == 0x95:  # FRAME
+            take(8)
+        elif op == 0x2E:  # STOP
+            if len(stack) != 1:
+                raise Refused("the pickle does not end with one value")
+            return stack[0]
+        elif op == 0x28:  # MARK
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise Refused(f"nested deeper than {MAX_DEPTH}")
+            stack.append(_MARK)
+        elif op == 0x7D:  # EMPTY_DICT
+            push({})
+        elif op == 0x5D:  # EMPTY_LIST
+            push([])
+        elif op == 0x29:  # EMPTY_TUPLE
+            push(())
+        elif op == 0x4E:  # NONE
+            push(None)
+        elif op == 0x88:  # NEWTRUE
+            push(True)
+        elif op == 0x89:  # NEWFALSE
+            push(False)
+        elif op == 0x4B:  # BININT1
+            push(take(1)[0])
+        elif op == 0x4D:  # BININT2
+            push(unpack("<H"))
+        elif op == 0x4A:  # BININT
+            push(unpack("<i"))
+        elif op == 0x8A:  # LONG1
+            n = take(1)[0]
+            push(int.from_bytes(take(n), "little", signed=True))
+        elif op == 0x47:  # BINFLOAT
+            (f,) = struct.unpack(">d", take(8))
+            push(f)
+        elif op == 0x8C:  # SHORT_BINUNICODE
+            push(take(take(1)[0]).decode("utf-8", "replace"))
+        elif op == 0x58:  # BINUNICODE
+            push(take(unpack("<I")).decode("utf-8", "replace"))
+        elif op == 0x8D:  # BINUNICODE8
+            push(take(unpack("<Q")).decode("utf-8", "replace"))
+        elif op == 0x43:  # SHORT_BINBYTES
+            push(take(take(1)[0]))
+        elif op == 0x42:  # BINBYTES
+            push(take(unpack("<I")))
+        elif op == 0x94:  # MEMOIZE
+            if not stack or len(memo) >= MAX_MEMO:
+                raise Refused("memo")
+            memo[len(memo)] = stack[-1]
+        elif op in (0x71, 0x72):  # BINPUT, LONG_BINPUT
+            key = take(1)[0] if op == 0x71 else unpack("<I")
+            if not stack or len(memo) >= MAX_MEMO:
+                raise Refused("memo")
+            memo[key] = stack[-1]
+        elif op in (0x68, 0x6A):  # BINGET, LONG_BINGET
+            key = take(1)[0] if op == 0x68 else unpack("<I")
+            if key not in memo:
+                raise Refused(f"memo key {key} was never put")
+            push(memo[key])
+        elif op in (0x85, 0x86, 0x87):  # TUPLE1, TUPLE2, TUPLE3
+            n = op - 0x84
+            if len(stack) < n or any(v is _MARK for v in stack[-n:]):
+                raise Refused("tuple of missing items")
+            got = tuple(stack[-n:])
+            del stack[-n:]
+            stack.append(got)
+        elif op == 0x74:  # TUPLE
+            stack.append(tuple(pop_mark()))
+        elif op == 0x6C:  # LIST
+            stack.append(pop_mark())
+        elif op == 0x64:  # DICT
+            vals = pop_mark()
+            stack.append(_pairs({}, vals))
+        elif op == 0x61:  # APPEND
+            v = stack.pop()
+            _target(stack, list).append(v)
+        elif op == 0x65:  # APPENDS
+            vals = pop_mark()
+            _target(stack, list).extend(vals)
+        elif op == 0x73:  # SETITEM
+            v, k = stack.pop(), stack.pop()
+            _pairs(_target(stack, dict), [k, v])
+        elif op == 0x75:  # SETITEMS
+            vals = pop_mark()
+            _pairs(_target(stack, dict), vals)
+        else:
+            name = {0x63: "GLOBAL", 0x93: "STACK_GLOBAL", 0x52: "REDUCE", 0x62: "BUILD", 0x69: "INST",
+                    0x6F: "OBJ", 0x81: "NEWOBJ", 0x92: "NEWOBJ_EX", 0x50: "PERSID", 0x51: "BINPERSID"}.get(op)  # fmt: skip
+            raise Refused(f"opcode {name or hex(op)} at byte {pos - 1}: not plain data, never run")
+
+
+def _target(stack: list[Any], kind: type) -> Any:
+    if not stack or not isinstance(stack[-1], kind):
+        raise Refused(f"no {kind.__name__} to add to")
+    return stack[-1]
+
+
+def _pairs(d: dict[Any, Any], vals: list[Any]) -> dict[Any, Any]:
+    if len(vals) % 2:
+        raise Refused("odd number of dict items")
+    for i in range(0, len(vals), 2):
+        k = vals[i]
+        if not isinstance(k, (str, int, bool, type(None), tuple)):
+            raise Refused("a dict key that is not a scalar")
+        d[k] = vals[i + 1]
+    return d
+
+
+_RANK = re.compile(r"([0-9]{1,7})$", re.ASCII)
+
+
+def read_dump(path: str, data: bytes) -> FlightDump:
+    """The typed record of one dump; a dump that is refused says why (and holds nothing else)."""
+    m = _RANK.search(path)
+    rank = read_int(m.group(1)) if m else None
+    try:
+        doc = load_plain(data)
+    except Refused as exc:
+        return FlightDump(path, rank, "", (), {}, refused=str(exc))
+    if not isinstance(doc, dict):
+        return FlightDump(path, rank, "", (), {}, refused="not a dict")
+    out = []
+    for e in doc.get("entries") or []:
+        if not isinstance(e, dict):
+            continue
+        seq = e.get("collective_seq_id")
+        pg = e.get("process_group")
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            continue
+        pg_id = str(pg[0]) if isinstance(pg, (tuple, list)) and pg else str(e.get("pg_id", ""))
+        sizes = e.get("input_sizes")
+        out.append(
+            Collective(
+                pg=pg_id[:64],
+                seq=seq,
+                op=str(e.get("profiling_name", "?"))[:80],
+                sizes=str(sizes)[:120] if sizes is not None else "?",
+                state=str(e.get("state", "?"))[:20],
+                retired=e.get("retired") is True,
+            )
+        )
+    raw_status = doc.get("pg_status")
+    status: dict[Any, Any] = raw_status if isinstance(raw_status, dict) else {}
+    done = {
+        str(k)[:64]: v["last_completed_collective"]
+        for k, v in status.items()
+        if isinstance(v, dict) and isinstance(v.get("last_completed_collective"), int)
+    }
+    return FlightDump(path, rank, str(doc.get("version", ""))[:20], tuple(out), done)
+
+
+def parse_fr_section(text: str) -> tuple[FlightDump, ...]:
+    """`@fr PATH` lines, each followed by the dump's base64 lines."""
+    dumps: list[FlightDump] = []
+    path: str | None = None
+    chunks: list[str] = []
+
+    def flush() -> None:
+        if path is None:
+            return
+        try:
+            data = base64.b64decode("".join(chunks), validate=True)
+        except (binascii.Error, ValueError):
+            dumps.append(FlightDump(path, None, "", (), {}, refused="not base64"))
+            return
+        dumps.append(read_dump(path, data))
+
+    for line in text.split("\n"):
+        if line.startswith("@fr "):
+            flush()
+            path, chunks = line[4:][:4096], []
+        elif path is not None and line and not line.startswith("@"):
+            chunks.append(line.strip())
+    flush()
+    return tuple(dumps[:16])

@@ -1,0 +1,167 @@
+"""VP119 culprit-rank: a distributed job hangs because one of its ranks is not in the collective
+the others wait in, and that rank is named.
+
+Every rank but one waits in the same collective (its main thread waits for the collective's work
+while its communication thread polls the other ranks; on GPUs it spins at full utilisation with no
+progress); the one that holds them is elsewhere: stopped, gone (killed, OOM-killed), in D state, or
+blocked on something that is not another rank. The waiting ranks' own findings (a peer that does not
+answer, a busy GPU without progress) are this finding's consequences, not separate roots. Ranks and
+the job come from the processes' environments (an allow-list of names: RANK, LOCAL_RANK, WORLD_SIZE,
+LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID, SLURM_JOB_ID, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from vastprobe.analysis.flight import Stuck, compare
+from vastprobe.model import DistributedJob, Evidence, Finding, JobRank, Severity
+from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
+from vastprobe.rules.chains import chain_evidence, resume_hint, stack_command
+
+META = RuleMeta("culprit-rank", "VP119", "error", "one rank of a distributed job holds the others in a collective")
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    dumps = ctx.snapshot.flight_dumps
+    for d in dumps:
+        if d.refused:
+            yield META.finding(
+                f"a flight recorder dump was not read: {d.path}: {d.refused}",
+                [],
+                [Evidence("flight recorder", f"{d.path}: {d.refused}")],
+                "vastprobe reads dumps as plain data and never runs pickle code; a dump that is more than that "
+                "(a global, a call, an object) or past its bounds was written by something else: look at who wrote it",
+                "warning",
+            )
+    stuck = compare(dumps)
+    named_by_ranks: set[int] = set()
+    for job in ctx.jobs:
+        if not any(r.pid in ctx.scope for r in job.ranks if r.pid is not None):
+            continue
+        waiting = ", ".join(str(r.rank) for r in job.waiting[:8]) + (" …" if len(job.waiting) > 8 else "")
+        if not job.culprits:
+            if job.elsewhere:
+                yield _off_host(ctx, job, waiting)
+            continue
+        for culprit in job.culprits:
+            if culprit.rank is not None:
+                named_by_ranks.add(culprit.rank)
+            yield _culprit(ctx, job, culprit, waiting, stuck)
+    for st in stuck:  # the dumps alone name ranks the processes here did not (their host is elsewhere)
+        if not set(st.missing) & named_by_ranks:
+            yield _from_dumps(st)
+
+
+def _flight_evidence(stuck: list[Stuck]) -> list[Evidence]:
+    return [
+        Evidence(
+            "flight recorder",
+            f"process group {st.pg}: every rank entered collective #{st.last_all}; ranks "
+            f"{', '.join(map(str, st.entered))} entered #{st.next_seq} ({st.op}, sizes {st.sizes}), ranks "
+            f"{', '.join(map(str, st.missing))} did not",
+        )
+        for st in stuck[:4]
+    ]
+
+
+def _from_dumps(st: Stuck) -> Finding:
+    missing = ", ".join(map(str, st.missing))
+    return META.finding(
+        f"the flight recorder dumps say rank(s) {missing} never entered collective #{st.next_seq} ({st.op}) of process "
+        f"group {st.pg}, which rank(s) {', '.join(map(str, st.entered))} entered and wait in",
+        [],
+        _flight_evidence([st]),
+        f"diagnose the host(s) of rank(s) {missing}: what they do instead of #{st.next_seq} is the cause",
+        "error",
+    )
+
+
+def _culprit(ctx: Context, job: DistributedJob, c: JobRank, waiting: str, stuck: list[Stuck]) -> Finding:
+    who = f"{c.name}" + (
+        f" (pid {c.pid}" + (f", {ctx.tree.by_pid[c.pid].comm})" if c.pid in ctx.tree.by_pid else ")") if c.pid else ""
+    )
+    n = len(job.waiting)
+    if n:
+        others = f"{n} other rank{'s' if n != 1 else ''} ({waiting}) wait on it in a collective"
+    else:  # its ranks here hold; the others are on other hosts
+        away = (job.world_size or 0) - len(job.ranks)
+        others = f"the job's {away} other rank(s) are on other hosts (a sweep of them says whether they wait on it)"
+    summary = f"{who} of job {_job_words(job)} {c.why}; {others}"
+    ev = [
+        Evidence("environ", f"job {job.key}, world size {job.world_size or '?'}, {len(job.ranks)} rank(s) on this host")
+    ]
+    ev += [Evidence("rank", f"{r.name} (pid {r.pid if r.pid else '-'}): {r.why}") for r in job.ranks[:16]]
+    chain = next((s for s in ctx.stalled_chains if c.pid is not None and c.pid in s.chain.pids), None)
+    if chain is not None:
+        ev += chain_evidence(ctx, chain)
+    ev += _flight_evidence([st for st in stuck if c.rank in st.missing])
+    severity: Severity = "error"
+    caused_by = None
+    if c.state == "stopped" and c.pid is not None:
+        hint = resume_hint(ctx, c.pid)
+    elif c.state == "gone":
+        hint = (
+            "the rank is gone and the others will wait until the collective times out "
+            "(TORCH_NCCL_TIMEOUT / the process group's timeout, 10 to 30 minutes by default): restart the job"
+            + (" with more memory (the kernel's OOM killer took it)" if "OOM" in c.why else "")
+        )
+        caused_by = "oom-killed-child" if "OOM" in c.why else None
+    elif c.state == "running":
+        severity = "warning"
+        hint = (
+            f"{c.name} still computes while the others wait: a straggler (uneven data, a slow GPU or node) or a rank "
+            f"that took another code path; see where it is ({stack_command(ctx, c.pid) if c.pid else 'its stack'})"
+        )
+    else:
+        hint = (
+            f"{c.name} is not in the collective: fix what it waits on (the evidence shows its chain), or kill the job; "
+            f"see where it is ({stack_command(ctx, c.pid) if c.pid else 'its stack'})"
+        )
+    hint += "; " + _recorder_words(ctx, job)
+    if not ctx.two_samples and severity == "error" and c.state in ("running", "elsewhere"):
+        severity = "warning"
+        summary += ONE_SAMPLE
+    pids = [p for p in (c.pid, *(r.pid for r in job.waiting)) if p is not None]
+    return META.finding(summary, pids, ev, hint, severity, caused_by=caused_by)
+
+
+def _off_host(ctx: Context, job: DistributedJob, waiting: str) -> Finding:
+    here = {r.rank for r in job.ranks if r.rank is not None}
+    missing = [n for n in range(job.world_size or 0) if n not in here]
+    shown = ", ".join(map(str, missing[:8])) + (" …" if len(missing) > 8 else "")
+    summary = (
+        f"every rank of job {_job_words(job)} on this host ({waiting}) waits in a collective: the rank holding "
+        f"them is on another host (ranks {shown})"
+    )
+    ev = [Evidence("rank", f"{r.name} (pid {r.pid}): {r.why}") for r in job.ranks[:16]]
+    hint = (
+        "diagnose the job's other hosts (a sweep of them names the culprit when it finds it; `--group-by` compares "
+        "them); " + _recorder_words(ctx, job)
+    )
+    sev: Severity = "warning" if ctx.two_samples else "info"
+    return META.finding(summary + ("" if ctx.two_samples else ONE_SAMPLE), [r.pid for r in job.waiting if r.pid], ev,
+                        hint, sev)  # fmt: skip
+
+
+def _job_words(job: DistributedJob) -> str:
+    kind, _, name = job.key.partition(":")
+    return f"{name} ({kind})" if kind != "rendezvous" else f"at {name}"
+
+
+def _recorder_words(ctx: Context, job: DistributedJob) -> str:
+    """Whether PyTorch's flight recorder was on: which variables would have recorded this hang."""
+    procs = [ctx.tree.by_pid[r.pid] for r in job.ranks if r.pid is not None and r.pid in ctx.tree.by_pid]
+    on = any(
+        (p.env_value("TORCH_NCCL_TRACE_BUFFER_SIZE") or p.env_value("TORCH_FR_BUFFER_SIZE") or "0") not in ("", "0")
+        for p in procs
+    )
+    if on:
+        return "the flight recorder is on: its dumps (TORCH_NCCL_DEBUG_INFO_TEMP_FILE, /tmp/nccl_trace_rank_*) name the last collective each rank entered"
+    return (
+        "to record the next hang, start the job with TORCH_FR_BUFFER_SIZE=2000 (TORCH_NCCL_TRACE_BUFFER_SIZE on older "
+        "PyTorch) and TORCH_NCCL_DUMP_ON_TIMEOUT=1: each rank then dumps its last collectives"
+    )
+
+
+RULE = Rule(META, check)
