@@ -105,7 +105,7 @@ def main() -> None:
             f"machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
         )
         print(
-            "| hosts | controllers | wall s | controller CPU s | CPU ms/host | peak RSS MiB (largest) | rows by status | history hosts / observations |"
+            "| hosts | controllers x --concurrency | wall s | controller CPU s | CPU ms/host | peak RSS MiB (largest) | rows by status | history hosts / observations |"
         )
         print("|---:|---:|---:|---:|---:|---:|---|---|")
         for n in (int(x) for x in args.hosts.split(",")):
