@@ -41,6 +41,14 @@ def start_sim(n: int, d: Path, extra: list[str]) -> subprocess.Popen[str]:
     return p
 
 
+def sim_cpu(sim: subprocess.Popen[str]) -> float:
+    """CPU seconds the simulator's processes have used so far (its SSH server side of every host)."""
+    import psutil
+
+    procs = [psutil.Process(sim.pid), *psutil.Process(sim.pid).children()]
+    return sum(sum(p.cpu_times()[:2]) for p in procs)
+
+
 def sweep(d: Path, shards: int, url: str, concurrency: int, timeout: float, connect_timeout: float) -> dict:
     procs = []
     t0 = time.monotonic()
@@ -119,7 +127,9 @@ def main() -> None:
                         else:
                             url = args.pg_url
                         per = max(16, args.concurrency // shards)
+                        before = sim_cpu(sim)
                         r = sweep(d, shards, url, per, args.timeout, args.connect_timeout)
+                        r["sim_cpu"] = sim_cpu(sim) - before
                         dup = len(r["targets"]) - len(set(r["targets"]))
                         hist = "-"
                         if cluster is not None:
@@ -130,6 +140,7 @@ def main() -> None:
                         print(f"| {n} | {shards} x {per} | {r['wall']:.1f} | {r['cpu']:.1f} | {1000 * r['cpu'] / n:.1f} | "
                               f"{r['rss_mib']:.0f} | {r['status']}{' DUPLICATES ' + str(dup) if dup else ''} | {hist} |",
                               flush=True)  # fmt: skip
+                        print(f"  simulator CPU {r['sim_cpu']:.1f} s; load {os.getloadavg()[0]:.1f}", flush=True)
                         if r["errors"]:
                             print(f"  stderr: {r['errors']}", flush=True)
                 finally:
