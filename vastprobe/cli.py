@@ -1014,9 +1014,9 @@ def _history_url_problem(value: str) -> Optional[str]:
     try:
         conninfo_to_dict(value.strip())
     except Exception as exc:  # psycopg.ProgrammingError: libpq could not read it
-        from vastprobe.history.engine import _secrets
+        from vastprobe.history.engine import url_secrets
 
-        return f"{display(value)}: not a usable PostgreSQL URL: {reason(exc, _secrets(value))}"
+        return f"{display(value)}: not a usable PostgreSQL URL: {reason(exc, url_secrets(value))}"
     return None
 
 

@@ -51,7 +51,7 @@ def display(location: str | os.PathLike[str]) -> str:
         return f"{text.split(':', 1)[0]}://(a URL that could not be read)"
 
 
-def _secrets(location: str) -> list[str]:
+def url_secrets(location: str) -> list[str]:
     """Passwords a URL carries, to scrub from any message a driver returns."""
     found = []
     try:
@@ -164,7 +164,7 @@ class PostgresDatabase(Database):
 
         self.con = con
         self.where = display(location)
-        self.secrets = _secrets(location)
+        self.secrets = url_secrets(location)
         self._psycopg = psycopg
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
@@ -239,14 +239,14 @@ def connect_postgres(location: str, readonly: bool) -> PostgresDatabase:
     try:
         con = psycopg.connect(url, **extra)
     except psycopg.Error as exc:
-        raise DatabaseError(f"{where}: cannot connect: {reason(exc, _secrets(url))}") from exc
+        raise DatabaseError(f"{where}: cannot connect: {reason(exc, url_secrets(url))}") from exc
     except ValueError as exc:  # a URL libpq could not read never reaches the server
-        raise DatabaseError(f"{where}: not a usable PostgreSQL URL: {reason(exc, _secrets(url))}") from exc
+        raise DatabaseError(f"{where}: not a usable PostgreSQL URL: {reason(exc, url_secrets(url))}") from exc
     try:
         con.execute(f"SET search_path TO {PG_SCHEMA}")
         if readonly:
             con.execute("SET default_transaction_read_only = on")
     except psycopg.Error as exc:
         con.close()
-        raise DatabaseError(f"{where}: {reason(exc, _secrets(url))}") from exc
+        raise DatabaseError(f"{where}: {reason(exc, url_secrets(url))}") from exc
     return PostgresDatabase(con, url)

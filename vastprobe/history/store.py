@@ -94,9 +94,9 @@ def _errors(location: Location, doing: str, secrets: Sequence[str] = ()):  # typ
 
 
 def _secrets_of(location: Location) -> list[str]:
-    from vastprobe.history.engine import _secrets
+    from vastprobe.history.engine import url_secrets
 
-    return _secrets(location) if isinstance(location, str) and is_url(location) else []
+    return url_secrets(location) if isinstance(location, str) and is_url(location) else []
 
 
 def open_history(location: Location, readonly: bool = False, busy_timeout: float = BUSY_TIMEOUT) -> Database:
@@ -220,8 +220,6 @@ class _Host:
 
 
 class HistoryStore:
-    _features: Mapping[str, str] = {}
-
     def __init__(self, location: Location, busy_timeout: float = BUSY_TIMEOUT) -> None:
         self.location = location if isinstance(location, str) and is_url(location) else Path(location)
         self.con = open_history(self.location, busy_timeout=busy_timeout)
@@ -260,12 +258,13 @@ class HistoryStore:
         """One transaction: the sweep, every host's observation and new state, the pruning.
         `features`: what `--group-by` compared of each host (JSON text), kept for other shards."""
         latest = {r.target: r for r in reports}  # a target named twice counts once, as last seen
-        self._features = features or {}
         with _errors(self.location, "this run was not recorded", _secrets_of(self.location)):
             con = self.con
             con.begin_write(self.wait)
             try:
-                memory = self._record(con, list(latest.values()), started_at, finished_at, kind, shard, complete)
+                memory = self._record(
+                    con, list(latest.values()), started_at, finished_at, kind, shard, complete, features or {}
+                )
                 prune(con, finished_at - keep)
                 con.commit()
             except BaseException:
@@ -283,6 +282,7 @@ class HistoryStore:
         kind: str,
         shard: str | None,
         complete: bool,
+        features: Mapping[str, str],
     ) -> dict[str, HostMemory]:
         sweep_id = con.execute(
             "INSERT INTO sweeps (started_at, finished_at, kind, shard, hosts, complete) VALUES (?, ?, ?, ?, ?, ?) "
@@ -313,7 +313,7 @@ class HistoryStore:
             state_id = states[(r.status, r.verdict, state_rules(r))]
             details_id = details_ids[bodies[r.target][0]] if r.target in bodies else None
             labels = json.dumps(r.labels, sort_keys=True) if r.labels else None
-            feats = self._features.get(r.target)
+            feats = features.get(r.target)
             h = hosts.get(r.target)
             if h is None:
                 healthy = t if r.verdict == "healthy" else None
