@@ -161,7 +161,7 @@ def test_forward_migration_keeps_the_data(tmp_path: Path, monkeypatch: pytest.Mo
         open_history(path, readonly=True)
     with HistoryStore(path) as store:
         m = store.record([report("x", "stalled", ("stopped-child",))], started_at=T0 + 60, finished_at=T0 + 60)
-        assert store.con.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert store.con.execute("PRAGMA user_version").fetchone()[0] == len(schema.MIGRATIONS)
         assert store.con.execute("SELECT note FROM hosts").fetchone()[0] == "v2"
     assert m["x"].change == "still" and m["x"].verdict_since == T0
 
@@ -316,3 +316,23 @@ def test_a_new_history_file_is_private_from_its_first_instant(tmp_path: Path) ->
         os.umask(old)
     assert path.stat().st_mode & 0o777 == 0o600
     assert (path.parent.stat().st_mode & 0o777) == 0o700
+
+
+def test_a_version_1_file_is_migrated_to_keep_group_features(tmp_path: Path) -> None:
+    """A file written before the features columns existed (version 1) gets them, its rows kept."""
+    path = tmp_path / "h.sqlite"
+    _write_v1(path)
+    with sqlite3.connect(path) as con:  # as version 1 left it
+        con.execute("ALTER TABLE hosts DROP COLUMN features")
+        con.execute("ALTER TABLE hosts DROP COLUMN features_at")
+        con.execute("PRAGMA user_version = 1")
+    with sqlite3.connect(path) as con:
+        assert con.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert "features" not in [r[1] for r in con.execute("PRAGMA table_info(hosts)")]
+    with HistoryStore(path) as store:
+        m = store.record([report("x", "stalled", ("stopped-child",))], started_at=T0 + 60, finished_at=T0 + 60,
+                         features={"x": '[["verdict","stalled"]]'})  # fmt: skip
+        assert store.peers(T0) == [("x", None, '[["verdict","stalled"]]')] and store.peers(T0 + 61) == []
+    assert m["x"].change == "still" and m["x"].verdict_since == T0
+    with sqlite3.connect(path) as con:
+        assert con.execute("PRAGMA user_version").fetchone()[0] == schema.schema_version()
