@@ -20,6 +20,7 @@ a child process (`vastprobe sweep`) can talk to them.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import threading
 from collections.abc import Awaitable, Callable
@@ -113,6 +114,59 @@ def endless(framed: bool = True) -> Handler:
         except (asyncssh.Error, OSError, BrokenPipeError, ConnectionError):
             pass
 
+    return handler
+
+
+#: A format-2 capture (the section order of today's probe), with the parameters it ran with.
+ORDERED = FIXTURE.parent / "waits-host"
+
+
+def ordered_params() -> list[str]:
+    """The --log and --artifacts arguments the ORDERED capture was made with."""
+    p = json.loads((ORDERED / "params.json").read_text())
+    return [*(a for log in p["logs"] for a in ("--log", log)), *(a for g in p["artifacts"] for a in ("--artifacts", g))]
+
+
+def cut(after: str, signal: str | None = "KILL", hang: bool = False) -> Handler:
+    """The ORDERED capture up to the end of section `after` (or its start, `after` being
+    "s0.proc!"), then: killed by `signal` (as when a tenant kills the probe's session), or silence
+    for ever (`hang`: a probe stuck on the target)."""
+    raw = (ORDERED / "probe.out").read_bytes()
+    b = json.loads((ORDERED / "params.json").read_text())["boundary"].encode()
+    name = after.rstrip("!").encode()
+    mark = b"\n@@" + b + b"@@ " + (name if after.endswith("!") else b"/" + name) + b"\n"
+    head = raw[: raw.find(mark) + len(mark)]
+
+    async def handler(process: asyncssh.SSHServerProcess) -> None:
+        bnd = await _boundary(process)
+        process.stdout.write(head.replace(b, bnd))
+        if hang:
+            await asyncio.sleep(3600)
+        if signal:
+            process.exit_with_signal(signal)
+        else:
+            process.exit(0)
+
+    return handler
+
+
+def silent(times: int, status: int | None = None) -> Handler:
+    """Writes nothing and ends (killed by SIGKILL, or with `status`) on its first `times` runs;
+    then answers as `healthy`. `calls` counts the runs."""
+    ok = healthy()
+
+    async def handler(process: asyncssh.SSHServerProcess) -> None:
+        handler.calls += 1  # type: ignore[attr-defined]
+        if handler.calls > times:  # type: ignore[attr-defined]
+            await ok(process)
+            return
+        await _boundary(process)
+        if status is None:
+            process.exit_with_signal("KILL")
+        else:
+            process.exit(status)
+
+    handler.calls = 0  # type: ignore[attr-defined]
     return handler
 
 

@@ -81,9 +81,10 @@ def launch(ports: str, run_id: str, culprit: int, how: str, path: str = "") -> N
                MASTER_PORT=ports.split(",")[0], TORCHELASTIC_RUN_ID=run_id, LAB_PORTS=ports,
                LAB_CULPRIT=str(culprit), LAB_HOW=how, LAB_PATH=path)  # fmt: skip
     ranks = [
-        subprocess.Popen([sys.executable, __file__, "rank"], env=dict(env, RANK=str(r), LOCAL_RANK=str(i)))
+        subprocess.Popen([sys.executable, __file__, "rank", run_id], env=dict(env, RANK=str(r), LOCAL_RANK=str(i)))
         for i, r in enumerate(local)
     ]
+    # (the run id in each rank's argv: a test matches its own job, not another test's on the machine)
     # torchrun's agent: it watches its workers (here without tearing the others down when one dies)
     while True:
         for p in ranks:

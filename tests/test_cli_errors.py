@@ -58,6 +58,12 @@ def files(tmp_path_factory) -> dict[str, str]:
     (d / "exited.json").write_text(json.dumps([{"id": 8, "actual_status": "exited", "ssh_host": "h", "ssh_port": 22}]))
     subprocess.run([sys.executable, "-m", "vastprobe", "sweep", str(d / "exited.json"), "--history", str(d / "hist.sqlite"),
                     "--json"], check=True, capture_output=True, timeout=120)  # fmt: skip
+    huge = "9" * 4301  # one digit past Python's int-str conversion limit
+    (d / "vast-huge.json").write_text(
+        f'[{{"id": 7, "actual_status": "running", "ssh_host": "ssh4.vast.ai", "ssh_port": {huge}}}]'
+    )
+    good = json.loads(cap.read_text())
+    (d / "huge-cap.json").write_text(json.dumps(good).replace('"captured_at": ', f'"captured_at": {huge}, "x": ', 1))
     return {
         "DIR": str(d / "dir"),
         "BIN": str(d / "bin"),
@@ -68,6 +74,8 @@ def files(tmp_path_factory) -> dict[str, str]:
         "VASTBAD": str(d / "vast-bad.json"),
         "FLIPPED": str(d / "flipped.json"),
         "HIST": str(d / "hist.sqlite"),
+        "VASTHUGE": str(d / "vast-huge.json"),
+        "HUGECAP": str(d / "huge-cap.json"),
         "CWD": str(d),
     }
 

@@ -139,3 +139,28 @@ def test_torch_gloo_culprit_recorded() -> None:
     assert "planted" not in text and "AWS_SECRET" not in text and "HF_TOKEN" not in text
     rank_env = dict(snap.process(culprit.pid).env)  # type: ignore[union-attr]
     assert rank_env["RANK"] == "1" and rank_env["TORCH_FR_BUFFER_SIZE"] == "2000"
+
+
+def test_mariadb_row_lock_recorded() -> None:
+    """Real MariaDB, an UPDATE waiting for a row lock another session holds: /proc shows a client
+    polling its server with nothing in flight (its threads are unnamed, its lock waits are futexes),
+    and the finding on the named client says so as `info` and names the server's tables that say who
+    holds the lock; no finding claims more than that."""
+    from dataclasses import replace
+
+    from vastprobe.analysis.tree import ProcessTree
+    from vastprobe.options import RuleOptions
+    from vastprobe.rules.base import Context
+    from vastprobe.rules.engine import run_rules
+
+    snap = parse_fixture(FIXTURES / "mariadb-row-lock")
+    waiter = next(p for p in snap.processes if p.comm == "mariadb" and "-e" in p.cmdline)
+    server = next(p for p in snap.processes if p.comm == "mariadbd")
+    opts = replace(RuleOptions(), explicit_scope=True)
+    scope = frozenset({waiter.pid})
+    ctx = Context(snap, scope, opts, ProcessTree(snap))
+    findings = run_rules(snap, scope, opts, ctx.tree, context=ctx)
+    (f,) = [f for f in findings if f.rule == "socket-peer-wait"]
+    assert f.severity == "info" and f"its peer {server.pid} (mariadbd)" in f.summary, f.summary
+    assert "INNODB_LOCK_WAITS" in f.hint and "SHOW FULL PROCESSLIST" in f.hint, f.hint
+    assert not [x for x in findings if x.severity in ("error", "critical")], findings

@@ -76,6 +76,11 @@ def test_the_section_refuses_what_is_not_base64_and_keeps_the_rest() -> None:
     a, b = parse_fr_section(text)
     assert a.refused is None and a.rank == 0 and len(a.collectives) == 4
     assert b.refused == "not base64" and b.collectives == ()
+    assert a.mtime is None  # a probe before the time (format 3) sent `@fr PATH`
+    (c,) = parse_fr_section(f"@fr 1764820800 /tmp/my job/fr_rank_3\n{good}\n")
+    assert (c.mtime, c.path, c.rank, c.prefix) == (1764820800, "/tmp/my job/fr_rank_3", 3, "/tmp/my job/fr_rank_")
+    (d,) = parse_fr_section(f"@fr - /tmp/fr_rank_3\n{good}\n")
+    assert d.mtime is None and d.path == "/tmp/fr_rank_3"
 
 
 def test_the_probe_reads_dumps_but_no_link_and_no_file_that_is_not_a_pickle(tmp_path: Path) -> None:
@@ -97,11 +102,12 @@ def test_the_probe_reads_dumps_but_no_link_and_no_file_that_is_not_a_pickle(tmp_
                        check=True, capture_output=True, timeout=120)  # fmt: skip
         doc = json.loads(cap.read_text())
         raw = base64.b64decode(doc["raw_b64"])
-        assert f"@fr {prefix}0".encode() in raw
-        assert f"@fr {prefix}1".encode() not in raw and f"@fr {prefix}2".encode() not in raw
+        assert f" {prefix}0\n".encode() in raw  # `@fr MTIME PATH`
+        assert f" {prefix}1\n".encode() not in raw and f" {prefix}2\n".encode() not in raw
         assert b"not-a-pickle" not in raw and base64.b64encode(b"root:$6$")[:8] not in raw
         ours = [d for d in doc["snapshot"]["flight_dumps"] if d["path"].startswith(str(prefix))]
         assert [d["rank"] for d in ours] == [0] and ours[0]["refused"] is None
+        assert ours[0]["mtime"] == int(os.stat(f"{prefix}0").st_mtime)
     finally:
         holder.kill()
         holder.wait()

@@ -16,6 +16,11 @@ from vastprobe.probe.render import ProbeParams, render_script
 FORK = re.compile(r"^(clone3?|fork|vfork)\(.*= (\d+)$")
 
 
+#: The watchdog's tick (script.sh, vp_watch): a `sleep 0.5` twice a second the probe runs, whatever
+#: the number of processes; a probe slowed by strace over 600 processes runs a tick or two longer.
+TICK = '["sleep", "0.5"]'
+
+
 def count_forks(tmp: Path) -> int:
     trace = tmp / "trace"
     trace.mkdir(exist_ok=True)
@@ -23,7 +28,7 @@ def count_forks(tmp: Path) -> int:
         old.unlink()
     params = ProbeParams(sample=0.1, logs=("/tmp/x.log",))
     subprocess.run(
-        ["strace", "-ff", "-qq", "-o", str(trace / "t"), "-e", "trace=clone,clone3,fork,vfork", "dash", "-s"],
+        ["strace", "-ff", "-qq", "-o", str(trace / "t"), "-e", "trace=clone,clone3,fork,vfork,execve", "dash", "-s"],
         input=render_script(params).encode(),
         capture_output=True,
         timeout=120,
@@ -31,8 +36,11 @@ def count_forks(tmp: Path) -> int:
     )
     # one file per process (-ff), so no call is split across lines by another's output;
     # a fork that succeeded returns the child's pid (> 0) in the parent
-    lines = [line for f in trace.iterdir() for line in f.read_text().splitlines()]
-    return sum(1 for line in lines if (m := FORK.search(line)) and int(m.group(2)) > 0)
+    texts = [f.read_text() for f in trace.iterdir()]
+    lines = [line for t in texts for line in t.splitlines()]
+    forks = sum(1 for line in lines if (m := FORK.search(line)) and int(m.group(2)) > 0)
+    ticks = sum(1 for t in texts if f'"sleep", {TICK[1:]}' in t or f'execve("/usr/bin/sleep", {TICK}' in t)
+    return forks - ticks
 
 
 @contextmanager

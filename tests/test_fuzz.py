@@ -241,7 +241,7 @@ def test_a_hundred_thousand_processes() -> None:
         assert int(size) == MAX_TOTAL_OUTPUT and int(n_procs) > 40_000, line
         assert float(took) < 60, line  # 4-6 s on the 2-vCPU development VM
         assert int(peak_mib) < 1536, line  # the whole process's peak RSS: ~450 MiB there
-        assert verdict in ("healthy", "degraded"), line
+        assert verdict == "unknown", line  # cut at the output cap: a probe that did not finish is never healthy
     assert len(r.stdout.splitlines()) == 2
     print(r.stdout)
 

@@ -161,7 +161,7 @@ def test_forward_migration_keeps_the_data(tmp_path: Path, monkeypatch: pytest.Mo
         open_history(path, readonly=True)
     with HistoryStore(path) as store:
         m = store.record([report("x", "stalled", ("stopped-child",))], started_at=T0 + 60, finished_at=T0 + 60)
-        assert store.con.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert store.con.execute("PRAGMA user_version").fetchone()[0] == len(schema.MIGRATIONS)
         assert store.con.execute("SELECT note FROM hosts").fetchone()[0] == "v2"
     assert m["x"].change == "still" and m["x"].verdict_since == T0
 
@@ -276,3 +276,63 @@ def test_many_processes_creating_one_file_at_once() -> None:
             assert [p.exitcode for p in procs] == [0] * 6
             with sqlite3.connect(path) as con:
                 assert con.execute("PRAGMA user_version").fetchone()[0] == schema.schema_version()
+
+
+def test_a_link_planted_at_the_history_path_is_never_written_through(tmp_path: Path) -> None:
+    """The issue's case: `--history` named a symlink to an empty 0644 file, and SQLite made that
+    file the database. Now the link is refused with one line, and nothing is written through it;
+    a link at a side file (-wal, -shm, -journal) is refused the same way."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"")
+    victim.chmod(0o644)
+    link = tmp_path / "h.sqlite"
+    link.symlink_to(victim)
+    with pytest.raises(HistoryError, match="is a symbolic link; not followed"):
+        open_history(link)
+    with pytest.raises(HistoryError, match="is a symbolic link; not followed"):
+        open_history(link, readonly=True)
+    assert victim.read_bytes() == b"" and link.is_symlink()
+    real = tmp_path / "real.sqlite"
+    open_history(real).close()
+    wal = Path(str(real) + "-wal")
+    wal.unlink(missing_ok=True)
+    wal.symlink_to(victim)
+    with pytest.raises(HistoryError, match=r"real\.sqlite-wal is a symbolic link"):
+        open_history(real)
+    assert victim.read_bytes() == b""
+
+
+def test_a_new_history_file_is_private_from_its_first_instant(tmp_path: Path) -> None:
+    """Created 0600 whatever the umask (host and process names are in it), and still 0600 once
+    SQLite has written it."""
+    import os
+
+    old = os.umask(0)
+    try:
+        path = tmp_path / "new" / "h.sqlite"
+        con = open_history(path)
+        con.close()
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert (path.parent.stat().st_mode & 0o777) == 0o700
+
+
+def test_a_version_1_file_is_migrated_to_keep_group_features(tmp_path: Path) -> None:
+    """A file written before the features columns existed (version 1) gets them, its rows kept."""
+    path = tmp_path / "h.sqlite"
+    _write_v1(path)
+    with sqlite3.connect(path) as con:  # as version 1 left it
+        con.execute("ALTER TABLE hosts DROP COLUMN features")
+        con.execute("ALTER TABLE hosts DROP COLUMN features_at")
+        con.execute("PRAGMA user_version = 1")
+    with sqlite3.connect(path) as con:
+        assert con.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert "features" not in [r[1] for r in con.execute("PRAGMA table_info(hosts)")]
+    with HistoryStore(path) as store:
+        m = store.record([report("x", "stalled", ("stopped-child",))], started_at=T0 + 60, finished_at=T0 + 60,
+                         features={"x": '[["verdict","stalled"]]'})  # fmt: skip
+        assert store.peers(T0) == [("x", None, '[["verdict","stalled"]]')] and store.peers(T0 + 61) == []
+    assert m["x"].change == "still" and m["x"].verdict_since == T0
+    with sqlite3.connect(path) as con:
+        assert con.execute("PRAGMA user_version").fetchone()[0] == schema.schema_version()

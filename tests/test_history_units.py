@@ -144,11 +144,12 @@ def test_summary_marks_new_still_and_recovered(monkeypatch: pytest.MonkeyPatch) 
     assert lines[:4] == [
         "4 hosts: 4 ok",
         "STALLED (2): b, d",
+        "  new d  sleep (7) is stopped (T)",  # groups of one host each, in the order of their marks
         "  still b  stalled since 2026-12-02 13:13 (47 min, 10 sweeps): sleep (7) is stopped (T)",
-        "  new   d  sleep (7) is stopped (T)",
     ]
     assert lines[-1] == "RECOVERED (1): c (stalled since 2026-12-02 13:40)"
-    assert summary_lines(reports)[2:4] == ["  b  sleep (7) is stopped (T)", "  d  sleep (7) is stopped (T)"]
+    # without a history, one story: one line (host `d` is no part of "stopped" when names fold)
+    assert summary_lines(reports)[2:4] == ["  [2: b, d]: sleep (7) is stopped (T)", "HEALTHY (2): a, c"]
     assert "RECOVERED" not in "\n".join(summary_lines(reports))
 
 

@@ -270,8 +270,9 @@ def test_a_path_imitating_ls_lines_invents_no_pipe(reap: list[subprocess.Popen],
 
 def test_forged_sections_that_arrive_are_reported(tmp_path: Path) -> None:
     """A target that answers with what it likes knows the boundary (it is in the script it was
-    sent): a repeated section with a fake OOM kill, and one the probe never writes. The first copy
-    of each section counts, and the host gets VP901 (a warning): never healthy."""
+    sent): a repeated section with a fake OOM kill, and one the probe never writes. No copy of a
+    repeated section is believed; the host gets VP901 and is not diagnosed (verdict unknown, the
+    forgery its headline): never healthy, and nothing forged leads the report."""
     raw = recorded()
     b = RECORDED_BOUNDARY
     fake = (f"\n@@{b}@@ kmsg\n@@source dmesg\n[ 1.000000] Memory cgroup out of memory: Killed process 4242 "
@@ -287,7 +288,8 @@ def test_forged_sections_that_arrive_are_reported(tmp_path: Path) -> None:
     assert len(r.snapshot.probe.tampering) == 2, r.snapshot.probe.tampering
     f = next(f for f in r.findings if f.code == "VP901")
     assert f.rule == "probe-output-forged" and f.severity == "warning"
-    assert r.verdict in ("degraded", "stalled")
+    assert r.verdict == "unknown" and r.headline is not None and r.headline.startswith("the probe's output was forged")
+    assert r.incidents[0].root.code == "VP901"
     clean = report_from_capture(Capture("t", "ssh", "ok", None, raw, False, params), DiagnoseOptions(params=params))
     assert not [f for f in clean.findings if f.code == "VP901"]
 

@@ -255,3 +255,24 @@ def test_a_log_line_never_passes_for_the_probes_own(tmp_path: Path) -> None:
     raw = run_probe_raw(missing)
     snap = build_snapshot(split_sections(raw, missing.boundary), missing, "local", "local", len(raw))
     assert not isinstance(snap.logs[0].tail, str)
+
+
+@pytest.mark.parametrize("name", sorted(SHELLS))
+def test_a_finished_probe_leaves_no_process_behind(name: str) -> None:
+    """When the probe's shell exits, nothing of its session is left: the watchdog's half-second
+    tick used to outlive it, adopted by the target's init, and the next probe read it as a child of
+    a PID 1 entrypoint (a chain that moved: the seed case read as no stall)."""
+    shell = _shell(name)
+    script = render_script(ProbeParams(sample=0.0))
+    p = subprocess.Popen(["setsid", *shell, "-s"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    p.communicate(script.encode(), timeout=60)
+    left = []
+    for d in os.listdir("/proc"):
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except (OSError, ValueError):
+            continue
+        fields = stat.rsplit(") ", 1)[1].split()
+        if d.isdigit() and fields[3] == str(p.pid) and fields[0] != "Z":  # (a guard's exited child: dead)
+            left.append((d, stat.split(" (")[1].split(")")[0]))
+    assert left == [], f"left behind in the probe's session: {left}"

@@ -30,7 +30,7 @@ def test_every_source_names_a_function_the_script_defines() -> None:
 def test_a_real_run_writes_only_declared_sections_and_every_expected_one(tmp_path: Path) -> None:
     log = tmp_path / "job.log"
     log.write_text("x\n")
-    params = ProbeParams(sample=0.2, logs=(str(log),), artifacts=(str(tmp_path / "*"),))
+    params = ProbeParams(sample=0.2, logs=(str(log),), artifacts=(str(tmp_path / "*"),), python_stacks=True)
     out = split_sections(run_probe_raw(params), params.boundary)
     assert out.complete and not out.anomalies
     assert all(sources.declared(n) for n in out.sections)

@@ -23,6 +23,8 @@ def test_hostile_names_stay_inert_in_every_part_of_the_report(tmp_path: Path, re
     reap.append(p)
     wait_for(lambda: len(children_of(p.pid)) == 1, what="child started")
     child = children_of(p.pid)[0]
+    # the forked shell is `sh` until it execs the program: stop it only once it is the program
+    wait_for(lambda: os.path.realpath(f"/proc/{child}/exe") == os.path.realpath("/bin/sleep"), what="child exec'd")
     os.kill(child, signal.SIGSTOP)
     wait_for(lambda: proc_state(child) == "T", what="child stopped")
     env = {**os.environ, "COLUMNS": "200"}

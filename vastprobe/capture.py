@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vastprobe import __version__
+from vastprobe import __version__, jsonnumbers
 
 if TYPE_CHECKING:
     from vastprobe.model import Status
@@ -43,6 +43,9 @@ class Capture:
     captured_at: float = field(default_factory=time.time)
     pids: tuple[int, ...] = ()  # collect's --pid: analyze's default scope
     matches: tuple[str, ...] = ()  # collect's --match
+    exit_status: int | None = None  # the target's shell's, when it ended with one
+    exit_signal: str | None = None  # the signal that ended it, when one did
+    attempts: int = 1  # 2: the first run ended with no output at all and the probe was run again
 
 
 def raw_sha256(output: bytes) -> str:
@@ -65,8 +68,10 @@ def capture_to_dict(c: Capture, snapshot: Any) -> dict[str, Any]:
             "logs": list(c.params.logs),
             "artifacts": list(c.params.artifacts),
             "boundary": c.params.boundary,
+            "python_stacks": c.params.python_stacks,
         },
         "scope": {"pids": list(c.pids), "matches": list(c.matches)},
+        "exit": {"status": c.exit_status, "signal": c.exit_signal, "attempts": c.attempts},
         "raw_sha256": raw_sha256(c.output),
         "raw_b64": base64.b64encode(c.output).decode("ascii"),
         "snapshot": snapshot,
@@ -109,8 +114,15 @@ def capture_from_dict(d: dict[str, Any]) -> Capture:
     sample = _number(p.get("sample"), "params.sample")
     if not 0 <= sample <= 600:
         raise CaptureError("field 'params.sample' is out of range")
+    stacks = p.get("python_stacks", False)  # captures before --py-spy lack it
+    if not isinstance(stacks, bool):
+        raise CaptureError("field 'params.python_stacks' is not true or false")
     params = ProbeParams(
-        sample=sample, logs=_texts(p, "logs"), artifacts=_texts(p, "artifacts"), boundary=_text(p, "boundary")
+        sample=sample,
+        logs=_texts(p, "logs"),
+        artifacts=_texts(p, "artifacts"),
+        boundary=_text(p, "boundary"),
+        python_stacks=stacks,
     )
     status = d.get("status")
     if status not in _STATUSES:
@@ -127,6 +139,17 @@ def capture_from_dict(d: dict[str, Any]) -> Capture:
         raise CaptureError("field 'scope.pids' is not a list of PIDs")
     error = d.get("error")
     timings = d.get("timings") or {}
+    ended = d.get("exit") or {}
+    if not isinstance(ended, dict):
+        raise CaptureError("field 'exit' is not an object")
+    exit_status = ended.get("status")
+    if exit_status is not None and (isinstance(exit_status, bool) or not isinstance(exit_status, int)
+                                    or not -1 <= exit_status <= 255):  # fmt: skip
+        raise CaptureError("field 'exit.status' is not an exit status")
+    exit_signal = _text(ended, "signal") if ended.get("signal") is not None else None
+    attempts = ended.get("attempts", 1)
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 9:
+        raise CaptureError("field 'exit.attempts' is not a number of attempts")
     cap = Capture(
         target=_text(d, "target"),
         transport=_text(d, "transport"),
@@ -139,6 +162,9 @@ def capture_from_dict(d: dict[str, Any]) -> Capture:
         captured_at=_number(d.get("captured_at") or 0, "captured_at"),
         pids=tuple(pids),
         matches=_texts(scope, "matches"),
+        exit_status=exit_status,
+        exit_signal=exit_signal[:32] if exit_signal is not None else None,
+        attempts=attempts,
     )
     want = d.get("raw_sha256")
     if want is not None and (not isinstance(want, str) or raw_sha256(output) != want.lower()):
@@ -175,7 +201,7 @@ def load_captures(path: Path | str) -> list[Capture]:
     if b"\0" in data[:8192]:
         raise CaptureError(f"{name}: not a capture (binary data, not JSON text)")
     try:
-        doc = json.loads(data.decode("utf-8"))
+        doc = jsonnumbers.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise CaptureError(f"{name}: not a capture (not UTF-8 text at byte {exc.start})") from exc
     except json.JSONDecodeError as exc:

@@ -214,7 +214,13 @@ PidOpt = Annotated[
 MatchOpt = Annotated[
     Optional[list[str]],
     typer.Option("--match", metavar="REGEX", callback=checks.regexes, rich_help_panel=P_SCOPE,
-                 help="Processes whose command line matches, with descendants (repeatable)."),
+                 help="Processes whose command line (its first 4096 characters) matches, with descendants (repeatable)."),
+]  # fmt: skip
+PySpyOpt = Annotated[
+    bool,
+    typer.Option("--py-spy", rich_help_panel=P_SCOPE,
+                 help="Also take Python stacks with py-spy on the target (8 programs: under --pid, else the newest; "
+                      "--nonblocking: read, never paused; 3 s and 64 KiB each), shown on the findings that name them."),
 ]  # fmt: skip
 LogOpt = Annotated[
     Optional[list[str]],
@@ -345,17 +351,20 @@ def _options(
     expect_gpu: Optional[bool] = None,
     timeout: float = 60.0,
     expect_gpus: Optional[int] = None,
+    py_spy: bool = False,
 ):  # -> DiagnoseOptions
     from vastprobe.options import RuleOptions
-    from vastprobe.pipeline import DiagnoseOptions
+    from vastprobe.pipeline import DiagnoseOptions, remote_deadline
     from vastprobe.probe.render import DEFAULT_ARTIFACTS, ProbeParams
 
-    deadline = max(10, int(timeout) + 5)
+    deadline = remote_deadline(timeout)  # SSH runs set it again from the time left once connected
     params = ProbeParams(
         sample=sample,
         logs=tuple(log or ()),
         artifacts=tuple(artifacts or DEFAULT_ARTIFACTS),
         deadline=deadline,
+        python_stacks=py_spy,
+        python_stack_pids=tuple(dict.fromkeys(pid or ())) if py_spy else (),
     )
     return DiagnoseOptions(
         params=params,
@@ -519,7 +528,9 @@ def _unique(targets: list[str], what: str = "target") -> list[str]:
     return out
 
 
-def _run_entries(entries: list, options, concurrency: int, on_report, on_start=None) -> tuple[list, bool]:  # type: ignore[no-untyped-def]
+def _run_entries(
+    entries: list, options, concurrency: int, on_report, on_start=None, keep_snapshots: bool = True
+) -> tuple[list, bool]:  # type: ignore[no-untyped-def]
     """Probe every entry; returns (reports in completion order, interrupted). Ctrl-C stops the run
     and keeps what finished."""
     from vastprobe import eventloop
@@ -534,7 +545,8 @@ def _run_entries(entries: list, options, concurrency: int, on_report, on_start=N
     from vastprobe.analysis.hops import join_jobs, join_remote
 
     try:
-        eventloop.run(run_sweep(entries, options, concurrency, on_report, on_start, kept=done))
+        eventloop.run(run_sweep(entries, options, concurrency, on_report, on_start, kept=done,
+                                keep_snapshots=keep_snapshots))  # fmt: skip
     except KeyboardInterrupt:
         return join_jobs(join_remote(done)), True
     # a job waiting on an ssh session to another host of the run; a distributed job's hosts
@@ -563,6 +575,7 @@ def diagnose(
     match: MatchOpt = None,
     log: LogOpt = None,
     artifacts: ArtOpt = None,
+    py_spy: PySpyOpt = False,
     stale_after: StaleOpt = 300.0,
     expect_gpu: GpuOpt = None,
     expect_gpus: GpusOpt = None,
@@ -603,18 +616,20 @@ def diagnose(
     chosen = _report_format(fmt, json_flag, brief, snapshot)
     options = _options(sample=sample, pid=pid, match=match, log=log, artifacts=artifacts,
                        stale_after=stale_after, expect_gpu=expect_gpu, timeout=timeout,
-                       expect_gpus=expect_gpus)  # fmt: skip
+                       expect_gpus=expect_gpus, py_spy=py_spy)  # fmt: skip
     ssh = _ssh_options(expanded, port=port, user=user, identity=identity, ssh_config=ssh_config,
                        known_hosts=known_hosts, host_key_check=host_key_check, connect_timeout=connect_timeout,
                        timeout=timeout, config_options=config_options, jump=jump, verbose=verbose)  # fmt: skip
     entries = [InventoryEntry(t) for t in expanded]
-    fleet = _FleetMemory(history, keep) if history is not None else None  # recorded only when asked
+    fleet = _FleetMemory(_history_location(history), keep) if history is not None else None  # only when asked
     done, interrupted = _run_entries(entries, replace(options, ssh=ssh), len(entries), lambda r: None)
     order = {t: i for i, t in enumerate(expanded)}
     reports = sorted(done, key=lambda r: order.get(r.target, len(order)))
     if fleet is not None:
         reports = fleet.finish(reports, kind="diagnose", complete=not interrupted)
     code = _interrupted_code() if interrupted else exit_code(reports)
+    if fleet is not None:  # a shared history that could not be written fails the run (exit 2)
+        code = fleet.exit_code(code)
     _emit(reports, chosen, code, verbose, brief, snapshot, unfinished=len(entries) - len(done))
     if interrupted:
         _say_interrupted(done, entries, "targets")
@@ -789,6 +804,7 @@ def sweep(
     match: MatchOpt = None,
     log: LogOpt = None,
     artifacts: ArtOpt = None,
+    py_spy: PySpyOpt = False,
     stale_after: StaleOpt = 300.0,
     expect_gpu: GpuOpt = None,
     expect_gpus: GpusOpt = None,
@@ -812,6 +828,7 @@ def sweep(
     keep: KeepOpt = "30d",
     group_by: GroupByOpt = None,
     shard: ShardOpt = None,
+    shards: ShardsOpt = None,
 ) -> None:
     """The same diagnosis over a fleet: bounded concurrency, results streamed as hosts finish.
 
@@ -827,11 +844,12 @@ def sweep(
 
     chosen = _report_format(fmt, json_flag, brief, snapshot)
     entries = _inventory(inventory, nodes or [], hostfile or [], exclude_nodes or [])
-    fleet = _FleetMemory(None if no_history else history or _default_history(), keep, group_by, shard)
+    where = None if no_history else _history_location(history) if history is not None else _default_history()
+    fleet = _FleetMemory(where, keep, group_by, shard, shards)
     entries = fleet.select(entries)
     options = _options(sample=sample, pid=pid, match=match, log=log, artifacts=artifacts,
                        stale_after=stale_after, expect_gpu=expect_gpu, timeout=timeout,
-                       expect_gpus=expect_gpus)  # fmt: skip
+                       expect_gpus=expect_gpus, py_spy=py_spy)  # fmt: skip
     probed = [e.target for e in entries if e.skip is None]
     ssh = _ssh_options(probed or ["local"], port=port, user=user, identity=identity, ssh_config=ssh_config,
                        known_hosts=known_hosts, host_key_check=host_key_check, connect_timeout=connect_timeout,
@@ -857,15 +875,18 @@ def sweep(
             progress.finished(r.status, probed=r.status != "skipped")
 
     try:
+        # the snapshots are kept for the end only when something there prints them or compares hosts by them
+        snapshots = fleet.group_by is not None or (not brief and (chosen is OutputFormat.json or (
+            output is not None and chosen is not OutputFormat.table)))  # fmt: skip
         reports, interrupted = _run_entries(
-            entries, options, p.concurrency, on_report, progress.started if progress is not None else None
+            entries, options, p.concurrency, on_report, progress.started if progress is not None else None, snapshots
         )
     finally:
         if progress is not None:
             progress.stop()
     elapsed = time.monotonic() - t0
     reports = fleet.finish(reports, complete=not interrupted)
-    code = _interrupted_code() if interrupted else exit_code(reports)
+    code = _interrupted_code() if interrupted else fleet.exit_code(exit_code(reports))
     summary = summary_dict(reports, code, unfinished=len(entries) - len(reports))
     if chosen is OutputFormat.table:
         from vastprobe.render.summary import render_summary
@@ -918,6 +939,7 @@ def collect(
     match: MatchOpt = None,
     log: LogOpt = None,
     artifacts: ArtOpt = None,
+    py_spy: PySpyOpt = False,
     timeout: TimeoutOpt = 60.0,
     connect_timeout: ConnectTimeoutOpt = None,
     port: PortOpt = None,
@@ -944,7 +966,8 @@ def collect(
     from vastprobe.pipeline import collect_target, parse_capture
     from vastprobe.render.jsonable import dumps
 
-    options = _options(sample=sample, pid=pid, match=match, log=log, artifacts=artifacts, timeout=timeout)
+    options = _options(sample=sample, pid=pid, match=match, log=log, artifacts=artifacts, timeout=timeout,
+                       py_spy=py_spy)  # fmt: skip
     ssh = _ssh_options([target], port=port, user=user, identity=identity, ssh_config=ssh_config,
                        known_hosts=known_hosts, host_key_check=host_key_check, connect_timeout=connect_timeout,
                        timeout=timeout, config_options=config_options, jump=jump, verbose=verbose)  # fmt: skip
@@ -1086,6 +1109,7 @@ def probe_script(
     sample: SampleOpt = 1.0,
     log: LogOpt = None,
     artifacts: ArtOpt = None,
+    py_spy: PySpyOpt = False,
 ) -> None:
     """Print the exact script that runs on targets, for audit.
 
@@ -1093,7 +1117,7 @@ def probe_script(
       vastprobe probe-script
       vastprobe probe-script --log /workspace/run.log | less
     """
-    options = _options(sample=sample, log=log, artifacts=artifacts)
+    options = _options(sample=sample, log=log, artifacts=artifacts, py_spy=py_spy)
     from vastprobe.probe.render import render_script
 
     sys.stdout.write(render_script(options.params))
@@ -1121,7 +1145,7 @@ def _keep_check(value: str) -> str:
 
 
 def _shard_check(value: Optional[str]) -> Optional[str]:
-    if value is not None:
+    if value is not None and value.strip() != "auto":  # auto: read from the environment once all options are in
         from vastprobe.history.shard import ShardError, parse_shard
 
         try:
@@ -1142,11 +1166,40 @@ def _group_by_check(value: Optional[str]) -> Optional[str]:
     return value
 
 
+def _history_check(value: Optional[str]) -> Optional[str]:
+    if value is not None:
+        problem = _history_url_problem(value)
+        if problem:
+            raise typer.BadParameter(problem)
+    return value
+
+
+def _history_url_problem(value: str) -> Optional[str]:
+    """What is wrong with a database URL that no server need be asked (its syntax, the driver)."""
+    from vastprobe.history.engine import display, is_url, reason
+
+    if not is_url(value):
+        return None if value.strip() else "an empty path"
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:
+        return f"{display(value)}: a PostgreSQL history needs psycopg 3: pip install 'vastprobe[postgres]'"
+    try:
+        conninfo_to_dict(value.strip())
+    except Exception as exc:  # psycopg.ProgrammingError: libpq could not read it
+        from vastprobe.history.engine import url_secrets
+
+        return f"{display(value)}: not a usable PostgreSQL URL: {reason(exc, url_secrets(value))}"
+    return None
+
+
 HistoryOpt = Annotated[
-    Optional[Path],
-    typer.Option("--history", metavar="PATH", rich_help_panel=P_HISTORY,
-                 help="History file (SQLite). sweep: by default ~/.local/state/vastprobe/history.sqlite "
-                      "($XDG_STATE_HOME for ~/.local/state when set); diagnose: recorded only with this option."),
+    Optional[str],
+    typer.Option("--history", metavar="PATH|URL", callback=_history_check, rich_help_panel=P_HISTORY,
+                 help="Where the history lives: an SQLite file, or a postgresql:// URL (shared by many "
+                      "controllers; docs/deploy.md). sweep and history: by default $VASTPROBE_HISTORY, else "
+                      "vastprobe/history.sqlite in $XDG_STATE_HOME (~/.local/state when unset); diagnose: "
+                      "recorded only with this option."),
 ]  # fmt: skip
 NoHistoryOpt = Annotated[
     bool, typer.Option("--no-history", rich_help_panel=P_HISTORY, help="Record nothing in the history.")
@@ -1164,32 +1217,91 @@ GroupByOpt = Annotated[
 ]  # fmt: skip
 ShardOpt = Annotated[
     Optional[str],
-    typer.Option("--shard", metavar="K/N", callback=_shard_check, rich_help_panel=P_HISTORY,
-                 help="Sweep only shard K of N of the inventory (a stable hash of each target)."),
+    typer.Option("--shard", metavar="K/N|auto", callback=_shard_check, rich_help_panel=P_HISTORY,
+                 help="Sweep only shard K of N of the inventory (a stable hash of each target); 'auto': K and N "
+                      "from a Kubernetes Indexed Job or a Slurm array (docs/deploy.md)."),
+]  # fmt: skip
+ShardsOpt = Annotated[
+    Optional[int],
+    typer.Option("--shards", metavar="N", min=1, max=9999, rich_help_panel=P_HISTORY,
+                 help="With --shard auto in a Kubernetes Indexed Job: the shard count, the Job's completions "
+                      "(default: $VASTPROBE_SHARDS)."),
 ]  # fmt: skip
 
 
-def _default_history() -> Path:
-    from vastprobe.history.store import default_path
+def _resolve_shard(shard: Optional[str], shards: Optional[int]) -> Optional[tuple[int, int]]:
+    """K and N from --shard K/N, or from the engine's environment for --shard auto: a usage error
+    (exit 2, before any host is contacted) when they cannot be known."""
+    import os
 
-    return default_path()
+    from vastprobe.history.shard import SHARDS_ENV, ShardError, parse_shard, shard_from_environment
+
+    if shard is None or shard.strip() != "auto":
+        if shards is not None:
+            usage_error("--shards N goes with --shard auto (with --shard K/N, N is already given)")
+        return parse_shard(shard) if shard is not None else None
+    if shards is None and os.environ.get(SHARDS_ENV, "").strip():
+        raw = os.environ[SHARDS_ENV].strip()
+        if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= 9999:
+            usage_error(f"--shard auto: {SHARDS_ENV}={raw[:40]!r} is not a shard count from 1 to 9999")
+        shards = int(raw)
+    try:
+        k, n, _ = shard_from_environment(os.environ, shards)
+    except ShardError as exc:
+        usage_error(str(exc))
+    return k, n
+
+
+def _history_location(text: str):  # type: ignore[no-untyped-def]
+    from vastprobe.history.store import location_of
+
+    return location_of(text)
+
+
+def _default_history():  # type: ignore[no-untyped-def]
+    """$VASTPROBE_HISTORY (checked as --history is), else the per-user SQLite file."""
+    import os
+
+    from vastprobe.history.store import HISTORY_ENV, default_location
+
+    env = os.environ.get(HISTORY_ENV, "")
+    problem = _history_url_problem(env) if env.strip() else None
+    if problem:
+        usage_error(f"{HISTORY_ENV}: {problem}")
+    return default_location()
+
+
+GROUP_WINDOW = 3600.0  # --group-by counts other shards' hosts whose features are at most this old
+
+
+def _labels_of(text: Optional[str]) -> dict:
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
 class _FleetMemory:
     """One run's history, group and shard settings (checked while parsing), and what it asks of them."""
 
     def __init__(
-        self, history: Optional[Path], keep: str, group_by: Optional[str] = None, shard: Optional[str] = None
+        self,
+        history,  # type: ignore[no-untyped-def]  # a Path or a database URL (store.Location)
+        keep: str,
+        group_by: Optional[str] = None,
+        shard: Optional[str] = None,
+        shards: Optional[int] = None,
     ) -> None:
         import time
 
-        from vastprobe.history.shard import parse_shard
         from vastprobe.history.timespec import parse_duration
 
         self.started_at = time.time()
-        self.history = history.expanduser() if history is not None else None
+        self.history = history
+        self.failed = None  # the history error of a shared database: exit 2 once everything is written
         self.keep = parse_duration(keep)
-        self.shard = parse_shard(shard) if shard is not None else None
+        self.shard = _resolve_shard(shard, shards)
         self.group_by = group_by
         self.memory: dict = {}
 
@@ -1201,20 +1313,54 @@ class _FleetMemory:
         return in_shard(entries, [e.target for e in entries], *self.shard)
 
     def finish(self, reports: list, kind: str = "sweep", complete: bool = True) -> list:
-        """Outliers marked, the run recorded; a history failure is one warning line, nothing more."""
+        """The run recorded, outliers marked (with a history, against the whole fleet's groups: the
+        hosts other shards recorded within GROUP_WINDOW count in their groups); a history failure
+        is one line."""
+        feats = texts = None
         if self.group_by is not None:
-            from vastprobe.history.outliers import mark_outliers
+            from vastprobe.history.outliers import features, features_text
 
-            reports = mark_outliers(reports, self.group_by)
+            feats = {r.target: features(r) for r in reports if r.status != "skipped"}
+            texts = {t: features_text(f) for t, f in feats.items()}
         from vastprobe.sweep import remember
 
         shard = f"{self.shard[0]}/{self.shard[1]}" if self.shard else None
+        errors: list = []
+        peers: list = []
         memory, warning = remember(reports, self.history, started_at=self.started_at, keep=self.keep, kind=kind,
-                                   shard=shard, complete=complete)  # fmt: skip
+                                   shard=shard, complete=complete, on_error=errors, features=texts,
+                                   peers_since=self.started_at - GROUP_WINDOW if feats is not None else None,
+                                   peers_out=peers)  # fmt: skip
+        if self.group_by is not None:
+            from vastprobe.history.outliers import Peer, features_from_text, mark_outliers
+
+            others = []
+            for target, labels, text in peers:
+                fs = features_from_text(text)
+                if fs is not None and target not in (feats or {}):
+                    others.append(Peer(target, _labels_of(labels), fs))
+            reports = mark_outliers(reports, self.group_by, others, feats)
         self.memory = dict(memory)
-        if warning:
+        if errors and errors[0].shared:  # a shared history the run could not write: a configuration error
+            self.failed = errors[0]
+            say(f"vastprobe: error: {warning}")
+        elif warning:
             say(f"vastprobe: warning: {warning}")
         return reports
+
+    def exit_code(self, code: int) -> int:
+        """A shared (PostgreSQL) history that could not be written fails the run with exit 2, after the
+        findings were printed and written: every shard's memory depends on it, so it must not go unseen."""
+        if self.failed is not None and code != EXIT_INTERRUPTED:
+            return EXIT_USAGE
+        return code
+
+
+ExportOutputOpt = Annotated[
+    Optional[Path],
+    typer.Option("-o", "--output", metavar="FILE", rich_help_panel=P_HISTORY,
+                 help="history export: write the dump here (default: stdout)."),
+]  # fmt: skip
 
 
 @app.command("history", cls=Command, context_settings=CONTEXT, epilog=EXIT_EPILOG)
@@ -1239,14 +1385,19 @@ def history_command(
     ] = "24h",
     fmt: FormatOpt = None,
     json_flag: JsonOpt = False,
+    output: ExportOutputOpt = None,
 ) -> None:
     """What the recorded sweeps say per host: the state and since when, the last time healthy,
-    transitions and flapping. Exit 2 when the file is missing or unreadable.
+    transitions and flapping. Exit 2 when the history is missing or unreadable.
+    `history export` writes the whole history as NDJSON; `history import FILE|-` merges such a dump
+    into --history (an SQLite file into a shared PostgreSQL database: docs/deploy.md).
 
     [b]Examples[/b]
       vastprobe history
       vastprobe history 'gpu\\[01-04]' --since 7d
-      vastprobe history --history /var/lib/vastprobe/history.sqlite --format json
+      vastprobe history --history postgresql:///fleet?service=vastprobe --format json
+      vastprobe history export --history old.sqlite > dump.ndjson
+      vastprobe history import dump.ndjson --history postgresql:///fleet
     """
     import time
 
@@ -1257,6 +1408,11 @@ def history_command(
     from vastprobe.render.jsonable import dumps
     from vastprobe.targets import InventoryError, expand_nodeset
 
+    location = _history_location(history) if history is not None else _default_history()
+    if targets and targets[0] in ("export", "import"):  # a host named so: user@export, export:22
+        _history_transfer(list(targets), location, output)
+    if output is not None:
+        usage_error("-o/--output goes with history export")
     now = time.time()
     try:
         start = parse_since(since, now)
@@ -1266,9 +1422,11 @@ def history_command(
         words = [t for text in targets or () for t in expand_nodeset(text)]
     except InventoryError as exc:
         usage_error(str(exc))
-    path = history.expanduser() if history is not None else _default_history()
+    from vastprobe.history.engine import display
+
+    path = display(location)  # as it may be printed: a URL without its password
     try:
-        con = open_history(path, readonly=True)
+        con = open_history(location, readonly=True)
         try:
             found, missing = host_histories(con, words, start)
         finally:
@@ -1291,6 +1449,74 @@ def history_command(
     else:
         doc = history_document(found, start, now, missing)
         sys.stdout.write(dumps(doc, indent=1 if sys.stdout.isatty() else None) + "\n")
+    raise typer.Exit(EXIT_OK)
+
+
+def _history_transfer(words: list[str], location, output: Optional[Path]) -> NoReturn:  # type: ignore[no-untyped-def]
+    """`history export [-o FILE]` and `history import FILE|-`: exit 0, or 2 with one line."""
+    import time
+
+    from vastprobe.history.engine import display
+    from vastprobe.history.store import HistoryError, _errors, open_history
+    from vastprobe.history.transfer import TransferError, export_lines, import_lines, read_lines
+
+    verb, args = words[0], words[1:]
+    where = display(location)
+    if verb == "export":
+        if args:
+            usage_error(f"history export takes no targets ({args[0]!r}); it writes the whole history")
+        try:
+            db = open_history(location, readonly=True)
+            try:
+                with _errors(location, "nothing was exported"):
+                    lines = "".join(line + "\n" for line in export_lines(db, where, time.time()))
+            finally:
+                db.close()
+        except HistoryError as exc:
+            say(f"vastprobe history: {exc} (see vastprobe history -h)")
+            raise typer.Exit(EXIT_USAGE) from exc
+        if output is None:
+            sys.stdout.write(lines)
+        else:
+            from vastprobe.fileio import write_atomic
+
+            write_atomic(output.expanduser(), lines)
+        raise typer.Exit(EXIT_OK)
+    if len(args) != 1:
+        usage_error("history import takes one dump: a file from history export, or - for stdin")
+    if output is not None:
+        usage_error("-o/--output goes with history export")
+    try:
+        source = sys.stdin if args[0] == "-" else open(args[0], encoding="utf-8", errors="strict")  # noqa: SIM115
+    except OSError as exc:
+        usage_error(f"{args[0]}: {exc.strerror or exc}")
+    try:
+        import itertools
+
+        from vastprobe.history.store import BUSY_TIMEOUT, PG_WRITE_WAIT
+        from vastprobe.history.transfer import check_header
+
+        dump = read_lines(source)
+        first = next(dump, None)
+        check_header(first)  # a file that is no dump opens (or creates) no history
+        db = open_history(location)
+        try:
+            with _errors(location, "nothing was imported"):
+                rows = itertools.chain([first or ""], dump)
+                counts, skipped = import_lines(db, rows, max(BUSY_TIMEOUT, PG_WRITE_WAIT))
+        finally:
+            db.close()
+    except (HistoryError, TransferError, UnicodeDecodeError) as exc:
+        name = "stdin" if args[0] == "-" else args[0]
+        why = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
+        say(f"vastprobe history: import {name}: {why}; nothing was imported")
+        raise typer.Exit(EXIT_USAGE) from exc
+    finally:
+        if source is not sys.stdin:
+            source.close()
+    note = f"; {len(skipped)} host(s) already in it kept their record: {', '.join(skipped[:8])}" if skipped else ""
+    say(f"vastprobe history: imported {counts['hosts']} hosts, {counts['sweeps']} sweeps, "
+        f"{counts['observations']} observations into {where}{note}")  # fmt: skip
     raise typer.Exit(EXIT_OK)
 
 

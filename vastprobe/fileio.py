@@ -115,6 +115,19 @@ def append_line(path: str | os.PathLike[str], line: str, max_bytes: int = 64 * 1
     return dest
 
 
+def create_private(path: str | os.PathLike[str]) -> bool:
+    """An empty file, mode 0600 from its first instant, created only where nothing is (O_EXCL)
+    and never through a link (O_NOFOLLOW): for a file another program fills afterwards (SQLite's
+    history), which would otherwise create it through a link planted at its name. False: something
+    is already there (the caller checks what)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
+
+
 def output_path_problem(path: str | os.PathLike[str]) -> str | None:
     """Why a file could not be written at `path` (checked before any work starts), or None."""
     p = Path(path)

@@ -24,6 +24,15 @@ class Unavailable:
         return False
 
 
+@dataclass(frozen=True)
+class NotRead(Unavailable):
+    """A path the probe would not touch, or gave up on: `why` is `refused` (a link to another
+    user's file, a kernel or device file) or `unanswered` (a FUSE mount with requests waiting for
+    its server, or no answer within the probe's file timeout: a dead mount)."""
+
+    why: Literal["refused", "unanswered"] = "refused"
+
+
 def available(value: T | Unavailable) -> T | None:
     return None if isinstance(value, Unavailable) else value
 
@@ -457,6 +466,7 @@ class ProbeInfo:
     output_bytes: int
     timeout_mode: str
     tampering: tuple[str, ...] = ()  # repeated or unexpected sections, forged lines: someone forged output
+    unfinished_sections: tuple[str, ...] = ()  # sections the probe should have written that never arrived whole
     unreadable_sections: tuple[tuple[str, str], ...] = ()  # (section, why): its parser failed; read as absent
 
 
@@ -479,6 +489,11 @@ class HostSnapshot:
     fuse_mounts: tuple[FuseMount, ...] | Unavailable = Unavailable("not read by this probe version")
     flight_dumps: tuple[FlightDump, ...] = ()  # PyTorch flight recorder dumps found on the target
     held_files: tuple[HeldFile, ...] = ()  # files held open write-only named like logs: the job's logs, found
+    python_stacks: tuple[PythonStack, ...] = ()  # --py-spy: where the newest Python programs are
+    python_stacks_note: str | None = None  # --py-spy asked and not (all) answered: why
+
+    def python_stack(self, pid: int) -> PythonStack | None:
+        return next((s for s in self.python_stacks if s.pid == pid and s.threads), None)
 
     @property
     def sample_window(self) -> float:
@@ -587,6 +602,39 @@ class Collective:
 
 
 @dataclass(frozen=True)
+class PyThread:
+    """One thread of a Python program as py-spy read it (parsers/pystack.py)."""
+
+    tid: str  # as py-spy names it: the native thread id, or its address
+    name: str  # the Python thread's name: MainThread, QueueFeederThread, pt_autograd_0
+    status: str  # py-spy's words: idle, active, active+gil, ...
+    frames: tuple[str, ...]  # innermost first: "function (file:line)"
+
+
+@dataclass(frozen=True)
+class PythonStack:
+    """Where a Python program is (--py-spy): its threads' stacks, or why py-spy could not say."""
+
+    pid: int
+    threads: tuple[PyThread, ...]
+    error: str | None = None  # py-spy's own error (not Python, permission denied, timed out)
+    cut: bool = False  # past the probe's 64 KiB per program
+
+    def thread_lines(self, threads: int = 4, frames: int = 3) -> list[str]:
+        """Each thread's innermost frames and its outermost one (where the program entered), for evidence."""
+        out = []
+        for t in self.threads[:threads]:
+            where = " <- ".join(t.frames[:frames]) or "no Python frame"
+            hidden = len(t.frames) - frames - 1  # the outermost frame (the program's entry) is shown
+            if hidden > 0:
+                where += f" <- … {hidden} more <- {t.frames[-1]}"
+            elif hidden == 0:
+                where += f" <- {t.frames[-1]}"
+            out.append(f'thread {t.tid} "{t.name}" ({t.status}): {where}')
+        return out
+
+
+@dataclass(frozen=True)
 class FlightDump:
     """One rank's flight recorder dump (parsers/flight_recorder.py: read without running pickle)."""
 
@@ -596,6 +644,12 @@ class FlightDump:
     collectives: tuple[Collective, ...]
     last_completed: dict[str, int]  # process group -> its last completed collective (pg_status)
     refused: str | None = None  # why the dump was not read: a pickle that is not plain data, bounds
+    mtime: int | None = None  # when it was written (epoch seconds, the target's clock); None: not known
+
+    @property
+    def prefix(self) -> str:
+        """The dump prefix its rank wrote it under (TORCH_FR_DUMP_TEMP_FILE): the path without the rank."""
+        return self.path.rstrip("0123456789")
 
     def last_entered(self, pg: str) -> int | None:
         seqs = [c.seq for c in self.collectives if c.pg == pg]

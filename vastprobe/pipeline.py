@@ -19,7 +19,7 @@ from vastprobe.probe.sections import ProbeOutput, RawSection, split_sections
 from vastprobe.transport.base import TransportResult
 
 if TYPE_CHECKING:
-    from vastprobe.model import Finding, HostReport, HostSnapshot
+    from vastprobe.model import DistributedJob, Finding, HostReport, HostSnapshot, Verdict
     from vastprobe.rules.base import Context
 
 #: What turns raw output into a report. Imported lazily: while SSH probes wait on the network, a
@@ -52,7 +52,7 @@ class DiagnoseOptions:
     ssh: Any = None  # transport.ssh.SshOptions; typed loosely so `local` never imports asyncssh
 
 
-def _capture(target: str, transport: str, res: TransportResult, options: DiagnoseOptions) -> Capture:
+def _capture(target: str, transport: str, res: TransportResult, options: DiagnoseOptions, attempts: int) -> Capture:
     return Capture(
         target=target,
         transport=transport,
@@ -62,27 +62,66 @@ def _capture(target: str, transport: str, res: TransportResult, options: Diagnos
         truncated=res.truncated,
         params=options.params,
         timings=res.timings,
+        exit_status=res.exit_status,
+        exit_signal=res.exit_signal,
+        attempts=attempts,
     )
+
+
+#: Seconds between the probe's own deadline on the target and the moment this side gives up:
+#: the watchdog's tick (1 s), its kill and its report, and the bytes' way back.
+DEADLINE_MARGIN = 3.0
+
+
+def remote_deadline(seconds_left: float) -> int:
+    """The probe's deadline on the target, in whole seconds: before this side's --timeout, so the
+    watchdog ends the probe (and says so) while someone still reads its output."""
+    return max(1, int(seconds_left - DEADLINE_MARGIN))
+
+
+def _script_for(params: ProbeParams) -> Callable[[float], str]:
+    return lambda left: render_script(replace(params, deadline=remote_deadline(left)))
+
+
+def _transient(res: TransportResult) -> bool:
+    """A run that ended with no output at all, killed or cut off rather than failing as a shell
+    would (an exit status of its own: 127 for no sh, 1 for a ForceCommand that refuses): on a
+    loaded machine the next run usually goes through."""
+    if res.output or res.truncated or res.status not in ("ok", "probe-error"):
+        return False
+    return res.exit_signal is not None or res.exit_status in (None, 0)
 
 
 def probe_local(target: str, options: DiagnoseOptions) -> Capture:
     from vastprobe.transport.local import run_local
 
-    res = run_local(render_script(options.params), MAX_TOTAL_OUTPUT, options.timeout)
-    return _capture(target, "local", res, options)
+    t0 = time.monotonic()
+    script = _script_for(options.params)
+    res = run_local(script(options.timeout), MAX_TOTAL_OUTPUT, options.timeout)
+    left = options.timeout - (time.monotonic() - t0)
+    if _transient(res) and left > DEADLINE_MARGIN:
+        return _capture(target, "local", run_local(script(left), MAX_TOTAL_OUTPUT, left), options, 2)
+    return _capture(target, "local", res, options, 1)
 
 
 async def probe_ssh(target: str, options: DiagnoseOptions, take: Callable[[int], bool] | None = None) -> Capture:
     from vastprobe.transport.ssh import SshOptions, run_ssh
 
     ssh = options.ssh or SshOptions(timeout=options.timeout)
-    res = await run_ssh(target, render_script(options.params), MAX_TOTAL_OUTPUT, ssh, take)
-    return _capture(target, "ssh", res, options)
+    t0 = time.monotonic()
+    script = _script_for(options.params)
+    res = await run_ssh(target, script, MAX_TOTAL_OUTPUT, ssh, take)
+    left = ssh.timeout - (time.monotonic() - t0)
+    if _transient(res) and left > DEADLINE_MARGIN:
+        again = replace(ssh, timeout=left, connect_timeout=min(left, ssh.connect_timeout or left))
+        return _capture(target, "ssh", await run_ssh(target, script, MAX_TOTAL_OUTPUT, again, take), options, 2)
+    return _capture(target, "ssh", res, options, 1)
 
 
 async def probe_any(target: str, options: DiagnoseOptions, take: Callable[[int], bool] | None = None) -> Capture:
     """`take(n)` asks a sweep's byte budget for n more bytes of this host's output; False: stop
-    reading, the output is truncated (local runs read one host and keep its own cap only)."""
+    reading, the output is truncated (local runs read one host and keep its own cap only). A run
+    that ended with nothing written at all is tried once more, within the same --timeout."""
     if target == "local":
         return await asyncio.to_thread(probe_local, target, options)
     return await probe_ssh(target, options, take)
@@ -172,10 +211,9 @@ def _parse(capture: Capture, budget: _Budget) -> tuple[HostSnapshot | None, str 
     from vastprobe.parsers.procfs_lines import split_by_file
     from vastprobe.parsers.snapshot import build_snapshot
 
-    out = split_sections(capture.output, capture.params.boundary)
+    out = split_sections(capture.output, capture.params.boundary, capture.params)
     if not out.framed:
-        head = capture.output[:120].decode("utf-8", "replace")
-        return None, f"the target's output is not the probe's framing (first bytes: {head!r})"
+        return None, _unframed(capture)
     out, notes = _client_caps(out, capture.params)
     unreadable: list[tuple[str, str]] = []
     while True:
@@ -208,6 +246,24 @@ def _parse(capture: Capture, budget: _Budget) -> tuple[HostSnapshot | None, str 
     return snap, None
 
 
+def _unframed(capture: Capture) -> str:
+    """Why output that is not the probe's came back: how the target's shell ended, and whether
+    it was tried twice."""
+    from vastprobe.transport.base import ended
+
+    how = ended(capture.exit_status, capture.exit_signal)
+    twice = " (twice: the probe was run again after a first run that wrote nothing)" if capture.attempts > 1 else ""
+    if capture.truncated and len(capture.output) < MAX_TOTAL_OUTPUT:
+        return (
+            f"reading stopped at {len(capture.output)} bytes, before the probe's first section: the sweep's "
+            "budget for output held across all hosts at once was spent (docs/architecture.md, Bounds)"
+        )
+    if not capture.output:
+        return f"the target wrote nothing: {how}{twice}"
+    head = capture.output[:120].decode("utf-8", "replace")
+    return f"the target's output is not the probe's framing ({how}{twice}; first bytes: {head!r})"
+
+
 def parse_capture(capture: Capture) -> tuple[HostSnapshot | None, str | None]:
     """The snapshot, or why the output is not a probe's output or could not be read at all."""
     try:
@@ -237,16 +293,18 @@ def analyse_capture(capture: Capture, options: DiagnoseOptions, budget: _Budget 
 
     budget = budget or _Budget()
     timings = dict(capture.timings)
-    if capture.status != "ok":
+    if capture.status != "ok" and not _partial(capture):
         return _told(HostReport(capture.target, capture.status, capture.error, "unknown", (), None, timings))
     t0 = time.monotonic()
     snap, err = _parse(capture, budget)
     if snap is None:
+        if capture.status != "ok":  # a timeout or lost connection before the first section: as it ended
+            return _told(HostReport(capture.target, capture.status, capture.error, "unknown", (), None, timings))
         return _told(HostReport(capture.target, "probe-error", err, "unknown", (), None, timings))
     snap = _printable_params(snap)
     budget.check("the process tree")
     tree = ProcessTree(snap)
-    scope = compute_scope(snap, options.pids, options.matches, tree)
+    scope = compute_scope(snap, options.pids, options.matches, tree, budget.check)
     if (options.pids or options.matches) and not scope:  # nothing to diagnose: say so, never "healthy"
         return _told(HostReport(
             capture.target, "ok", _no_process_matches(options, len(snap.processes)), "unknown",
@@ -257,10 +315,56 @@ def analyse_capture(capture: Capture, options: DiagnoseOptions, budget: _Budget 
     ctx = Context(snap, scope, rule_options, tree)
     findings = run_rules(snap, scope, rule_options, tree, context=ctx)
     findings = (*findings, *_probe_findings(snap))
-    report = _told(HostReport(capture.target, "ok", None, verdict(findings), findings, snap, timings, scope,
-                              jobs=tuple(ctx.jobs)), ctx)  # fmt: skip
+    judged, why = _judge(verdict(findings), snap)
+    if capture.status != "ok":  # the transport's own words, and what did not finish; a stall it saw stands
+        judged = "stalled" if judged == "stalled" else "unknown"
+        why = capture.error or why
+        if snap.probe.unfinished_sections:
+            why = f"{why}; analysed what arrived, not finished: {', '.join(snap.probe.unfinished_sections)}"
+    report = _told(HostReport(capture.target, capture.status, why, judged, findings, snap, timings, scope,
+                              jobs=_jobs_in_scope(ctx)), ctx)  # fmt: skip
     timings["analysis"] = round(time.monotonic() - t0, 4)
     return report
+
+
+def _jobs_in_scope(ctx: Context) -> tuple[DistributedJob, ...]:
+    """The distributed jobs with a rank among the watched processes (another test's or tenant's job on
+    the host is not this report's)."""
+    return tuple(j for j in ctx.jobs if any(r.pid in ctx.scope for r in j.ranks if r.pid is not None))
+
+
+def _partial(capture: Capture) -> bool:
+    """A run cut off by the deadline or a lost connection, whose output so far is worth analysing."""
+    return bool(capture.output) and capture.status in ("timeout", "probe-error")
+
+
+def incomplete(snap: HostSnapshot) -> str | None:
+    """Why this snapshot cannot vouch for the host, or None: the probe did not reach its end, or
+    its process section (the first sample, what every rule reads) is missing or cut."""
+    p = snap.probe
+    proc = next((n for n in p.unfinished_sections if n == "s0.proc"), None)
+    if not p.complete:
+        return "the probe did not finish" + (" (its watchdog's deadline ended it)" if p.deadline_hit else "")
+    if proc is not None:
+        return "the probe's process section (s0.proc) did not arrive whole"
+    return None
+
+
+def _judge(found: Verdict, snap: HostSnapshot) -> tuple[Verdict, str | None]:
+    """The verdict a snapshot can carry, and why the host is not diagnosed when it is not: output
+    someone forged is never believed (`unknown`, whatever it shows), and a probe that did not
+    finish is never `healthy` or `degraded` (what did not arrive may be the stall); a stall it did
+    see is still a stall."""
+    p = snap.probe
+    if p.tampering:
+        return "unknown", (
+            f"the probe's output was forged on the target ({len(p.tampering)} section(s) not written by the probe, "
+            "dropped: see probe-output-forged): not diagnosed"
+        )
+    why = incomplete(snap)
+    if why is None or found == "stalled":
+        return found, None
+    return "unknown", f"{why}: not diagnosed (a host whose probe did not finish is never reported healthy)"
 
 
 def _told(r: HostReport, ctx: Context | None = None) -> HostReport:
@@ -269,6 +373,9 @@ def _told(r: HostReport, ctx: Context | None = None) -> HostReport:
     from vastprobe.analysis.timeline import build_timeline
 
     incidents = build_incidents(r.findings, ctx)
+    forged = tuple(i for i in incidents if i.root.code == "VP901")
+    if forged:  # forged output leads: nothing resting on it comes before the forgery itself
+        incidents = (*forged, *(i for i in incidents if i.root.code != "VP901"))
     timeline = build_timeline(ctx, incidents) if ctx is not None and r.verdict in ("stalled", "degraded") else ()
     headline = host_headline(r.verdict, incidents, len(r.scope), r.error)
     return replace(r, headline=headline, incidents=incidents, timeline=timeline)
@@ -319,7 +426,7 @@ async def report_off_loop(capture: Capture, options: DiagnoseOptions, budget_s: 
     """report_from_capture in a worker thread, so the event loop keeps serving every other host's
     connection while one host's output is parsed; past `budget_s` the host gets its probe-error and
     the worker is told to stop at its next checkpoint."""
-    if capture.status != "ok":
+    if capture.status != "ok" and not _partial(capture):
         return report_from_capture(capture, options)
     budget_s = ANALYSIS_BUDGET_S if budget_s is None else budget_s
     loop = asyncio.get_running_loop()
@@ -390,8 +497,9 @@ def _probe_findings(snap: HostSnapshot) -> tuple[Finding, ...]:
                 rule="probe-output-forged",
                 code="VP901",
                 severity="warning",
-                summary="the probe's output holds sections it never writes: something on the target forged "
-                "output; the first copy of each section was used, and the report may still be wrong",
+                summary="the probe's output holds sections the probe did not write (repeated, out of its order, "
+                "or never written by it): something on the target forged output; every copy of each was dropped, "
+                "and the host is not diagnosed",
                 pids=(),
                 evidence=tuple(Evidence("probe", t) for t in p.tampering),
                 hint="find who wrote them: file names in /tmp and process names are the usual carriers; "
@@ -411,21 +519,26 @@ def _probe_findings(snap: HostSnapshot) -> tuple[Finding, ...]:
                 hint="please report this with `vastprobe collect`'s capture",
             )
         )
-    if p.complete and not p.truncated_sections and not snap.notes:
+    if p.complete and not p.truncated_sections and not p.unfinished_sections and not snap.notes:
         return tuple(out)
-    ev = [Evidence("probe", f"section cut short: {n}") for n in p.truncated_sections]
+    ev = [Evidence("probe", f"section not finished: {n}") for n in p.unfinished_sections]
+    ev += [Evidence("probe", f"section cut short: {n}") for n in p.truncated_sections if n not in p.unfinished_sections]
     ev += [Evidence("probe", n) for n in snap.notes]
     if not p.complete:
         ev.append(Evidence("probe", "the probe did not reach its end" + (" (deadline)" if p.deadline_hit else "")))
+    why = incomplete(snap)
     out.append(
         Finding(
             rule="probe-incomplete",
             code="VP900",
-            severity="info",
-            summary="part of the probe's output is missing; findings rest on what arrived",
+            severity="warning" if why else "info",
+            summary=f"{why}; findings rest on what arrived, and the host is never reported healthy"
+            if why
+            else "part of the probe's output is missing; findings rest on what arrived",
             pids=(),
             evidence=tuple(ev),
-            hint="raise --timeout, or narrow the scope with --pid/--match",
+            hint="raise --timeout, or narrow the scope with --pid/--match; a probe that keeps stopping early "
+            "may be killed on the target (look for who sends signals to sh there)",
         )
     )
     return tuple(out)

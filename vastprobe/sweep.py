@@ -146,6 +146,7 @@ async def sweep(
     *,
     budget: ByteBudget | None = None,
     kept: list[HostReport] | None = None,
+    keep_snapshots: bool = True,
 ) -> list[HostReport]:
     """Probe every entry once; `on_report` is called as each host finishes (for streaming),
     `on_start` as each probe begins (for the progress line's hosts in flight).
@@ -153,7 +154,8 @@ async def sweep(
     saw and counts the rest as unfinished. A host's slot (and its bytes) is held until its report
     is made, so at most `concurrency` hosts hold output at once. The reports kept for the end (in
     `kept`, when given, as they finish) hold the snapshots of ordinary hosts, and of others up to
-    SWEEP_KEPT_OUTPUT bytes of output."""
+    SWEEP_KEPT_OUTPUT bytes of output; with `keep_snapshots` False (nothing at the end reads them: a
+    table, NDJSON already streamed, --brief), none: memory then stays flat however large the fleet."""
     entries, _ = unique_entries(entries)  # a target listed twice is probed once
     sem = asyncio.Semaphore(concurrency)
     bytes_budget = budget or ByteBudget(SWEEP_BYTES_IN_FLIGHT, concurrency)
@@ -182,6 +184,10 @@ async def sweep(
                 if r.status not in ("ok", "skipped") and "vast_status" in entry.labels:
                     # "connection refused" says little; what vast.ai says of the instance says more
                     r = replace(r, error=(r.error or r.status) + vast_words(entry.labels))
+            if not keep_snapshots:
+                on_report(r)
+                reports.append(replace(r, snapshot=None))
+                return
             if r.snapshot is not None and not ordinary:
                 if kept_bytes + size > SWEEP_KEPT_OUTPUT:
                     on_report(r)
@@ -197,16 +203,21 @@ async def sweep(
 
 def remember(
     reports: list[HostReport],
-    history: Path | None,
+    history: Path | str | None,
     *,
     started_at: float,
     keep: float,
     kind: str = "sweep",
     shard: str | None = None,
     complete: bool = True,
+    on_error: list | None = None,
+    features: Mapping[str, str] | None = None,
+    peers_since: float | None = None,
+    peers_out: list | None = None,
 ) -> tuple[Mapping[str, HostMemory], str | None]:
-    """Hand the finished reports to the history store: what each host was before this run, for the
-    summary and the textfile. History never costs a result: a failure is one warning line."""
+    """Hand the finished reports to the history store (an SQLite file or a PostgreSQL URL): what
+    each host was before this run, for the summary and the textfile. History never costs a result:
+    a failure is one line (and, through `on_error`, the error itself)."""
     if history is None:
         return {}, None
     import time
@@ -215,5 +226,5 @@ def remember(
 
     return record_safely(
         history, reports, started_at=started_at, finished_at=time.time(), kind=kind, shard=shard, complete=complete,
-        keep=keep,
+        keep=keep, on_error=on_error, features=features, peers_since=peers_since, peers_out=peers_out,
     )  # fmt: skip

@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from vastprobe import jsonnumbers
+
 MAX_EXPANSION = 100_000
 MAX_TARGET_CHARS = 1024
 _RANGE = re.compile(r"\[([0-9,\-\s]{1,4096})\]")
@@ -384,7 +386,7 @@ def parse_inventory(text: str) -> list[InventoryEntry]:
     stripped = text.lstrip()
     if stripped[:1] == "{" or re.match(r"\[\s*[{\]]", stripped[:64]):
         try:
-            data = json.loads(text)
+            data = jsonnumbers.loads(text)
         except json.JSONDecodeError as exc:
             raise _json_error(exc) from exc
         except RecursionError as exc:
@@ -392,7 +394,7 @@ def parse_inventory(text: str) -> list[InventoryEntry]:
         return parse_vast(data)
     if stripped[:1] == "[":  # `[::1]:22` starts with a bracket too, but is no JSON
         try:
-            data = json.loads(text)
+            data = jsonnumbers.loads(text)
         except (json.JSONDecodeError, RecursionError):
             data = None
         if isinstance(data, list) and data:  # `[1,2]`, `["a"]`: JSON, but no instance in it

@@ -13,6 +13,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -22,8 +24,6 @@ from tests.helpers import proc_state, proc_wchan, vastprobe_json, wait_for
 from tests.sshd import free_ports, keygen, start_sshd
 
 LAB = Path(__file__).parents[1] / "rank_lab.py"
-#: every test diagnoses `--match rank_lab.py`, which would see another test's ranks: one at a time
-pytestmark = pytest.mark.serial("rank_lab")
 FUSE = Path(__file__).parents[1] / "fuse_server.py"
 
 
@@ -31,19 +31,29 @@ RECORDED_DUMPS = Path(__file__).parents[2] / "fixtures" / "flight-recorder" / "g
 SECRETS = {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI-planted-K7MDENG", "HF_TOKEN": "hf_plantedTokenDoNotPrint"}
 
 
+class Lab(dict[int, int]):
+    """rank -> pid, and the --match that names this job's processes only (its run id is in their argv:
+    other tests' rank labs, in this suite or another one on the machine, are not this job)."""
+
+    match: str
+
+
 def start_job(reap: list, tmp_path: Path, how: str, path: str = "", procs_file: Path | None = None,
-              env: dict[str, str] | None = None) -> dict[int, int]:  # fmt: skip
+              env: dict[str, str] | None = None) -> Lab:  # fmt: skip
     """rank -> pid of a three-rank job whose rank 1 is the culprit, once every rank is set up."""
     ready = tmp_path / "ready"
     ports = ",".join(map(str, free_ports(3)))
-    cmd = [sys.executable, str(LAB), "launch", ports, f"lab-{tmp_path.name}", "1", how, path]
+    run = f"lab-{uuid.uuid4().hex[:12]}"
+    cmd = [sys.executable, str(LAB), "launch", ports, run, "1", how, path]
     if procs_file is not None:
         cmd = ["sh", "-c", f'echo $$ > {procs_file}; exec "$@"', "sh", *cmd]
     launcher = subprocess.Popen(cmd, env=dict(os.environ, LAB_READY=str(ready), **(env or {})), start_new_session=True,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     reap.append(launcher)
     wait_for(lambda: all(Path(f"{ready}.{r}").exists() for r in range(3)), timeout=30, what="three ranks connected")
-    return {r: int(Path(f"{ready}.{r}").read_text()) for r in range(3)}
+    lab = Lab({r: int(Path(f"{ready}.{r}").read_text()) for r in range(3)})
+    lab.match = f"rank_lab.py (launch .* )?{run}"
+    return lab
 
 
 def culprit_finding(host: dict) -> dict:
@@ -64,7 +74,7 @@ def test_a_rank_blocked_on_its_loaders_fifo_holds_the_job(reap, tmp_path: Path, 
     pids = start_job(reap, tmp_path, "fifo", str(fifo))
     waiting(pids)
     wait_for(lambda: proc_wchan(pids[1]) == "wait_for_partner", what="rank 1 blocked on the FIFO")
-    rc, host = vastprobe_json("--match", "rank_lab.py", "--sample", sample)
+    rc, host = vastprobe_json("--match", pids.match, "--sample", sample)
     f = culprit_finding(host)
     assert f["summary"].startswith(f"rank 1 (pid {pids[1]}, python") and "FIFO" in f["summary"], f["summary"]
     assert "2 other ranks (0, 2) wait on it in a collective" in f["summary"]
@@ -84,7 +94,7 @@ def test_a_stopped_rank_holds_the_job(reap, tmp_path: Path) -> None:
     waiting(pids)
     os.kill(pids[1], signal.SIGSTOP)
     wait_for(lambda: proc_state(pids[1]) == "T", what="rank 1 stopped")
-    rc, host = vastprobe_json("--match", "rank_lab.py", "--sample", "1")
+    rc, host = vastprobe_json("--match", pids.match, "--sample", "1")
     f = culprit_finding(host)
     assert f["summary"].startswith(f"rank 1 (pid {pids[1]}") and "stopped" in f["summary"]
     assert f"kill -CONT {pids[1]}" in f["hint"] and rc == 1
@@ -95,7 +105,7 @@ def test_a_killed_rank_is_gone_and_holds_the_job(reap, tmp_path: Path) -> None:
     waiting(pids)
     os.kill(pids[1], signal.SIGKILL)
     wait_for(lambda: proc_state(pids[1]) is None, what="rank 1 reaped by its launcher")
-    rc, host = vastprobe_json("--match", "rank_lab.py", "--sample", "1")
+    rc, host = vastprobe_json("--match", pids.match, "--sample", "1")
     f = culprit_finding(host)
     assert f["summary"].startswith("local rank 1 of job") and "gone" in f["summary"], f["summary"]
     assert "2 other ranks (0, 2)" in f["summary"] and rc == 1
@@ -116,7 +126,7 @@ def test_a_rank_reading_a_dead_fuse_mount_holds_the_job(reap, tmp_path: Path) ->
         pids = start_job(reap, tmp_path, "fuse", str(mnt / "shard-00001.tar"))
         waiting(pids)
         wait_for(lambda: proc_wchan(pids[1]) == "request_wait_answer", what="rank 1 waiting on the mount")
-        _rc, host = vastprobe_json("--match", "rank_lab.py", "--sample", "1")
+        _rc, host = vastprobe_json("--match", pids.match, "--sample", "1")
         f = culprit_finding(host)
         assert f["summary"].startswith(f"rank 1 (pid {pids[1]}") and str(mnt) in f["summary"], f["summary"]
     finally:
@@ -130,7 +140,7 @@ def test_an_oom_killed_rank_holds_the_job_and_the_kill_leads(reap, tmp_path: Pat
         wait_for(lambda: cg.oom_kills() >= 1, timeout=30, what="rank 1 OOM-killed")
         waiting({0: pids[0], 2: pids[2]})
         wait_for(lambda: proc_state(pids[1]) is None, what="rank 1 reaped")
-        rc, host = vastprobe_json("--match", "rank_lab.py", "--sample", "1")
+        rc, host = vastprobe_json("--match", pids.match, "--sample", "1")
         f = culprit_finding(host)
         assert "OOM-killed" in f["summary"] and f["caused_by"] == "oom-killed-child", f
         assert host["incidents"][0]["root"]["rule"] == "oom-killed-child" and rc == 1
@@ -144,7 +154,7 @@ def test_ranks_that_all_wait_together_blame_nobody(reap, tmp_path: Path) -> None
     pids = start_job(reap, tmp_path, "none")
     waiting(pids)
     wait_for(lambda: proc_wchan(pids[1]).startswith("futex"), what="rank 1 in its collective")
-    rc, host = vastprobe_json("--match", "rank_lab.py", "--sample", "1")
+    rc, host = vastprobe_json("--match", pids.match, "--sample", "1")
     assert not [f for f in host["findings"] if f["rule"] == "culprit-rank"], host["findings"]
     assert rc == 0
 
@@ -159,10 +169,11 @@ def test_a_sweep_of_three_hosts_names_the_host_and_rank_that_hold_the_job(tmp_pa
     os.mkfifo(fifo)
     ports = ",".join(map(str, free_ports(3)))
     ready = tmp_path / "ready"
+    run = f"lab-{uuid.uuid4().hex[:12]}"
     hosts = []
     try:
         for r in range(3):
-            lab = f"LAB_LOCAL={r} LAB_READY={ready} {sys.executable} {LAB} launch {ports} lab-sweep 1 fifo {fifo}"
+            lab = f"LAB_LOCAL={r} LAB_READY={ready} {sys.executable} {LAB} launch {ports} {run} 1 fifo {fifo}"
             wrap = ["unshare", "--pid", "--kill-child", "--mount-proc", "--", "sh", "-c",
                     f'({lab} </dev/null >/dev/null 2>&1 &) ; exec "$@"', "sh"]  # fmt: skip
             hosts.append(start_sshd(tmp_path / f"h{r}", user_key=key, wrap=wrap))
@@ -173,7 +184,7 @@ def test_a_sweep_of_three_hosts_names_the_host_and_rank_that_hold_the_job(tmp_pa
 
         def sweep() -> dict[str, dict]:
             r = subprocess.run([sys.executable, "-m", "vastprobe", "sweep", f"{a},{b},{c}", "-i", str(key),
-                                "--known-hosts", str(kh), "--format", "json", "--match", "rank_lab.py", "--sample",
+                                "--known-hosts", str(kh), "--format", "json", "--snapshot", "--match", f"rank_lab.py (launch .* )?{run}", "--sample",
                                 "1", "--no-history"], capture_output=True, text=True, timeout=120)  # fmt: skip
             assert r.stdout, r.stderr
             return {h["target"]: h for h in json.loads(r.stdout)["hosts"]}
@@ -211,7 +222,7 @@ def test_the_flight_recorder_dumps_agree_and_no_secret_reaches_any_format(reap, 
     pids = start_job(reap, tmp_path, "fifo", str(fifo), env=env)
     waiting(pids)
     wait_for(lambda: proc_wchan(pids[1]) == "wait_for_partner", what="rank 1 blocked on the FIFO")
-    _rc, host = vastprobe_json("--match", "rank_lab.py", "--sample", "1")
+    _rc, host = vastprobe_json("--match", pids.match, "--sample", "1")
     f = culprit_finding(host)
     fr = [e["detail"] for e in f["evidence"] if e["source"] == "flight recorder"]
     assert fr == ["process group 0: every rank entered collective #3; ranks 0, 2 entered #4 (gloo:all_reduce, "
@@ -219,7 +230,7 @@ def test_the_flight_recorder_dumps_agree_and_no_secret_reaches_any_format(reap, 
     assert "the flight recorder is on" in f["hint"]
     outputs = [json.dumps(host)]
     for fmt in ("table", "ndjson", "json"):
-        r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--match", "rank_lab.py",
+        r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--match", pids.match,
                             "--sample", "0", "--format", fmt, "-v"], capture_output=True, text=True, timeout=120)  # fmt: skip
         outputs.append(r.stdout + r.stderr)
     cap = tmp_path / "capture.json"
@@ -234,6 +245,36 @@ def test_the_flight_recorder_dumps_agree_and_no_secret_reaches_any_format(reap, 
             assert value not in text and name not in text
 
 
+def test_dumps_of_an_earlier_run_or_another_job_name_no_culprit(reap, tmp_path: Path) -> None:
+    """A healthy job (every rank in its collective) whose dump prefix holds the recorded dumps of a
+    hang: written before its ranks started (an earlier run's, left behind), they name nobody; the same
+    files written now are this run's and name rank 1. Another job's dumps (a prefix none of this
+    job's ranks names) never count."""
+    prefix = tmp_path / "fr_rank_"
+    other = tmp_path / "other_job_rank_"
+    for r in range(3):
+        data = (RECORDED_DUMPS / f"nccl_trace_rank_{r}").read_bytes()
+        Path(f"{prefix}{r}").write_bytes(data)
+        Path(f"{other}{r}").write_bytes(data)
+    env = {"TORCH_FR_DUMP_TEMP_FILE": str(prefix), "TORCH_FR_BUFFER_SIZE": "2000"}
+    pids = start_job(reap, tmp_path, "none", env=env)
+    waiting(pids)
+    wait_for(lambda: proc_wchan(pids[1]).startswith("futex"), what="rank 1 in its collective")
+    day_ago = time.time() - 86400
+    for r in range(3):
+        os.utime(f"{prefix}{r}", (day_ago, day_ago))
+    _rc, host = vastprobe_json("--match", pids.match, "--sample", "0")
+    assert not [f for f in host["findings"] if f["rule"] == "culprit-rank"], host["findings"]
+    dumps = {d["path"]: d for d in host["snapshot"]["flight_dumps"]}
+    assert dumps[f"{prefix}1"]["mtime"] == int(day_ago), dumps  # read, and set aside as an earlier run's
+    for r in range(3):
+        os.utime(f"{prefix}{r}")
+    _rc, host = vastprobe_json("--match", pids.match, "--sample", "0")
+    (f,) = [f for f in host["findings"] if f["rule"] == "culprit-rank"]
+    assert f["summary"].startswith("the flight recorder dumps say rank(s) 1 never entered collective #4"), f
+    assert all(str(other) not in e["detail"] for e in f["evidence"]), f["evidence"]
+
+
 def test_on_gpus_the_rank_whose_gpu_idles_while_the_others_spin_holds_them(reap, tmp_path: Path) -> None:
     """NCCL's waiting ranks spin: a CPU at full use and the GPU at 100% in the collective's kernel. The
     rank they wait for runs on its CPU too, but its GPU idles. No GPU here: nvidia-smi is the stand-in
@@ -243,8 +284,8 @@ def test_on_gpus_the_rank_whose_gpu_idles_while_the_others_spin_holds_them(reap,
     standin = Path(__file__).parents[1] / "standins"
     env = {**os.environ, "PATH": f"{standin}:{os.environ['PATH']}", "VASTPROBE_STANDIN_GPU": "ranks",
            "VASTPROBE_STANDIN_RANK_PIDS": ",".join(str(pids[r]) for r in range(3)), "VASTPROBE_STANDIN_IDLE": "1"}  # fmt: skip
-    r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", "--match",
-                        "rank_lab.py", "--sample", "1"], capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", "--snapshot", "--match",
+                        pids.match, "--sample", "1"], capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
     host = json.loads(r.stdout)["hosts"][0]
     f = culprit_finding(host)
     assert f["summary"].startswith(f"rank 1 (pid {pids[1]}") and "its GPU idles" in f["summary"], f["summary"]

@@ -170,8 +170,9 @@ def incident_headline(root: Finding, consequences: Sequence[Finding], ctx: Conte
 
 
 def host_headline(verdict: Verdict, incidents: Sequence[Incident], n_scope: int, error: str | None) -> str:
-    """The one line of why: the worst incident's headline, or what a healthy host looks like."""
-    if error:
+    """The one line of why: the worst incident's headline, or what a healthy host looks like; an
+    undiagnosed host's error. A stall seen by a probe that did not finish is still the stall."""
+    if error and not (verdict == "stalled" and incidents):
         return error.splitlines()[0] if error.strip() else error
     if verdict in ("stalled", "degraded") and incidents:
         level = SEVERITY_ORDER["error"] if verdict == "stalled" else SEVERITY_ORDER["warning"]

@@ -9,9 +9,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from vastprobe.model import FileStat, HostSnapshot, LogFile, Process, Unavailable
+from vastprobe.model import FileStat, HostSnapshot, LogFile, NotRead, Process, Unavailable
 
-LogState = Literal["ok", "absent", "empty", "stale", "deleted-open", "rotated", "not-a-file", "unknown"]
+LogState = Literal[
+    "ok", "absent", "empty", "stale", "deleted-open", "rotated", "not-a-file", "unknown", "refused", "unanswered"
+]
 
 FATAL = re.compile(
     r"(Killed|out of memory|OutOfMemory|CUDA error|CUDA_ERROR|panic|Traceback \(most recent call last\)|"
@@ -134,6 +136,9 @@ def log_health(log: LogFile, now: float | None, stale_after: float, processes: I
     if stats and now is not None:
         age = max(0.0, now - stats[-1].mtime)
     state: LogState
+    not_read = next((x for x in (*reversed(log.stats), log.tail) if isinstance(x, NotRead)), None)
+    if not_read is not None:  # the probe would not read it, or its mount did not answer
+        return LogHealth(log, not_read.why, None, False, (), writers)
     if not stats:
         last = log.stats[-1] if log.stats else None
         reason = last.reason if isinstance(last, Unavailable) else ""

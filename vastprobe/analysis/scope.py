@@ -4,15 +4,39 @@ descendants; with neither, every non-kernel process outside the probe's own sess
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from vastprobe.analysis.tree import ProcessTree
 from vastprobe.model import HostSnapshot
 
+#: Characters of a command line (its arguments joined by spaces) that `--match` reads. A target's
+#: processes can carry 64 arguments of 1 KiB each, and Python's regexes backtrack: `python.*train`
+#: over 64 KiB of `python python …` took 0.6 s a process (100 such processes: 38 s, past the
+#: host's analysis budget); over 4 KiB it takes 3 ms. Real command lines fit.
+MATCH_PREFIX = 4096
+
+
+def match_text(cmdline: Sequence[str], comm: str) -> str:
+    """What `--match` is matched against: the command line joined by spaces (the name when it has
+    none), its first MATCH_PREFIX characters, without joining all of a huge one first."""
+    parts, n = [], 0
+    for arg in cmdline:
+        parts.append(arg[: MATCH_PREFIX - n])
+        n += len(arg) + 1
+        if n >= MATCH_PREFIX:
+            break
+    return (" ".join(parts) or comm)[:MATCH_PREFIX]
+
 
 def compute_scope(
-    snapshot: HostSnapshot, pids: Sequence[int] = (), matches: Sequence[str] = (), tree: ProcessTree | None = None
+    snapshot: HostSnapshot,
+    pids: Sequence[int] = (),
+    matches: Sequence[str] = (),
+    tree: ProcessTree | None = None,
+    checkpoint: Callable[[str], None] | None = None,
 ) -> tuple[int, ...]:
+    """`checkpoint(stage)` is called between processes: the host's analysis budget (pipeline) can
+    stop a match that takes too long there, one host at a time."""
     tree = tree or ProcessTree(snapshot)
     excluded = set(snapshot.excluded_pids)
     candidates = [p for p in snapshot.processes if not p.kernel_thread and p.pid not in excluded]
@@ -20,9 +44,15 @@ def compute_scope(
         return tuple(sorted(p.pid for p in candidates))
     regexes = [re.compile(m) for m in matches]
     roots = {pid for pid in pids if pid in tree.by_pid}
-    for p in candidates:
-        text = " ".join(p.cmdline) or p.comm
-        if any(r.search(text) for r in regexes):
+    seen: dict[str, bool] = {}  # many processes share a command line (workers, ranks): matched once
+    for p in candidates if regexes else ():
+        if checkpoint is not None:
+            checkpoint("--match")
+        text = match_text(p.cmdline, p.comm)
+        hit = seen.get(text)
+        if hit is None:
+            hit = seen[text] = any(r.search(text) for r in regexes)
+        if hit:
             roots.add(p.pid)
     chosen = set(roots)
     for root in roots:

@@ -8,14 +8,18 @@ the job's processes (command name, state and wait channel of one that did not mo
 probe's samples; one that moved counts as "moving" whatever its state at the instant of the
 sample) and whether its GPUs are busy or idle. Features are voted on one by one rather than as one
 signature, so benign variety (a wait channel that differs on a third of the hosts) flags no one,
-while the one host whose verdict, rules or processes nobody else shares is flagged."""
+while the one host whose verdict, rules or processes nobody else shares is flagged.
+
+With a history, a group spans the whole fleet: the hosts other controllers (shards) swept are
+compared by the features they recorded (`Peer`), and only this run's hosts are marked."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from vastprobe.analysis.gpu import idle_gpus
 from vastprobe.analysis.progress import progress
@@ -35,6 +39,28 @@ RARE = 1 / 4  # one held by at most this share is odd
 MIN_GROUP = 3
 
 Feature = tuple[str, ...]  # ("verdict", "stalled"), ("rule", slug), ("proc", comm, state, wchan), ...
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A host another run recorded with its features: part of its group, never marked here."""
+
+    target: str
+    labels: dict[str, str]
+    features: frozenset[Feature]
+
+
+def features_text(fs: frozenset[Feature]) -> str:
+    return json.dumps(sorted(list(f) for f in fs), separators=(",", ":"), ensure_ascii=False)
+
+
+def features_from_text(text: str) -> frozenset[Feature] | None:
+    """Stored features back, or None when the text is not what `features_text` wrote."""
+    try:
+        items = json.loads(text)
+        return frozenset(tuple(str(x) for x in f) for f in items if isinstance(f, list) and f)
+    except (ValueError, TypeError):
+        return None
 
 
 def group_key(spec: str) -> Callable[[HostReport], str | None]:
@@ -132,12 +158,19 @@ def differences(own: frozenset[Feature], common: set[Feature], rare: set[Feature
     return tuple(safe(d, 240) for d in out)
 
 
-def mark_outliers(reports: Sequence[HostReport], spec: str) -> list[HostReport]:
+def mark_outliers(
+    reports: Sequence[HostReport],
+    spec: str,
+    peers: Sequence[Peer] = (),
+    own: dict[str, frozenset[Feature]] | None = None,
+) -> list[HostReport]:
     """The same reports, in the same order; outliers carry `outlier_of`. Groups of fewer than
     three hosts are not judged (two that differ say nothing about which is odd), nor groups where
     most hosts would be odd ("0 of 16 hosts alike" names no odd one out); skipped hosts are not
-    compared."""
+    compared. `peers` (other shards' hosts, from the history) count in their groups; `own` holds
+    this run's features when they were already computed."""
     key = group_key(spec)
+    feats: dict[int, frozenset[Feature]] = {}
     groups: dict[str, list[int]] = {}
     for i, r in enumerate(reports):
         if r.status == "skipped":
@@ -145,19 +178,26 @@ def mark_outliers(reports: Sequence[HostReport], spec: str) -> list[HostReport]:
         name = key(r)
         if name is not None:
             groups.setdefault(name, []).append(i)
+            feats[i] = own[r.target] if own is not None and r.target in own else features(r)
+    mine = {r.target for r in reports}
+    for j, p in enumerate(peers):
+        name = key(HostReport(p.target, "ok", None, "unknown", (), None, {}, labels=p.labels))
+        if name is not None and name in groups and p.target not in mine:
+            groups[name].append(-1 - j)
+            feats[-1 - j] = p.features
     out = list(reports)
     for name, members in groups.items():
         n = len(members)
         if n < MIN_GROUP:
             continue
-        feats = {i: features(reports[i]) for i in members}
-        counts = Counter(f for fs in feats.values() for f in fs)
+        counts = Counter(f for i in members for f in feats[i])
         common = {f for f, c in counts.items() if c >= COMMON * n}
         rare = {f for f, c in counts.items() if c <= RARE * n}
         odd = [i for i in members if (common - feats[i]) or (feats[i] & rare)]
         if 2 * len(odd) > n:
             continue  # most hosts differ: no shape of the group for one to stand out from
         for i in odd:
-            outlier = Outlier(name, n, n - len(odd), differences(feats[i], common, rare))
-            out[i] = replace(reports[i], outlier_of=outlier)
+            if i >= 0:  # a peer is marked by the run that swept it
+                outlier = Outlier(name, n, n - len(odd), differences(feats[i], common, rare))
+                out[i] = replace(reports[i], outlier_of=outlier)
     return out

@@ -6,10 +6,10 @@ the changes cost, not what the sweeps cost."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from vastprobe.history.engine import Database, reason
 from vastprobe.history.store import HistoryError
 from vastprobe.targets import natural_key
 
@@ -92,15 +92,15 @@ def select_targets(known: Sequence[str], words: Sequence[str]) -> tuple[list[str
     return list(chosen), missing
 
 
-def host_histories(con: sqlite3.Connection, words: Sequence[str], since: float) -> tuple[list[HostHistory], list[str]]:
+def host_histories(con: Database, words: Sequence[str], since: float) -> tuple[list[HostHistory], list[str]]:
     """Histories of the named hosts (all when none are named), and the names nothing was recorded for."""
     try:
         return _host_histories(con, words, since)
-    except sqlite3.Error as exc:
-        raise HistoryError(f"history: {str(exc)[:200]}") from exc
+    except con.errors() as exc:
+        raise HistoryError(f"history {con.where}: {reason(exc)}", con.engine != "sqlite") from exc
 
 
-def _host_histories(con: sqlite3.Connection, words: Sequence[str], since: float) -> tuple[list[HostHistory], list[str]]:
+def _host_histories(con: Database, words: Sequence[str], since: float) -> tuple[list[HostHistory], list[str]]:
     states = {i: _state((s, v, r)) for i, s, v, r in con.execute("SELECT id, status, verdict, rules FROM states")}
     rows = {
         row[1]: row

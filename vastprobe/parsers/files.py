@@ -6,12 +6,27 @@ from __future__ import annotations
 
 import re
 
-from vastprobe.model import Artifact, FileStat, Unavailable
+from vastprobe.model import Artifact, FileStat, NotRead, Unavailable
 from vastprobe.parsers.numbers import read_int
 
 _STAT = re.compile(r"^([0-9]{1,20}) (-?[0-9]{1,20}) ([0-9]{1,20})(?: ([a-z][a-z ]{0,40}))?$", re.ASCII)
 # size, mtime, the owner's uid (since probe format 3: older captures have none), type | name
 _ART = re.compile(r"^([0-9]{1,20}) (-?[0-9]{1,20}) (?:([0-9]{1,10}) )?([^|0-9][^|]{0,63})\|(.*)$", re.ASCII)
+
+
+def not_read(line: str) -> NotRead | None:
+    """The probe's word for a path it did not touch (format 4): `@@refused WHY` or
+    `@@fuse-waiting N MOUNT`."""
+    if line.startswith("@@refused "):
+        return NotRead(f"not read: {line[10:300]}", "refused")
+    if line.startswith("@@fuse-waiting "):
+        n, _, mount = line[15:].partition(" ")
+        return NotRead(
+            f"on an unresponsive FUSE mount ({mount[:200]}: {read_int(n) or 0} request(s) waiting for its server): "
+            "not touched",
+            "unanswered",
+        )
+    return None
 
 
 def parse_logstats(text: str) -> dict[int, FileStat | Unavailable]:
@@ -22,6 +37,10 @@ def parse_logstats(text: str) -> dict[int, FileStat | Unavailable]:
             current = read_int(line[6:], 6)
             continue
         if current is None or not line.strip() or current in out:
+            continue
+        refused = not_read(line)
+        if refused is not None:
+            out[current] = refused
             continue
         m = _STAT.match(line.strip())
         if m:
@@ -44,6 +63,10 @@ def parse_artifacts(text: str) -> tuple[int, list[Artifact], str | None]:
             continue
         if line.startswith("@@unlisted "):
             errors.append(f"{read_int(line[11:]) or 0} name(s) holding a newline not listed")
+            continue
+        refused = not_read(line)
+        if refused is not None:
+            errors.append(refused.reason)
             continue
         m = _ART.match(line)
         if m:

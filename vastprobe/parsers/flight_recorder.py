@@ -8,13 +8,15 @@ global, calls, builds an object or loads a persistent id is refused, and so is i
 nesting or item bounds. What the dump says is then read into a typed record: per process group, the
 collectives this rank entered (sequence id, op, sizes, state) and its status.
 
-The probe sends a dump as `@fr PATH` followed by its bytes in base64 (at most 1 MiB of it).
+The probe sends a dump as `@fr MTIME PATH` (`-` for a time it could not read; probes before the
+time sent `@fr PATH`) followed by its bytes in base64 (at most 1 MiB of it).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import re
 import struct
 from typing import Any
@@ -232,10 +234,14 @@ def read_dump(path: str, data: bytes) -> FlightDump:
     return FlightDump(path, rank, str(doc.get("version", ""))[:20], tuple(out), done)
 
 
+_HEADER = re.compile(r"@fr (?:([0-9]{1,12}|-) )?(/.*)", re.ASCII)
+
+
 def parse_fr_section(text: str) -> tuple[FlightDump, ...]:
-    """`@fr PATH` lines, each followed by the dump's base64 lines."""
+    """`@fr MTIME PATH` lines, each followed by the dump's base64 lines."""
     dumps: list[FlightDump] = []
     path: str | None = None
+    mtime: int | None = None
     chunks: list[str] = []
 
     def flush() -> None:
@@ -244,14 +250,16 @@ def parse_fr_section(text: str) -> tuple[FlightDump, ...]:
         try:
             data = base64.b64decode("".join(chunks), validate=True)
         except (binascii.Error, ValueError):
-            dumps.append(FlightDump(path, None, "", (), {}, refused="not base64"))
+            dumps.append(FlightDump(path, None, "", (), {}, refused="not base64", mtime=mtime))
             return
-        dumps.append(read_dump(path, data))
+        dumps.append(dataclasses.replace(read_dump(path, data), mtime=mtime))
 
     for line in text.split("\n"):
         if line.startswith("@fr "):
             flush()
-            path, chunks = line[4:][:4096], []
+            m = _HEADER.fullmatch(line[:4200])
+            path, chunks = (m.group(2)[:4096], []) if m else (None, [])
+            mtime = read_int(m.group(1)) if m and m.group(1) not in (None, "-") else None
         elif path is not None and line and not line.startswith("@"):
             chunks.append(line.strip())
     flush()

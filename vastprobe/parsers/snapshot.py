@@ -14,6 +14,7 @@ from vastprobe.model import (
     GpuState,
     HostSnapshot,
     LogFile,
+    NotRead,
     ProbeInfo,
     Process,
     ProcIO,
@@ -41,6 +42,7 @@ from vastprobe.parsers import (
     proc_io,
     proc_stat,
     proc_status,
+    pystack,
     sched,
     syscall,
     threads,
@@ -48,7 +50,7 @@ from vastprobe.parsers import (
 )
 from vastprobe.parsers.numbers import read_int
 from vastprobe.probe import sources as src
-from vastprobe.probe.render import ProbeParams
+from vastprobe.probe.render import FILE_TIMEOUT, ProbeParams
 from vastprobe.probe.sections import ProbeOutput, RawSection
 
 _NOT_READ = "not read by this probe version"
@@ -232,6 +234,9 @@ def log_tail(sec: RawSection | None, fmt: int = 3) -> str | Unavailable:
         return Unavailable("not read")
     if sec.text.startswith("@@notregular"):
         return Unavailable("not a regular file: not read")
+    refused = files.not_read(sec.text.split("\n", 1)[0])
+    if refused is not None:
+        return refused
     if fmt >= 3:
         content, complaints = [], []
         for line in sec.text.split("\n"):
@@ -370,10 +375,22 @@ def build_snapshot(
 
     logs = []
     stat_samples = [
-        files.parse_logstats(_text(out, src.LOGSTAT.section(n))) for n in src.SAMPLES if out.get(src.LOGSTAT.section(n))
+        (n, files.parse_logstats(_text(out, src.LOGSTAT.section(n))))
+        for n in src.SAMPLES
+        if out.get(src.LOGSTAT.section(n))
     ]
     for i, path in enumerate(params.logs):
         tail = log_tail(out.get(src.LOGTAIL.section(i)), fmt)
+        gave_up = [n for n in (src.LOGTAIL.section(i), *(src.LOGSTAT.section(k) for k in src.SAMPLES))
+                   if n in out.abandoned]  # fmt: skip
+        if gave_up:  # the probe stopped waiting for the child that touched it: a dead mount
+            no_answer = NotRead(f"no answer within {FILE_TIMEOUT} s: its file system may be dead (a hung mount)",
+                                "unanswered")  # fmt: skip
+            if not isinstance(tail, str) and src.LOGTAIL.section(i) in gave_up:
+                tail = no_answer
+            for n, sample in stat_samples:
+                if i not in sample and src.LOGSTAT.section(n) in out.abandoned:
+                    sample[i] = no_answer
         holders = tuple(
             (p.pid, e.fd, e.deleted)
             for p in processes
@@ -384,7 +401,7 @@ def build_snapshot(
         logs.append(
             LogFile(
                 path=path,
-                stats=tuple(s.get(i, Unavailable("not stat'ed")) for s in stat_samples),
+                stats=tuple(s.get(i, Unavailable("not stat'ed")) for _n, s in stat_samples),
                 tail=tail,
                 holders=holders,
             )
@@ -416,6 +433,7 @@ def build_snapshot(
         output_bytes=output_bytes,
         timeout_mode=meta.get("timeout", ""),
         tampering=out.anomalies,
+        unfinished_sections=_unfinished(out, params, fmt),
     )
     kernel_log = kmsg.parse_kmsg_sections(
         _kmsg_text(out, src.KMSG, fmt),
@@ -423,6 +441,11 @@ def build_snapshot(
         btime,
         now=btime + facts.uptime if btime is not None else None,  # syslog stamps have no year
     )
+    stacks, stacks_note = pystack.parse_pystack_section(_text(out, src.PYSTACK.name))
+    if src.PYSTACK.name in out.abandoned:
+        stacks_note = "py-spy did not answer within the probe's 16 s and was abandoned"
+    elif params.python_stacks and out.get(src.PYSTACK.name) is None and fmt >= 2:
+        stacks_note = "the probe took no Python stack (its section is missing)"
     return HostSnapshot(
         target=target,
         host=facts,
@@ -440,7 +463,19 @@ def build_snapshot(
         fuse_mounts=_fuse_mounts(out, fmt),
         flight_dumps=flight_recorder.parse_fr_section(_text(out, src.FR.name)),
         held_files=held.parse_held_section(_text(out, src.HELD.name)),
+        python_stacks=stacks,
+        python_stacks_note=stacks_note,
     )
+
+
+def _unfinished(out: ProbeOutput, params: ProbeParams, fmt: int) -> tuple[str, ...]:
+    """The sections this probe version writes for these parameters that are missing or cut, in
+    the probe's order (format 1 captures: only the ones cut, their section list was another)."""
+    if fmt < 2:
+        return tuple(n for n, s in out.sections.items() if s.truncated)
+    wanted = src.expected_sections(len(params.logs), len(params.artifacts), params.sample != 0)
+    extra = tuple(n for n in src.OPTIONAL if (s := out.get(n)) is not None and s.truncated)
+    return tuple(n for n in wanted if (s := out.get(n)) is None or s.truncated) + extra
 
 
 def _process_syscall(

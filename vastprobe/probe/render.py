@@ -17,6 +17,11 @@ MAX_PROC_SECTION = 8 * 1024 * 1024
 MAX_NET_SECTION = 2 * 1024 * 1024
 #: Threads whose state and wait channel are read, in all (at most 64 per process, 64 processes).
 MAX_THREADS = 2048
+#: Seconds a section that touches an operator's path (a --log, an --artifacts glob, df) may take
+#: before the probe abandons the child doing it (a dead mount: docs/security.md).
+FILE_TIMEOUT = 5
+#: Bytes of dmesg (or journalctl) output read at most: the largest kernel ring buffer is 32 MiB.
+MAX_KMSG_READ = 64 * 1024 * 1024
 #: Cap on the whole probe output read from one host, in bytes.
 MAX_TOTAL_OUTPUT = 32 * 1024 * 1024
 DEFAULT_ARTIFACTS = ("/tmp/*",)
@@ -43,6 +48,8 @@ class ProbeParams:
     max_fd_per_process: int = 256
     max_artifacts: int = 200
     log_tail_bytes: int = 4096
+    python_stacks: bool = False  # --py-spy: py-spy dump --nonblocking of Python programs
+    python_stack_pids: tuple[int, ...] = ()  # whose Python descendants come first (--pid)
     boundary: str = field(default_factory=lambda: secrets.token_hex(16))
 
 
@@ -92,6 +99,11 @@ def render_script(params: ProbeParams) -> str:
         f"VP_MAXTHR={shell_quote(_number(MAX_THREADS))}",
         f"VP_MAXART={shell_quote(_number(int(params.max_artifacts)))}",
         f"VP_TAIL={shell_quote(_number(int(params.log_tail_bytes)))}",
+        f"VP_NLOGS={shell_quote(_number(len(params.logs)))}",
+        f"VP_FILE_T={shell_quote(_number(FILE_TIMEOUT))}",
+        f"VP_KMAX={shell_quote(_number(MAX_KMSG_READ))}",
+        f"VP_PYSPY={'1' if params.python_stacks else '0'}",
+        f"VP_PYPIDS={shell_quote(' '.join(_number(int(p)) for p in params.python_stack_pids[:64]))}",
         "VP_GPU_HUNG=0",
         _each("vp_each_log", params.logs),
         _each("vp_each_glob", params.artifacts),

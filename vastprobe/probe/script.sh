@@ -87,16 +87,21 @@ tmo() {
 	esac
 }
 
-# sec NAME MAXBYTES CMD...: one framed section, stderr folded in, capped at MAXBYTES.
+vp_rc_of() {
+	"$@"
+	printf '\n@@rc=%s\n' "$?"
+}
+
+# sec NAME MAXBYTES CMD...: one framed section, stderr folded in, capped at MAXBYTES, bounded as a
+# whole: CMD runs in a child nobody waits for, and the head that copies it ends at EOF or at its
+# timeout, so neither a CMD stuck in D state (nvidia-smi on a lost GPU, which no signal ends) nor a
+# grandchild that keeps its stdout open holds the probe longer than VP_NVSMI_T + 2 seconds.
 sec() {
 	vp_n=$1
 	vp_max=$2
 	shift 2
 	printf '\n@@%s@@ %s\n' "$VP_B" "$vp_n"
-	{
-		"$@"
-		printf '\n@@rc=%s\n' "$?"
-	} 2>&1 | head -c "$vp_max"
+	{ vp_alone vp_rc_of "$@" & } | tmo $((VP_NVSMI_T + 2)) head -c "$vp_max"
 	printf '\n@@%s@@ /%s\n' "$VP_B" "$vp_n"
 }
 
@@ -118,7 +123,7 @@ vp_meta() {
 	printf 'kernel=%s\nhostname=%s\ntimeout=%s\n' "$vp_os" "$vp_host" "$VP_TMO"
 	vp_arch=
 	read -r vp_arch </proc/sys/kernel/arch 2>/dev/null
-	printf 'format=3\narch=%s\nls=%s\nss=%s\n' "$vp_arch" "$VP_LSB" "$VP_SS"
+	printf 'format=4\narch=%s\nls=%s\nss=%s\n' "$vp_arch" "$VP_LSB" "$VP_SS"
 }
 
 # One grep: every line of the small files (they start with a digit, a capital or some/full),
@@ -173,10 +178,25 @@ VP_USER_AWK='/^\/proc\/[0-9]+\/stat:/ {
 	print p
 	if (f[1] == "Z" && nz++ < 64) print "z" p
 	if (f[18] > 1) mt[nt++ % 192] = "+" p
+	# with --py-spy: Python programs (by their comm) that are neither in D state nor zombies, nor
+	# the parent of the probe (a local run: vastprobe itself); with --pid, those under it (a child
+	# comes after its parent in /proc but where PIDs wrapped), else the newest
+	if (py != 1) next
+	q = substr(p, 7)
+	if (q in under || f[2] in under) under[q] = 1
+	lp = index($0, "(")
+	if (f[1] == "D" || f[1] == "Z" || q == me || substr($0, lp + 1, 6) != "python") next
+	if (q in under) { if (nun < 8) un[nun++] = "y" p }
+	else pyl[npy++ % 8] = "y" p
 }
+BEGIN { nw = split(want, w, " "); for (i = 1; i <= nw; i++) under[w[i]] = 1 }
 # the newest 192 multi-threaded processes, newest first (a job starts after the daemons, and the
-# thread bound goes to the first ones listed)
-END { for (i = nt - 1; i >= 0 && i >= nt - 192; i--) print mt[i % 192] }'
+# thread bound goes to the first ones listed); with --py-spy, 8 Python programs
+END {
+	for (i = nt - 1; i >= 0 && i >= nt - 192; i--) print mt[i % 192]
+	for (i = 0; i < nun; i++) print un[i]
+	for (i = npy - 1; nw == 0 && i >= 0 && i >= npy - 8; i--) print pyl[i % 8]
+}'
 
 # Every process's stat first, through a file list from one readdir of /proc (a glob like
 # /proc/[0-9]*/stat would stat every path it matches: a third of the cost of reading them).
@@ -193,11 +213,13 @@ vp_lists() {
 	vp_lthr=
 	vp_lenv=
 	vp_lz=
+	vp_lpy=
 	vp_nthr=0
-	for vp_w in $(printf '%s\n' "$vp_st" | awk "$VP_USER_AWK"); do
+	for vp_w in $(printf '%s\n' "$vp_st" | awk -v py="$VP_PYSPY" -v want="$VP_PYPIDS" -v me="${VP_PARENT:-0}" "$VP_USER_AWK"); do
 		case $vp_w in
 		+*) vp_threads "${vp_w#+}" ;;
 		z*) vp_lz="$vp_lz ${vp_w#z}/sched" ;;
+		y*) vp_lpy="$vp_lpy ${vp_w#y}" ;;
 		*) vp_lusr="$vp_lusr $vp_w" ;;
 		esac
 	done
@@ -373,6 +395,13 @@ vp_s1() { vp_proc_grep "$vp_l1" 2>&1 | VP_B=$VP_B awk -v cap="$VP_MAXPROC" "$VP_
 vp_held_stat() {
 	[ -z "$vp_held" ] || tmo 5 stat -L -c '%n %s %Y %i %F' -- $vp_held
 }
+# The held files may be on a dead mount (timeout cannot end a stat in D state): in a guarded child,
+# framed here, not by secn (whose redirection a guard must not run under).
+vp_held_sec() {
+	printf '\n@@%s@@ held\n' "$VP_B"
+	[ -z "$vp_held" ] || vp_guard vp_held_stat
+	printf '\n@@rc=0\n\n@@%s@@ /held\n' "$VP_B"
+}
 
 # Who is who in a distributed job: from the environ of the multi-threaded processes (ranks are), the
 # allow-listed names only (rank, world, rendezvous, job id, GPUs, NCCL and flight-recorder settings);
@@ -396,7 +425,8 @@ vp_env() {
 
 # PyTorch flight recorder dumps: the default prefix and the ones the ranks name, followed by digits
 # (the rank). Only regular files (no link), whose first byte is a pickle's (0x80), at most 8 of
-# them, 1 MiB of each in base64: the client reads them without running pickle code.
+# them, 1 MiB of each in base64, after `@fr MTIME PATH`: the client reads them without running
+# pickle code.
 vp_fr() {
 	vp_frn=0
 	vp_ifs=$IFS
@@ -411,9 +441,43 @@ vp_fr() {
 			[ -f "$vp_f" ] && [ ! -h "$vp_f" ] || continue
 			[ "$(tmo 5 head -c 1 -- "$vp_f")" = "$vp_magic" ] || continue
 			vp_frn=$((vp_frn + 1))
-			printf '@fr %s\n' "$vp_f"
+			# its mtime first: a dump older than the job's ranks is an earlier run's
+			vp_mt=$(tmo 5 stat -c %Y -- "$vp_f" 2>/dev/null)
+			case $vp_mt in '' | *[!0-9]*) vp_mt=- ;; esac
+			printf '@fr %s %s\n' "$vp_mt" "$vp_f"
 			tmo 5 head -c 1048576 -- "$vp_f" | base64
 		done
+	done
+}
+
+# With --py-spy (VP_PYSPY=1): where 8 Python programs are (those under --pid, else the newest), as
+# py-spy reads them from their memory without stopping them (--nonblocking; it writes nothing).
+# Each dump at most 3 s and 64 KiB, every line prefixed (a frame's name is the program's to
+# choose); no dump starts after 12 s.
+# The section runs in a guarded child: reading the memory of a process stuck on a dead mount can
+# put the reader in D state, which no timeout ends.
+vp_pystack_sec() {
+	vp_gsave=$VP_FILE_T
+	VP_FILE_T=16
+	vp_guard secn pystack vp_pystack
+	VP_FILE_T=$vp_gsave
+}
+vp_pystack() {
+	vp_has py-spy || {
+		printf '@@absent\n'
+		return 0
+	}
+	vp_secs
+	vp_py0=$vp_u
+	for vp_p in $vp_lpy; do
+		vp_secs
+		if [ $((vp_u - vp_py0)) -ge 12 ]; then
+			printf '@@budget\n'
+			return 0
+		fi
+		printf '@pyspy %s\n' "${vp_p#/proc/}"
+		tmo 3 py-spy dump --nonblocking --pid "${vp_p#/proc/}" 2>&1 </dev/null |
+			awk -v cap=65536 '{ if ((n += length($0) + 2) > cap) { print "@cut"; exit } print "|" $0 }'
 	done
 }
 
@@ -527,15 +591,19 @@ vp_kfilter() {
 		END { s = n > 400 ? n - 400 : 0; for (i = s; i < n; i++) print "|" buf[i % 400]; print "@@lines " NR }'
 }
 
+# dmesg under a timeout, read through a head under a timeout of its own: a dmesg that hangs is
+# killed at 10 s, one that floods is cut at VP_KMAX bytes (the largest kernel ring buffer is
+# 32 MiB), and a child it leaves holding the pipe (setsid) ends the read at 12 s.
 vp_kmsg() {
 	printf '@@source dmesg\n'
-	dmesg 2>&1 | vp_kfilter
+	tmo 10 dmesg 2>&1 | tmo 12 head -c "$VP_KMAX" | vp_kfilter
 }
 
 vp_kmsg_fallback() {
 	if vp_has journalctl; then
 		printf '@@source journalctl\n'
-		tmo 10 journalctl -k -b --no-pager -o short-monotonic 2>&1 | tail -n 20000 | vp_kfilter
+		tmo 10 journalctl -k -b --no-pager -o short-monotonic 2>&1 | tmo 12 head -c "$VP_KMAX" |
+			tail -n 20000 | vp_kfilter
 	fi
 	for vp_f in /var/log/kern.log /var/log/messages; do
 		if [ -r "$vp_f" ]; then
@@ -593,36 +661,152 @@ vp_gpuapps() {
 	tmo "$VP_NVSMI_T" nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv,nounits
 }
 
-# logstat PATH: "<size> <mtime> <inode> <type>" or the reason it cannot be stat'ed.
-vp_logstat() { tmo 5 stat -L -c '%s %Y %i %F' -- "$1"; }
-vp_logstats() { vp_each_log vp_logstat_one; }
+# ---- paths the operator (or the default /tmp) names: all on the tenant's side ----
+# The probe's own shell never touches them: each section that does runs in a child the probe can
+# abandon (vp_guard), so a dead mount (a FUSE server that never answers puts its callers in D
+# state, which no signal ends) costs VP_FILE_T seconds, not the probe. Before touching a path the
+# child looks its mount up in mountinfo (builtins) and, for a FUSE mount, its connection's count
+# of requests waiting for the server (/sys/fs/fuse/connections/N/waiting): one with requests
+# waiting is not touched at all (@@fuse-waiting N MOUNT).
+
+# vp_alone CMD...: CMD with its stderr on its stdout (the pipe), not on the probe's own output: a
+# child stuck on a dead mount must hold nothing of the probe's session open. Call guards from no
+# redirection of the caller's (secn's `2>&1` included): a shell keeps a copy of each descriptor a
+# redirection replaced (fd 10 and up), which its children would inherit.
+vp_alone() {
+	exec 2>&1
+	"$@"
+}
+
+# vp_guard CMD...: CMD in a child nobody waits for; what it writes passes through a cat that ends
+# at EOF or at its timeout. Then a frame line says so (the section open then is the one that did
+# not answer), and the probe's end kills what it left behind (VP_LEFT).
+vp_guard() {
+	{ vp_alone "$@" & } | tmo "$VP_FILE_T" cat
+	vp_rc=$?
+	case $vp_rc in
+	124 | 137)
+		printf '\n@@%s@@ abandoned %s\n' "$VP_B" "$VP_FILE_T"
+		VP_LEFT=1
+		;;
+	esac
+	return 0
+}
+
+# vp_fuse_waiting PATH: sets vp_fw to the requests waiting on the FUSE mount PATH is on (by its
+# name: the longest mount point that is a prefix of it), and vp_fm to that mount point; vp_fw is
+# empty for a path on no FUSE mount, or when fusectl is not mounted. Builtins only.
+vp_fuse_waiting() {
+	vp_fw=
+	vp_fm=
+	vp_best=-1
+	vp_fdev=
+	while read -r vp_a vp_b vp_dev vp_root vp_mp vp_rest; do
+		case $vp_mp in
+		/) ;;
+		*) case $1/ in "$vp_mp"/*) ;; *) continue ;; esac ;;
+		esac
+		[ "${#vp_mp}" -gt "$vp_best" ] || continue
+		vp_best=${#vp_mp}
+		vp_fm=$vp_mp
+		case $vp_rest in *" - fuse"*) vp_fdev=$vp_dev ;; *) vp_fdev= ;; esac
+	done </proc/self/mountinfo
+	[ -n "$vp_fdev" ] || return 0
+	vp_maj=${vp_fdev%%:*}
+	vp_min=${vp_fdev#*:}
+	read -r vp_fw </sys/fs/fuse/connections/$(((vp_maj << 20) | vp_min))/waiting 2>/dev/null || vp_fw=
+}
+
+# vp_untouchable PATH: true (and says why) when PATH is on a FUSE mount with requests waiting.
+vp_untouchable() {
+	case $1 in /*) vp_fuse_waiting "$1" ;; *) vp_fuse_waiting "$PWD/$1" ;; esac
+	[ -n "$vp_fw" ] && [ "$vp_fw" != 0 ] || return 1
+	printf '@@fuse-waiting %s %s\n' "$vp_fw" "$vp_fm"
+}
+
+# vp_logpath PATH: sets vp_real to the file a --log names, resolved on the target, or says why it
+# is not touched (@@refused WHY, @@fuse-waiting) and fails. Refused: a symbolic link to a file its
+# owner does not own (a link the tenant planted to /etc/shadow): never another file's content, nor
+# its size, in a report. vp_kernel is set for a file under /proc, /sys or /dev: stat'ed, never
+# read (a link to /proc/kmsg would consume the kernel's messages). A plain file costs no fork; a
+# link costs readlink and stat.
+vp_logpath() {
+	vp_kernel=
+	vp_untouchable "$1" && return 1
+	vp_real=$1
+	case $1 in
+	*/*) vp_ldir=${1%/*} vp_lbase=${1##*/} ;;
+	*) vp_ldir=. vp_lbase=$1 ;;
+	esac
+	vp_home=$PWD
+	cd -P -- "${vp_ldir:-/}" 2>/dev/null || return 0
+	vp_real=${PWD%/}/$vp_lbase
+	vp_lown=
+	if [ -h "$vp_lbase" ]; then
+		vp_real=$(readlink -f -- "$vp_lbase" 2>/dev/null)
+		[ -n "$vp_real" ] || vp_real=${PWD%/}/$vp_lbase
+		# the link's owner and the owner of the file it leads to
+		vp_lown=$(stat -c '%u' -- "$vp_lbase" "$vp_real" 2>/dev/null)
+	fi
+	cd "$vp_home" 2>/dev/null
+	case $vp_real/ in /proc/* | /sys/* | /dev/*) vp_kernel=1 ;; esac
+	[ -n "$vp_lown" ] || return 0
+	set -- $vp_lown
+	if [ "$#" = 2 ] && [ "$1" != "$2" ]; then
+		printf '@@refused a link to a file of another user (uid %s; the link is uid %s'"'"'s): %s\n' "$2" "$1" "$vp_real"
+		return 1
+	fi
+	vp_untouchable "$vp_real" && return 1
+	return 0
+}
+
+# logstat N PATH: "<size> <mtime> <inode> <type>" of the file PATH leads to, or the reason it is
+# not (or cannot be) stat'ed.
+vp_logstats_sec() {
+	printf '\n@@%s@@ %s\n' "$VP_B" "$1"
+	[ "$VP_NLOGS" = 0 ] || vp_guard vp_each_log vp_logstat_one
+	printf '\n@@rc=0\n\n@@%s@@ /%s\n' "$VP_B" "$1"
+}
 vp_logstat_one() {
 	printf '@@log %s\n' "$1"
-	vp_logstat "$2"
+	vp_logpath "$2" && stat -L -c '%s %Y %i %F' -- "$vp_real"
 }
 # Only a regular file is read: a FIFO or a device named by --log would block or never end.
 vp_logtail() {
-	if [ ! -f "$1" ]; then
+	vp_logpath "$1" || return 0
+	if [ ! -f "$vp_real" ]; then
 		printf '@@notregular\n'
 		return 0
 	fi
+	if [ -n "$vp_kernel" ]; then
+		printf '@@refused a kernel or device file: %s\n' "$vp_real"
+		return 0
+	fi
 	# each line prefixed, so no line of the log can pass for one of the probe's own (format 3)
-	tmo 5 tail -c "$VP_TAIL" -- "$1" | awk '{ print "|" $0 }'
+	tail -c "$VP_TAIL" -- "$vp_real" | awk '{ print "|" $0 }'
 }
 
-# Space, then inodes. A dead mount hangs the first call into its timeout; one that answered it
-# answers the second, so that one runs without a timeout of its own (one fork less).
-vp_df() {
-	vp_dfdirs tmo 5 df -P -- /tmp
-	vp_rc=$?
+# Space, then inodes, of /tmp and the logs' directories; a directory on a FUSE mount with requests
+# waiting is left out (and said). Run in the guarded files phase: a dead mount costs its timeout.
+vp_df() { vp_dfdirs vp_df_on /tmp; }
+vp_df_on() {
+	for vp_d; do
+		shift
+		vp_untouchable "$vp_d" || set -- "$@" "$vp_d"
+	done
+	[ "$#" -gt 0 ] || return 0
+	df -P -- "$@"
 	printf '@@inodes\n'
-	case $vp_rc in 124 | 137) return "$vp_rc" ;; esac
-	vp_dfdirs df -P -i -- /tmp
+	df -P -i -- "$@"
 }
 
 # glob PATTERN: the first VP_MAXART matches as "<size> <mtime> <owner uid> <type>|<name>". The list is cut
 # in the shell, so stat never sees the rest of a huge directory.
 vp_glob() {
+	# the directory the pattern starts from, by its name (the part before its first wildcard)
+	vp_g=${1%%[[*?]*}
+	case $vp_g in */*) vp_g=${vp_g%/*} ;; *) vp_g=. ;; esac
+	vp_untouchable "${vp_g:-/}" && return 0
 	vp_ifs=$IFS
 	IFS=
 	set -- $1
@@ -654,7 +838,7 @@ vp_glob() {
 	shift "$vp_gn"
 	[ "$vp_nl" = 0 ] || printf '@@unlisted %s\n' "$vp_nl"
 	[ "$#" -gt 0 ] || return 0
-	tmo 5 stat -c '%s %Y %u %F|%n' -- "$@"
+	stat -c '%s %Y %u %F|%n' -- "$@"
 }
 
 
@@ -679,19 +863,93 @@ vp_gpu_sec() {
 	if [ $((vp_u - vp_g0)) -ge $((VP_NVSMI_T - 1)) ]; then VP_GPU_HUNG=1; fi
 }
 
-vp_main() {
-	vp_wd=
-	if [ "${VP_DEADLINE:-0}" -gt 0 ]; then
-		(
-			trap 'kill "$vp_s" 2>/dev/null; exit 0' TERM
-			sleep "$VP_DEADLINE" &
-			vp_s=$!
-			wait "$vp_s"
-			printf '\n@@%s@@ deadline\n' "$VP_B"
-			kill -KILL 0 2>/dev/null
-		) &
-		vp_wd=$!
+# ---- the watchdog ----
+# It ends the probe at its deadline (which comes before the client gives up), and within a second
+# when the probe's shell is gone: killed, or left behind by a closed session (sshd exits, and the
+# shell is adopted by another parent). It ticks with `sleep 0.5` (two forks a second, however many
+# processes the target runs; GNU and BusyBox sleep take fractions, as the sample's sleep does), ignores SIGPIPE (a closed channel must not end it before it
+# kills), SIGHUP, SIGINT and SIGTERM, kills first and reports after. What it kills: every process
+# of the probe's session (the shell leads it under sshd and under vastprobe's local run; commands
+# `timeout` put in process groups of their own stay in it), else of its process group, found by
+# reading /proc/*/stat with builtins; a process in D state on a dead mount cannot be killed by
+# anyone. Where /proc is not this shell's PID namespace's, PIDs read there are not ours to kill:
+# then it reports and kills its process group, as kill(0) reaches it.
+
+# The shell's own line in /proc: its PID there, its parent, and what a kill may take in.
+vp_whoami() {
+	VP_SELF=
+	VP_PARENT=
+	VP_KF=
+	VP_KID=
+	vp_l=
+	read -r vp_l </proc/self/stat 2>/dev/null || return 0
+	VP_SELF=${vp_l%% *}
+	set -- ${vp_l##*') '}
+	VP_PARENT=$2
+	[ "$VP_SELF" = "$$" ] || return 0
+	if [ "$4" = "$VP_SELF" ]; then
+		VP_KF=4 VP_KID=$4
+	elif [ "$3" = "$VP_SELF" ]; then
+		VP_KF=3 VP_KID=$3
 	fi
+}
+
+# vp_killall: SIGKILL to every process of the probe's session (or group) but this one.
+vp_killall() {
+	for vp_p in /proc/[0-9]*; do
+		vp_p=${vp_p#/proc/}
+		[ "$vp_p" != "$vp_me" ] || continue
+		vp_l=
+		read -r vp_l <"/proc/$vp_p/stat" 2>/dev/null || continue
+		set -- ${vp_l##*') '}
+		if [ "$VP_KF" = 4 ]; then vp_k=${4:-}; else vp_k=${3:-}; fi
+		[ "$vp_k" != "$VP_KID" ] || kill -KILL "$vp_p" 2>/dev/null
+	done
+}
+
+vp_watch() {
+	trap '' PIPE HUP INT TERM
+	# USR1 is the probe's end: take the tick's sleep along and reap it (`$!`, even one forked just
+	# before the trap ran), or it outlives us for up to half a second, adopted by the target's init, where the
+	# next probe reads it as a child of the job (a PID 1 entrypoint that waits on children).
+	trap 'kill -KILL $! 2>/dev/null; wait $!; exit 0' USR1
+	vp_me=
+	read -r vp_me vp_x </proc/self/stat 2>/dev/null
+	vp_secs
+	vp_end=$((vp_u + VP_DEADLINE))
+	vp_why=
+	while [ -z "$vp_why" ]; do
+		sleep 0.5 </dev/null >/dev/null 2>&1 & # it must not hold the probe's stdout open after the end
+		wait $! # returns at once on USR1
+		vp_secs
+		if [ "$VP_DEADLINE" -gt 0 ] && [ "$vp_u" -ge "$vp_end" ]; then
+			vp_why=deadline
+		elif [ -n "$VP_SELF" ]; then
+			vp_l=
+			if read -r vp_l <"/proc/$VP_SELF/stat" 2>/dev/null; then
+				set -- ${vp_l##*') '}
+				if [ "${1:-}" = Z ] || [ "${2:-}" != "$VP_PARENT" ]; then vp_why=gone; fi
+			else
+				vp_why=gone
+			fi
+		fi
+	done
+	if [ -z "$VP_KF" ]; then
+		[ "$vp_why" != deadline ] || printf '\n@@%s@@ deadline\n' "$VP_B"
+		kill -KILL 0 2>/dev/null
+		exit 0
+	fi
+	vp_killall
+	vp_killall # what forked while the first pass ran
+	[ "$vp_why" != deadline ] || printf '\n@@%s@@ deadline\n' "$VP_B"
+	exit 0
+}
+
+vp_main() {
+	VP_LEFT=
+	vp_whoami
+	vp_watch &
+	vp_wd=$!
 	secn meta vp_meta
 	secn host vp_host
 	secn s0.now vp_now
@@ -699,7 +957,7 @@ vp_main() {
 	vp_s0
 	secn syscall vp_syscall
 	vp_gpu_sec s0.gpu vp_gpu
-	secn s0.logs vp_logstats
+	vp_logstats_sec s0.logs
 	vp_sl=
 	if [ "$VP_SAMPLE" != 0 ]; then
 		sleep "$VP_SAMPLE" &
@@ -708,8 +966,9 @@ vp_main() {
 	secn cmdline vp_cmdline
 	secn env vp_env
 	secn fr vp_fr
+	[ "$VP_PYSPY" != 1 ] || vp_pystack_sec
 	vp_fd
-	secn held vp_held_stat
+	vp_held_sec
 	vp_k=$(vp_kmsg)
 	secn kmsg printf '%s\n' "$vp_k"
 	case $vp_k in
@@ -720,24 +979,32 @@ vp_main() {
 	*) [ "$VP_OOMC" != 1 ] || secn kmsg.fallback vp_kmsg_fallback ;;
 	esac
 	vp_gpu_sec gpuapps vp_gpuapps
-	vp_each_log vp_logtail_sec
-	secn df vp_df
-	vp_each_glob vp_glob_sec
+	vp_guard vp_files
 	if [ -n "$vp_sl" ]; then
 		wait "$vp_sl"
 		secn s1.now vp_now
 		secn s1.proc vp_s1
 		vp_gpu_sec s1.gpu vp_gpu
-		secn s1.logs vp_logstats
+		vp_logstats_sec s1.logs
 	fi
 	# times must run in this shell, not in a section's subshell, to count the whole probe.
 	printf '\n@@%s@@ times\n' "$VP_B"
 	times
 	printf '\n@@rc=0\n\n@@%s@@ /times\n' "$VP_B"
-	if [ -n "$vp_wd" ]; then kill "$vp_wd" 2>/dev/null; fi
+	kill -USR1 "$vp_wd" 2>/dev/null && wait "$vp_wd"
+	if [ -n "$VP_LEFT" ] && [ -n "$VP_KF" ]; then # what a guard abandoned, if any signal can end it
+		vp_me=$VP_SELF
+		vp_killall
+	fi
 	printf '\n@@%s@@ end\n' "$VP_B"
 }
 
+# The files phase, in one guarded child: the --log tails, df, the --artifacts listings.
+vp_files() {
+	vp_each_log vp_logtail_sec
+	secn df vp_df
+	vp_each_glob vp_glob_sec
+}
 vp_logtail_sec() { secn "log.$1" vp_logtail "$2"; }
 vp_glob_sec() { secn "art.$1" vp_glob "$2"; }
 

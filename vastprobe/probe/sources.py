@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
 
+from vastprobe.parsers.numbers import read_digits
 from vastprobe.probe.render import MAX_NET_SECTION, MAX_PROC_SECTION
 
 Phase = Literal["once", "per-sample", "per-log", "per-artifact"]
@@ -79,7 +80,12 @@ GPU = Source(
     "nvidia-smi --query-gpu, with a header (columns read by name)",
 )
 LOGSTAT = Source(
-    "s{sample}.logs", "vp_logstats", None, "per-sample", "vastprobe.parsers.files:parse_logstats", "stat of each --log"
+    "s{sample}.logs",
+    "vp_logstats_sec",
+    None,
+    "per-sample",
+    "vastprobe.parsers.files:parse_logstats",
+    "stat of each --log",
 )
 CMDLINE = Source(
     "cmdline",
@@ -112,6 +118,14 @@ FR = Source(
     "once",
     "vastprobe.parsers.flight_recorder:parse_fr_section",
     "PyTorch flight recorder dumps (at most 8, 1 MiB each, base64), read without running pickle",
+)
+PYSTACK = Source(
+    "pystack",
+    "vp_pystack",
+    None,
+    "once",
+    "vastprobe.parsers.pystack:parse_pystack_section",
+    "with --py-spy: py-spy dump --nonblocking of the newest Python programs (at most 8, 64 KiB each)",
 )
 FD = Source(
     "fd",
@@ -179,12 +193,55 @@ LEGACY_CLK = Source(
 )
 
 SOURCES: tuple[Source, ...] = (
-    META, HOST, NOW, PROC, CGMAP, CGMEM, SYSCALL, MOUNTS, LOCKS, GPU, LOGSTAT, CMDLINE, ENV, FR, FD, NET, HELD,
+    META, HOST, NOW, PROC, CGMAP, CGMEM, SYSCALL, MOUNTS, LOCKS, GPU, LOGSTAT, CMDLINE, ENV, FR, PYSTACK, FD, NET, HELD,
     KMSG, KMSG_FALLBACK, GPUAPPS, LOGTAIL, DF, ARTIFACTS, TIMES,
 )  # fmt: skip
 LEGACY: tuple[Source, ...] = (LEGACY_CLK,)
 SAMPLES = (0, 1)
 
+#: The order in which this version's probe writes its sections (vp_main in script.sh): a section
+#: that arrives out of it was not written by the probe in turn. Per-item sections (log.N, art.N)
+#: come in their index order; s1.* only with a second sample; kmsg.fallback only when dmesg failed.
+ORDER: tuple[str, ...] = (
+    "meta", "host", "s0.now", "s0.proc", "cgmap", "cgmem", "mounts", "locks", "syscall", "s0.gpu",
+    "s0.logs", "cmdline", "env", "fr", "pystack", "fd", "net", "held", "kmsg", "kmsg.fallback", "gpuapps", "log.{index}", "df",
+    "art.{index}", "s1.now", "s1.proc", "s1.gpu", "s1.logs", "times",
+)  # fmt: skip
+#: Sections the probe writes only sometimes (kmsg.fallback), or that captures of the same format
+#: made before them lack (env, fr, held), or that only an option asks for (pystack): never missed
+#: when absent.
+OPTIONAL = frozenset({"kmsg.fallback", "env", "fr", "held", "pystack"})
+
 
 def declared(name: str) -> bool:
     return any(s.pattern.match(name) for s in (*SOURCES, *LEGACY))
+
+
+def rank(name: str) -> tuple[int, int] | None:
+    """Where `name` comes in ORDER (with its item index), or None for a name not in it."""
+    if name in _RANKS:
+        return _RANKS[name], 0
+    head, _, index = name.rpartition(".")
+    n = read_digits(index, 6)
+    if head in ("log", "art") and n is not None:
+        return _RANKS[head + ".{index}"], n
+    return None
+
+
+_RANKS = {name: i for i, name in enumerate(ORDER)}
+
+
+def expected_sections(n_logs: int, n_artifacts: int, two_samples: bool) -> tuple[str, ...]:
+    """Every section this version's probe writes for these parameters, in order (optional ones
+    left out)."""
+    out: list[str] = []
+    for name in ORDER:
+        if name in OPTIONAL or (name.startswith("s1.") and not two_samples):
+            continue
+        if name == "log.{index}":
+            out += [f"log.{i}" for i in range(n_logs)]
+        elif name == "art.{index}":
+            out += [f"art.{i}" for i in range(n_artifacts)]
+        else:
+            out.append(name)
+    return tuple(out)

@@ -22,6 +22,8 @@ __all__ = ["METRICS", "render_prometheus", "write_atomic"]
 METRICS = {
     "vastprobe_host_up": "Whether the last sweep probed the host (1) or could not (0); skipped hosts are absent.",
     "vastprobe_host_stalled": "Whether the host's verdict was stalled (1) in the last sweep.",
+    "vastprobe_host_diagnosed": "Whether the last sweep diagnosed the host (1) or not (0: verdict unknown, e.g. "
+    "its probe did not finish, its output was forged, or it could not be probed); skipped hosts are absent.",
     "vastprobe_findings": "Findings on the host in the last sweep, by rule and severity.",
     "vastprobe_probe_duration_seconds": "Seconds the last probe of the host took, connect included.",
     "vastprobe_last_sweep_timestamp_seconds": "Unix time the last sweep finished.",
@@ -63,6 +65,9 @@ def render_prometheus(
     head("vastprobe_host_stalled")
     for r in probed:
         lines.append(f"vastprobe_host_stalled{_labels(target=r.target)} {int(r.verdict == 'stalled')}")
+    head("vastprobe_host_diagnosed")
+    for r in probed:
+        lines.append(f"vastprobe_host_diagnosed{_labels(target=r.target)} {int(r.verdict != 'unknown')}")
     head("vastprobe_findings")
     for r in probed:
         counts = Counter((f.rule, f.severity) for f in r.findings)

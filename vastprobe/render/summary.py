@@ -226,9 +226,14 @@ def _host_lines(console: Console, hosts: list[HostReport], marks: Mapping[str, s
 MAX_GROUPS = 8
 
 
+def _hosted(text: str, target: str) -> str:
+    """`text` with the host's own name as a whole word folded to HOST (host `d` is no part of "stopped")."""
+    return re.sub(rf"(?<![\w.-]){re.escape(target)}(?![\w.-])", "HOST", text) if target else text
+
+
 def _story(r: HostReport) -> str:
     """What a host's line says with what varies by host (its name, pids, sizes, times) folded."""
-    return _NUM.sub("N", why(r).replace(r.target, "HOST"))
+    return _NUM.sub("N", _hosted(why(r), r.target))
 
 
 def _folded_host_lines(
@@ -283,14 +288,14 @@ def _failures(console: Console, hosts: list[HostReport], marks: Mapping[str, str
     (HOST), and the numbers too (N) only when that is not enough."""
     groups: dict[tuple[str, str], list[HostReport]] = defaultdict(list)
     for r in hosts:
-        text = (r.error or r.headline or "").replace(r.target, "HOST")
+        text = _hosted(r.error or r.headline or "", r.target)
         label: str = r.status if r.status != "ok" else r.verdict
         groups[(label, _NUM.sub("N", text))].append(r)
     # hosts vast.ai calls running come first (the surprise), then loading, ..., exited; then by count
     order = sorted(groups.items(), key=lambda kv: (min(vast_order(r.labels) for r in kv[1]), -len(kv[1]), kv[0]))
     for (label, folded), rs in order:
         texts = {r.error or r.headline or "" for r in rs}
-        hosted = {(r.error or r.headline or "").replace(r.target, "HOST") for r in rs}
+        hosted = {_hosted(r.error or r.headline or "", r.target) for r in rs}
         shown = next(iter(texts)) if len(texts) == 1 else next(iter(hosted)) if len(hosted) == 1 else folded
         where = fold_hosts(r.target for r in rs)
         marked = sorted({marks[r.target] for r in rs if r.target in marks})

@@ -61,7 +61,7 @@ def chain_text(ctx: Context, chain: Chain) -> str:
 
 def thread_evidence(ctx: Context, pids: tuple[int, ...]) -> list[Evidence]:
     """The threads of the chain's multi-threaded processes: their names and waits, and how many the
-    probe's bound left unread (said, never guessed)."""
+    probe's bound left unread (said, never guessed); with --py-spy, their Python stacks."""
     out = []
     for pid in dict.fromkeys(pids):
         p = ctx.tree.by_pid.get(pid)
@@ -75,7 +75,18 @@ def thread_evidence(ctx: Context, pids: tuple[int, ...]) -> list[Evidence]:
             f"; {unread} not read (the probe's bound)" if unread > 0 else ""
         )
         out.append(Evidence("threads", f"{p.pid} ({p.comm}): {p.threads} threads: {shown or 'none read'}{tail}"))
-    return out[:4]
+    return out[:4] + stack_evidence(ctx, pids)
+
+
+def stack_evidence(ctx: Context, pids: tuple[int, ...], programs: int = 2) -> list[Evidence]:
+    """Where the first Python programs among `pids` are, as py-spy read them (--py-spy): each
+    thread's innermost frames."""
+    out = []
+    for pid in [p for p in dict.fromkeys(pids) if ctx.snapshot.python_stack(p) is not None][:programs]:
+        stack = ctx.snapshot.python_stack(pid)
+        assert stack is not None
+        out += [Evidence("py-spy", f"{ctx.proc_label(pid)}: {line}") for line in stack.thread_lines()]
+    return out
 
 
 def chain_evidence(ctx: Context, s: StalledChain) -> list[Evidence]:
@@ -137,10 +148,13 @@ def is_python(ctx: Context, pid: int) -> bool:
 
 
 def stack_command(ctx: Context, pid: int) -> str:
-    """How to see where a process waits: py-spy for a Python program only, else its kernel stack
-    and gdb."""
+    """How to see where a process waits: its Python stack when --py-spy took it; py-spy for a Python
+    program only, else its kernel stack and gdb."""
+    if ctx.snapshot.python_stack(pid) is not None:
+        return f"its Python stack, taken by py-spy, is in the evidence; py-spy dump --pid {pid} again to compare"
     if is_python(ctx, pid):
-        return f"py-spy dump --pid {pid}"
+        why = f": {ctx.snapshot.python_stacks_note}" if ctx.snapshot.python_stacks_note else ""
+        return f"py-spy dump --pid {pid}" + (f" ({why[2:]})" if why else "")
     return f"cat /proc/{pid}/stack, gdb -p {pid}"
 
 

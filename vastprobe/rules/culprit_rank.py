@@ -14,16 +14,37 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from vastprobe.analysis.flight import Stuck, compare
-from vastprobe.model import DistributedJob, Evidence, Finding, JobRank, Severity
+from vastprobe.analysis.flight import Stuck, compare, job_dumps
+from vastprobe.model import DistributedJob, Evidence, Finding, FlightDump, JobRank, Severity
 from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
-from vastprobe.rules.chains import chain_evidence, resume_hint, stack_command
+from vastprobe.rules.chains import chain_evidence, resume_hint, stack_command, stack_evidence
 
 META = RuleMeta("culprit-rank", "VP119", "error", "one rank of a distributed job holds the others in a collective")
 
 
 def check(ctx: Context) -> Iterator[Finding]:
-    dumps = ctx.snapshot.flight_dumps
+    for job in ctx.jobs:
+        if not any(r.pid in ctx.scope for r in job.ranks if r.pid is not None):
+            continue
+        procs = [ctx.tree.by_pid[r.pid] for r in job.ranks if r.pid is not None and r.pid in ctx.tree.by_pid]
+        starts = [t for p in procs if (t := ctx.start_wall(p)) is not None]
+        dumps = job_dumps(ctx.snapshot.flight_dumps, procs, min(starts) if starts else None)
+        yield from _refused(dumps)
+        stuck = compare(dumps)
+        named_by_ranks: set[int] = set()
+        waiting = ", ".join(str(r.rank) for r in job.waiting[:8]) + (" …" if len(job.waiting) > 8 else "")
+        if not job.culprits and job.elsewhere:
+            yield _off_host(ctx, job, waiting)
+        for culprit in job.culprits:
+            if culprit.rank is not None:
+                named_by_ranks.add(culprit.rank)
+            yield _culprit(ctx, job, culprit, waiting, stuck)
+        for st in stuck:  # the dumps alone name ranks the processes here did not (their host is elsewhere)
+            if not set(st.missing) & named_by_ranks:
+                yield _from_dumps(st)
+
+
+def _refused(dumps: list[FlightDump]) -> Iterator[Finding]:
     for d in dumps:
         if d.refused:
             yield META.finding(
@@ -34,23 +55,6 @@ def check(ctx: Context) -> Iterator[Finding]:
                 "(a global, a call, an object) or past its bounds was written by something else: look at who wrote it",
                 "warning",
             )
-    stuck = compare(dumps)
-    named_by_ranks: set[int] = set()
-    for job in ctx.jobs:
-        if not any(r.pid in ctx.scope for r in job.ranks if r.pid is not None):
-            continue
-        waiting = ", ".join(str(r.rank) for r in job.waiting[:8]) + (" …" if len(job.waiting) > 8 else "")
-        if not job.culprits:
-            if job.elsewhere:
-                yield _off_host(ctx, job, waiting)
-            continue
-        for culprit in job.culprits:
-            if culprit.rank is not None:
-                named_by_ranks.add(culprit.rank)
-            yield _culprit(ctx, job, culprit, waiting, stuck)
-    for st in stuck:  # the dumps alone name ranks the processes here did not (their host is elsewhere)
-        if not set(st.missing) & named_by_ranks:
-            yield _from_dumps(st)
 
 
 def _flight_evidence(stuck: list[Stuck]) -> list[Evidence]:
@@ -95,6 +99,8 @@ def _culprit(ctx: Context, job: DistributedJob, c: JobRank, waiting: str, stuck:
     chain = next((s for s in ctx.stalled_chains if c.pid is not None and c.pid in s.chain.pids), None)
     if chain is not None:
         ev += chain_evidence(ctx, chain)
+    elif c.pid is not None:
+        ev += stack_evidence(ctx, (c.pid,))
     ev += _flight_evidence([st for st in stuck if c.rank in st.missing])
     severity: Severity = "error"
     caused_by = None

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from vastprobe.analysis.logs import LogHealth
-from vastprobe.model import Evidence, FileStat, Finding, Severity
+from vastprobe.model import Evidence, FileStat, Finding, NotRead, Severity
 from vastprobe.rules.base import Context, Rule, RuleMeta
 
 META = RuleMeta("missing-logs", "VP104", "error", "an expected log is missing, silent or deleted while still open")
@@ -29,6 +29,26 @@ def _finding(ctx: Context, h: LogHealth) -> Finding | None:
         ev += [Evidence(f"tail of {path}", line) for line in h.fatal_lines]
         return META.finding(f"{path} is being written but ends in fatal-looking lines", h.writers, ev,
                             "read the log's tail; the job may be retrying or about to exit", "warning")  # fmt: skip
+    if h.state in ("refused", "unanswered"):
+        why = next(x for x in (*reversed(h.log.stats), h.log.tail) if isinstance(x, NotRead))
+        ev.append(Evidence("probe", f"{path}: {why.reason}"))
+        if h.state == "refused":
+            summary = f"{path} was not read ({why.reason.removeprefix('not read: ')})"
+            hint = (
+                "a --log that is a link to another user's file, or to a kernel or device file, is never read (a link "
+                "planted there would put that file's content in the report): name the job's own log file"
+            )
+        else:
+            fuse = "FUSE" in why.reason
+            summary = (
+                f"{path} is on an unresponsive FUSE mount: not touched" if fuse
+                else f"{path} did not answer: its file system may be dead (a hung mount)"
+            )  # fmt: skip
+            hint = (
+                "a mount that does not answer hangs whoever touches it (the job too): see fuse-no-answer for its "
+                "server; `umount -l` or `fusermount -u -z` it, or restart the server"
+            )
+        return META.finding(summary, h.writers, ev, hint, "warning")
     if h.state == "absent":
         sev, summary = "warning", f"{path} does not exist"
         hint = "check the path; if the job should have created it by now, it never started or writes elsewhere"

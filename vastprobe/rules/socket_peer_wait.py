@@ -56,7 +56,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             hint = (
                 f"a connection kept open between requests idles like this; if {waiter.comm} expects an answer, {peer} "
                 "read the request and is not answering: look at what it is blocked on; give clients a timeout"
-            )
+            ) + _database_words(ctx, edge.holders)
             sev = "info"
         elif edge.holders:
             tail = f", {byte_size(unread)} it has not read" if unread else ""
@@ -174,3 +174,25 @@ def _gathering(ctx: Context, waiter: int, holders: tuple[int, ...]) -> tuple[str
 
 
 RULE = Rule(META, check)
+
+
+#: servers whose sessions wait on each other's locks where /proc cannot see it (no process title, no
+#: per-session thread name): only the server's own tables say who holds what
+_ASK_THE_SERVER = {
+    "mysqld": "SELECT * FROM sys.innodb_lock_waits (MySQL 8) or SHOW ENGINE INNODB STATUS",
+    "mariadbd": "SELECT * FROM information_schema.INNODB_LOCK_WAITS, or SHOW ENGINE INNODB STATUS",
+}
+
+
+def _database_words(ctx: Context, holders: tuple[int, ...]) -> str:
+    """A MySQL/MariaDB session waiting for a row lock looks, from /proc, like one waiting for a slow
+    query: its thread sleeps in a futex. Name what asks the server instead of guessing."""
+    for h in holders:
+        p = ctx.tree.by_pid.get(h)
+        ask = _ASK_THE_SERVER.get(p.comm) if p is not None else None
+        if p is not None and ask:
+            return (
+                f"; {p.comm} is a database server: a statement waiting for another session's lock looks the same "
+                f"from /proc, so ask it who holds what ({ask}; SHOW FULL PROCESSLIST shows each session's statement)"
+            )
+    return ""

@@ -51,14 +51,41 @@ def run_local(script: str, cap: int, timeout: float, shell: str = "/bin/sh") -> 
                 truncated = True
                 break
     if timed_out or truncated:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        kill_session(proc.pid)
     proc.stdout.close()
     rc = proc.wait()
     elapsed = time.monotonic() - t0
     output = b"".join(chunks)
+    status, sig = (rc, None) if rc >= 0 else (None, _signal_name(-rc))
     if timed_out:
         return TransportResult(
-            "timeout", f"local probe did not finish within {timeout:g}s", output, rc, truncated, {"probe": elapsed}
-        )
-    return TransportResult("ok", None, output, rc, truncated, {"connect": 0.0, "probe": elapsed})
+            "timeout", f"local probe did not finish within {timeout:g}s", output, status, truncated,
+            {"probe": elapsed}, sig,
+        )  # fmt: skip
+    return TransportResult("ok", None, output, status, truncated, {"connect": 0.0, "probe": elapsed}, sig)
+
+
+def _signal_name(n: int) -> str:
+    try:
+        return signal.Signals(n).name.removeprefix("SIG")
+    except ValueError:
+        return str(n)
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of the probe's session (the shell leads it): its process group, and
+    the commands `timeout` moved into groups of their own, which a killpg would leave running.
+    /proc/PID/stat is read as bytes: a process name need not be UTF-8, nor free of ") "."""
+    for _ in range(2):  # a process forked while the first pass ran is caught by the second
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    data = f.read()
+                fields = data[data.rindex(b")") + 2 :].split()
+            except (OSError, ValueError):
+                continue
+            if len(fields) > 3 and fields[3] == str(sid).encode():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(int(name), signal.SIGKILL)

@@ -653,30 +653,28 @@ CIPHERS = (
 
 
 class LostMidOutput(Exception):
-    def __init__(self, output: bytes, cause: BaseException) -> None:
-        super().__init__(str(cause))
-        self.output = output
+    pass
 
 
 async def _read_capped(
-    proc: asyncssh.SSHClientProcess, cap: int, take: Callable[[int], bool] | None = None
-) -> tuple[bytes, bool]:
-    """The output up to `cap` bytes, and whether reading stopped early: at the cap, or when `take`
-    (a sweep's budget for bytes in flight across all hosts) refused the next chunk."""
-    buf = bytearray()
+    proc: asyncssh.SSHClientProcess, cap: int, buf: bytearray, take: Callable[[int], bool] | None = None
+) -> bool:
+    """The output into `buf` (the caller's: what arrived stays there when the deadline cuts the
+    read), up to `cap` bytes; whether reading stopped early: at the cap, or when `take` (a sweep's
+    budget for bytes in flight across all hosts) refused the next chunk."""
     try:
         while len(buf) < cap:
             chunk = await proc.stdout.read(min(65536, cap - len(buf)))
             if not chunk:
-                return bytes(buf), False
+                return False
             if take is not None and not take(len(chunk)):
-                return bytes(buf), True
+                return True
             buf += chunk if isinstance(chunk, bytes) else chunk.encode()
     except (asyncssh.Error, OSError) as exc:
         if isinstance(exc, TimeoutError):
             raise
-        raise LostMidOutput(bytes(buf), exc) from exc
-    return bytes(buf), True
+        raise LostMidOutput(str(exc)) from exc
+    return True
 
 
 def _warn_if_off(r: Resolved, target_text: str) -> None:
@@ -690,10 +688,18 @@ def _warn_if_off(r: Resolved, target_text: str) -> None:
 
 
 async def run_ssh(
-    target_text: str, script: str, cap: int, opts: SshOptions, take: Callable[[int], bool] | None = None
+    target_text: str,
+    script: str | Callable[[float], str],
+    cap: int,
+    opts: SshOptions,
+    take: Callable[[int], bool] | None = None,
 ) -> TransportResult:
+    """`script` may be a function of the seconds left once connected (the probe's own deadline
+    must come before this side gives up). What arrived before a timeout or a lost connection is
+    kept in the result, with the status that says how the run ended."""
     t0 = time.monotonic()
     timings: dict[str, float] = {}
+    buf = bytearray()
     try:
         r = resolve(parse_target(target_text), opts)
     except (TargetError, OSError, ValueError) as exc:
@@ -726,20 +732,23 @@ async def run_ssh(
             timings["connect"] = round(time.monotonic() - t0, 4)
             phase = "probe"
             t1 = time.monotonic()
+            text = script(opts.timeout - (t1 - t0)) if callable(script) else script
             proc = await conn.create_process("sh -s", encoding=None, stderr=asyncssh.STDOUT)
             try:
-                proc.stdin.write(script.encode("utf-8", "surrogateescape"))  # a --log path's own bytes, not UTF-8 ones
+                proc.stdin.write(text.encode("utf-8", "surrogateescape"))  # a --log path's own bytes, not UTF-8 ones
                 proc.stdin.write_eof()
             except (asyncssh.Error, OSError):
                 pass  # the remote side closed its stdin early; what it printed still counts
             try:
-                output, truncated = await _read_capped(proc, cap, take)
+                truncated = await _read_capped(proc, cap, buf, take)
             except LostMidOutput as lost:
+                timings["probe"] = round(time.monotonic() - t1, 4)
                 return TransportResult(
                     "probe-error",
-                    f"{where}: the connection was lost before the probe finished ({len(lost.output)} bytes arrived: {lost})",
-                    lost.output, None, False, timings,
+                    f"{where}: the connection was lost before the probe finished ({len(buf)} bytes arrived: {lost})",
+                    bytes(buf), None, False, timings,
                 )  # fmt: skip
+            output = bytes(buf)
             if truncated:
                 proc.close()
                 exit_status = None
@@ -747,19 +756,25 @@ async def run_ssh(
                 await proc.wait_closed()
                 exit_status = proc.exit_status
             timings["probe"] = round(time.monotonic() - t1, 4)
-            if exit_status is None and not truncated and proc.exit_signal is None:
+            signal_name = proc.exit_signal[0] if not truncated and proc.exit_signal else None
+            if exit_status is None and not truncated and signal_name is None:
                 return TransportResult(
                     "probe-error",
                     f"{where}: the connection was lost before the probe finished ({len(output)} bytes arrived)",
                     output, None, False, timings,
                 )  # fmt: skip
-            return TransportResult("ok", None, output, exit_status, truncated, timings)
+            if exit_status is not None and exit_status < 0:  # asyncssh's -1: ended by a signal
+                exit_status = None
+            return TransportResult("ok", None, output, exit_status, truncated, timings, signal_name)
     except BaseException as exc:
         if isinstance(exc, (KeyboardInterrupt, SystemExit, asyncio.CancelledError)):
             raise
         if isinstance(exc, (TargetError, ValueError)) and phase == "connect" and not isinstance(exc, asyncssh.Error):
             return TransportResult("probe-error", f"{where}: {exc}", b"", None, False, timings)
         f = _describe(exc, where, hop_r, opts, phase, att)
+        if phase == "probe" and buf:  # what arrived before the deadline is analysed, and the report says so
+            timings["probe"] = round(time.monotonic() - t0 - timings.get("connect", 0.0), 4)
+            return TransportResult(f.status, f.message, bytes(buf), None, False, timings)
         return TransportResult(f.status, f.message, b"", None, False, timings)
     finally:
         for a in agents:

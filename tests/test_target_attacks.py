@@ -1,0 +1,479 @@
+"""A tenant controls everything inside the target (issue 21, docs/security.md): fake binaries on
+the probe's PATH (bound over /usr/local/sbin, the first directory of the probe's PATH, in a private
+mount namespace), planted links, a FUSE server that never answers, a tenant who kills the probe's
+shell. Each attack is real; each test says what it held."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import stat_fields, wait_for
+from tests.sshd import Sshd, start_sshd
+
+needs_root_unshare = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare (util-linux)"
+)
+
+
+def fake_bin(d: Path, name: str, body: str) -> None:
+    d.mkdir(exist_ok=True)
+    f = d / name
+    f.write_text("#!/bin/sh\n" + textwrap.dedent(body))
+    f.chmod(0o755)
+
+
+def in_namespace(fakes: Path, *args: str, fuse_ctl: bool = False, timeout: float = 120) -> tuple[float, int, dict]:
+    """`vastprobe diagnose local ARGS` in a private mount namespace where `fakes` is bound over
+    /usr/local/sbin (fusectl mounted there too, when asked): (seconds, exit code, host report)."""
+    fakes.mkdir(exist_ok=True)
+    setup = f"readlink /proc/self/ns/mnt >{fakes.parent / 'ns'} && mount --bind {fakes} /usr/local/sbin"
+    if fuse_ctl:
+        setup += " && mount -t fusectl none /sys/fs/fuse/connections"
+    cmd = ["unshare", "-m", "sh", "-c", f'{setup} && exec "$@"', "sh",
+           sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", "--snapshot", *args]  # fmt: skip
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, start_new_session=True)
+    assert r.stdout, r.stderr
+    return time.monotonic() - t0, r.returncode, json.loads(r.stdout)["hosts"][0]
+
+
+def kill_marked(mark: str) -> None:
+    """SIGKILL the processes whose command line holds `mark` (what a fake binary left running)."""
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if mark.encode() in Path(f"/proc/{d}/cmdline").read_bytes():
+                    os.kill(int(d), signal.SIGKILL)
+            except OSError:
+                continue
+
+
+# ---------------------------------------------------------------- item 3: every untrusted step bounded
+
+DMESG_ATTACKS = {
+    "hangs": "exec sleep 1000.31\n",
+    "floods": "exec yes '[ 1.000000] Out of memory: flood line that never ends'\n",
+    "leaves a setsid child holding the pipe": "setsid sleep 1000.32 &\necho '[ 1.0] a line'\n",
+}
+
+
+@needs_root_unshare
+@pytest.mark.parametrize("attack", sorted(DMESG_ATTACKS))
+def test_a_fake_dmesg_costs_seconds_not_the_diagnosis(tmp_path: Path, attack: str) -> None:
+    """dmesg ran with no timeout and was read to its EOF: a fake one that hangs, floods or leaves
+    a setsid child holding the pipe cost the whole --timeout and the diagnosis (status timeout).
+    Now it is killed at 10 s, cut at 64 MiB, and its reader ends at 12 s: the host is diagnosed."""
+    fakes = tmp_path / "bin"
+    fake_bin(fakes, "dmesg", DMESG_ATTACKS[attack])
+    try:
+        took, _rc, host = in_namespace(fakes, "--sample", "0", "--timeout", "40")
+    finally:
+        kill_marked("1000.3")
+    assert host["status"] == "ok", host["error"]
+    assert host["snapshot"]["probe"]["complete"], host["snapshot"]["probe"]
+    assert took < 30, took
+
+
+@needs_root_unshare
+def test_nvidia_smi_with_a_grandchild_holding_its_stdout_is_bounded_as_a_whole(tmp_path: Path) -> None:
+    """`nvidia-smi | head -c` waited for EOF: a grandchild keeping nvidia-smi's stdout open held
+    the probe until the client gave up. Now the pipeline ends at VP_NVSMI_T + 2 seconds, and the
+    later nvidia-smi calls are skipped as after any hung one."""
+    fakes = tmp_path / "bin"
+    fake_bin(fakes, "nvidia-smi", "setsid sleep 1000.33 &\necho 'index, uuid'\nexit 0\n")
+    try:
+        took, _rc, host = in_namespace(fakes, "--sample", "0.2", "--timeout", "60")
+    finally:
+        kill_marked("1000.33")
+    assert host["status"] == "ok", host["error"]
+    assert host["snapshot"]["probe"]["complete"]
+    assert took < 35, took  # one bounded wait of 10 s; the calls after it are skipped
+    assert "skipped" in (host["snapshot"]["gpus"]["error"] or "") or took < 25, host["snapshot"]["gpus"]
+
+
+# ---------------------------------------------------------------- item 6: planted links
+
+
+def test_a_log_link_planted_to_etc_shadow_never_reaches_the_report(tmp_path: Path) -> None:
+    """A tenant's --log path is their link to /etc/shadow (the probe runs as root): the first 4 KB
+    of /etc/shadow were in logs[].tail. Now the link is resolved on the target and refused (its
+    target is not its owner's), and the finding says so."""
+    shadow = Path("/etc/shadow")
+    if os.geteuid() != 0 or not shadow.exists() or not shadow.read_bytes().strip():
+        pytest.skip("needs root and a non-empty /etc/shadow")
+    home = tmp_path / "tenant"
+    home.mkdir()
+    os.chown(home, 65534, 65534)
+    link = home / "train.log"
+    link.symlink_to(shadow)
+    os.lchown(link, 65534, 65534)
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", "--snapshot", "--sample", "0",
+                        "--log", str(link)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    secret_lines = [x for x in shadow.read_text().splitlines() if len(x) > 8]
+    assert not [x for x in secret_lines if x in r.stdout], "/etc/shadow's content is in the report"
+    host = json.loads(r.stdout)["hosts"][0]
+    (log,) = host["snapshot"]["logs"]
+    assert "a link to a file of another user" in log["tail"]["unavailable"], log
+    f = next(f for f in host["findings"] if f["rule"] == "missing-logs")
+    assert f["severity"] == "warning" and "was not read" in f["summary"], f
+
+
+def test_a_log_link_to_proc_kmsg_is_refused_unread(tmp_path: Path) -> None:
+    """A link to /proc/kmsg: reading it consumed the kernel's messages for 5 s (other readers
+    lost them). Now a log that leads under /proc, /sys or /dev is never read: the probe says so in
+    place of the tail it would have run."""
+    link = tmp_path / "run.log"
+    link.symlink_to("/proc/kmsg")
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", "--snapshot", "--sample", "0",
+                        "--log", str(link)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    host = json.loads(r.stdout)["hosts"][0]
+    (log,) = host["snapshot"]["logs"]
+    assert "a kernel or device file: /proc/kmsg" in log["tail"]["unavailable"], log
+    f = next(f for f in host["findings"] if f["rule"] == "missing-logs")
+    assert f["summary"] == f"{link} was not read (a kernel or device file: /proc/kmsg)", f
+
+
+# ---------------------------------------------------------------- item 5: never wait on a dead mount
+
+
+@pytest.fixture
+def hung_fuse(reap: list[subprocess.Popen], tmp_path: Path):  # type: ignore[no-untyped-def]
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse") or shutil.which("unshare") is None:
+        pytest.skip("needs root, /dev/fuse and unshare")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    server = subprocess.Popen([sys.executable, str(Path(__file__).parent / "fuse_server.py"), str(mnt)],
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    reap.append(server)
+    assert server.stdout is not None
+    if server.stdout.readline().strip() != "ready":
+        pytest.skip("could not mount a FUSE file system here")
+    yield server, mnt
+    server.kill()  # its requests are aborted: whatever waited on it is released
+    server.wait()
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_log_on_a_fuse_mount_with_requests_waiting_is_never_touched(
+    hung_fuse, reap: list[subprocess.Popen], tmp_path: Path
+) -> None:
+    """The job already waits on a FUSE mount whose server never answers; --log and --artifacts
+    name paths on it. The probe's sh and `stat -L` sat in D state for more than 10 minutes. Now the
+    mount's connection (fusectl: 1 request waiting) says not to touch it: the probe finishes, the
+    finding says the log is on an unresponsive FUSE mount, and no process of the probe waits there."""
+    _server, mnt = hung_fuse
+    job = subprocess.Popen(["cat", str(mnt / "data.bin")], stdout=subprocess.DEVNULL, start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: Path(f"/proc/{job.pid}/wchan").read_text() == "request_wait_answer", what="cat waiting on FUSE")
+    before = set(fuse_waiters())
+    took, _rc, host = in_namespace(tmp_path / "empty", "--sample", "0.2", "--timeout", "60", "--log",
+                                  str(mnt / "run.log"), "--artifacts", f"{mnt}/*", fuse_ctl=True)  # fmt: skip
+    assert host["status"] == "ok" and host["snapshot"]["probe"]["complete"], host["error"]
+    assert took < 20, took
+    f = next(f for f in host["findings"] if f["rule"] == "missing-logs")
+    assert f["summary"] == f"{mnt}/run.log is on an unresponsive FUSE mount: not touched", f
+    assert "request(s) waiting for its server" in host["snapshot"]["artifacts"][0]["error"]
+    assert job.pid in before
+    ns = (tmp_path / "ns").read_text().strip()  # the run's private mount namespace
+    assert probe_waiters(set(fuse_waiters()) - before, ns) == []  # nothing of the probe's waits there
+
+
+def fuse_waiters() -> list[int]:
+    """Processes waiting for a FUSE server's answer, anywhere on this shared machine."""
+    out = []
+    for d in os.listdir("/proc"):
+        try:
+            if d.isdigit() and Path(f"/proc/{d}/wchan").read_text() == "request_wait_answer":
+                out.append(int(d))
+        except OSError:
+            continue
+    return out
+
+
+def probe_waiters(pids: set[int], ns: str) -> list[int]:
+    """Of `pids` (new since the run began), the probe's own: those in the run's private mount
+    namespace `ns` (other people's probes and tests on this shared machine are in theirs)."""
+    out = []
+    for pid in pids:
+        try:
+            if os.readlink(f"/proc/{pid}/ns/mnt") == ns:
+                out.append(pid)
+        except OSError:
+            continue
+    return out
+
+
+def test_a_log_on_a_dead_mount_nobody_touched_yet_is_abandoned_in_seconds(hung_fuse, tmp_path: Path) -> None:
+    """No request waits yet (nothing told the probe the mount is dead): the child that touches it
+    is abandoned after VP_FILE_T seconds, the probe's own shell never waits there, and the report
+    says the log did not answer."""
+    _server, mnt = hung_fuse
+    took, _rc, host = in_namespace(tmp_path / "empty", "--sample", "0", "--timeout", "60", "--log",
+                                   str(mnt / "run.log"), "--artifacts", "/nonexistent-vp/*")  # fmt: skip
+    assert host["status"] == "ok" and host["snapshot"]["probe"]["complete"], host["error"]
+    print(took, host["snapshot"]["logs"], host["snapshot"]["probe"])
+    assert took < 25, took  # two bounded waits of 5 s: the stat, then the tail and df
+    f = next(f for f in host["findings"] if f["rule"] == "missing-logs")
+    assert "did not answer" in f["summary"] or "unresponsive FUSE mount" in f["summary"], f
+
+
+# ---------------------------------------------------------------- item 4: the watchdog, on a real sshd
+
+
+def session_members(sid: int) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            f = stat_fields(d)
+            if f is not None and len(f) > 3 and f[3] == str(sid):
+                out.append(int(d))
+    return out
+
+
+def probe_shells(sshd: Sshd) -> list[int]:
+    """The probe shells (`sh -s`, each the leader of its session) that this sshd's sessions run."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            if Path(f"/proc/{d}/cmdline").read_bytes() != b"sh\0-s\0":
+                continue
+        except OSError:
+            continue
+        own = stat_fields(d)
+        if own is None or own[3] != d:  # a subshell of the probe's, not its shell
+            continue
+        pid = int(d)
+        while pid > 1:
+            f = stat_fields(pid)
+            if f is None:
+                break
+            pid = int(f[1])
+            if pid == sshd.proc.pid:
+                out.append(int(d))
+                break
+    return out
+
+
+@pytest.fixture(scope="module")
+def hanging_dmesg_sshd(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """A real sshd whose sessions see a dmesg that sleeps for ever (bound over /usr/local/sbin in
+    its private mount namespace): a probe that runs past the client's --timeout."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare")
+    d = tmp_path_factory.mktemp("sshd-dmesg")
+    fakes = d / "bin"
+    fake_bin(fakes, "dmesg", "exec sleep 1000.41\n")
+    s = start_sshd(d, wrap=["unshare", "-m", "sh", "-c", f'mount --bind {fakes} /usr/local/sbin && exec "$@"', "sh"])
+    yield s
+    s.stop()
+    kill_marked("1000.41")
+
+
+def _diagnose(s: Sshd, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "vastprobe", "diagnose", s.target, "-i", str(s.user_key),
+                             "--known-hosts", str(s.known_hosts), "--format", "json", "--snapshot", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def test_after_a_client_timeout_nothing_of_the_probe_survives(hanging_dmesg_sshd: Sshd) -> None:
+    """--timeout 6 against a probe held by its dmesg: the watchdog's deadline (the time left after
+    connecting, less 3 s) comes first, it kills the probe's session and says so, the client keeps
+    what arrived, and 2 s after the client is done no process of the probe is left on the target.
+    Before: the deadline was --timeout + 5 s, the watchdog died of SIGPIPE on the closed channel,
+    and the probe's processes stayed for ever."""
+    s = hanging_dmesg_sshd
+    p = _diagnose(s, "--sample", "0", "--timeout", "6")
+    wait_for(lambda: bool(probe_shells(s)), timeout=15, what="the probe's shell on the target")
+    (sid,) = probe_shells(s)
+    out, _err = p.communicate(timeout=60)
+    host = json.loads(out)["hosts"][0]
+    assert host["verdict"] != "healthy" and host["snapshot"] is not None, host["error"]
+    assert host["snapshot"]["probe"]["deadline_hit"], host["snapshot"]["probe"]  # the watchdog ended it
+    time.sleep(2)  # the guarantee is about the target 2 s after the client is done
+    assert session_members(sid) == [], "probe processes left on the target"
+
+
+def test_after_a_disconnect_nothing_of_the_probe_survives(hanging_dmesg_sshd: Sshd) -> None:
+    """The client dies mid-probe (the connection drops): sshd exits, the probe's shell is adopted,
+    and the watchdog sees it within a second and ends the whole session."""
+    s = hanging_dmesg_sshd
+    p = _diagnose(s, "--sample", "0", "--timeout", "60")
+    wait_for(lambda: bool(probe_shells(s)), timeout=15, what="the probe's shell on the target")
+    (sid,) = probe_shells(s)
+    wait_for(lambda: any(_comm(pid) == "sleep" for pid in session_members(sid)), timeout=15, what="the hung dmesg")
+    p.kill()
+    p.wait()
+    t0 = time.monotonic()
+    wait_for(lambda: session_members(sid) == [], timeout=5, what="the probe's session to end")
+    assert time.monotonic() - t0 < 3.0
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+# ---------------------------------------------------------------- fault injection: the probe killed at each boundary
+
+KILLER = r"""
+import os, re, signal, subprocess, sys
+from pathlib import Path
+
+d = Path(sys.argv[1])
+k = int((d / "k").read_text())
+script = sys.stdin.buffer.read()
+b = re.search(rb"VP_B='([0-9a-f]+)'", script).group(1)
+close = b"\n@@" + b + b"@@ /"
+sh = subprocess.Popen(["sh", "-s"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+(d / f"sid.{k}").write_text(str(sh.pid))
+sh.stdin.write(script)
+sh.stdin.close()
+seen, out = 0, sys.stdout.buffer
+buf = b""
+while True:
+    chunk = os.read(sh.stdout.fileno(), 65536)
+    if not chunk:
+        break
+    buf += chunk
+    n = buf.count(close)
+    if n >= k:  # cut right after the k-th section's end line, then the tenant kills the shell
+        i = -1
+        for _ in range(k):
+            i = buf.index(close, i + 1)
+        end = buf.index(b"\n", i + len(close)) + 1
+        out.write(buf[:end]); out.flush()
+        os.kill(sh.pid, signal.SIGKILL)
+        break
+out.write(buf) if n < k else None
+out.flush()
+sh.wait()
+"""
+
+
+@pytest.fixture(scope="module")
+def killer_sshd(tmp_path_factory):  # type: ignore[no-untyped-def]
+    d = tmp_path_factory.mktemp("sshd-killer")
+    (d / "killer.py").write_text(KILLER)
+    s = start_sshd(d, force_command=f"{sys.executable} {d / 'killer.py'} {d}")
+    yield s, d
+    s.stop()
+
+
+def test_the_probe_killed_at_each_section_boundary_is_never_healthy_and_leaves_nothing(killer_sshd, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A tenant kills the probe's shell right after each section in turn (meta, host, …, times):
+    every report is `unknown` or `stalled`, never `healthy` or `degraded`, and within 2 s nothing
+    of the probe's session is left on the target (its watchdog saw the shell go)."""
+    s, d = killer_sshd
+    log = tmp_path / "job.log"
+    log.write_text("step 1\n")
+    args = ["--sample", "0.3", "--timeout", "30", "--log", str(log), "--artifacts", f"{tmp_path}/*"]
+    verdicts = {}
+    k = 1
+    while True:
+        (d / "k").write_text(str(k))
+        p = _diagnose(s, *args)
+        out, _err = p.communicate(timeout=60)
+        host = json.loads(out)["hosts"][0]
+        verdicts[k] = host["verdict"]
+        sid = int((d / f"sid.{k}").read_text())
+        t0 = time.monotonic()
+        wait_for(lambda sid=sid: session_members(sid) == [], timeout=4, what=f"the session of cut {k} to end")
+        assert time.monotonic() - t0 < 2.5, k
+        if host["snapshot"] and host["snapshot"]["probe"]["complete"]:
+            break  # k is past the last section: the probe finished
+        assert host["verdict"] in ("unknown", "stalled"), (k, host["verdict"], host["error"])
+        k += 1
+        assert k < 60
+    assert k > 20, verdicts  # every section of the probe was a cut point
+
+
+# ---------------------------------------------------------------- item 7: a same-user forger
+
+FORGER = r"""
+import os, re, sys, time
+xid = "|[ 1.000000] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python, GPU has fallen off the bus."
+deadline = time.monotonic() + float(sys.argv[1])
+root = sys.argv[2]  # only the probe this test runs: other probes run on this shared machine
+
+
+def ours(pid):
+    while pid not in ("0", "1"):
+        if pid == root:
+            return True
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            return False
+        pid = data[data.rindex(b")") + 2 :].split()[1].decode()
+    return False
+
+
+done = set()
+while time.monotonic() < deadline:
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or pid in done or not ours(pid):
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue
+        m = re.search(rb"(?:^|\0)VP_B=([0-9a-f]{32})\0", env)
+        if not m:
+            continue
+        b = m.group(1).decode()
+        forged = f"\n@@{b}@@ kmsg\n@@source dmesg\n{xid}\n@@lines 1\n@@rc=0\n\n@@{b}@@ /kmsg\n"
+        try:  # the probe's own stdout, through an awk of the probe that holds it
+            fd = os.open(f"/proc/{pid}/fd/1", os.O_WRONLY)
+            os.write(fd, forged.encode())
+            os.close(fd)
+            print("forged", pid, flush=True)
+            done.add(pid)
+        except OSError:
+            continue
+"""
+
+
+def test_a_same_user_forger_never_heads_the_report(tmp_path: Path) -> None:
+    """A process of the probe's own user reads the boundary from an awk's environment and writes a
+    kmsg section with an Xid into the probe's stdout before the probe writes its own: the forged Xid
+    led the report (the first copy won). Now every copy of a repeated section is dropped, the host
+    is not diagnosed, and the forgery itself is the headline."""
+    script = tmp_path / "forger.py"
+    script.write_text(FORGER)
+    for _attempt in range(5):  # the forger must catch an awk of the probe while it runs
+        probe = subprocess.Popen([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", "--snapshot",
+                                  "--sample", "0.5"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+        forger = subprocess.Popen(
+            [sys.executable, str(script), "20", str(probe.pid)], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            stdout, _ = probe.communicate(timeout=120)
+        finally:
+            forger.kill()
+            out, _ = forger.communicate()
+        host = json.loads(stdout)["hosts"][0]
+        if "forged" in out and host["snapshot"]["probe"]["tampering"]:
+            break
+    else:
+        pytest.skip("the forger never caught the probe's awk in five runs")
+    assert host["verdict"] == "unknown" and probe.returncode == 3, (host["verdict"], probe.returncode)
+    assert host["headline"].startswith("the probe's output was forged"), host["headline"]
+    assert host["incidents"][0]["root"]["rule"] == "probe-output-forged"
+    assert not [e for e in host["snapshot"]["kernel_log"]["events"] if "fallen off the bus" in e["line"]]
+    assert not [f for f in host["findings"] if f["rule"] in ("gpu-xid", "gpu-driver-error")]
