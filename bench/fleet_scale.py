@@ -56,9 +56,28 @@ def sweep(d: Path, shards: int, url: str, concurrency: int, timeout: float, conn
         env = {k2: v for k2, v in os.environ.items() if not k2.startswith(("SLURM_", "JOB_COMPLETION", "VASTPROBE_"))}
         if shards > 1:
             env.update(SLURM_ARRAY_TASK_ID=str(k), SLURM_ARRAY_TASK_MIN="0", SLURM_ARRAY_TASK_COUNT=str(shards))
-        cmd = [sys.executable, "-m", "vastprobe", "sweep", str(d / "fleet.txt"), "--known-hosts",
-               str(d / "known_hosts"), "--format", "ndjson", "--brief", "--concurrency", str(concurrency),
-               "--timeout", str(timeout), "--connect-timeout", str(connect_timeout), "--history", url]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "vastprobe",
+            "sweep",
+            str(d / "fleet.txt"),
+            "--known-hosts",
+            str(d / "known_hosts"),
+            "--format",
+            "ndjson",
+            "--brief",
+            "--concurrency",
+            str(concurrency),
+            "--timeout",
+            str(timeout),
+            "--connect-timeout",
+            str(connect_timeout),
+            "--history",
+            url,
+            "--log",
+            "/tmp/vastprobe-golden/job.log",
+        ]  # fmt: skip  (the captures hold one log's section)
         if shards > 1:
             cmd += ["--shard", "auto"]
         out = open(d / f"out{k}.ndjson", "w")  # noqa: SIM115

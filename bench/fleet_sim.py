@@ -17,7 +17,12 @@ listens there (connection refused), `--wrong-key` hosts present a host key known
 hold. Every host answers after `--latency` ms (plus up to `--jitter` ms).
 
     python bench/fleet_sim.py --hosts 20000 --dir /tmp/fleet      # writes fleet.txt and known_hosts
-    vastprobe sweep /tmp/fleet/fleet.txt --known-hosts /tmp/fleet/known_hosts --format ndjson --brief
+    vastprobe sweep /tmp/fleet/fleet.txt --known-hosts /tmp/fleet/known_hosts --format ndjson \
+        --log /tmp/vastprobe-golden/job.log
+
+The captures were recorded with one `--log` each, and the probe's output holds that log's section:
+sweep with one `--log` (any path), or every host reads as forged output (a section the probe was
+not asked for) and is not diagnosed.
 
 It prints `ready N` on stdout when every host listens, and runs until SIGINT or SIGTERM. One
 process serves as many hosts as its open-file limit allows (one listening socket a host, and room

@@ -169,6 +169,40 @@ def test_forty_hosts_stalled_the_same_way_twice_fold_into_one_history_line(tmp_p
         assert len(still) == 1 and "(2 sweeps) [40: root@127.0.0.[1-14]:" in still[0], out
         verbose = subprocess.run([*args, "-v", "--no-history"], capture_output=True, text=True, timeout=300, env=env)
         assert verbose.stdout.count("root@127.0.0.") >= 40
+        # the NDJSON summary line folds the same way: one group for the one cause, with its node set
+        nd = subprocess.run([*args, "--format", "ndjson"], capture_output=True, text=True, timeout=300, env=env)
+        summary = json.loads(nd.stdout.splitlines()[-1])["summary"]
+        (group,) = [g for g in summary["groups"] if g["verdict"] == "stalled"]
+        assert group["count"] == 40 and group["change"] == "still" and group["sweeps"] == 3, group
+        assert group["hosts"].startswith("root@127.0.0.[1-14]:") and "stopped-child" in group["rules"], group
     finally:
         for d in ds:
             d.stop()
+
+
+def test_five_thousand_hosts_with_three_causes_stay_one_screen() -> None:
+    """5,000 hosts on 100 addresses (the fleet simulator's naming), three causes of stall scattered
+    among them and some unreachable: the table stays under 60 lines, each node set cut to what fits
+    with how many more; -v still names every host. (The render time is bench/fleet_table.py's.)"""
+    import random
+
+    forty = fleet_of_forty()
+    kinds = {"seed": forty[2], "orphan": forty[8], "stopped": forty[30], "healthy": forty[0], "down": forty[37]}
+    rng = random.Random(26)
+    reports = []
+    for i in range(5000):
+        target = f"root@127.1.0.{i // 50 + 1}:{20022 + i % 50}"
+        x = rng.random()
+        kind = "healthy" if x < 0.94 else "seed" if x < 0.96 else "orphan" if x < 0.98 else "stopped"
+        kind = "down" if rng.random() < 0.005 else kind
+        r = kinds[kind]
+        reports.append(replace(r, target=target, labels={}, error=r.error and r.error.replace("gpu38", target)))
+    lines = summary(reports, width=120).splitlines()
+    assert len(lines) < 60, "\n".join(lines)
+    assert lines[0].startswith("5000 hosts: ") and any(line.startswith("STALLED (") for line in lines)
+    assert sum(" more" in line for line in lines) >= 4  # node sets cut, saying how many more
+    stalled = [line for line in lines if re.match(r"  \[\d+: ", line)]
+    assert len(stalled) == 3, lines  # one line per cause
+    full = summary(reports, width=120, verbose=True).splitlines()
+    own = [line for line in full if re.match(r"  root@127\.1\.0\.\d+:\d+ ", line)]
+    assert len(own) == sum(r.verdict == "stalled" for r in reports) > 100  # -v: each stalled host on its own line

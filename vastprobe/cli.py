@@ -887,7 +887,7 @@ def sweep(
     elapsed = time.monotonic() - t0
     reports = fleet.finish(reports, complete=not interrupted)
     code = _interrupted_code() if interrupted else fleet.exit_code(exit_code(reports))
-    summary = summary_dict(reports, code, unfinished=len(entries) - len(reports))
+    summary = summary_dict(reports, code, unfinished=len(entries) - len(reports), memory=fleet.memory)
     if chosen is OutputFormat.table:
         from vastprobe.render.summary import render_summary
 

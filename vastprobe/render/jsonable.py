@@ -15,11 +15,15 @@ import dataclasses
 import json
 import re
 import time
-from typing import Any, get_args
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, get_args
 
 import orjson
 
 from vastprobe.model import DistributedJob, Finding, HostReport, JobRank, Status, Unavailable, Verdict
+
+if TYPE_CHECKING:
+    from vastprobe.history.store import HostMemory
 
 SCHEMA = "vastprobe.report/1"
 
@@ -164,10 +168,17 @@ def generated_at() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def summary_dict(reports: list[HostReport], exit_code: int, unfinished: int = 0) -> dict[str, Any]:
+def summary_dict(
+    reports: list[HostReport],
+    exit_code: int,
+    unfinished: int = 0,
+    memory: Mapping[str, HostMemory] | None = None,
+) -> dict[str, Any]:
     """What the run came to, in the shape of every run (each status and verdict counted, zeros
     too), so `jq .summary.verdict.stalled` needs no default; `complete` is false when it was
-    interrupted, with how many targets did not finish."""
+    interrupted, with how many targets did not finish; `groups`: the hosts that are not healthy,
+    folded by cause as the sweep table folds them (render/groups.py), with the history's
+    transition when there is one."""
     status = dict.fromkeys(get_args(Status), 0)
     verdict = dict.fromkeys(get_args(Verdict), 0)
     for r in reports:
@@ -177,6 +188,9 @@ def summary_dict(reports: list[HostReport], exit_code: int, unfinished: int = 0)
     out["complete"] = unfinished == 0
     if unfinished:
         out["unfinished"] = unfinished
+    from vastprobe.render.groups import summary_groups
+
+    out["groups"] = summary_groups(reports, memory)
     return out
 
 

@@ -10,58 +10,36 @@ odd hosts out are named with what sets them apart. Other marks can be passed per
 from __future__ import annotations
 
 import io
-import re
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import IO, TYPE_CHECKING
 
 from rich.console import Console
 from rich.text import Text
 
 from vastprobe.model import HostReport
+from vastprobe.render.groups import (
+    NUMBER,
+    VERDICT_ORDER,
+    failure_groups,
+    fold_groups,
+    fold_hosts,
+    history_marks,
+    minute,
+    why,
+)
 from vastprobe.render.layout import hanging
 from vastprobe.render.safe import safe
-from vastprobe.targets import natural_key, vast_order
+from vastprobe.targets import natural_key
 
 if TYPE_CHECKING:
     from vastprobe.history.store import HostMemory
 
-VERDICT_ORDER = {"stalled": 0, "unknown": 1, "degraded": 2, "healthy": 3}
 VERDICT_STYLE = {"healthy": "bold green", "degraded": "bold yellow", "stalled": "bold red", "unknown": "bold magenta"}
 SEVERITY_ORDER = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 SEVERITY_STYLE = {"info": "cyan", "warning": "yellow", "error": "red", "critical": "bold red"}
-_NUM = re.compile(r"\d+")
-#: Names NodeSet can fold as they are: no brackets, commas, spaces or set operators.
-_FOLDABLE = re.compile(r"[A-Za-z0-9._@:-]{1,253}")
 LIMIT = 12
-
-
-def _spaced(nodeset: str) -> str:
-    """NodeSet's top-level commas as ", ": a terminal wraps a long list between hosts, not inside
-    one (`-w` reads it back either way)."""
-    out, depth = [], 0
-    for ch in nodeset:
-        depth += ch == "["
-        depth -= ch == "]"
-        out.append(", " if ch == "," and depth == 0 else ch)
-    return "".join(out)
-
-
-def fold_hosts(names: Iterable[str]) -> str:
-    """`gpu[01-04,07], other`: ranges where names differ only in numbers, natural order."""
-    unique = sorted(set(names), key=natural_key)
-    foldable = [n for n in unique if _FOLDABLE.fullmatch(n)]
-    rest = [safe(n) for n in unique if not _FOLDABLE.fullmatch(n)]
-    if not foldable:
-        return ", ".join(rest)
-    try:
-        from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
-
-        folded = _spaced(str(NodeSet.fromlist(foldable, resolver=RESOLVER_NOGROUP)))
-    except Exception:  # an odd name NodeSet refuses: list them as they are
-        folded = ", ".join(foldable)
-    return ", ".join([folded, *rest]) if rest else folded
 
 
 def instance(r: HostReport) -> str:
@@ -69,38 +47,6 @@ def instance(r: HostReport) -> str:
     iid = r.labels.get("instance_id", "")
     label = r.labels.get("label", "")
     return " ".join(x for x in (f"#{safe(iid, 40)}" if iid else "", safe(label, 80)) if x)
-
-
-def why(r: HostReport) -> str:
-    return r.headline or (r.findings[0].summary if r.findings else "") or r.error or ""
-
-
-def _minute(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
-
-
-def _span(seconds: float) -> str:
-    from vastprobe.history.timespec import span
-
-    return span(seconds)
-
-
-def history_marks(
-    reports: list[HostReport], memory: Mapping[str, HostMemory], now: float
-) -> tuple[dict[str, str], dict[str, str]]:
-    """(target -> `new`/`still`, target -> `stalled since … (47 min, 10 sweeps)`) for stalled hosts."""
-    marks: dict[str, str] = {}
-    since: dict[str, str] = {}
-    for r in reports:
-        m = memory.get(r.target)
-        if m is None or m.change not in ("new", "still"):
-            continue
-        marks[r.target] = m.change
-        if m.change == "still":
-            since[r.target] = (
-                f"stalled since {_minute(m.verdict_since)} ({_span(now - m.verdict_since)}, {m.verdict_sweeps} sweeps)"
-            )
-    return marks, since
 
 
 def recovered_lines(reports: list[HostReport], memory: Mapping[str, HostMemory]) -> list[str]:
@@ -114,7 +60,7 @@ def recovered_lines(reports: list[HostReport], memory: Mapping[str, HostMemory])
         return []
     back.sort(key=lambda b: natural_key(b[0]))
     shown = ", ".join(
-        safe(t) + (f" (stalled since {_minute(since)})" if since is not None else "") for t, since in back[:LIMIT]
+        safe(t) + (f" (stalled since {minute(since)})" if since is not None else "") for t, since in back[:LIMIT]
     )
     return [f"RECOVERED ({len(back)}): {shown}" + (f" (+{len(back) - LIMIT} more)" if len(back) > LIMIT else "")]
 
@@ -145,6 +91,7 @@ def render_summary(
     """`verbose`: one line per stalled or degraded host; otherwise hosts with the same story fold
     into one line (and past MAX_GROUPS lines, the largest groups and a count of the rest)."""
     console = Console(file=file, highlight=False, soft_wrap=False, width=width)
+    limit = None if verbose else max(100, 2 * console.width - 40)  # a node set's characters: two lines
     now = time.time() if now is None else now
     marks = dict(marks or {})
     since: dict[str, str] = {}
@@ -164,16 +111,16 @@ def render_summary(
         head = Text()
         head.append(verdict.upper(), style=VERDICT_STYLE[verdict])
         head.append(f" ({len(hosts)}): ")
-        hanging(console, "", head, Text(fold_hosts(r.target for r in hosts)))
+        hanging(console, "", head, Text(fold_hosts((r.target for r in hosts), limit)))
         if verdict in ("stalled", "degraded"):
             ordered = sorted(hosts, key=lambda r: natural_key(r.target))
             if verbose:
                 _host_lines(console, ordered, marks, since)
             else:
-                _folded_host_lines(console, ordered, marks, since, memory or {})
+                _folded_host_lines(console, ordered, marks, since, memory or {}, limit)
         elif verdict == "unknown":
-            _failures(console, hosts, marks)
-    _findings(console, reports)
+            _failures(console, hosts, marks, limit)
+    _findings(console, reports, limit)
     for line in [*(recovered_lines(reports, memory) if memory else []), *outlier_lines(reports)]:
         _plain(console, line)
 
@@ -226,78 +173,44 @@ def _host_lines(console: Console, hosts: list[HostReport], marks: Mapping[str, s
 MAX_GROUPS = 8
 
 
-def _hosted(text: str, target: str) -> str:
-    """`text` with the host's own name as a whole word folded to HOST (host `d` is no part of "stopped")."""
-    return re.sub(rf"(?<![\w.-]){re.escape(target)}(?![\w.-])", "HOST", text) if target else text
-
-
-def _story(r: HostReport) -> str:
-    """What a host's line says with what varies by host (its name, pids, sizes, times) folded."""
-    return _NUM.sub("N", _hosted(why(r), r.target))
-
-
 def _folded_host_lines(
     console: Console,
     hosts: list[HostReport],
     marks: Mapping[str, str],
     since: Mapping[str, str],
     memory: Mapping[str, HostMemory],
+    limit: int | None = None,
 ) -> None:
-    """Hosts with the same story in one line: the same transition (new, still), the same since-minute
-    and sweep count, the same why with its numbers folded; one line per group with its node set and
-    count, the largest first. A single host keeps its own line (its instance too)."""
-    groups: dict[tuple[str, str, str], list[HostReport]] = defaultdict(list)
-    for r in hosts:
-        m = memory.get(r.target)
-        when = (
-            f"since {_minute(m.verdict_since)} ({m.verdict_sweeps} sweeps)"
-            if m is not None and m.change == "still" and r.target in since
-            else ""
-        )
-        groups[(marks.get(r.target, ""), when, _story(r))].append(r)
-    ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
-    shown = ordered[:MAX_GROUPS]
-    for (mark, when, _key), rs in shown:
-        if len(rs) == 1:
-            _host_lines(console, rs, marks, since)
+    """One line per group (fold_groups) with its node set and count; past MAX_GROUPS, a count of
+    the rest. A single host keeps its own line (its instance too)."""
+    ordered = fold_groups(hosts, marks, since, memory)
+    for g in ordered[:MAX_GROUPS]:
+        if len(g.hosts) == 1:
+            _host_lines(console, list(g.hosts), marks, since)
             continue
-        texts = {why(r) for r in rs}
-        text = next(iter(texts)) if len(texts) == 1 else why(rs[0])
-        varies = "" if len(texts) == 1 else " (pids and numbers vary by host)"
+        varies = " (pids and numbers vary by host)" if g.varies else ""
         head = Text("  ")
-        if mark:
-            head.append(f"{safe(mark, 20)} ", style="bold")
-        if when:
-            head.append(f"{when} ")
-        hosts_text = f"[{len(rs)}: {fold_hosts(r.target for r in rs)}]: "
+        if g.mark:
+            head.append(f"{safe(g.mark, 20)} ", style="bold")
+        if g.since is not None:
+            head.append(f"since {minute(g.since)} ({g.sweeps} sweeps) ")
+        hosts_text = f"[{len(g.hosts)}: {fold_hosts((r.target for r in g.hosts), limit)}]: "
         if head.cell_len + len(hosts_text) <= console.width // 2:  # the why hangs under itself
             head.append(hosts_text, style="bold")
-            hanging(console, "", head, Text(safe(text, 700) + varies))
+            hanging(console, "", head, Text(safe(g.text, 700) + varies))
         else:  # a long node set wraps on lines of its own, never cut; the why under it
             hanging(console, "", head, Text(hosts_text.rstrip(": "), style="bold"))
-            hanging(console, "", Text("    "), Text(safe(text, 700) + varies))
+            hanging(console, "", Text("    "), Text(safe(g.text, 700) + varies))
     rest = ordered[MAX_GROUPS:]
     if rest:
-        n = sum(len(rs) for _k, rs in rest)
+        n = sum(len(g.hosts) for g in rest)
         console.print(Text(f"  and {len(rest)} more group(s) ({n} hosts); --verbose lists them", style="dim"))
 
 
-def _failures(console: Console, hosts: list[HostReport], marks: Mapping[str, str]) -> None:
-    """Failed probes, skipped rows, undiagnosed hosts: one row per reason, the hosts folded. The
-    text is the host's own when all of them said the same; otherwise the target in it is folded
-    (HOST), and the numbers too (N) only when that is not enough."""
-    groups: dict[tuple[str, str], list[HostReport]] = defaultdict(list)
-    for r in hosts:
-        text = _hosted(r.error or r.headline or "", r.target)
-        label: str = r.status if r.status != "ok" else r.verdict
-        groups[(label, _NUM.sub("N", text))].append(r)
-    # hosts vast.ai calls running come first (the surprise), then loading, ..., exited; then by count
-    order = sorted(groups.items(), key=lambda kv: (min(vast_order(r.labels) for r in kv[1]), -len(kv[1]), kv[0]))
-    for (label, folded), rs in order:
-        texts = {r.error or r.headline or "" for r in rs}
-        hosted = {_hosted(r.error or r.headline or "", r.target) for r in rs}
-        shown = next(iter(texts)) if len(texts) == 1 else next(iter(hosted)) if len(hosted) == 1 else folded
-        where = fold_hosts(r.target for r in rs)
+def _failures(console: Console, hosts: list[HostReport], marks: Mapping[str, str], limit: int | None = None) -> None:
+    """One row per reason (failure_groups), the hosts folded."""
+    for (label, shown), rs in failure_groups(hosts):
+        where = fold_hosts((r.target for r in rs), limit)
         marked = sorted({marks[r.target] for r in rs if r.target in marks})
         head = Text(f"  {label}{' (' + ', '.join(marked) + ')' if marked else ''}: ", style="bold")
         hanging(console, "", head, Text(f"{safe(shown, 300)}  [{len(rs)}: {where}]"))
@@ -308,13 +221,13 @@ def _failures(console: Console, hosts: list[HostReport], marks: Mapping[str, str
                     console.print(Text(f"    {safe(r.target, 120)} {inst}", style="dim"), overflow="fold")
 
 
-def _findings(console: Console, reports: list[HostReport]) -> None:
+def _findings(console: Console, reports: list[HostReport], limit: int | None = None) -> None:
     """Findings that differ only in numbers (pids, sizes, times) fold into one row, shown in the
     words most hosts used, marked when the numbers vary by host."""
     rows: dict[tuple[str, str, str, str], list[tuple[str, str]]] = defaultdict(list)
     for r in reports:
         for f in r.findings:
-            rows[(f.severity, f.code, f.rule, _NUM.sub("N", f.summary))].append((r.target, f.summary))
+            rows[(f.severity, f.code, f.rule, NUMBER.sub("N", f.summary))].append((r.target, f.summary))
     if not rows:
         return
     console.print(Text("findings across hosts:", style="bold"))
@@ -328,5 +241,5 @@ def _findings(console: Console, reports: list[HostReport]) -> None:
         head = Text("  ")
         head.append(f"{sev:<8} ", style=SEVERITY_STYLE[sev])
         head.append(f"{code} {rule}: ", style="bold")
-        body = Text(f"{safe(shown, 300)}  [{len(hosts)}: {fold_hosts(hosts)}]")
+        body = Text(f"{safe(shown, 300)}  [{len(hosts)}: {fold_hosts(hosts, limit)}]")
         hanging(console, "", head, body, hang=len("  error    "))
