@@ -180,8 +180,12 @@ def test_a_dead_or_wrong_database_is_one_line_and_exit_2_after_the_output(
     prom = tmp_path / "vastprobe.prom"
     r = run("sweep", dead, "--history", url, "--format", "ndjson", "--output", str(out), "--prom", str(prom))
     assert r.returncode == 2, (r.returncode, r.stderr)
-    assert [json.loads(line)["target"] for line in r.stdout.splitlines()] == [dead]  # the findings, printed
-    assert json.loads(out.read_text())["status"] == "unreachable" and "vastprobe_host_up" in prom.read_text()
+    rows = [row for line in r.stdout.splitlines() if "target" in (row := json.loads(line))]  # (and the summary line)
+    assert [row["target"] for row in rows] == [dead]  # the findings, printed
+    written = [json.loads(line) for line in out.read_text().splitlines()]  # the host's line, the summary's
+    assert (
+        written[0]["status"] == "unreachable" and "summary" in written[-1] and "vastprobe_host_up" in prom.read_text()
+    )
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.startswith("vastprobe: error: history postgresql://") and "this run was not recorded" in r.stderr
     assert "wrong-pass-Q7" not in r.stderr and "***" not in r.stderr.split("?")[0]

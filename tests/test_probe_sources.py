@@ -109,6 +109,10 @@ def test_socket_tables_recorded_here() -> None:
 def test_fuse_mounts_and_threads_recorded_here() -> None:
     (m,) = parse_fuse_mounts("0:40 /tmp/fm\\040x fuse.vastprobe-test vastprobe-test\n")
     assert (m.device, m.mount_point, m.fstype) == ("0:40", "/tmp/fm x", "fuse.vastprobe-test")
+    assert m.waiting is None  # a capture from before the counter, or no fusectl
+    a, b, c = parse_fuse_mounts("0:40 /a fuse.sshfs u@h: w=2\n0:41 /b fuse  w=0\n0:42 /c fuse.x w=9 w=0\n")
+    assert (a.source, a.waiting, b.source, b.waiting) == ("u@h:", 2, "", 0)
+    assert (c.source, c.waiting) == ("w=9", 0)  # a source named like the counter is a source
     threads = parse_threads_section(
         "/proc/1/task/59/stat:59 (vsock-console) S 0 0 0 0 -1 4194624 393 558617 0 261 0 6 2243 774 20 0 16 0 49 "
         "47325184 3039 18446744073709551615 1 1 0 0 0 0 0 4096 1256 0 0 0 -1 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n"

@@ -305,6 +305,7 @@ class FuseMount:
     mount_point: str
     fstype: str  # fuse.sshfs, fuse, fuseblk
     source: str
+    waiting: int | None = None  # requests waiting for its server (fusectl); None: not read
 
 
 # ---------------------------------------------------------------- cgroups

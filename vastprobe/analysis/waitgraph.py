@@ -982,7 +982,22 @@ class WaitGraph:
             hit = {m for path in paths for m in under(path)}
             if len(hit) == 1:
                 return hit.pop()
-        return mounts[0] if len(mounts) == 1 else None
+        if len(mounts) == 1:
+            return mounts[0]
+        # a file opened by a name from the environment or a config (no fd yet, no argument): the
+        # only mount with requests waiting for its server is the one this waiter's request is on
+        waiting = [m for m in mounts if m.waiting]
+        if len(waiting) == 1:
+            return waiting[0]
+        # no counter (fusectl is not mounted everywhere): a mount no process serves cannot keep a
+        # request waiting (its connection ends with its server's /dev/fuse), so when every server
+        # names its mount point, the waiter is on a served one
+        servers = [self._cmd(s) for s in self._fds.fuse_servers]
+        if servers and all(any(_names_mount(c, m) for m in mounts) for c in servers):
+            served = [m for m in mounts if any(_names_mount(c, m) for c in servers)]
+            if len(served) == 1:
+                return served[0]
+        return None
 
     # ------------------------------------------------------------------ chains
 

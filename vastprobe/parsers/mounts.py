@@ -1,5 +1,6 @@
-"""FUSE mounts, from the probe's pass over /proc/self/mountinfo: `major:minor mount-point fstype source`.
-The kernel escapes spaces and newlines in mount points as octal (`\\040`, `\\012`)."""
+"""FUSE mounts, from the probe's pass over /proc/self/mountinfo: `major:minor mount-point fstype source`,
+then ` w=N` where fusectl said how many requests wait for the mount's server (captures before it
+have none). The kernel escapes spaces and newlines in mount points as octal (`\\040`, `\\012`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import re
 
 from vastprobe.model import FuseMount
 
-_LINE = re.compile(r"^([0-9]{1,10}:[0-9]{1,10}) (\S+) (fuse\S*) (\S*)$", re.ASCII)
+_LINE = re.compile(r"^([0-9]{1,10}:[0-9]{1,10}) (\S+) (fuse\S*) (\S*?)(?: w=([0-9]{1,10}))?$", re.ASCII)
 _OCTAL = re.compile(r"\\([0-7]{3})")
 _OCTAL_CHAR = {f"{n:03o}": chr(n) for n in range(0o1000)}
 
@@ -21,5 +22,8 @@ def parse_fuse_mounts(text: str) -> list[FuseMount]:
     for line in text.split("\n"):
         m = _LINE.match(line[:4096])
         if m:
-            out.append(FuseMount(m.group(1), unescape_mount(m.group(2)), m.group(3), unescape_mount(m.group(4))))
+            waiting = int(m.group(5)) if m.group(5) is not None else None
+            out.append(
+                FuseMount(m.group(1), unescape_mount(m.group(2)), m.group(3), unescape_mount(m.group(4)), waiting)
+            )
     return out

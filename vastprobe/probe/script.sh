@@ -363,7 +363,17 @@ vp_s0() {
 			}
 		}
 		printf "\n@@rc=%d\n\n@@%s@@ /cgmem\n\n@@%s@@ mounts\n", got ? 0 : 1, B, B
-		for (i = 1; i <= n_fuse; i++) print fuse[i]
+		# each mount: requests waiting for its server (the fusectl counter, a sysfs read that never
+		# touches the mount): on a host with several FUSE mounts, the one a waiter hangs on
+		for (i = 1; i <= n_fuse; i++) {
+			split(fuse[i], fd_, " ")
+			split(fd_[1], dn, ":")
+			w = ""
+			wf = "/sys/fs/fuse/connections/" (dn[1] * 1048576 + dn[2]) "/waiting"
+			if ((getline w < wf) > 0 && w ~ /^[0-9]+$/) print fuse[i] " w=" w
+			else print fuse[i]
+			close(wf)
+		}
 		printf "\n@@rc=0\n\n@@%s@@ /mounts\n\n@@%s@@ locks\n", B, B
 		nl = 0
 		while (nl < 4096 && (getline l < "/proc/locks") > 0) { print l; nl++ }
