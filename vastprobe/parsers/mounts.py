@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from vastprobe.model import FuseMount
+from vastprobe.parsers.numbers import read_int
 
 _LINE = re.compile(r"^([0-9]{1,10}:[0-9]{1,10}) (\S+) (fuse\S*) (\S*?)(?: w=([0-9]{1,10}))?$", re.ASCII)
 _OCTAL = re.compile(r"\\([0-7]{3})")
@@ -22,7 +23,7 @@ def parse_fuse_mounts(text: str) -> list[FuseMount]:
     for line in text.split("\n"):
         m = _LINE.match(line[:4096])
         if m:
-            waiting = int(m.group(5)) if m.group(5) is not None else None
+            waiting = read_int(m.group(5)) if m.group(5) is not None else None
             out.append(
                 FuseMount(m.group(1), unescape_mount(m.group(2)), m.group(3), unescape_mount(m.group(4)), waiting)
             )
