@@ -24,6 +24,7 @@ from vastprobe.rules import (
     idle_gpu,
     log_retry_loop,
     missing_logs,
+    no_progress,
     oom_killed_child,
     socket_peer_wait,
     stopped_child,
@@ -60,6 +61,7 @@ RULES: tuple[Rule, ...] = tuple(
         gpu_memory_errors,
         gpu_missing,
         gpu_nvswitch_error,
+        no_progress,
     )
 )
 #: Codes of rules that were removed; never hand them out again.
