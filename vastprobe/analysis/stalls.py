@@ -214,6 +214,21 @@ def top_waiters(ctx: Context) -> list[int]:
     return out
 
 
+def _depth(ctx: Context, pid: int) -> int:
+    depth, seen = 0, {pid}
+    p = ctx.tree.by_pid.get(pid)
+    while p is not None and p.ppid not in seen and p.ppid in ctx.tree.by_pid:
+        seen.add(p.ppid)
+        p = ctx.tree.by_pid[p.ppid]
+        depth += 1
+    return depth
+
+
+def _started(ctx: Context, pid: int) -> int:
+    p = ctx.tree.by_pid.get(pid)
+    return p.starttime if p is not None else 0
+
+
 def stalled_chains(ctx: Context) -> list[StalledChain]:
     """The best chain of each top waiter; a waiter already inside a reported chain is not reported
     again, nor one below a reported chain whose root blocker it waits on too (multiprocessing's idle
@@ -230,7 +245,10 @@ def stalled_chains(ctx: Context) -> list[StalledChain]:
         if best.kind == "child" and any(s.kind == "child" and s.idle is False for s in chains):
             continue  # a waiter whose jobs still work is waiting as it should
         candidates.append(best)
-    candidates.sort(key=lambda s: -len(s.chain.hops))
+    # the longest first; among equals, the waiter nearest the top of the tree, then the oldest (not
+    # the lowest pid: PIDs wrap, and a pool's worker started after the wrap came before its pool's
+    # entrypoint and was reported instead of it)
+    candidates.sort(key=lambda s: (-len(s.chain.hops), _depth(ctx, s.waiter), _started(ctx, s.waiter)))
     covered: set[int] = set()
     out = []
     for s in candidates:
