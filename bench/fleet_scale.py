@@ -95,9 +95,11 @@ def sweep(d: Path, shards: int, url: str, concurrency: int, timeout: float, conn
         assert p.stderr is not None
         errs += [line.strip() for line in p.stderr.read().splitlines() if line.strip()][:3]
     wall = max(ends)
-    rows = [json.loads(line) for k in range(shards) for line in (d / f"out{k}.ndjson").read_text().splitlines()]
+    lines = [json.loads(line) for k in range(shards) for line in (d / f"out{k}.ndjson").read_text().splitlines()]
+    rows = [r for r in lines if "target" in r]  # each shard's stream ends with its summary line
     return {"wall": wall, "cpu": cpu, "rss_mib": rss / 1024, "codes": sorted(set(codes)), "rows": len(rows),
-            "status": dict(collections.Counter(r["status"] for r in rows)), "errors": errs[:3],
+            "status": dict(collections.Counter(r["status"] for r in rows)),
+            "verdict": dict(collections.Counter(r["verdict"] for r in rows)), "errors": errs[:3],
             "targets": [r["target"] for r in rows]}  # fmt: skip
 
 
@@ -157,7 +159,7 @@ def main() -> None:
                                 o = con.execute("SELECT count(*) FROM vastprobe.observations").fetchone()[0]
                             hist = f"{h} / {o}"
                         print(f"| {n} | {shards} x {per} | {r['wall']:.1f} | {r['cpu']:.1f} | {1000 * r['cpu'] / n:.1f} | "
-                              f"{r['rss_mib']:.0f} | {r['status']}{' DUPLICATES ' + str(dup) if dup else ''} | {hist} |",
+                              f"{r['rss_mib']:.0f} | {r['status']} {r['verdict']}{' DUPLICATES ' + str(dup) if dup else ''} | {hist} |",
                               flush=True)  # fmt: skip
                         print(f"  simulator CPU {r['sim_cpu']:.1f} s; load {os.getloadavg()[0]:.1f}", flush=True)
                         if r["errors"]:
