@@ -63,4 +63,6 @@ def test_forks_do_not_grow_with_processes(tmp_path: Path) -> None:
     with extra_processes(600):
         b = count_forks(tmp_path)
     assert a > 20  # the trace saw the probe's commands at all
-    assert a == b, f"{a} forks with 10 extra processes, {b} with 600"
+    # (one either way: the probe's end takes the watchdog's tick along, and a tick forked just before
+    # it is killed before its exec, so it is a fork not counted as a tick)
+    assert abs(a - b) <= 1, f"{a} forks with 10 extra processes, {b} with 600"
