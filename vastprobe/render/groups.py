@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 VERDICT_ORDER = {"stalled": 0, "unknown": 1, "degraded": 2, "healthy": 3}
 AT_RISK = ("warning", "error", "critical")  # severities whose rules say what a host's trouble is
 NUMBER = re.compile(r"\d+")
+#: Digits inside a word (`ED25519`, `SHA256`, a fingerprint): folding them to N reads as noise.
+_INSIDE_WORD = re.compile(r"[A-Za-z][0-9]|[0-9][A-Za-z]")
 #: Names NodeSet can fold as they are: no brackets, commas, spaces or set operators.
 _FOLDABLE = re.compile(r"[A-Za-z0-9._@:-]{1,253}")
 
@@ -202,5 +204,9 @@ def failure_groups(hosts: list[HostReport]) -> list[tuple[tuple[str, str], list[
         texts = {r.error or r.headline or "" for r in rs}
         hosted = {_hosted(r.error or r.headline or "", r.target) for r in rs}
         shown = next(iter(texts)) if len(texts) == 1 else next(iter(hosted)) if len(hosted) == 1 else folded
+        own = _hosted(rs[0].error or rs[0].headline or "", rs[0].target)
+        if shown is folded and _INSIDE_WORD.search(own):
+            # numbers inside words would fold to `EDN SHAN:…` (a key fingerprint): one host's words read better
+            shown = own + " (numbers vary by host)"
         out.append(((label, shown), rs))
     return out
