@@ -428,7 +428,7 @@ def _verbose_logging(level: int) -> None:
 
     import asyncssh
 
-    from vastprobe.render.safe import safe
+    from vastprobe.untrusted.safe import safe
 
     class Escaped(logging.Formatter):
         def format(self, record: logging.LogRecord) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from vastprobe.parsers.numbers import read_int
+from vastprobe.untrusted.numbers import read_int
 
 T = TypeVar("T")
 
@@ -511,6 +511,8 @@ class HostSnapshot:
 # ---------------------------------------------------------------- reports
 
 Severity = Literal["info", "warning", "error", "critical"]
+#: Severities in rising order (worst last): one order for every layer that sorts findings.
+SEVERITY_ORDER: dict[str, int] = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 Status = Literal["ok", "unreachable", "auth-failed", "host-key-rejected", "timeout", "probe-error", "skipped"]
 Verdict = Literal["healthy", "degraded", "stalled", "unknown"]
 

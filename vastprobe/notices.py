@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import threading
 
-from vastprobe.render.safe import safe
+from vastprobe.untrusted.safe import safe
 
 _said: set[str] = set()
 _lock = threading.Lock()

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from vastprobe.model import GpuApp, GpuSample, HostSnapshot, Process, Unavailable
-from vastprobe.parsers.numbers import is_digits
+from vastprobe.untrusted.numbers import is_digits
 
 IDLE_UTIL = 5.0  # percent
 ALLOCATED_MIB = 512.0  # more than a driver context alone

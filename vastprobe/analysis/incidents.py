@@ -14,14 +14,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from vastprobe.clock import utc_text
-from vastprobe.model import Finding, Incident, Process, Verdict, WaitLink, WaitPicture
+from vastprobe.model import SEVERITY_ORDER, Finding, Incident, Process, Verdict, WaitLink, WaitPicture
 
 if TYPE_CHECKING:
     from vastprobe.analysis.stalls import StalledChain
     from vastprobe.analysis.waitgraph import Chain, WaitEdge
     from vastprobe.rules.base import Context
 
-SEVERITY_ORDER = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 #: Findings about a chain of waits: their first pid is the waiter.
 CHAIN_RULES = frozenset(
     {"do-wait-orphan", "socket-peer-wait", "file-lock-wait", "fifo-no-partner", "fuse-no-answer", "db-lock-wait"}

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from vastprobe.analysis.gpu import gpu_users
 from vastprobe.analysis.waitgraph import untimed_futex
 from vastprobe.model import HOLDING, DistributedJob, JobRank, Process, RankState, Syscall
-from vastprobe.parsers.numbers import read_int
+from vastprobe.untrusted.numbers import read_int
 
 if TYPE_CHECKING:
     from vastprobe.rules.base import Context

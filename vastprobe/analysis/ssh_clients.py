@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from vastprobe.parsers.numbers import read_int
+from vastprobe.untrusted.numbers import read_int
 
 #: ssh(1) options that take an argument (OpenSSH 9)
 _WITH_ARG = frozenset("BbcDEeFIiJLlmOoPpQRSWw")

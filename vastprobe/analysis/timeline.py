@@ -8,12 +8,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from vastprobe.analysis.relevance import job_start, rank_artifacts
-from vastprobe.model import FileStat, Incident, Instant, Process
+from vastprobe.model import SEVERITY_ORDER, FileStat, Incident, Instant, Process
 
 if TYPE_CHECKING:
     from vastprobe.rules.base import Context
 
-SEVERITY_ORDER = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 MAX_EACH = 3
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from vastprobe.analysis.gpu import idle_gpus
 from vastprobe.analysis.progress import progress
 from vastprobe.model import HostReport, Outlier, Unavailable
-from vastprobe.render.safe import safe
+from vastprobe.untrusted.safe import safe
 
 LABEL = "label"  # --group-by label: the vast.ai instance label
 SHOWN = 4  # process entries named per difference

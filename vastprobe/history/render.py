@@ -7,7 +7,7 @@ from typing import Any
 
 from vastprobe.history.queries import HostHistory, State, Transition
 from vastprobe.history.timespec import iso_utc, local_minute, span
-from vastprobe.render.safe import safe
+from vastprobe.untrusted.safe import safe
 
 SCHEMA = "vastprobe.history/1"
 SHOWN_TRANSITIONS = 10

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from vastprobe.model import DiskUsage
-from vastprobe.parsers.numbers import is_digits
 from vastprobe.parsers.procfs_lines import to_int
+from vastprobe.untrusted.numbers import is_digits
 
 
 def _rows(text: str) -> dict[str, list[str]]:

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from vastprobe.model import EpollWatch, FdEntry, FdMode
-from vastprobe.parsers.numbers import read_digits, read_hex, read_int
+from vastprobe.untrusted.numbers import read_digits, read_hex, read_int
 
 _HEADER = re.compile(r"^/proc/([0-9]{1,10})/fd:$", re.ASCII)
 _ENTRY = re.compile(r"^l([r-])([w-])[x-]\S* +[0-9]+ +\S+ +\S+ +[0-9]+ +.{6,40}? ([0-9]{1,10}) -> (.*)$", re.ASCII)

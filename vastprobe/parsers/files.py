@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from vastprobe.model import Artifact, FileStat, NotRead, Unavailable
-from vastprobe.parsers.numbers import read_int
+from vastprobe.untrusted.numbers import read_int
 
 _STAT = re.compile(r"^([0-9]{1,20}) (-?[0-9]{1,20}) ([0-9]{1,20})(?: ([a-z][a-z ]{0,40}))?$", re.ASCII)
 # size, mtime, the owner's uid (since probe format 3: older captures have none), type | name

@@ -22,7 +22,7 @@ import struct
 from typing import Any
 
 from vastprobe.model import Collective, FlightDump
-from vastprobe.parsers.numbers import read_int
+from vastprobe.untrusted.numbers import read_int
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 64

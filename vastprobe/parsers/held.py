@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from vastprobe.model import FileStat, HeldFile
-from vastprobe.parsers.numbers import read_int
+from vastprobe.untrusted.numbers import read_int
 
 _LINE = re.compile(
     r"^/proc/([0-9]{1,10})/fd/([0-9]{1,10}) ([0-9]{1,20}) (-?[0-9]{1,20}) ([0-9]{1,20}) (.{1,40})$", re.ASCII

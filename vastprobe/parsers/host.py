@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from vastprobe.model import HostFacts, Pressure, Unavailable
-from vastprobe.parsers.numbers import is_digits, read_float, read_int
 from vastprobe.parsers.procfs_lines import to_int
+from vastprobe.untrusted.numbers import is_digits, read_float, read_int
 
 _TIMES = re.compile(r"([0-9]{1,9})m([0-9]{1,12}(?:\.[0-9]{1,9})?)s", re.ASCII)
 _NS = re.compile(r"/proc/(\w{1,10})/ns/pid -> '?pid:\[([0-9]{1,20})\]", re.ASCII)

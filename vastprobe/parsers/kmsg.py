@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from vastprobe.clock import utc_struct
 from vastprobe.model import KernelEvent, KernelLog
-from vastprobe.parsers.numbers import read_float, read_hex, read_int
+from vastprobe.untrusted.numbers import read_float, read_hex, read_int
 
 #: Longest line read; the kernel's own records are at most ~1 KiB, a syslog prefix adds little.
 MAX_LINE = 2048

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from vastprobe.model import FileLock
-from vastprobe.parsers.numbers import read_int
+from vastprobe.untrusted.numbers import read_int
 
 _LINE = re.compile(
     r"^([0-9]{1,9}): (-> )?([A-Z]{1,12}) +([A-Z*]{1,12}) +([A-Z]{1,12}) +(-?[0-9]{1,10}) "

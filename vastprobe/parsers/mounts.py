@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from vastprobe.model import FuseMount
-from vastprobe.parsers.numbers import read_int
+from vastprobe.untrusted.numbers import read_int
 
 _LINE = re.compile(r"^([0-9]{1,10}:[0-9]{1,10}) (\S+) (fuse\S*) (\S*?)(?: w=([0-9]{1,10}))?$", re.ASCII)
 _OCTAL = re.compile(r"\\([0-7]{3})")

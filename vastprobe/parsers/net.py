@@ -16,7 +16,7 @@ import ipaddress
 import re
 
 from vastprobe.model import Socket, SocketProto, SocketTable
-from vastprobe.parsers.numbers import read_hex, read_int
+from vastprobe.untrusted.numbers import read_hex, read_int
 
 TCP_STATES = {
     "01": "ESTABLISHED",

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from vastprobe.model import GpuApp, GpuSample
-from vastprobe.parsers.numbers import read_float, read_hex, read_int
+from vastprobe.untrusted.numbers import read_float, read_hex, read_int
 
 #: The probe's first query set (before it asked with a header): captures made then are read by position.
 LEGACY_GPU_FIELDS = (

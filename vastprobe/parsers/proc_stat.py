@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vastprobe.parsers.numbers import read_int, read_signed_ints
 from vastprobe.parsers.procfs_lines import group_by_pid
+from vastprobe.untrusted.numbers import read_int, read_signed_ints
 
 STATES = frozenset("RSDTtZXIWxKP")
 

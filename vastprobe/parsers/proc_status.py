@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vastprobe.parsers.numbers import read_hex
 from vastprobe.parsers.procfs_lines import group_by_pid, to_int
+from vastprobe.untrusted.numbers import read_hex
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from vastprobe.parsers.numbers import read_digits, read_int
+from vastprobe.untrusted.numbers import read_digits, read_int
 
 _ERROR = re.compile(r"^(?:grep|ls|cat|awk): [^/]{0,40}/proc/([0-9]{1,10})/([^:]{1,64}): (.{0,300})", re.ASCII)
 

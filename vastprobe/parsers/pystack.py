@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 
 from vastprobe.model import PythonStack, PyThread
-from vastprobe.parsers.numbers import read_int
+from vastprobe.untrusted.numbers import read_int
 
 MAX_PROGRAMS = 8
 MAX_THREADS = 64

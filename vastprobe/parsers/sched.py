@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from vastprobe.parsers.numbers import read_float
 from vastprobe.parsers.procfs_lines import group_by_pid
+from vastprobe.untrusted.numbers import read_float
 
 #: The whole line, strictly: the file's first line is "comm (pid, #threads: n)", and a comm is
 #: whatever a process named itself

@@ -48,10 +48,10 @@ from vastprobe.parsers import (
     threads,
     wchan,
 )
-from vastprobe.parsers.numbers import read_int
 from vastprobe.probe import sources as src
 from vastprobe.probe.render import FILE_TIMEOUT, ProbeParams
 from vastprobe.probe.sections import ProbeOutput, RawSection
+from vastprobe.untrusted.numbers import read_int
 
 _NOT_READ = "not read by this probe version"
 

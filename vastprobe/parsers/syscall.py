@@ -7,8 +7,8 @@ blocked outside one, `running` otherwise. Reading it needs PTRACE_MODE_ATTACH (r
 from __future__ import annotations
 
 from vastprobe.model import Syscall
-from vastprobe.parsers.numbers import read_hex, read_int
 from vastprobe.parsers.procfs_lines import group_by_pid
+from vastprobe.untrusted.numbers import read_hex, read_int
 
 #: The system calls a wait can sit in, by architecture. aarch64 uses the generic table (no poll,
 #: select or plain open: ppoll, pselect6, openat). Numbers from the kernels' syscall tables.

@@ -102,7 +102,7 @@ def _arrivals(parts: list[str]) -> tuple[list[RawSection], list[int], bool, list
 
 
 def _not_asked(name: str, params: ProbeParams) -> str | None:
-    from vastprobe.parsers.numbers import read_digits
+    from vastprobe.untrusted.numbers import read_digits
 
     head, _, index = name.rpartition(".")
     n = read_digits(index, 6) if head in ("log", "art") else None

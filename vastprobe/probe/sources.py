@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
 
-from vastprobe.parsers.numbers import read_digits
 from vastprobe.probe.render import MAX_NET_SECTION, MAX_PROC_SECTION
+from vastprobe.untrusted.numbers import read_digits
 
 Phase = Literal["once", "per-sample", "per-log", "per-artifact"]
 

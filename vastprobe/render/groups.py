@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from vastprobe.model import HostReport
-from vastprobe.render.safe import safe
 from vastprobe.targets import natural_key, vast_order
+from vastprobe.untrusted.safe import safe
 
 if TYPE_CHECKING:
     from vastprobe.history.store import HostMemory

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from vastprobe.fileio import write_atomic
 from vastprobe.model import HostReport
-from vastprobe.render.safe import safe
+from vastprobe.untrusted.safe import safe
 
 if TYPE_CHECKING:
     from vastprobe.history.store import HostMemory
@@ -38,7 +38,7 @@ COUNTERS = {"vastprobe_host_transitions_total"}
 
 def _esc(value: str) -> str:
     """A label value: terminal escapes, bidi controls and lone surrogates made inert text first
-    (render/safe.py), then the format's own escapes (backslash, newline, quote)."""
+    (untrusted/safe.py), then the format's own escapes (backslash, newline, quote)."""
     return safe(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 

@@ -18,7 +18,7 @@ from typing import IO, TYPE_CHECKING
 from rich.console import Console
 from rich.text import Text
 
-from vastprobe.model import HostReport
+from vastprobe.model import SEVERITY_ORDER, HostReport
 from vastprobe.render.groups import (
     NUMBER,
     VERDICT_ORDER,
@@ -30,14 +30,13 @@ from vastprobe.render.groups import (
     why,
 )
 from vastprobe.render.layout import hanging
-from vastprobe.render.safe import safe
 from vastprobe.targets import natural_key
+from vastprobe.untrusted.safe import safe
 
 if TYPE_CHECKING:
     from vastprobe.history.store import HostMemory
 
 VERDICT_STYLE = {"healthy": "bold green", "degraded": "bold yellow", "stalled": "bold red", "unknown": "bold magenta"}
-SEVERITY_ORDER = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 SEVERITY_STYLE = {"info": "cyan", "warning": "yellow", "error": "red", "critical": "bold red"}
 LIMIT = 12
 

@@ -20,7 +20,7 @@ from vastprobe.clock import utc_text
 from vastprobe.model import HostReport, HostSnapshot, Process, Unavailable
 from vastprobe.render import incidents as story
 from vastprobe.render.layout import MIDDLE, cropped, hanging
-from vastprobe.render.safe import safe
+from vastprobe.untrusted.safe import safe
 
 MAX_ARTIFACTS = 5
 

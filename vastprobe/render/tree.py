@@ -10,7 +10,7 @@ from rich.text import Text
 from vastprobe.analysis.progress import progress
 from vastprobe.model import HostSnapshot, Process, Unavailable, WaitPicture
 from vastprobe.render.layout import MIDDLE
-from vastprobe.render.safe import safe
+from vastprobe.untrusted.safe import safe
 
 BRANCH, LAST, PIPE, SPACE = "├─ ", "└─ ", "│  ", "   "
 

@@ -7,11 +7,9 @@ Severity policy: `error` and `critical` mean the job cannot finish by itself (st
 from __future__ import annotations
 
 from vastprobe.analysis.tree import ProcessTree
-from vastprobe.model import Evidence, Finding, HostSnapshot, Verdict
+from vastprobe.model import SEVERITY_ORDER, Evidence, Finding, HostSnapshot, Verdict
 from vastprobe.rules import RULES
 from vastprobe.rules.base import Context, RuleOptions
-
-SEVERITY_ORDER = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 
 
 def run_rules(

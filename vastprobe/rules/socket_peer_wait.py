@@ -16,10 +16,10 @@ from vastprobe.analysis.ssh_clients import SSH_CLIENTS, SshDestination, ssh_dest
 from vastprobe.analysis.stalls import StalledChain
 from vastprobe.analysis.waitgraph import WaitEdge
 from vastprobe.model import Evidence, Finding
-from vastprobe.parsers.numbers import read_int
 from vastprobe.rules.base import Context, Rule, RuleMeta
 from vastprobe.rules.chains import chain_evidence, marked, names, stack_command, stalled
 from vastprobe.units import byte_size
+from vastprobe.untrusted.numbers import read_int
 
 META = RuleMeta("socket-peer-wait", "VP112", "error", "a process waits on a connection whose peer does not answer")
 
