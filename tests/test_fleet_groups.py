@@ -32,8 +32,14 @@ def reframed(name: str) -> bytes:
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    handlers = [healthy(raw=reframed("healthy")) for _ in range(8)] + [healthy(raw=reframed("stopped-child"))]
-    fleet = Fleet(handlers).start(tmp_path_factory.mktemp("job"))
+    # the ports are the kernel's choice, and the shards a hash of the targets: 9 hosts all in one
+    # shard (1 run in 256) is started again, until both shards have hosts of the job
+    for _ in range(20):
+        handlers = [healthy(raw=reframed("healthy")) for _ in range(8)] + [healthy(raw=reframed("stopped-child"))]
+        fleet = Fleet(handlers).start(tmp_path_factory.mktemp("job"))
+        if {shard_of(t, 2) for t in fleet.targets} == {1, 2}:
+            break
+        fleet.stop()
     try:
         assert {shard_of(t, 2) for t in fleet.targets} == {1, 2}  # both shards have hosts of the job
         yield fleet
