@@ -61,21 +61,16 @@ def test_a_real_deadlock_shows_where_each_python_thread_is(reap, tmp_path: Path)
     """The put-before-join deadlock, diagnosed with --py-spy --pid: its finding's evidence holds both
     processes' Python stacks, the feeder thread by name; nothing outside the --pid is dumped. Without
     --py-spy the probe runs no py-spy at all."""
-    from tests.helpers import children_of, wait_for
-    from tests.rules.test_threads import PUT_BEFORE_JOIN, thread_wchans
+    from tests.helpers import wait_for
+    from tests.rules.test_threads import PUT_BEFORE_JOIN, start, thread_wchans
 
-    script = tmp_path / "put_before_join.py"
-    script.write_text(PUT_BEFORE_JOIN)
-    job = subprocess.Popen([sys.executable, str(script)], start_new_session=True, stdout=subprocess.DEVNULL)
-    reap.append(job)
-    wait_for(lambda: bool(children_of(job.pid)), what="the worker started")
-    (child,) = children_of(job.pid)
+    job_pid, child = start(reap, tmp_path, PUT_BEFORE_JOIN)
     wait_for(lambda: any(w.endswith("pipe_write") for w in thread_wchans(child)), what="the feeder blocked")
     env = dict(os.environ, PATH=_py_spy_path() or "")
 
     def diagnose(*extra: str) -> dict:
         r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", "--snapshot",
-                            "--pid", str(job.pid), "--sample", "0", *extra], capture_output=True, text=True, env=env,
+                            "--pid", str(job_pid), "--sample", "0", *extra], capture_output=True, text=True, env=env,
                            timeout=120)  # fmt: skip
         assert r.stdout, r.stderr
         return json.loads(r.stdout)["hosts"][0]
@@ -83,11 +78,11 @@ def test_a_real_deadlock_shows_where_each_python_thread_is(reap, tmp_path: Path)
     host = diagnose("--py-spy")
     f = next(f for f in host["findings"] if f["rule"] == "deadlock")
     spy = [e["detail"] for e in f["evidence"] if e["source"] == "py-spy"]
-    assert any(d.startswith(f"{job.pid} (") and "BaseProcess.join" in d for d in spy), spy
+    assert any(d.startswith(f"{job_pid} (") and "BaseProcess.join" in d for d in spy), spy
     assert any('"QueueFeederThread"' in d and "Connection._send" in d for d in spy), spy
     cap = tmp_path / "c.json"
     for extra in (["--py-spy"], []):
-        subprocess.run([sys.executable, "-m", "vastprobe", "collect", "local", "--pid", str(job.pid), "--sample", "0",
+        subprocess.run([sys.executable, "-m", "vastprobe", "collect", "local", "--pid", str(job_pid), "--sample", "0",
                         "-o", str(cap), *extra], env=env, check=True, capture_output=True, timeout=120)  # fmt: skip
         stacks = {s["pid"] for s in json.loads(cap.read_text())["snapshot"]["python_stacks"]}
-        assert stacks == ({job.pid, child} if extra else set()), stacks
+        assert stacks == ({job_pid, child} if extra else set()), stacks

@@ -214,16 +214,6 @@ def top_waiters(ctx: Context) -> list[int]:
     return out
 
 
-def _depth(ctx: Context, pid: int) -> int:
-    depth, seen = 0, {pid}
-    p = ctx.tree.by_pid.get(pid)
-    while p is not None and p.ppid not in seen and p.ppid in ctx.tree.by_pid:
-        seen.add(p.ppid)
-        p = ctx.tree.by_pid[p.ppid]
-        depth += 1
-    return depth
-
-
 def _started(ctx: Context, pid: int) -> int:
     p = ctx.tree.by_pid.get(pid)
     return p.starttime if p is not None else 0
@@ -248,7 +238,9 @@ def stalled_chains(ctx: Context) -> list[StalledChain]:
     # the longest first; among equals, the waiter nearest the top of the tree, then the oldest (not
     # the lowest pid: PIDs wrap, and a pool's worker started after the wrap came before its pool's
     # entrypoint and was reported instead of it)
-    candidates.sort(key=lambda s: (-len(s.chain.hops), _depth(ctx, s.waiter), _started(ctx, s.waiter)))
+    candidates.sort(
+        key=lambda s: (-len(s.chain.hops), sum(1 for _ in ctx.tree.ancestors(s.waiter)), _started(ctx, s.waiter))
+    )
     covered: set[int] = set()
     out = []
     for s in candidates:
