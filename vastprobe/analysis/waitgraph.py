@@ -992,11 +992,9 @@ class WaitGraph:
         # no counter (fusectl is not mounted everywhere): a mount no process serves cannot keep a
         # request waiting (its connection ends with its server's /dev/fuse), so when every server
         # names its mount point, the waiter is on a served one
-        servers = [self._cmd(s) for s in self._fds.fuse_servers]
-        if servers and all(any(_names_mount(c, m) for m in mounts) for c in servers):
-            served = [m for m in mounts if any(_names_mount(c, m) for c in servers)]
-            if len(served) == 1:
-                return served[0]
+        named = [{m for m in mounts if _names_mount(self._cmd(s), m)} for s in self._fds.fuse_servers]
+        if named and all(named) and len(served := set().union(*named)) == 1:
+            return served.pop()
         return None
 
     # ------------------------------------------------------------------ chains
