@@ -81,7 +81,12 @@ def launch(ports: str, run_id: str, culprit: int, how: str, path: str = "") -> N
                MASTER_PORT=ports.split(",")[0], TORCHELASTIC_RUN_ID=run_id, LAB_PORTS=ports,
                LAB_CULPRIT=str(culprit), LAB_HOW=how, LAB_PATH=path)  # fmt: skip
     ranks = [
-        subprocess.Popen([sys.executable, __file__, "rank", run_id], env=dict(env, RANK=str(r), LOCAL_RANK=str(i)))
+        # the culprit's file among its arguments too, as a data loader's dataset path usually is: with
+        # other tests' FUSE mounts served on the machine, an argument is what places its wait on this one
+        subprocess.Popen(
+            [sys.executable, __file__, "rank", run_id, *([path] if path and r == culprit else [])],
+            env=dict(env, RANK=str(r), LOCAL_RANK=str(i)),
+        )
         for i, r in enumerate(local)
     ]
     # (the run id in each rank's argv: a test matches its own job, not another test's on the machine)
