@@ -78,13 +78,25 @@ def settled(pids: list[int]) -> bool:
     return False
 
 
-def stop_remote(sshd: Sshd, name: str, count: int = 1) -> list[int]:
-    """Stop the command sshd runs for the client (all `count` of its processes: rsync's receiver
-    forks its generator), as a tenant or a debugger would."""
+def belongs_to(pid: int, place: Path) -> bool:
+    """Whether `pid` works under `place` (a test's tmp_path), by its arguments or its open files: the
+    remote commands of an earlier test may still be winding down under the same sshd."""
+    mark = str(place)
+    try:
+        if mark.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return True
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}").startswith(mark) for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
+
+
+def stop_remote(sshd: Sshd, name: str, place: Path, count: int = 1) -> list[int]:
+    """Stop the command sshd runs for this test's client (all `count` of its processes: rsync's
+    receiver forks its generator), as a tenant or a debugger would."""
     found: list[int] = []
 
     def remote() -> bool:
-        found[:] = [d for d in descendants(sshd.proc.pid) if comm(d) == name]
+        found[:] = [d for d in descendants(sshd.proc.pid) if comm(d) == name and belongs_to(d, place)]
         return len(found) >= count
 
     wait_for(remote, timeout=30, what=f"the remote {name} running")
@@ -102,9 +114,11 @@ def start_job(reap: list, command: str) -> subprocess.Popen:
 
 
 def resume(pids: list[int]) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGCONT)
+    """Continue the stopped remote side, then end it: nothing of this test's transfer outlives it."""
+    for sig in (signal.SIGCONT, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
 
 
 @pytest.mark.parametrize("sample", ["1", "0"])
@@ -112,7 +126,7 @@ def test_tar_gzip_ssh_to_a_stopped_remote_cat_names_the_stopped_cat(reap, sshd: 
                                                                      tmp_path: Path, sample: str) -> None:  # fmt: skip
     out = tmp_path / "backup.tgz"
     job = start_job(reap, f"tar cf - -C {payload} . | gzip -1 | {ssh_command(sshd)} root@127.0.0.1 'cat > {out}'")
-    stopped = stop_remote(sshd, "cat")
+    stopped = stop_remote(sshd, "cat", tmp_path)
     try:
         local = [d for d in descendants(job.pid) if comm(d) in ("tar", "gzip", "ssh")]
         wait_for(lambda: settled(local), timeout=60, what="the transfer blocked")
@@ -136,7 +150,7 @@ def test_rsync_over_ssh_to_a_stopped_remote_rsync_names_it(reap, sshd: Sshd, pay
     dest = tmp_path / "dest"
     dest.mkdir()
     job = start_job(reap, f"rsync -a -e '{ssh_command(sshd)}' {payload}/ root@127.0.0.1:{dest}/")
-    stopped = stop_remote(sshd, "rsync", count=2)
+    stopped = stop_remote(sshd, "rsync", tmp_path, count=2)
     try:
         local = [d for d in descendants(job.pid) if comm(d) in ("rsync", "ssh")]
         wait_for(lambda: settled(local), timeout=60, what="the transfer blocked")
@@ -174,7 +188,7 @@ def test_from_inside_a_container_the_stopped_remote_is_another_host_to_diagnose(
     box = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", f"{pipeline}; wait"],
                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     reap.append(box)
-    stopped = stop_remote(sshd, "cat")
+    stopped = stop_remote(sshd, "cat", tmp_path)
     try:
         local = [d for d in descendants(box.pid) if comm(d) in ("tar", "gzip", "ssh")]
         wait_for(lambda: len(local) == 3 and settled(local), timeout=60, what="the transfer blocked")
@@ -202,7 +216,7 @@ def test_a_run_holding_both_hosts_joins_their_findings(reap, sshd: Sshd, payload
     wrap = ["unshare", "--pid", "--kill-child", "--mount-proc", "--", "sh", "-c", f'({pipeline}) & exec "$@"', "sh"]
     a = start_sshd(tmp_path / "a", user_key=sshd.user_key, wrap=wrap)
     try:
-        stopped = stop_remote(sshd, "cat")
+        stopped = stop_remote(sshd, "cat", tmp_path)
         local = [d for d in descendants(a.proc.pid) if comm(d) in ("tar", "gzip", "ssh")]
         wait_for(lambda: len(local) == 3 and settled(local), timeout=60, what="the transfer blocked")
         known = tmp_path / "known_hosts"
