@@ -12,7 +12,8 @@ render/formats.py.
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Optional
+from collections.abc import Callable
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -115,27 +116,25 @@ def _root(
     pass  # --debug is read by main() before parsing, so it works after the command name too
 
 
-# The order here is the order of `vastprobe --help`.
-for _callback, _name in (
-    (diagnose.diagnose, None),
-    (sweep.sweep, None),
-    (collect.collect, None),
-    (collect.analyze, None),
-    (rules.rules, None),
-    (rules.probe_script, "probe-script"),
-    (history.history_command, "history"),
-):
+#: Every command, in the order `vastprobe --help` lists them.
+COMMANDS: dict[str, Callable[..., Any]] = {
+    "diagnose": diagnose.diagnose,
+    "sweep": sweep.sweep,
+    "collect": collect.collect,
+    "analyze": collect.analyze,
+    "rules": rules.rules,
+    "probe-script": rules.probe_script,
+    "history": history.history_command,
+}
+for _name, _callback in COMMANDS.items():
     app.command(_name, cls=Command, context_settings=CONTEXT, epilog=EXIT_EPILOG)(_callback)
 
 
 # ---- the process: one line per failure, documented exit codes ---------------------------------
 
 
-_COMMANDS = ("diagnose", "sweep", "collect", "analyze", "rules", "probe-script", "history")
-
-
 def _command_name(args: list[str]) -> str:
-    return next((a for a in args if a in _COMMANDS), "")
+    return next((a for a in args if a in COMMANDS), "")
 
 
 def _completion_shell_named(args: list[str]) -> list[str]:
@@ -145,7 +144,7 @@ def _completion_shell_named(args: list[str]) -> list[str]:
     for i in range(len(out) - 1, -1, -1):
         if out[i] in ("--show-completion", "--install-completion") and "--" not in out[:i]:
             after = out[i + 1] if i + 1 < len(out) else None
-            if after is None or after.startswith("-") or after in _COMMANDS:
+            if after is None or after.startswith("-") or after in COMMANDS:
                 out.insert(i + 1, "auto")
     return out
 

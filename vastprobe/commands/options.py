@@ -253,6 +253,9 @@ ShardsOpt = Annotated[
 ]  # fmt: skip
 
 
+# ---- what the commands build from the options -----------------------------------------------------
+
+
 def probe_options(
     *,
     sample: float,
@@ -266,6 +269,7 @@ def probe_options(
     expect_gpus: Optional[int] = None,
     py_spy: bool = False,
 ):  # -> DiagnoseOptions
+    """The probe's and the rules' settings, built alike for every command that probes or analyses."""
     from vastprobe.options import RuleOptions
     from vastprobe.pipeline import DiagnoseOptions, remote_deadline
     from vastprobe.probe.render import DEFAULT_ARTIFACTS, ProbeParams
