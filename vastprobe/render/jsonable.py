@@ -207,13 +207,13 @@ def report_document(
     return doc
 
 
-def ndjson_line(r: HostReport, snapshot: bool = False) -> str:
+def ndjson_host(r: HostReport, snapshot: bool = False) -> dict[str, Any]:
     """One host's report as an NDJSON line, stamped like a document: a line read alone (grep, tail,
     a log shipper) still says its schema and when it was written."""
-    return dumps({"schema": SCHEMA, "generated_at": generated_at(), **host_report_dict(r, snapshot)}) + "\n"
+    return {"schema": SCHEMA, "generated_at": generated_at(), **host_report_dict(r, snapshot)}
 
 
-def ndjson_summary(summary: dict[str, Any]) -> str:
+def ndjson_end(summary: dict[str, Any]) -> dict[str, Any]:
     """The line that ends an NDJSON stream: no `target`, a `summary` instead (summary_dict). A
     stream without it was cut short."""
-    return dumps({"schema": SCHEMA, "generated_at": generated_at(), "summary": summary}) + "\n"
+    return {"schema": SCHEMA, "generated_at": generated_at(), "summary": summary}

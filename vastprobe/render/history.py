@@ -1,9 +1,11 @@
-"""`vastprobe history` output: a plain-text block per host, or JSON (`vastprobe.history/1`)."""
+"""`vastprobe history` output: a plain-text block per host, or JSON (`vastprobe.history/1`), as a
+Document (render/formats.py) so it prints in every format the reports do."""
 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from dataclasses import dataclass
+from typing import IO, Any
 
 from vastprobe.history.queries import HostHistory, State, Transition
 from vastprobe.history.timespec import iso_utc, local_minute, span
@@ -119,3 +121,28 @@ def history_document(histories: list[HostHistory], since: float, now: float, mis
         "hosts": [host_history_dict(h, now) for h in histories],
         "not_recorded": missing,
     }
+
+
+@dataclass
+class HistoryDocument:
+    """The hosts' histories over [since, now]; `missing`: the targets asked for that it has no record of."""
+
+    histories: list[HostHistory]
+    since: float
+    now: float
+    missing: list[str]
+
+    def items(self) -> list[HostHistory]:
+        return self.histories
+
+    def item(self, host: HostHistory) -> dict[str, Any]:
+        return host_history_dict(host, self.now)
+
+    def whole(self) -> dict[str, Any]:
+        return history_document(self.histories, self.since, self.now, self.missing)
+
+    def end(self) -> None:
+        return None  # a history stream is its hosts' lines alone
+
+    def table(self, out: IO[str]) -> None:
+        out.write("".join(line + "\n" for line in history_lines(self.histories, self.since, self.now)))

@@ -2,11 +2,12 @@
 
 Each check takes the parsed value and returns it (possibly normalised) or raises
 `typer.BadParameter` with a sentence; click names the option ("Invalid value for '--sample': …")
-and `cli.main` prints that as one line and exits 2. A new option gets its check with
-`typer.Option(..., callback=cli_checks.X)`; a check that needs another option's value belongs in
-the command body, before the first connection (see cli._ssh_options).
+and `cli.run` prints that as one line and exits 2. A new option is defined in commands/options.py
+with its check, `typer.Option(..., callback=checks.X)`; a check that needs another option's value
+belongs in the command body, before the first connection (see options.ssh_options).
 
-Nothing here imports asyncssh or rich.
+Nothing here imports asyncssh or rich; the history's checks import vastprobe.history only when
+their option is given (`diagnose` without --history imports none of it).
 """
 
 from __future__ import annotations
@@ -188,3 +189,69 @@ def jump_hosts(value: str | None) -> str | None:
         except TargetError as exc:
             raise _bad(str(exc)) from exc
     return value
+
+
+# ---- history and fleet (docs/history.md) ---------------------------------------------------------
+
+DEFAULT_KEEP = "30d"  # the default of --keep (written out in each command)
+
+
+def keep(value: str) -> str:
+    if value == DEFAULT_KEEP:  # the default needs no check, and `diagnose` without --history imports no history
+        return value
+    from vastprobe.history.timespec import TimeSpecError, parse_duration
+
+    try:
+        parse_duration(value)
+    except TimeSpecError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    return value
+
+
+def shard(value: str | None) -> str | None:
+    if value is not None and value.strip() != "auto":  # auto: read from the environment once all options are in
+        from vastprobe.history.shard import ShardError, parse_shard
+
+        try:
+            parse_shard(value)
+        except ShardError as exc:
+            raise typer.BadParameter(str(exc)) from exc
+    return value
+
+
+def group_by(value: str | None) -> str | None:
+    if value is not None:
+        from vastprobe.history.outliers import GroupByError, group_key
+
+        try:
+            group_key(value)
+        except GroupByError as exc:
+            raise typer.BadParameter(str(exc)) from exc
+    return value
+
+
+def history(value: str | None) -> str | None:
+    if value is not None:
+        problem = history_url_problem(value)
+        if problem:
+            raise typer.BadParameter(problem)
+    return value
+
+
+def history_url_problem(value: str) -> str | None:
+    """What is wrong with a database URL that no server need be asked (its syntax, the driver)."""
+    from vastprobe.history.engine import display, is_url, reason
+
+    if not is_url(value):
+        return None if value.strip() else "an empty path"
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:
+        return f"{display(value)}: a PostgreSQL history needs psycopg 3: pip install 'vastprobe[postgres]'"
+    try:
+        conninfo_to_dict(value.strip())
+    except Exception as exc:  # psycopg.ProgrammingError: libpq could not read it
+        from vastprobe.history.engine import url_secrets
+
+        return f"{display(value)}: not a usable PostgreSQL URL: {reason(exc, url_secrets(value))}"
+    return None

@@ -1,0 +1,102 @@
+"""What every command shares: the documented exit codes, usage errors, and the probing run of
+diagnose and sweep (Ctrl-C and SIGTERM keep what finished)."""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+from typer.core import TyperCommand
+
+from vastprobe.notices import say
+
+EXIT_OK, EXIT_STALLED, EXIT_USAGE, EXIT_UNPROBED, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+EXIT_PIPE = 141  # stdout's reader went away (`| head`): what a tool killed by SIGPIPE reports
+EXIT_TERMINATED = 143  # SIGTERM (`timeout`, systemd, a scheduler): stops as Ctrl-C does, 128 + 15 as a shell says
+#: Documented in docs/output.md and in every command's help; tests/test_cli_errors.py holds every run to them.
+EXIT_CODES = {
+    EXIT_OK: "every target probed and diagnosed, none stalled",
+    EXIT_STALLED: "at least one target is stalled",
+    EXIT_USAGE: "usage error: a bad option, target, inventory or capture (one line on stderr)",
+    EXIT_UNPROBED: "nothing stalled, but a target could not be probed or diagnosed (skipped rows do not count)",
+    EXIT_FAILED: "vastprobe itself failed (one line on stderr; the traceback with --debug)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C), after printing what finished",
+}
+EXIT_EPILOG = "[b]Exit codes[/b]: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()) + "."
+CONTEXT = {"help_option_names": ["-h", "--help"]}
+
+#: Set by cli's SIGTERM handler: an interrupted run then exits 143, not 130.
+terminated: list[bool] = []
+
+
+class Command(TyperCommand):
+    """Usage lines as man pages write them: `TARGET...`, not typer's `{TARGET...}`."""
+
+    def collect_usage_pieces(self, ctx):  # type: ignore[no-untyped-def]
+        return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in super().collect_usage_pieces(ctx)]
+
+
+def click_exceptions():  # type: ignore[no-untyped-def]
+    try:
+        from typer._click import exceptions  # typer >= 0.26 vendors click
+    except ImportError:  # pragma: no cover - older typer depends on click
+        from click import exceptions  # type: ignore[no-redef]
+    return exceptions
+
+
+def usage_error(message: str) -> NoReturn:
+    """A bad input found in a command's body (after parsing, before any connection): exit 2."""
+    raise click_exceptions().UsageError(message)
+
+
+def exit_code(reports: list) -> int:
+    """1 if any target is stalled; else 3 if any could not be probed, or was probed but not
+    diagnosed (verdict unknown: e.g. --pid/--match matched nothing); else 0. Skipped rows are neither."""
+    if any(r.verdict == "stalled" for r in reports):
+        return EXIT_STALLED
+    if any(r.status != "skipped" and (r.status != "ok" or r.verdict == "unknown") for r in reports):
+        return EXIT_UNPROBED
+    return EXIT_OK
+
+
+def interrupted_code() -> int:
+    return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+
+
+def unique(targets: list[str], what: str = "target") -> list[str]:
+    out = list(dict.fromkeys(targets))
+    if len(out) < len(targets):
+        n = len(targets) - len(out)
+        say(f"vastprobe: {n} duplicate {what}{'s' if n != 1 else ''} probed once")
+    return out
+
+
+def run_entries(
+    entries: list, options: Any, concurrency: int, on_report: Any, on_start: Any = None, keep_snapshots: bool = True
+) -> tuple[list, bool]:
+    """Probe every entry; returns (reports in completion order, interrupted). Ctrl-C stops the run
+    and keeps what finished."""
+    from vastprobe import eventloop
+    from vastprobe.sweep import sweep as run_sweep
+
+    done: list = []  # filled by the sweep as hosts finish (snapshots within its budget)
+
+    if any(e.target != "local" and e.skip is None for e in entries):
+        from vastprobe.pipeline import warm_analysis
+
+        warm_analysis()
+    from vastprobe.analysis.hops import join_jobs, join_remote
+
+    try:
+        eventloop.run(run_sweep(entries, options, concurrency, on_report, on_start, kept=done,
+                                keep_snapshots=keep_snapshots))  # fmt: skip
+    except KeyboardInterrupt:
+        return join_jobs(join_remote(done)), True
+    # a job waiting on an ssh session to another host of the run; a distributed job's hosts
+    return join_jobs(join_remote(done)), False
+
+
+def say_interrupted(done: list, entries: list, unit: str = "hosts") -> None:
+    finished = {r.target for r in done}
+    left = [e.target for e in entries if e.target not in finished]
+    shown = ", ".join(left[:8]) + (f" (+{len(left) - 8} more)" if len(left) > 8 else "")
+    say(f"\nvastprobe: interrupted: {len(done)} of {len(entries)} {unit} finished; {len(left)} did not: {shown}")

@@ -1,0 +1,96 @@
+"""`vastprobe rules` (the rule catalogue, or one rule's page) and `vastprobe probe-script` (the
+script that runs on targets): what vastprobe checks and what it runs, for a person to audit."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from vastprobe.commands.common import usage_error
+from vastprobe.commands.options import (
+    ArtOpt,
+    FormatOpt,
+    JsonOpt,
+    LogOpt,
+    PySpyOpt,
+    SampleOpt,
+    complete_rules,
+    output_format,
+    probe_options,
+)
+
+
+def rules(
+    name: Annotated[
+        Optional[str],
+        typer.Argument(metavar="[RULE]", help="A slug or code: explain that rule.", autocompletion=complete_rules),
+    ] = None,
+    fmt: FormatOpt = None,
+    json_flag: JsonOpt = False,
+) -> None:
+    """The rule catalogue: slug, code, severity, one line each; with a name, that rule's page (docs/rules).
+
+    [b]Examples[/b]
+      vastprobe rules
+      vastprobe rules VP102
+      vastprobe rules --format json
+    """
+    from vastprobe.rules import RULES, find_rule
+
+    if name is not None:
+        rule = find_rule(name)
+        if rule is None:
+            usage_error(f"no rule {name!r}; `vastprobe rules` lists them")
+        page = _rule_page(rule.meta.slug)
+        if page is None:  # an installation without its docs: the module's own words
+            doc = sys.modules[rule.check.__module__].__doc__ or ""
+            m = rule.meta
+            page = f"{m.code} {m.slug} ({m.severity}): {m.summary}\n\n{doc.strip()}\n"
+        sys.stdout.write(page)
+        return
+
+    rows = [
+        {"rule": r.meta.slug, "code": r.meta.code, "severity": r.meta.severity, "summary": r.meta.summary}
+        for r in RULES
+    ]
+    # not through render.formats: the catalogue is no host report, and its JSON is written as it always was
+    chosen = output_format(fmt, json_flag).name
+    if chosen == "table":
+        for row in rows:
+            typer.echo(f"{row['code']}  {row['rule']:<20} {row['severity']:<9} {row['summary']}")
+    elif chosen == "ndjson":
+        for row in rows:
+            typer.echo(json.dumps(row))
+    else:
+        typer.echo(json.dumps(rows, indent=1))
+
+
+def _rule_page(slug: str) -> str | None:
+    """docs/rules/<slug>.md, as shipped in the package (vastprobe/ruledocs links to docs/rules)."""
+    from importlib.resources import files
+
+    try:
+        return (files("vastprobe") / "ruledocs" / f"{slug}.md").read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        return None
+
+
+def probe_script(
+    sample: SampleOpt = 1.0,
+    log: LogOpt = None,
+    artifacts: ArtOpt = None,
+    py_spy: PySpyOpt = False,
+) -> None:
+    """Print the exact script that runs on targets, for audit.
+
+    [b]Examples[/b]
+      vastprobe probe-script
+      vastprobe probe-script --log /workspace/run.log | less
+    """
+    options = probe_options(sample=sample, log=log, artifacts=artifacts, py_spy=py_spy)
+    from vastprobe.probe.render import render_script
+
+    sys.stdout.write(render_script(options.params))
