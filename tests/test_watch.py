@@ -5,12 +5,15 @@ child between rounds turns the verdict from healthy to stalled."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 from tests.helpers import children_of, proc_state, wait_for
+from tests.sshd import start_sshd
 from vastprobe.pipeline import DiagnoseOptions, probe_any
 from vastprobe.probe.render import ProbeParams
 from vastprobe.watch.loop import WatchLog, watch
@@ -78,3 +81,68 @@ def test_a_verdict_change_is_recorded_with_its_round(reap, tmp_path: Path) -> No
     assert watched.rounds == 3 and watched.last is seen[-1]
     stopped = next(m for m in seen[2].processes if m.pid == busy)
     assert stopped.state == "T" and stopped.cpu_percent == 0.0
+
+
+def watch_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vastprobe", "watch", *args], capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+
+
+def test_watch_writes_a_record_a_round_and_a_summary(reap, tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    job, busy = start_job(reap, log)
+    r = watch_cli("local", "--pid", str(job.pid), "--rounds", "3", "-n", "0.5", "--sample", "0.2")
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert r.returncode == 0, r.stderr
+    assert [rec.get("round") for rec in lines[:3]] == [1, 2, 3] and all(
+        rec["schema"] == "vastprobe.watch/1" for rec in lines
+    )
+    assert all(rec["verdict"] == "healthy" for rec in lines[:3])
+    assert any(p["pid"] == busy and p["cpu_percent"] > 20 for p in lines[2]["processes"]), lines[2]["processes"]
+    end = lines[3]["summary"]
+    assert end["rounds"] == 3 and end["ended"] == "--rounds 3" and [c["after"] for c in end["changes"]] == ["healthy"]
+
+
+def test_ctrl_c_ends_the_watch_with_its_summary_and_the_last_verdict(reap, tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    job, busy = start_job(reap, log)
+    os.kill(busy, signal.SIGSTOP)  # stalled from the first round
+    try:
+        w = subprocess.Popen([sys.executable, "-m", "vastprobe", "watch", "local", "--pid", str(job.pid), "-n", "0.5",
+                              "--sample", "0.2", "--format", "ndjson"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)  # fmt: skip
+        reap.append(w)
+        assert w.stdout is not None
+        first = json.loads(w.stdout.readline())  # a round is out: the watch is running
+        w.send_signal(signal.SIGINT)
+        rest, err = w.communicate(timeout=60)
+    finally:
+        os.kill(busy, signal.SIGCONT)
+    assert first["round"] == 1 and first["verdict"] == "stalled"
+    end = json.loads(rest.splitlines()[-1])["summary"]
+    assert end["ended"] == "Ctrl-C" and end["verdict"] == "stalled" and end["rounds"] >= 1
+    assert w.returncode == 1 and "Traceback" not in err, err
+
+
+def test_watch_refuses_json_with_one_line() -> None:
+    r = watch_cli("local", "--format", "json")
+    assert r.returncode == 2 and "--format ndjson" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_three_rounds_over_one_ssh_connection(reap, tmp_path: Path) -> None:
+    """Against a real sshd: three rounds, one login (sshd logs each accepted key once)."""
+    sshd = start_sshd(tmp_path / "sshd", log_level="INFO")
+    try:
+        log = tmp_path / "run.log"
+        job, busy = start_job(reap, log)
+        r = watch_cli(sshd.target, "-i", str(sshd.user_key), "--known-hosts", str(sshd.known_hosts), "--pid",
+                      str(job.pid), "--rounds", "3", "-n", "0.5", "--sample", "0.2")  # fmt: skip
+        lines = [json.loads(line) for line in r.stdout.splitlines()]
+        assert r.returncode == 0, (r.stderr, lines)
+        assert [rec["round"] for rec in lines[:3]] == [1, 2, 3] and all(rec["status"] == "ok" for rec in lines[:3])
+        assert any(p["pid"] == busy and p["cpu_percent"] > 20 for p in lines[2]["processes"])
+        assert sshd.log is not None
+        accepted = [line for line in sshd.log.read_text().splitlines() if "Accepted publickey" in line]
+        assert len(accepted) == 1, accepted
+    finally:
+        sshd.stop()

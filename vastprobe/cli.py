@@ -18,7 +18,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from vastprobe import __version__
-from vastprobe.commands import collect, diagnose, history, rules, sweep
+from vastprobe.commands import collect, diagnose, history, rules, sweep, watch
 from vastprobe.commands.common import (
     CONTEXT,
     EXIT_EPILOG,
@@ -125,6 +125,7 @@ COMMANDS: dict[str, Callable[..., Any]] = {
     "rules": rules.rules,
     "probe-script": rules.probe_script,
     "history": history.history_command,
+    "watch": watch.watch,
 }
 for _name, _callback in COMMANDS.items():
     app.command(_name, cls=Command, context_settings=CONTEXT, epilog=EXIT_EPILOG)(_callback)

@@ -83,6 +83,10 @@ def _change_dict(c: VerdictChange) -> dict[str, Any]:
             "headline": c.headline}  # fmt: skip
 
 
+def _r(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)
+
+
 def record(r: Round) -> dict[str, Any]:
     """One round as an NDJSON record: what the terminal shows, as data."""
     rep = r.report
@@ -96,7 +100,7 @@ def record(r: Round) -> dict[str, Any]:
         "verdict": rep.verdict,
         "headline": rep.headline,
         "changed": _change_dict(r.change) if r.change is not None else None,
-        "span_s": r.span_s,
+        "span_s": _r(r.span_s, 3),
         "findings": [{"rule": f.rule, "severity": f.severity, "summary": f.summary} for f in rep.findings],
         "processes": [
             {
@@ -104,16 +108,17 @@ def record(r: Round) -> dict[str, Any]:
                 "comm": m.comm,
                 "state": m.state,
                 "wchan": m.wchan,
-                "cpu_percent": m.cpu_percent,
-                "read_per_s": m.read_per_s,
-                "write_per_s": m.write_per_s,
+                "cpu_percent": _r(m.cpu_percent),
+                "read_per_s": _r(m.read_per_s, 0),
+                "write_per_s": _r(m.write_per_s, 0),
                 "gpu_memory_mib": m.gpu_memory_mib,
             }
             for m in r.processes
         ],
         "processes_hidden": r.hidden,
         "logs": [
-            {"path": lm.path, "size": lm.size, "growth_per_s": lm.growth_per_s, "idle_s": lm.idle_s} for lm in r.logs
+            {"path": lm.path, "size": lm.size, "growth_per_s": _r(lm.growth_per_s, 0), "idle_s": _r(lm.idle_s)}
+            for lm in r.logs
         ],
         "gpus": [
             {"index": g.index, "utilization": g.utilization, "memory_used_mib": g.memory_used_mib} for g in r.gpus

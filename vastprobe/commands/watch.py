@@ -1,0 +1,168 @@
+"""`vastprobe watch`: one target, probed round after round over one connection, showing what moves."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from vastprobe.commands import checks
+from vastprobe.commands.common import EXIT_INTERRUPTED, EXIT_TERMINATED, exit_code, terminated, usage_error
+from vastprobe.commands.options import (
+    P_OUTPUT,
+    P_SCOPE,
+    ConfigOpt,
+    ConnectTimeoutOpt,
+    FormatOpt,
+    GpuOpt,
+    GpusOpt,
+    HostKeyOpt,
+    IdentityOpt,
+    JsonOpt,
+    JumpOpt,
+    KnownHostsOpt,
+    LogOpt,
+    MatchOpt,
+    OptionOpt,
+    PidOpt,
+    PortOpt,
+    SampleOpt,
+    StaleOpt,
+    TimeoutOpt,
+    UserOpt,
+    VerboseOpt,
+    complete_targets,
+    probe_options,
+    ssh_options,
+)
+
+TARGET_HELP = "`local`, \\[user@]host\\[:port], or ssh://\\[user@]host\\[:port]."
+IntervalOpt = Annotated[
+    float,
+    typer.Option("--interval", "-n", metavar="SECONDS", callback=checks.seconds(0.5, 86400), rich_help_panel=P_SCOPE,
+                 help="Seconds from the start of one round to the start of the next: 0.5-86400."),
+]  # fmt: skip
+RoundsOpt = Annotated[
+    Optional[int],
+    typer.Option("--rounds", metavar="N", callback=checks.whole(1, 1_000_000, "round count"), rich_help_panel=P_OUTPUT,
+                 help="Stop after N rounds (default: until Ctrl-C)."),
+]  # fmt: skip
+
+
+def watch(
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="TARGET",
+            help="`local`, \\[user@]host\\[:port], or ssh://\\[user@]host\\[:port].",
+            autocompletion=complete_targets,
+        ),
+    ],
+    interval: IntervalOpt = 10.0,
+    rounds: RoundsOpt = None,
+    sample: SampleOpt = 1.0,
+    pid: PidOpt = None,
+    match: MatchOpt = None,
+    log: LogOpt = None,
+    stale_after: StaleOpt = 300.0,
+    expect_gpu: GpuOpt = None,
+    expect_gpus: GpusOpt = None,
+    fmt: FormatOpt = None,
+    json_flag: JsonOpt = False,
+    timeout: TimeoutOpt = 60.0,
+    connect_timeout: ConnectTimeoutOpt = None,
+    port: PortOpt = None,
+    user: UserOpt = None,
+    identity: IdentityOpt = None,
+    ssh_config: ConfigOpt = None,
+    config_options: OptionOpt = None,
+    jump: JumpOpt = None,
+    known_hosts: KnownHostsOpt = None,
+    host_key_check: HostKeyOpt = None,
+    verbose: VerboseOpt = 0,
+) -> None:
+    """Probe one target every --interval seconds over one connection and show what moves: CPU, I/O
+    and log growth per process of the job, GPU use, and when the verdict changed. Not on a
+    terminal: one NDJSON record per round, then a summary record. Ctrl-C ends it with a summary
+    and the last round's exit code.
+
+    [b]Examples[/b]
+      vastprobe watch root@203.0.113.7:41234 -i ~/.ssh/vast --pid 1234
+      vastprobe watch local --match prover -n 5
+      vastprobe watch gpu-box --rounds 3 --format ndjson | jq .verdict
+    """
+    from dataclasses import replace
+
+    from vastprobe.targets import TargetError, parse_target
+
+    if json_flag or (fmt is not None and fmt.value == "json"):
+        usage_error("watch streams its rounds: --format ndjson (one record a round) or --format table")
+    streamed = fmt.value == "ndjson" if fmt is not None else not sys.stdout.isatty()
+    if target != "local":
+        try:
+            parse_target(target)
+        except TargetError as exc:
+            usage_error(str(exc))
+    options = probe_options(sample=sample, pid=pid, match=match, log=log, stale_after=stale_after,
+                            expect_gpu=expect_gpu, timeout=timeout, expect_gpus=expect_gpus)  # fmt: skip
+    ssh = ssh_options([target], port=port, user=user, identity=identity, ssh_config=ssh_config,
+                      known_hosts=known_hosts, host_key_check=host_key_check, connect_timeout=connect_timeout,
+                      timeout=timeout, config_options=config_options, jump=jump, verbose=verbose)  # fmt: skip
+    raise typer.Exit(_run(target, replace(options, ssh=ssh), interval, rounds, streamed))
+
+
+def _run(target: str, options, interval: float, rounds: int | None, streamed: bool) -> int:  # type: ignore[no-untyped-def]
+    from vastprobe import eventloop
+    from vastprobe.render import watch as shown
+    from vastprobe.watch.loop import WatchLog, watch
+    from vastprobe.watch.session import probe_session
+
+    log = WatchLog()
+    ended = f"--rounds {rounds}" if rounds is not None else "its end"
+    if streamed:
+
+        def on_round(r) -> None:  # type: ignore[no-untyped-def]
+            sys.stdout.write(shown.ndjson_record(r))
+            sys.stdout.flush()
+
+        live = None
+    else:
+        from rich.live import Live
+
+        from vastprobe.render.table import make_console
+
+        console = make_console()
+        live = Live(console=console, auto_refresh=False, transient=False, redirect_stderr=False)
+        live.start()
+
+        def on_round(r) -> None:  # type: ignore[no-untyped-def]
+            live.update(shown.screen(r, log), refresh=True)
+
+    async def rounds_over_one_session() -> None:
+        async with probe_session(target, options) as probe:
+            await watch(probe, options, interval, rounds, on_round, log)
+
+    interrupted = False
+    try:
+        eventloop.run(rounds_over_one_session())
+    except KeyboardInterrupt:
+        interrupted = True
+        ended = "SIGTERM" if terminated else "Ctrl-C"
+    finally:
+        if live is not None:
+            live.stop()
+    if streamed:
+        from vastprobe.render.jsonable import dumps
+
+        sys.stdout.write(dumps(shown.summary(log, ended)) + "\n")
+        sys.stdout.flush()
+    else:
+        from vastprobe.render.table import make_console
+
+        make_console().print(shown.summary_text(log, ended), end="")
+    if terminated:
+        return EXIT_TERMINATED
+    if log.last is None:
+        return EXIT_INTERRUPTED if interrupted else exit_code([])
+    return exit_code([log.last.report])
