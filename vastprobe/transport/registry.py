@@ -53,6 +53,7 @@ SSH = Kind(
 KINDS: tuple[Kind, ...] = (
     LOCAL,
     SSH,
+    Kind("docker", "vastprobe.transport.docker", "docker://NAME", scheme="docker"),
     Kind("podman", "vastprobe.transport.container", "podman://NAME", scheme="podman"),
     Kind("kubectl", "vastprobe.transport.kubectl", "kubectl://[NAMESPACE/]POD[/CONTAINER]", scheme="kubectl"),
 )
