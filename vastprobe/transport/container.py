@@ -5,8 +5,11 @@ bounded runner (cap, deadline, the CLI's whole session killed past either).
 Why the runtime's CLI and not its API: the CLI is what the operator already uses and has
 configured (its socket, context, credentials, rootless or not), and it relays stdin and output
 as `sh -s` on this machine does. Inside the container the exec'd shell leads a session of its own
-(runc and crun start it with setsid), which is how the snapshot leaves the probe out; the shell's
-parent is outside the container, so nothing above it is left out (OwnProcesses "none").
+(runc starts it with setsid: seen here, podman 4.3 with runc, the shell's SID its own PID), which is
+how the snapshot leaves the probe out (by session, as on `local`; a shell that shares a session
+whose leader is outside the container reads SID 0 there, and is then left out with its
+descendants alone); its parent is outside the container (PPID 0), so nothing above it is left out
+(OwnProcesses "none").
 
 When the exec fails before the probe ran (no such container, not running, no sh in the image,
 permission refused, the runtime's daemon or CLI missing), the runtime says why in a line of its
