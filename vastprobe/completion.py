@@ -190,15 +190,17 @@ def rule_names(incomplete: str) -> list[tuple[str, str]]:
 
 
 def targets(ctx: Any, incomplete: str, local: bool = True) -> list[str]:
-    """`local` and the Host aliases of the ssh_config this command line would read (`-F`, else
-    ~/.ssh/config), keeping a `user@` already typed; in a list (`-w a,b`, `-J h1,h2`) the last
+    """`local` (the registry's one-word targets) and the Host aliases of the ssh_config this command
+    line would read (`-F`, else ~/.ssh/config), keeping a `user@` already typed; in a list (`-w a,b`, `-J h1,h2`) the last
     element."""
     done, _, word = incomplete.rpartition(",")
     lead = done + "," if done else ""
     user, at, host = word.rpartition("@")
     lead += user + at
     config = (getattr(ctx, "params", None) or {}).get("ssh_config")
-    names = (["local"] if local and not at and not done else []) + ssh_aliases(config)
+    from vastprobe.transport import registry
+
+    names = (registry.words() if local and not at and not done else []) + ssh_aliases(config)
     listed = set(done.split(","))  # `-w gpu01,<TAB>` offers the others
     return [lead + name for name in dict.fromkeys(names) if name.startswith(host) and name not in listed]
 

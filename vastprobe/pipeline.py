@@ -7,7 +7,7 @@ import contextlib
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from vastprobe.transport.base import TransportResult
 if TYPE_CHECKING:
     from vastprobe.model import DistributedJob, Finding, HostReport, HostSnapshot, Verdict
     from vastprobe.rules.base import Context
+    from vastprobe.transport.base import Transport
 
 #: What turns raw output into a report. Imported lazily: while SSH probes wait on the network, a
 #: background thread imports these (warm_analysis), so their ~70 ms overlap the wait.
@@ -50,6 +51,8 @@ class DiagnoseOptions:
     matches: tuple[str, ...] = ()
     rules: RuleOptions = field(default_factory=RuleOptions)
     ssh: Any = None  # transport.ssh.SshOptions; typed loosely so `local` never imports asyncssh
+    #: options of other transports, by kind name ({"kubectl": {"context": "prod"}}): base.TransportSettings
+    transport_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 def _capture(target: str, transport: str, res: TransportResult, options: DiagnoseOptions, attempts: int) -> Capture:
@@ -92,39 +95,36 @@ def _transient(res: TransportResult) -> bool:
     return res.exit_signal is not None or res.exit_status in (None, 0)
 
 
-def probe_local(target: str, options: DiagnoseOptions) -> Capture:
-    from vastprobe.transport.local import run_local
+def transport_of(target: str, options: DiagnoseOptions) -> Transport:
+    """The transport that reaches `target` (registry.py). Raises TargetError for a malformed one."""
+    from vastprobe.transport.base import TransportSettings
+    from vastprobe.transport.registry import transport_for
 
-    t0 = time.monotonic()
-    script = _script_for(options.params)
-    res = run_local(script(options.timeout), MAX_TOTAL_OUTPUT, options.timeout)
-    left = options.timeout - (time.monotonic() - t0)
-    if _transient(res) and left > DEADLINE_MARGIN:
-        return _capture(target, "local", run_local(script(left), MAX_TOTAL_OUTPUT, left), options, 2)
-    return _capture(target, "local", res, options, 1)
-
-
-async def probe_ssh(target: str, options: DiagnoseOptions, take: Callable[[int], bool] | None = None) -> Capture:
-    from vastprobe.transport.ssh import SshOptions, run_ssh
-
-    ssh = options.ssh or SshOptions(timeout=options.timeout)
-    t0 = time.monotonic()
-    script = _script_for(options.params)
-    res = await run_ssh(target, script, MAX_TOTAL_OUTPUT, ssh, take)
-    left = ssh.timeout - (time.monotonic() - t0)
-    if _transient(res) and left > DEADLINE_MARGIN:
-        again = replace(ssh, timeout=left, connect_timeout=min(left, ssh.connect_timeout or left))
-        return _capture(target, "ssh", await run_ssh(target, script, MAX_TOTAL_OUTPUT, again, take), options, 2)
-    return _capture(target, "ssh", res, options, 1)
+    return transport_for(target, TransportSettings(options.timeout, options.ssh, options.transport_options))
 
 
 async def probe_any(target: str, options: DiagnoseOptions, take: Callable[[int], bool] | None = None) -> Capture:
     """`take(n)` asks a sweep's byte budget for n more bytes of this host's output; False: stop
     reading, the output is truncated (local runs read one host and keep its own cap only). A run
     that ended with nothing written at all is tried once more, within the same --timeout."""
-    if target == "local":
-        return await asyncio.to_thread(probe_local, target, options)
-    return await probe_ssh(target, options, take)
+    from vastprobe.targets import TargetError
+    from vastprobe.transport.registry import SSH, kind_for
+
+    try:
+        transport = transport_of(target, options)
+    except TargetError as exc:
+        try:
+            name = kind_for(target).name
+        except TargetError:
+            name = SSH.name
+        return _capture(target, name, TransportResult("probe-error", f"{target}: {exc}", b"", None, False), options, 1)
+    t0 = time.monotonic()
+    script = _script_for(options.params)
+    res = await transport.run(script, MAX_TOTAL_OUTPUT, transport.timeout, take)
+    left = transport.timeout - (time.monotonic() - t0)
+    if _transient(res) and left > DEADLINE_MARGIN:
+        return _capture(target, transport.name, await transport.run(script, MAX_TOTAL_OUTPUT, left, take), options, 2)
+    return _capture(target, transport.name, res, options, 1)
 
 
 #: Seconds one host's analysis (parsing, rules) may take; past it the host's report says so and
@@ -551,14 +551,26 @@ async def _diagnose_all(targets: Sequence[str], options: DiagnoseOptions) -> lis
     return list(await asyncio.gather(*(one(t) for t in targets)))
 
 
+def _this_machine(target: str) -> bool:
+    """A target probed on this machine with no wait on a network or a runtime to overlap the
+    analysis imports with (`local`)."""
+    from vastprobe.targets import TargetError
+    from vastprobe.transport.registry import kind_for
+
+    try:
+        return kind_for(target).this_machine
+    except TargetError:
+        return False
+
+
 def diagnose_targets(targets: Sequence[str], options: DiagnoseOptions) -> list[HostReport]:
     """Every target at once; one failing target never affects another."""
-    if any(t != "local" for t in targets):
+    if not all(_this_machine(t) for t in targets):
         warm_analysis()
     return eventloop.run(_diagnose_all(targets, options))
 
 
 def collect_target(target: str, options: DiagnoseOptions) -> Capture:
-    if target != "local":
+    if not _this_machine(target):
         warm_analysis()
     return eventloop.run(probe_any(target, options))

@@ -1,7 +1,8 @@
 """Targets and inventories: what `diagnose` and `sweep` are pointed at.
 
-A target is `local`, `[user@]host[:port]`, `ssh://[user@]host[:port]`, `[v6addr]:port` or a bare
-IPv6 address. Inventories are plain lists (ClusterShell-style node sets like `gpu[01-16]`, ssh_config
+A target is `local`, `[user@]host[:port]`, `ssh://[user@]host[:port]`, `[v6addr]:port`, a bare
+IPv6 address, or a container: `docker://NAME`, `podman://NAME`, `kubectl://[NS/]POD[/CONTAINER]`
+(which transport reaches which form: transport/registry.py; here only the scheme is split off). Inventories are plain lists (ClusterShell-style node sets like `gpu[01-16]`, ssh_config
 aliases) or `vastai show instances --raw` JSON. vast.ai fields are remote-ish data (ssh_host is
 whatever the platform says): an instance whose fields are unusable becomes a `skipped` row with the
 reason, never a crash. Nothing here imports asyncssh.
@@ -109,12 +110,25 @@ def _port(text: str, whole: str) -> int:
     return int(text)
 
 
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]{0,31})://")
+
+
+def split_scheme(text: str) -> tuple[str, str] | None:
+    """`docker://gpu-job` -> ("docker", "gpu-job"): the scheme in lower case and the rest, or None
+    when the text starts with no `SCHEME://`."""
+    m = _SCHEME.match(text)
+    return (m.group(1).lower(), text[m.end() :]) if m else None
+
+
 def parse_target(text: str) -> SshTarget:
     """`[user@]host[:port]`, `ssh://[user@]host[:port]`, `[::1]:22`, `::1`. Raises TargetError."""
     bad = text_problem(text)
     if bad:
         raise TargetError(f"not a target: {bad}")
     rest = text
+    scheme = split_scheme(text)
+    if scheme is not None and scheme[0] != "ssh":
+        raise TargetError(f"not an ssh target: {text!r} (a {scheme[0]}:// target)")
     if rest.lower().startswith("ssh://"):
         rest = rest[6:].rstrip("/")
         if not rest:

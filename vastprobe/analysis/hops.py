@@ -12,15 +12,17 @@ from dataclasses import replace
 
 from vastprobe.model import Evidence, Finding, HostReport
 from vastprobe.targets import TargetError, parse_target
+from vastprobe.transport.registry import kind_for
 
 _SEVERITY = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 
 
 def _address(target: str) -> tuple[str, int] | None:
-    """Host and port of a target as it was typed (ssh_config aliases compare by name)."""
-    if target == "local":
-        return None
+    """Host and port of a target as it was typed (ssh_config aliases compare by name); None for a
+    target no ssh session names (`local`, a container)."""
     try:
+        if not kind_for(target).addressed:
+            return None
         t = parse_target(target)
     except (TargetError, ValueError):
         return None

@@ -154,9 +154,13 @@ def _excluded(
     shell_ppid: int | None,
     transport: str,
 ) -> set[int]:
-    """The probe's own session and descendants, and the transport that runs it (for `local`,
-    vastprobe and its ancestors): found by session and ancestry (one pass over a children index),
-    never by a command name alone."""
+    """The probe's own session and descendants, and the transport that runs it (what its kind's
+    own_processes says, transport/registry.py: for `local`, vastprobe and its ancestors; for ssh,
+    the sshd session; for a container's exec, nothing above the shell, whose parent is outside the
+    container): found by session and ancestry (one pass over a children index), never by a
+    command name alone. A transport this version does not know is taken as ssh's."""
+    from vastprobe.transport.registry import SSH, kind_named
+
     if shell_pid is None:
         return set()
     excluded = {shell_pid}
@@ -183,7 +187,10 @@ def _excluded(
                 and any(tuple(argv[1 : 1 + len(a)]) == a for a in _PROBE_TIMEOUT_ARGV)
             ):
                 excluded.add(pid)
-    if transport == "local":
+    own = (kind_named(transport) or SSH).own_processes
+    if own == "none":
+        return excluded
+    if own == "caller":
         parent = cmdlines.get(shell_ppid or -1, ())
         if "vastprobe" in {a.rsplit("/", 1)[-1] for a in parent[:3]}:
             # vastprobe and what ran it: the operator's shell, a wrapper script, cron's sh (whose

@@ -1,8 +1,15 @@
 """`local`: the same probe script, run by /bin/sh on this machine, in a session of its own so its
-own processes are easy to leave out and a deadline can end all of them."""
+own processes are easy to leave out and a deadline can end all of them.
+
+The bounded runner here (run_argv: the script on a child's stdin, its output read under a byte cap
+and a deadline, the child's whole session killed past either) serves every transport that runs a
+command on this machine: `sh -s` itself, and the container runtimes' `docker exec -i NAME sh -s`
+(container.py), whose CLI relays stdin and output the same way."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import os
 import selectors
@@ -10,19 +17,35 @@ import signal
 import subprocess
 import time
 
-from vastprobe.transport.base import TransportResult
+from vastprobe.transport.base import Render, Take, TransportResult, TransportSettings
+
+#: Seconds a reading thread waits for the event loop to answer a sweep's `take`; past it (the
+#: loop is gone: Ctrl-C) reading stops.
+TAKE_WAIT_S = 5.0
 
 
 def run_local(script: str, cap: int, timeout: float, shell: str = "/bin/sh") -> TransportResult:
+    return run_argv([shell, "-s"], script, cap, timeout)
+
+
+def run_argv(
+    argv: list[str], script: str, cap: int, timeout: float, take: Take | None = None, what: str = "local probe"
+) -> TransportResult:
+    """`argv` with `script` on its stdin, in a session of its own; its stdout and stderr together,
+    read up to `cap` bytes (or until `take` refuses a chunk) within `timeout` seconds, then the
+    session is killed. A command that cannot be started is a probe-error naming it, never a raise."""
     t0 = time.monotonic()
-    proc = subprocess.Popen(
-        [shell, "-s"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        close_fds=True,
-    )
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError as exc:
+        return TransportResult("probe-error", f"{what}: cannot run {argv[0]}: {exc.strerror or exc}", b"", None, False)
     assert proc.stdin is not None and proc.stdout is not None
     try:
         proc.stdin.write(script.encode("utf-8", "surrogateescape"))  # a --log path's own bytes, not UTF-8 ones
@@ -45,6 +68,9 @@ def run_local(script: str, cap: int, timeout: float, shell: str = "/bin/sh") -> 
             chunk = os.read(fd, min(65536, cap - size))
             if not chunk:
                 break
+            if take is not None and not take(len(chunk)):
+                truncated = True
+                break
             chunks.append(chunk)
             size += len(chunk)
             if size >= cap:
@@ -59,10 +85,46 @@ def run_local(script: str, cap: int, timeout: float, shell: str = "/bin/sh") -> 
     status, sig = (rc, None) if rc >= 0 else (None, _signal_name(-rc))
     if timed_out:
         return TransportResult(
-            "timeout", f"local probe did not finish within {timeout:g}s", output, status, truncated,
+            "timeout", f"{what} did not finish within {timeout:g}s", output, status, truncated,
             {"probe": elapsed}, sig,
         )  # fmt: skip
     return TransportResult("ok", None, output, status, truncated, {"connect": 0.0, "probe": elapsed}, sig)
+
+
+async def run_argv_async(
+    argv: list[str], script: Render, cap: int, timeout: float, take: Take | None = None, what: str = "local probe"
+) -> TransportResult:
+    """run_argv in a worker thread, the event loop free for other hosts meanwhile; `take` is
+    asked on the loop's own thread (a sweep's byte budget is not shared across threads)."""
+    loop = asyncio.get_running_loop()
+    on_loop: Take | None = None
+    if take is not None:
+        asked = take
+
+        def on_loop(n: int) -> bool:
+            answer: concurrent.futures.Future[bool] = concurrent.futures.Future()
+            loop.call_soon_threadsafe(lambda: answer.set_result(asked(n)))
+            try:
+                return answer.result(TAKE_WAIT_S)
+            except concurrent.futures.TimeoutError:
+                return False
+
+    return await asyncio.to_thread(run_argv, argv, script(timeout), cap, timeout, on_loop, what)
+
+
+class LocalTransport:
+    """`local`: this machine, /bin/sh in a session of its own. The snapshot leaves out vastprobe
+    and what ran it as well as the probe (OwnProcesses "caller")."""
+
+    name = "local"
+
+    def __init__(self, target: str = "local", timeout: float = 60.0, shell: str = "/bin/sh") -> None:
+        self.target = target
+        self.timeout = timeout
+        self.shell = shell
+
+    async def run(self, script: Render, cap: int, timeout: float, take: Take | None = None) -> TransportResult:
+        return await run_argv_async([self.shell, "-s"], script, cap, timeout)  # one host: its own cap only
 
 
 def _signal_name(n: int) -> str:
@@ -89,3 +151,11 @@ def kill_session(sid: int) -> None:
             if len(fields) > 3 and fields[3] == str(sid).encode():
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(int(name), signal.SIGKILL)
+
+
+def check_target(target: str) -> None:
+    """`local` is one word: nothing to check (the registry matched it whole)."""
+
+
+def open_transport(target: str, settings: TransportSettings) -> LocalTransport:
+    return LocalTransport(target, settings.timeout)
