@@ -118,6 +118,14 @@ async def probe_any(target: str, options: DiagnoseOptions, take: Callable[[int],
         except TargetError:
             name = SSH.name
         return _capture(target, name, TransportResult("probe-error", f"{target}: {exc}", b"", None, False), options, 1)
+    return await probe_with(transport, options, take)
+
+
+async def probe_with(
+    transport: Transport, options: DiagnoseOptions, take: Callable[[int], bool] | None = None
+) -> Capture:
+    """One probe over `transport` (a session's, in a watch), tried once more as probe_any says."""
+    target = transport.target
     t0 = time.monotonic()
     script = _script_for(options.params)
     res = await transport.run(script, MAX_TOTAL_OUTPUT, transport.timeout, take)

@@ -255,3 +255,10 @@ def history_url_problem(value: str) -> str | None:
 
         return f"{display(value)}: not a usable PostgreSQL URL: {reason(exc, url_secrets(value))}"
     return None
+
+
+def kube_context(value: str | None) -> str | None:
+    """A kubeconfig context name: never an option (it reaches kubectl's argv), never control characters."""
+    if value is not None and (not value or value.startswith("-") or not value.isprintable()):
+        raise _bad(f"not a kubectl context: {value!r}")
+    return value

@@ -13,10 +13,12 @@ from vastprobe.commands import checks
 from vastprobe.commands.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_UNPROBED, exit_code, usage_error
 from vastprobe.commands.options import (
     P_OUTPUT,
+    TARGET_HELP,
     ArtOpt,
     BriefOpt,
     ConfigOpt,
     ConnectTimeoutOpt,
+    ContextOpt,
     FormatOpt,
     GpuOpt,
     GpusOpt,
@@ -49,7 +51,7 @@ from vastprobe.notices import say
 def collect(
     target: Annotated[
         str,
-        typer.Argument(metavar="TARGET", help="`local`, or \\[user@]host\\[:port].", autocompletion=complete_targets),
+        typer.Argument(metavar="TARGET", help=TARGET_HELP + ".", autocompletion=complete_targets),
     ],
     output: Annotated[
         Path,
@@ -68,6 +70,7 @@ def collect(
     log: LogOpt = None,
     artifacts: ArtOpt = None,
     py_spy: PySpyOpt = False,
+    context: ContextOpt = None,
     timeout: TimeoutOpt = 60.0,
     connect_timeout: ConnectTimeoutOpt = None,
     port: PortOpt = None,
@@ -95,7 +98,7 @@ def collect(
     from vastprobe.render.jsonable import dumps
 
     options = probe_options(sample=sample, pid=pid, match=match, log=log, artifacts=artifacts, timeout=timeout,
-                            py_spy=py_spy)  # fmt: skip
+                            py_spy=py_spy, context=context)  # fmt: skip
     ssh = ssh_options([target], port=port, user=user, identity=identity, ssh_config=ssh_config,
                       known_hosts=known_hosts, host_key_check=host_key_check, connect_timeout=connect_timeout,
                       timeout=timeout, config_options=config_options, jump=jump, verbose=verbose)  # fmt: skip

@@ -80,7 +80,9 @@ def run_entries(
 
     done: list = []  # filled by the sweep as hosts finish (snapshots within its budget)
 
-    if any(e.target != "local" and e.skip is None for e in entries):
+    from vastprobe.transport.registry import kind_for
+
+    if any(e.skip is None and not kind_for(e.target).this_machine for e in entries):
         from vastprobe.pipeline import warm_analysis
 
         warm_analysis()

@@ -9,10 +9,12 @@ import typer
 from vastprobe.commands.common import exit_code, interrupted_code, run_entries, say_interrupted, unique, usage_error
 from vastprobe.commands.fleet import FleetMemory, history_location
 from vastprobe.commands.options import (
+    TARGET_HELP,
     ArtOpt,
     BriefOpt,
     ConfigOpt,
     ConnectTimeoutOpt,
+    ContextOpt,
     FormatOpt,
     GpuOpt,
     GpusOpt,
@@ -47,7 +49,7 @@ def diagnose(
         list[str],
         typer.Argument(
             metavar="TARGET...",
-            help="`local`, \\[user@]host\\[:port], ssh://\\[user@]host\\[:port], or a range like gpu\\[01-04].",
+            help=TARGET_HELP + ", or a range like gpu\\[01-04].",
             autocompletion=complete_targets,
         ),
     ],
@@ -57,6 +59,7 @@ def diagnose(
     log: LogOpt = None,
     artifacts: ArtOpt = None,
     py_spy: PySpyOpt = False,
+    context: ContextOpt = None,
     stale_after: StaleOpt = 300.0,
     expect_gpu: GpuOpt = None,
     expect_gpus: GpusOpt = None,
@@ -99,7 +102,7 @@ def diagnose(
     chosen = report_format(fmt, json_flag, brief, snapshot)
     options = probe_options(sample=sample, pid=pid, match=match, log=log, artifacts=artifacts,
                             stale_after=stale_after, expect_gpu=expect_gpu, timeout=timeout,
-                            expect_gpus=expect_gpus, py_spy=py_spy)  # fmt: skip
+                            expect_gpus=expect_gpus, py_spy=py_spy, context=context)  # fmt: skip
     ssh = ssh_options(expanded, port=port, user=user, identity=identity, ssh_config=ssh_config,
                       known_hosts=known_hosts, host_key_check=host_key_check, connect_timeout=connect_timeout,
                       timeout=timeout, config_options=config_options, jump=jump, verbose=verbose)  # fmt: skip

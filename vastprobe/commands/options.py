@@ -126,6 +126,14 @@ FormatOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", rich_help_panel=P_OUTPUT, help="Short for --format json.")]
+#: What a TARGET argument may be: every kind of transport (transport/registry.py).
+TARGET_HELP = ("`local`, \\[user@]host\\[:port], ssh://\\[user@]host\\[:port], docker://NAME, podman://NAME, "
+               "kubectl://\\[NS/]POD\\[/CONTAINER]")  # fmt: skip
+ContextOpt = Annotated[
+    Optional[str],
+    typer.Option("--context", metavar="NAME", callback=checks.kube_context, rich_help_panel=P_SCOPE,
+                 help="kubectl:// targets: the kubeconfig context (default: kubectl's current one)."),
+]  # fmt: skip
 GpusOpt = Annotated[
     Optional[int],
     typer.Option("--expect-gpus", metavar="N", min=0, max=4096, rich_help_panel=P_SCOPE,
@@ -268,6 +276,7 @@ def probe_options(
     timeout: float = 60.0,
     expect_gpus: Optional[int] = None,
     py_spy: bool = False,
+    context: Optional[str] = None,
 ):  # -> DiagnoseOptions
     """The probe's and the rules' settings, built alike for every command that probes or analyses."""
     from vastprobe.options import RuleOptions
@@ -289,18 +298,20 @@ def probe_options(
         pids=tuple(dict.fromkeys(pid or ())),
         matches=tuple(dict.fromkeys(match or ())),
         rules=RuleOptions(stale_after=stale_after, expect_gpu=expect_gpu, expect_gpus=expect_gpus),
+        transport_options={"kubectl": {"context": context}} if context else {},
     )
 
 
-def _check_targets(targets: list[str]) -> None:
-    from vastprobe.targets import TargetError, parse_target
+def check_targets(targets: list[str]) -> None:
+    """Each target well formed for its transport (the registry's kinds), or one usage error."""
+    from vastprobe.targets import TargetError
+    from vastprobe.transport.registry import check_target
 
     for t in targets:
-        if t != "local":
-            try:
-                parse_target(t)
-            except TargetError as exc:
-                usage_error(str(exc))
+        try:
+            check_target(t)
+        except TargetError as exc:
+            usage_error(str(exc))
 
 
 def _verbose_logging(level: int) -> None:
@@ -338,11 +349,13 @@ def ssh_options(
     config_options: Optional[list[str]] = None,
     jump: Optional[str] = None,
     verbose: int = 0,
-):  # -> SshOptions, or None when every target is local
+):  # -> SshOptions, or None when no target is reached over SSH
     """Every SSH setting checked before the first connection, ssh_config included (a syntax
     error there is one usage error, not one failure per host)."""
-    _check_targets(targets)
-    if all(t == "local" for t in targets):
+    from vastprobe.transport.registry import needs_ssh
+
+    check_targets(targets)
+    if not any(needs_ssh(t) for t in targets):
         return None
     from vastprobe.transport.ssh import SshOptions, load_config
     from vastprobe.transport.sshopts import parse_config_option
@@ -377,12 +390,13 @@ def _say_overridden(targets: list[str], opts) -> None:  # type: ignore[no-untype
     ssh://user@host:port: one warning line each, before anything is contacted, naming the targets
     whose own port or user is not the one used."""
     from vastprobe.targets import parse_target
+    from vastprobe.transport.registry import needs_ssh
 
     port = opts.port or opts.option("Port")
     user = opts.user or opts.option("User")
     if port is None and user is None:
         return
-    parsed = [(t, parse_target(t)) for t in targets if t != "local"]
+    parsed = [(t, parse_target(t)) for t in targets if needs_ssh(t)]
     if port is not None:
         flag = "-p" if opts.port else "-o Port"
         theirs = [t for t, st in parsed if st.port is not None and str(st.port) != str(port)]

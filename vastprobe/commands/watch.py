@@ -12,8 +12,10 @@ from vastprobe.commands.common import EXIT_INTERRUPTED, EXIT_TERMINATED, exit_co
 from vastprobe.commands.options import (
     P_OUTPUT,
     P_SCOPE,
+    TARGET_HELP,
     ConfigOpt,
     ConnectTimeoutOpt,
+    ContextOpt,
     FormatOpt,
     GpuOpt,
     GpusOpt,
@@ -37,7 +39,6 @@ from vastprobe.commands.options import (
     ssh_options,
 )
 
-TARGET_HELP = "`local`, \\[user@]host\\[:port], or ssh://\\[user@]host\\[:port]."
 IntervalOpt = Annotated[
     float,
     typer.Option("--interval", "-n", metavar="SECONDS", callback=checks.seconds(0.5, 86400), rich_help_panel=P_SCOPE,
@@ -55,7 +56,7 @@ def watch(
         str,
         typer.Argument(
             metavar="TARGET",
-            help="`local`, \\[user@]host\\[:port], or ssh://\\[user@]host\\[:port].",
+            help=TARGET_HELP + ".",
             autocompletion=complete_targets,
         ),
     ],
@@ -68,6 +69,7 @@ def watch(
     stale_after: StaleOpt = 300.0,
     expect_gpu: GpuOpt = None,
     expect_gpus: GpusOpt = None,
+    context: ContextOpt = None,
     fmt: FormatOpt = None,
     json_flag: JsonOpt = False,
     timeout: TimeoutOpt = 60.0,
@@ -94,18 +96,12 @@ def watch(
     """
     from dataclasses import replace
 
-    from vastprobe.targets import TargetError, parse_target
-
     if json_flag or (fmt is not None and fmt.value == "json"):
         usage_error("watch streams its rounds: --format ndjson (one record a round) or --format table")
     streamed = fmt.value == "ndjson" if fmt is not None else not sys.stdout.isatty()
-    if target != "local":
-        try:
-            parse_target(target)
-        except TargetError as exc:
-            usage_error(str(exc))
     options = probe_options(sample=sample, pid=pid, match=match, log=log, stale_after=stale_after,
-                            expect_gpu=expect_gpu, timeout=timeout, expect_gpus=expect_gpus)  # fmt: skip
+                            expect_gpu=expect_gpu, timeout=timeout, expect_gpus=expect_gpus,
+                            context=context)  # fmt: skip
     ssh = ssh_options([target], port=port, user=user, identity=identity, ssh_config=ssh_config,
                       known_hosts=known_hosts, host_key_check=host_key_check, connect_timeout=connect_timeout,
                       timeout=timeout, config_options=config_options, jump=jump, verbose=verbose)  # fmt: skip

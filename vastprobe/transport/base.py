@@ -3,7 +3,8 @@ and how the run ended). Importable without asyncssh: `local` and the analysis ne
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -75,3 +76,17 @@ class Transport(Protocol):
         """Run `script(seconds_left)` with `sh -s` on the target, reading at most `cap` bytes of
         its output (stdout and stderr together) within `timeout` seconds."""
         ...
+
+    def session(self) -> contextlib.AbstractAsyncContextManager[Transport]:
+        """Runs that follow one another (`vastprobe watch`): a transport whose runs share what can
+        be kept (ssh: one connection, opened by the first run, closed when the session ends)."""
+        ...
+
+
+class KeepsNothing:
+    """A transport whose runs share nothing (a new process each: local, the container CLIs): its
+    session is itself."""
+
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[KeepsNothing]:
+        yield self

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from vastprobe.targets import TargetError, split_scheme, text_problem
-from vastprobe.transport.base import Render, Take, TransportResult, TransportSettings
+from vastprobe.transport.base import KeepsNothing, Render, Take, TransportResult, TransportSettings
 from vastprobe.transport.local import run_argv_async
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def first_line(text: str, limit: int = 300) -> str:
     return line[:limit]
 
 
-class ExecTransport:
+class ExecTransport(KeepsNothing):
     """A runtime CLI that runs `sh -s` in a container with stdin attached. Subclasses give the
     CLI's name, the argv and the runtime's messages; `target` is checked before one is built."""
 

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import time
 
-from vastprobe.transport.base import Render, Take, TransportResult, TransportSettings
+from vastprobe.transport.base import KeepsNothing, Render, Take, TransportResult, TransportSettings
 
 #: Seconds a reading thread waits for the event loop to answer a sweep's `take`; past it (the
 #: loop is gone: Ctrl-C) reading stops.
@@ -112,7 +112,7 @@ async def run_argv_async(
     return await asyncio.to_thread(run_argv, argv, script(timeout), cap, timeout, on_loop, what)
 
 
-class LocalTransport:
+class LocalTransport(KeepsNothing):
     """`local`: this machine, /bin/sh in a session of its own. The snapshot leaves out vastprobe
     and what ran it as well as the probe (OwnProcesses "caller")."""
 

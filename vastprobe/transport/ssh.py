@@ -693,10 +693,13 @@ async def run_ssh(
     cap: int,
     opts: SshOptions,
     take: Callable[[int], bool] | None = None,
+    kept: list[Any] | None = None,
 ) -> TransportResult:
     """`script` may be a function of the seconds left once connected (the probe's own deadline
     must come before this side gives up). What arrived before a timeout or a lost connection is
-    kept in the result, with the status that says how the run ended."""
+    kept in the result, with the status that says how the run ended. `kept`: a session's
+    connections (sshtransport.SshTransport.session): used when alive, filled by a run that
+    connects, emptied by one that fails."""
     t0 = time.monotonic()
     timings: dict[str, float] = {}
     buf = bytearray()
@@ -712,10 +715,15 @@ async def run_ssh(
     # the resolved user@host:port only where ssh_config or the defaults changed what was typed
     where = here = target_text if r.display == target_text else f"{target_text} ({r.display})"
     hop_r = r
+    reuse = kept is not None and bool(kept) and not kept[-1].is_closed()
+    finished = False
     try:
         async with asyncio.timeout(opts.timeout):
+            if reuse:
+                assert kept is not None
+                conn = kept[-1]
             tunnel = None
-            for hop in r.proxy_jump.split(",") if r.proxy_jump else []:
+            for hop in r.proxy_jump.split(",") if r.proxy_jump and not reuse else []:
                 hop_r = resolve(parse_target(hop.strip()), _hop_options(opts))
                 where = f"{target_text} via jump host {hop.strip()} ({hop_r.display})"
                 _warn_if_off(hop_r, hop.strip())
@@ -724,8 +732,9 @@ async def run_ssh(
                 att = _Attempt()
             hop_r = r
             where = here
-            conn = await _connect(r, opts, tunnel, att, agents)
-            conns.append(conn)
+            if not reuse:
+                conn = await _connect(r, opts, tunnel, att, agents)
+                conns.append(conn)
             for a in agents:
                 a.close()
             agents.clear()
@@ -765,6 +774,7 @@ async def run_ssh(
                 )  # fmt: skip
             if exit_status is not None and exit_status < 0:  # asyncssh's -1: ended by a signal
                 exit_status = None
+            finished = True
             return TransportResult("ok", None, output, exit_status, truncated, timings, signal_name)
     except BaseException as exc:
         if isinstance(exc, (KeyboardInterrupt, SystemExit, asyncio.CancelledError)):
@@ -779,5 +789,10 @@ async def run_ssh(
     finally:
         for a in agents:
             a.close()
-        for c in reversed(conns):
+        drop = [] if kept is not None and finished else list(conns)
+        if kept is not None and not finished:  # a session's connection failed: its next run connects afresh
+            drop, kept[:] = [*kept, *drop], []
+        elif kept is not None and not reuse:  # this run's connection is the session's now
+            drop, kept[:] = list(kept), conns
+        for c in reversed(drop):
             c.abort()

@@ -4,6 +4,8 @@ target without importing asyncssh (it is imported on the first run)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
@@ -17,10 +19,22 @@ class SshTransport:
 
     name = "ssh"
 
-    def __init__(self, target: str, options: Any) -> None:  # options: sshopts.SshOptions
+    def __init__(self, target: str, options: Any, kept: list[Any] | None = None) -> None:  # sshopts.SshOptions
         self.target = target
         self.options = options
         self.timeout: float = options.timeout
+        self.kept = kept  # a session's connections (jump hosts first), shared by its runs
+
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[SshTransport]:
+        """Runs over one connection: the first run opens it, a run that fails drops it (the next one
+        connects afresh), the end of the session closes it."""
+        kept: list[Any] = []
+        try:
+            yield SshTransport(self.target, self.options, kept)
+        finally:
+            for conn in reversed(kept):
+                conn.abort()
 
     async def run(self, script: Render, cap: int, timeout: float, take: Take | None = None) -> TransportResult:
         """Within `timeout` (a second try gets what the first left, its connect timeout too)."""
@@ -29,7 +43,7 @@ class SshTransport:
         opts = self.options
         if timeout < opts.timeout:
             opts = replace(opts, timeout=timeout, connect_timeout=min(timeout, opts.connect_timeout or timeout))
-        return await run_ssh(self.target, script, cap, opts, take)
+        return await run_ssh(self.target, script, cap, opts, take, self.kept)
 
 
 def check_target(target: str) -> None:

@@ -1,17 +1,22 @@
-"""One probe session per watch: the transport's connection opened once and each round run over it."""
+"""One probe session per watch: the target's transport opened once, and its session (ssh: one
+connection) kept across the rounds."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
 
-from vastprobe.pipeline import DiagnoseOptions, probe_any
+from vastprobe.capture import Capture
+from vastprobe.pipeline import DiagnoseOptions, probe_with, transport_of
 from vastprobe.watch.loop import Prober
 
 
 @contextlib.asynccontextmanager
 async def probe_session(target: str, options: DiagnoseOptions) -> AsyncIterator[Prober]:
-    async def probe(opts: DiagnoseOptions):  # type: ignore[no-untyped-def]
-        return await probe_any(target, opts)
+    """Raises TargetError for a malformed target (the command checked it already)."""
+    async with transport_of(target, options).session() as kept:
 
-    yield probe
+        async def probe(opts: DiagnoseOptions) -> Capture:
+            return await probe_with(kept, opts)
+
+        yield probe
