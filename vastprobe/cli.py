@@ -1157,7 +1157,7 @@ def _shard_check(value: Optional[str]) -> Optional[str]:
 
 def _group_by_check(value: Optional[str]) -> Optional[str]:
     if value is not None:
-        from vastprobe.history.outliers import GroupByError, group_key
+        from vastprobe.analysis.outliers import GroupByError, group_key
 
         try:
             group_key(value)
@@ -1318,7 +1318,7 @@ class _FleetMemory:
         is one line."""
         feats = texts = None
         if self.group_by is not None:
-            from vastprobe.history.outliers import features, features_text
+            from vastprobe.analysis.outliers import features, features_text
 
             feats = {r.target: features(r) for r in reports if r.status != "skipped"}
             texts = {t: features_text(f) for t, f in feats.items()}
@@ -1332,7 +1332,7 @@ class _FleetMemory:
                                    peers_since=self.started_at - GROUP_WINDOW if feats is not None else None,
                                    peers_out=peers)  # fmt: skip
         if self.group_by is not None:
-            from vastprobe.history.outliers import Peer, features_from_text, mark_outliers
+            from vastprobe.analysis.outliers import Peer, features_from_text, mark_outliers
 
             others = []
             for target, labels, text in peers:
