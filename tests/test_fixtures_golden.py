@@ -63,7 +63,7 @@ def test_wait_graph_sources_recorded(case: str) -> None:
     """Probe format 2 on a real host, a PID namespace and BusyBox: the graph names the flock holder,
     the silent server behind the loopback connection, and (with ss) the socketpair's peer."""
     from vastprobe.analysis.tree import ProcessTree
-    from vastprobe.analysis.waitgraph import WaitGraph
+    from vastprobe.analysis.waitgraph.graph import WaitGraph
     from vastprobe.model import SocketTable, Syscall
 
     snap = parse_fixture(FIXTURES / case)
@@ -94,7 +94,8 @@ def test_thread_waits_recorded() -> None:
     """Probe format 3 with real multiprocessing feeders: the child whose only other thread waits for the
     feeder without a timeout is in a cycle with its parent; the one with a heartbeat thread is not."""
     from vastprobe.analysis.tree import ProcessTree
-    from vastprobe.analysis.waitgraph import WaitGraph, untimed_futex
+    from vastprobe.analysis.waitgraph.edges import untimed_futex
+    from vastprobe.analysis.waitgraph.graph import WaitGraph
     from vastprobe.model import Syscall
 
     snap = parse_fixture(FIXTURES / "waits-threads")
@@ -117,9 +118,9 @@ def test_thread_waits_recorded() -> None:
 def test_torch_gloo_culprit_recorded() -> None:
     """Real PyTorch gloo, three ranks, rank 1 blocked on its loader's FIFO while 0 and 2 wait in an
     all_reduce: the job, the ranks and the culprit from /proc alone, and no planted secret anywhere."""
+    from vastprobe.analysis.context import Context
     from vastprobe.analysis.tree import ProcessTree
     from vastprobe.options import RuleOptions
-    from vastprobe.rules.base import Context
     from vastprobe.rules.engine import run_rules
 
     folder = FIXTURES / "torch-gloo-fifo"
@@ -148,9 +149,9 @@ def test_mariadb_row_lock_recorded() -> None:
     holds the lock; no finding claims more than that."""
     from dataclasses import replace
 
+    from vastprobe.analysis.context import Context
     from vastprobe.analysis.tree import ProcessTree
     from vastprobe.options import RuleOptions
-    from vastprobe.rules.base import Context
     from vastprobe.rules.engine import run_rules
 
     snap = parse_fixture(FIXTURES / "mariadb-row-lock")

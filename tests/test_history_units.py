@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.procfs.record import parse_fixture
-from vastprobe.history.outliers import GroupByError, features, group_key, mark_outliers
+from vastprobe.analysis.outliers import GroupByError, features, group_key, mark_outliers
 from vastprobe.history.shard import ShardError, in_shard, parse_shard, shard_of
 from vastprobe.history.store import HostMemory
 from vastprobe.history.timespec import TimeSpecError, parse_duration, parse_since, span

@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.golden.record import read_capture
 from vastprobe.analysis.oom import match_oom_kills, start_wall
 from vastprobe.analysis.tree import ProcessTree
-from vastprobe.analysis.waitgraph import WaitGraph
+from vastprobe.analysis.waitgraph.graph import WaitGraph
 from vastprobe.capture import load_captures
 from vastprobe.pipeline import parse_capture
 

@@ -19,8 +19,8 @@ from vastprobe.probe.sections import ProbeOutput, RawSection, split_sections
 from vastprobe.transport.base import TransportResult
 
 if TYPE_CHECKING:
+    from vastprobe.analysis.context import Context
     from vastprobe.model import DistributedJob, Finding, HostReport, HostSnapshot, Verdict
-    from vastprobe.rules.base import Context
     from vastprobe.transport.base import Transport
 
 #: What turns raw output into a report. Imported lazily: while SSH probes wait on the network, a
@@ -293,10 +293,10 @@ def _note(snap: HostSnapshot, note: str) -> HostSnapshot:
 
 def analyse_capture(capture: Capture, options: DiagnoseOptions, budget: _Budget | None = None) -> HostReport:
     """The report, raising when something in vastprobe breaks (report_from_capture never does)."""
+    from vastprobe.analysis.context import Context
     from vastprobe.analysis.scope import compute_scope
     from vastprobe.analysis.tree import ProcessTree
     from vastprobe.model import HostReport
-    from vastprobe.rules.base import Context
     from vastprobe.rules.engine import run_rules, verdict
 
     budget = budget or _Budget()

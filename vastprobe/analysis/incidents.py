@@ -17,9 +17,9 @@ from vastprobe.clock import utc_text
 from vastprobe.model import SEVERITY_ORDER, Finding, Incident, Process, Verdict, WaitLink, WaitPicture
 
 if TYPE_CHECKING:
+    from vastprobe.analysis.context import Context
     from vastprobe.analysis.stalls import StalledChain
-    from vastprobe.analysis.waitgraph import Chain, WaitEdge
-    from vastprobe.rules.base import Context
+    from vastprobe.analysis.waitgraph.edges import Chain, WaitEdge
 
 #: Findings about a chain of waits: their first pid is the waiter.
 CHAIN_RULES = frozenset(

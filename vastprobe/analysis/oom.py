@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from vastprobe.analysis.tree import ProcessTree
-from vastprobe.analysis.waitgraph import WaitGraph
+from vastprobe.analysis.waitgraph.graph import WaitGraph
 from vastprobe.model import CgroupMemory, HostSnapshot, KernelEvent, Process, available
 
 ROOT_CGROUPS = ("/", "")

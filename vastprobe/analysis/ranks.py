@@ -12,15 +12,17 @@ an allow-list of names only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from vastprobe.analysis.gpu import gpu_users
-from vastprobe.analysis.waitgraph import untimed_futex
+from vastprobe.analysis.waitgraph.edges import untimed_futex
 from vastprobe.model import HOLDING, DistributedJob, JobRank, Process, RankState, Syscall
 from vastprobe.untrusted.numbers import read_int
 
 if TYPE_CHECKING:
-    from vastprobe.rules.base import Context
+    from vastprobe.analysis.stalls import StalledChain
+    from vastprobe.analysis.view import SnapshotView
 
 
 def job_key(p: Process) -> str | None:
@@ -36,10 +38,11 @@ def job_key(p: Process) -> str | None:
     return None
 
 
-def find_jobs(ctx: Context) -> list[DistributedJob]:
+def find_jobs(ctx: SnapshotView, chains: Sequence[StalledChain]) -> list[DistributedJob]:
     """The distributed jobs with a rank on this host, each rank classified. The ranks of a job are
     the processes whose environment names a RANK and the same job; a worker a rank forked (a
-    DataLoader worker inherits the environment) is not a rank of its own."""
+    DataLoader worker inherits the environment) is not a rank of its own. `chains`: the snapshot's
+    stalled chains (analysis.stalls), which say what a blocked rank waits on."""
     by_key: dict[str, list[Process]] = {}
     for p in ctx.snapshot.processes:
         if p.kernel_thread or read_int(p.env_value("RANK") or "") is None:
@@ -57,7 +60,7 @@ def find_jobs(ctx: Context) -> list[DistributedJob]:
         util = _gpu_util(ctx, procs)
         spinning = any(v >= BUSY_UTIL for v in util.values())
         ranks = [
-            _classify(ctx, p, pids, util.get(p.pid), spinning)
+            _classify(ctx, chains, p, pids, util.get(p.pid), spinning)
             for p in sorted(procs, key=lambda p: read_int(p.env_value("RANK") or "") or 0)
         ]
         ranks += _gone(ctx, procs)
@@ -79,7 +82,7 @@ BUSY_UTIL = 90.0
 IDLE_UTIL = 10.0
 
 
-def _gpu_util(ctx: Context, procs: list[Process]) -> dict[int, float]:
+def _gpu_util(ctx: SnapshotView, procs: list[Process]) -> dict[int, float]:
     """pid -> the lowest utilisation its GPU showed over the samples, for ranks nvidia-smi maps to a GPU."""
     users = gpu_users(ctx.snapshot, frozenset(p.pid for p in procs))
     rows = [g for sample in ctx.snapshot.gpus.samples for g in sample]
@@ -91,14 +94,21 @@ def _gpu_util(ctx: Context, procs: list[Process]) -> dict[int, float]:
     return out
 
 
-def _peers(ctx: Context, p: Process, ranks: set[int]) -> int:
+def _peers(ctx: SnapshotView, p: Process, ranks: set[int]) -> int:
     """How many other ranks this one holds connections to (gloo's pairs, NCCL's bootstrap and proxy):
     the ranks here, and connections to no process visible here (the job's ranks on other hosts)."""
     here, unseen = ctx.graph.connected(p.pid)
     return len(here & ranks) + unseen
 
 
-def _classify(ctx: Context, p: Process, ranks: set[int], util: float | None = None, spinning: bool = False) -> JobRank:
+def _classify(
+    ctx: SnapshotView,
+    chains: Sequence[StalledChain],
+    p: Process,
+    ranks: set[int],
+    util: float | None = None,
+    spinning: bool = False,
+) -> JobRank:
     rank = read_int(p.env_value("RANK") or "")
     local = read_int(p.env_value("LOCAL_RANK") or "")
     gpu = p.env_value("CUDA_VISIBLE_DEVICES")
@@ -131,7 +141,7 @@ def _classify(ctx: Context, p: Process, ranks: set[int], util: float | None = No
             return r("collective", "spins without progress, connected to the other ranks")
         return r("running", "runs" + (" and makes progress" if moved else ""))
     # blocked on something: another rank (a collective by hand) or something else
-    chain = next((s for s in ctx.stalled_chains if p.pid in s.chain.pids), None)
+    chain = next((s for s in chains if p.pid in s.chain.pids), None)
     if chain is not None and not set(chain.chain.pids[chain.chain.pids.index(p.pid) + 1 :]) & ranks:
         end = ctx.tree.by_pid.get(chain.chain.end)
         edge = chain.edge
@@ -150,7 +160,7 @@ def _classify(ctx: Context, p: Process, ranks: set[int], util: float | None = No
     return r("elsewhere", f"waits in {p.wchan}, connected to no other rank")
 
 
-def _gone(ctx: Context, procs: list[Process]) -> list[JobRank]:
+def _gone(ctx: SnapshotView, procs: list[Process]) -> list[JobRank]:
     """Local ranks the job should have here (LOCAL_WORLD_SIZE) that no process is: killed, or
     OOM-killed (the kernel log names a victim of the ranks' program under their launcher)."""
     local_world = max((read_int(p.env_value("LOCAL_WORLD_SIZE") or "") or 0 for p in procs), default=0)

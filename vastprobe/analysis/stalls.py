@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from vastprobe.analysis.gpu import idle_gpus
-from vastprobe.analysis.waitgraph import Chain, WaitEdge
+from vastprobe.analysis.waitgraph.edges import Chain, WaitEdge
 from vastprobe.model import Evidence
 
 if TYPE_CHECKING:
-    from vastprobe.rules.base import Context
+    from vastprobe.analysis.view import SnapshotView
 
 ChainKind = Literal[
     "child", "orphan-pipe", "tcp", "unix-socket", "file-lock", "fuse", "fifo-open", "deadlock", "db-lock"
@@ -51,12 +51,12 @@ class StallEvidence:
         return bool(self.evidence)
 
 
-def _related(ctx: Context, pids: set[int], waiter: int, others: Iterable[int]) -> bool:
+def _related(ctx: SnapshotView, pids: set[int], waiter: int, others: Iterable[int]) -> bool:
     """Whether any of `others` belongs to this chain: in it, below its waiter, or above it."""
     return any(o in pids or ctx.tree.in_subtree(o, waiter) or ctx.tree.in_subtree(waiter, o) for o in others)
 
 
-def stall_evidence(ctx: Context, pids: Iterable[int], waiter: int) -> StallEvidence:
+def stall_evidence(ctx: SnapshotView, pids: Iterable[int], waiter: int) -> StallEvidence:
     """Evidence that counts for this chain: an OOM kill whose loser is in it or below its waiter; a
     silent log written (held open) by a process related to it, or, when nobody holds the log, any
     log where the scope is the job; an idle GPU that a related process holds, or that the job was
@@ -98,13 +98,13 @@ def stall_evidence(ctx: Context, pids: Iterable[int], waiter: int) -> StallEvide
     return StallEvidence(tuple(ev), oom)
 
 
-def _moved(ctx: Context, pids: Iterable[int]) -> bool | None:
+def _moved(ctx: SnapshotView, pids: Iterable[int]) -> bool | None:
     if not ctx.two_samples:
         return None
     return any(ctx.progress[pid].moved for pid in pids if pid in ctx.progress)
 
 
-def _dead_end(ctx: Context, edge: WaitEdge | None, end: int) -> str | None:
+def _dead_end(ctx: SnapshotView, edge: WaitEdge | None, end: int) -> str | None:
     g = ctx.graph
     if edge is not None and not edge.holders:
         if edge.kind == "fuse" and not ctx.graph.fuse_servers:
@@ -118,7 +118,7 @@ def _dead_end(ctx: Context, edge: WaitEdge | None, end: int) -> str | None:
     return None
 
 
-def _orphan_writers(ctx: Context, edge: WaitEdge) -> tuple[int, ...]:
+def _orphan_writers(ctx: SnapshotView, edge: WaitEdge) -> tuple[int, ...]:
     """The writers of a pipe or FIFO the waiter reads, when every one is an orphan that is neither
     the reader's ancestor nor its sibling (a live pipeline's producer is a sibling)."""
     g = ctx.graph
@@ -137,7 +137,7 @@ def _orphan_writers(ctx: Context, edge: WaitEdge) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _classify(ctx: Context, chain: Chain) -> StalledChain:
+def _classify(ctx: SnapshotView, chain: Chain) -> StalledChain:
     if chain.cycle:
         return StalledChain("deadlock", chain, chain.edges[-1] if chain.edges else None, chain.pids[:-1], None, None)
     for i, edge in enumerate(chain.edges):
@@ -199,7 +199,7 @@ def _score(s: StalledChain, oom_losers: set[int]) -> tuple[int, int, int, int, i
     )
 
 
-def top_waiters(ctx: Context) -> list[int]:
+def top_waiters(ctx: SnapshotView) -> list[int]:
     """In-scope processes that wait on something we can follow, and whose own parent (in scope)
     is not already waiting on them: they start the chains."""
     g = ctx.graph
@@ -214,12 +214,12 @@ def top_waiters(ctx: Context) -> list[int]:
     return out
 
 
-def _started(ctx: Context, pid: int) -> int:
+def _started(ctx: SnapshotView, pid: int) -> int:
     p = ctx.tree.by_pid.get(pid)
     return p.starttime if p is not None else 0
 
 
-def stalled_chains(ctx: Context) -> list[StalledChain]:
+def stalled_chains(ctx: SnapshotView) -> list[StalledChain]:
     """The best chain of each top waiter; a waiter already inside a reported chain is not reported
     again, nor one below a reported chain whose root blocker it waits on too (multiprocessing's idle
     workers reading the task pipe of a pool stuck in a lock). Chains where work visibly goes on (any

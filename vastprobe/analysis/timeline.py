@@ -11,12 +11,12 @@ from vastprobe.analysis.relevance import job_start, rank_artifacts
 from vastprobe.model import SEVERITY_ORDER, FileStat, Incident, Instant, Process
 
 if TYPE_CHECKING:
-    from vastprobe.rules.base import Context
+    from vastprobe.analysis.view import SnapshotView
 
 MAX_EACH = 3
 
 
-def job_processes(ctx: Context, incidents: Sequence[Incident]) -> list[Process]:
+def job_processes(ctx: SnapshotView, incidents: Sequence[Incident]) -> list[Process]:
     """The processes the serious incidents are about (their findings and drawn chains)."""
     pids: list[int] = []
     for inc in incidents:
@@ -29,7 +29,7 @@ def job_processes(ctx: Context, incidents: Sequence[Incident]) -> list[Process]:
     return [ctx.tree.by_pid[p] for p in dict.fromkeys(pids) if p in ctx.tree.by_pid]
 
 
-def build_timeline(ctx: Context, incidents: Sequence[Incident]) -> tuple[Instant, ...]:
+def build_timeline(ctx: SnapshotView, incidents: Sequence[Incident]) -> tuple[Instant, ...]:
     job = job_processes(ctx, incidents)
     if not job:
         return ()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from vastprobe.analysis.stalls import ChainKind, StalledChain, StallEvidence
-from vastprobe.analysis.waitgraph import Chain, WaitEdge
+from vastprobe.analysis.waitgraph.edges import Chain, WaitEdge
 from vastprobe.model import Evidence, Severity, Unavailable
 from vastprobe.rules.base import ONE_SAMPLE, Context
 

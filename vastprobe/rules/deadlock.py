@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from vastprobe.analysis.waitgraph import Chain
+from vastprobe.analysis.waitgraph.edges import Chain
 from vastprobe.clock import utc_text
 from vastprobe.model import Evidence, Finding
 from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta

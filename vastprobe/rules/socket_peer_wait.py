@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from vastprobe.analysis.ssh_clients import SSH_CLIENTS, SshDestination, ssh_destination
 from vastprobe.analysis.stalls import StalledChain
-from vastprobe.analysis.waitgraph import WaitEdge
+from vastprobe.analysis.waitgraph.edges import WaitEdge
 from vastprobe.model import Evidence, Finding
 from vastprobe.rules.base import Context, Rule, RuleMeta
 from vastprobe.rules.chains import chain_evidence, marked, names, stack_command, stalled

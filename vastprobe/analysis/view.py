@@ -1,0 +1,109 @@
+"""One snapshot as every analysis reads it: the snapshot, the job's scope, the options, and the
+views derived from them once (the process tree, the wait-for graph, progress between samples, GPU
+holders, OOM matches, log health, the target's clock).
+
+The analyses that build on these (stalls, ranks) take a view and return their results; the rules'
+`Context` (analysis.context) adds those results on top. This keeps the layering one way: the
+analyses never reach up to the rules for the object they are given.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from vastprobe.analysis.gpu import gpu_expected, gpu_holders
+from vastprobe.analysis.logs import LogHealth, found_logs, log_health
+from vastprobe.analysis.oom import OomMatch, job_is_bounded, match_oom_kills
+from vastprobe.analysis.progress import Progress, progress
+from vastprobe.analysis.tree import ProcessTree
+from vastprobe.analysis.waitgraph.graph import WaitGraph
+from vastprobe.model import HostSnapshot, LogFile, Process, available
+from vastprobe.options import RuleOptions
+from vastprobe.probe.sources import PROC
+
+
+class SnapshotView:
+    """One snapshot with the derived views every analysis needs, computed once."""
+
+    def __init__(
+        self, snapshot: HostSnapshot, scope: tuple[int, ...], options: RuleOptions, tree: ProcessTree | None = None
+    ) -> None:
+        self.snapshot = snapshot
+        self.scope = frozenset(scope)
+        self.options = options
+        self.tree = tree or ProcessTree(snapshot)
+
+    @cached_property
+    def graph(self) -> WaitGraph:
+        return WaitGraph(self.snapshot, self.tree)
+
+    @cached_property
+    def samples_taken(self) -> int:
+        """Samples the probe took of every process: 1 when the second sample's section was cut (a
+        process missing from it may simply not have been read)."""
+        probe = self.snapshot.probe
+        return 1 if PROC.section(1) in probe.truncated_sections else len(probe.sample_uptimes)
+
+    def gone_by_second_sample(self, p: Process) -> bool:
+        """Seen by the first sample, not by a complete second one: exited (or its PID reused)."""
+        return self.samples_taken >= 2 and len(p.samples) < 2
+
+    @cached_property
+    def progress(self) -> dict[int, Progress]:
+        return {p.pid: progress(p, self.samples_taken) for p in self.snapshot.processes}
+
+    @cached_property
+    def bounded(self) -> bool:
+        """Whether the scope is the job rather than a whole host (analysis.oom.job_is_bounded)."""
+        return job_is_bounded(self.snapshot, self.options.explicit_scope)
+
+    @cached_property
+    def gpu_holders(self) -> list[int]:
+        return gpu_holders(self.snapshot, self.scope)
+
+    @cached_property
+    def gpu_expected(self) -> tuple[bool, str]:
+        """Whether the job should be using a GPU, and why (asked once per chain by stall_evidence)."""
+        return gpu_expected(self.snapshot, self.scope, self.options.expect_gpu)
+
+    @cached_property
+    def oom_matches(self) -> list[OomMatch]:
+        return match_oom_kills(self.snapshot, self.scope, self.graph, self.options.explicit_scope)
+
+    @cached_property
+    def log_healths(self) -> list[LogHealth]:
+        logs = (*self.snapshot.logs, *self.found_logs)
+        return [log_health(log, self.now, self.options.stale_after, self.snapshot.processes) for log in logs]
+
+    @cached_property
+    def found_logs(self) -> tuple[LogFile, ...]:
+        """Where --pid/--match named the job, the files its processes hold open write-only (their
+        stdout and stderr, or named like logs) are its logs: judged as given ones, said to be found.
+        Without a named job they are not: a quiet daemon is no stall."""
+        return found_logs(self.snapshot, self.scope) if self.options.explicit_scope else ()
+
+    @property
+    def two_samples(self) -> bool:
+        return len(self.snapshot.probe.sample_uptimes) >= 2
+
+    def in_scope(self) -> list[Process]:
+        return [p for p in self.snapshot.processes if p.pid in self.scope]
+
+    @cached_property
+    def now(self) -> float | None:
+        """The target's wall clock at the last sample (its own clock: log mtimes use it)."""
+        btime = available(self.snapshot.host.btime)
+        ups = self.snapshot.probe.sample_uptimes
+        if btime is None or not ups:
+            return None
+        return btime + ups[-1]
+
+    def start_wall(self, p: Process) -> float | None:
+        btime = available(self.snapshot.host.btime)
+        if btime is None:
+            return None
+        return btime + p.starttime / self.snapshot.host.clk_tck
+
+    def proc_label(self, pid: int) -> str:
+        p = self.tree.by_pid.get(pid)
+        return f"{pid} ({p.comm})" if p else str(pid)

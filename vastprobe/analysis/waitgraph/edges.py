@@ -1,0 +1,91 @@
+"""What the wait-for graph is made of: an edge (a waiter, the resource it waits on, who can end
+the wait), a hop and a chain of them, and a task (one thread of a process as a waiter). Plain values
+every other module of the graph, and the analyses and rules that read chains, share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from vastprobe.model import Evidence, FileLock, Process, Socket, Syscall, Unavailable
+
+EdgeKind = Literal["child", "pipe", "fifo", "fifo-open", "unix-socket", "tcp", "file-lock", "fuse", "db-lock"]
+
+
+@dataclass(frozen=True)
+class WaitEdge:
+    waiter: int
+    kind: EdgeKind
+    holders: tuple[int, ...]  # who can end the wait; () when nobody visible can
+    what: str  # the resource, in words
+    evidence: tuple[Evidence, ...] = ()
+    fd: int | None = None
+    path: str | None = None
+    socket: Socket | None = None
+    peer: Socket | None = None
+    lock: FileLock | None = None
+    thread: int | None = None  # the thread that waits, when it is not the main one
+    inferred: bool = False  # not a blocking wait on this very resource: a poll, a retry loop, a title
+    poll: bool = False  # one fd of an event loop over several: the waiter waits on any of them
+    retry: Literal["sqlite-busy", "lock-file"] | None = None  # a waiter that sleeps and tries again
+    writes: bool = False  # a pipe or FIFO the waiter writes (full), not one it reads (empty)
+
+
+@dataclass(frozen=True)
+class Hop:
+    pid: int
+    edge: WaitEdge | None  # how this process waits on the next hop; None at the chain's end
+
+
+@dataclass(frozen=True)
+class Chain:
+    hops: tuple[Hop, ...]
+    cycle: bool = False  # the last edge leads back into the chain: a deadlock
+    open_loop: str | None = None  # it leads back, but a member's other thread may still act (which, in words)
+    dangling: WaitEdge | None = None  # the end waits on something no visible process holds
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        return tuple(h.pid for h in self.hops)
+
+    @property
+    def waiter(self) -> int:
+        return self.hops[0].pid
+
+    @property
+    def end(self) -> int:
+        return self.hops[-1].pid
+
+    @property
+    def edges(self) -> tuple[WaitEdge, ...]:
+        return tuple(h.edge for h in self.hops if h.edge is not None)
+
+    def resource_edges(self) -> tuple[WaitEdge, ...]:
+        return tuple(e for e in (*self.edges, *([self.dangling] if self.dangling else [])) if e.kind != "child")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One thread of a process as a waiter: the main one (tid None) or another, bounded by the probe."""
+
+    pid: int
+    tid: int | None
+    comm: str
+    state: str
+    wchan: str | Unavailable | None
+    syscall: Syscall | Unavailable
+
+    @property
+    def who(self) -> str:
+        return f"thread {self.tid} ({self.comm}) of {self.pid}" if self.tid is not None else f"{self.pid} ({self.comm})"
+
+
+def main_task(p: Process) -> Task:
+    return Task(p.pid, None, p.comm, p.state, p.wchan, p.syscall)
+
+
+def untimed_futex(sc: Syscall | Unavailable) -> bool:
+    """A futex wait with no timeout: the thread waits for another thread of its process (a join, a
+    lock, a condition without a deadline). Python's Event.wait(5) and a heartbeat's timed wait
+    pass a timeout (the 4th argument) and will wake by themselves."""
+    return isinstance(sc, Syscall) and sc.name == "futex" and len(sc.args) > 3 and sc.args[3] == 0

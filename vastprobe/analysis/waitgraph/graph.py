@@ -1,0 +1,206 @@
+"""The wait-for graph itself: each process's edges (the kind of its wait picks the edge module that
+derives them), the chains they make from a waiter to its root blocker, and the loops among them
+(deadlocks, and loops of full pipes that another thread might still drain)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import cached_property
+
+from vastprobe.analysis.tree import ProcessTree
+from vastprobe.analysis.waitgraph.edges import Chain, Hop, Task, WaitEdge, main_task, untimed_futex
+from vastprobe.analysis.waitgraph.fuse import FuseEdges
+from vastprobe.analysis.waitgraph.locks import LockEdges
+from vastprobe.analysis.waitgraph.pipes import PipeEdges
+from vastprobe.analysis.waitgraph.polls import PollEdges
+from vastprobe.analysis.wchan_families import WaitKind
+from vastprobe.model import HostSnapshot, Process, Syscall
+
+MAX_CHAINS = 32
+MAX_DEPTH = 64
+#: processes one chain search visits at most (poll edges make the graph dense)
+MAX_VISITS = 4096
+
+
+def _loop_of(ch: Chain) -> tuple[Hop, ...]:
+    """The hops of a chain that leads back into itself, from where it comes back to."""
+    return ch.hops[ch.pids.index(ch.hops[-1].pid) :]
+
+
+def _loop_key(loop: tuple[Hop, ...]) -> tuple[int, ...]:
+    """A loop's members from its smallest pid on: the same loop found from any member."""
+    pids = [h.pid for h in loop[:-1]]
+    i = pids.index(min(pids))
+    return tuple(pids[i:] + pids[:i])
+
+
+class WaitGraph(PipeEdges, PollEdges, LockEdges, FuseEdges):
+    """What each process waits on, and the chains of waits: built once per snapshot, edges on demand."""
+
+    def __init__(self, snapshot: HostSnapshot, tree: ProcessTree) -> None:
+        super().__init__(snapshot, tree)
+        self._edges: dict[int, tuple[WaitEdge, ...]] = {}
+
+    def edges(self, pid: int) -> tuple[WaitEdge, ...]:
+        found = self._edges.get(pid)
+        if found is None:
+            p = self.tree.by_pid.get(pid)
+            found = self._edges[pid] = tuple(self._derive(p)) if p is not None else ()
+        return found
+
+    def _derive(self, p: Process) -> Iterator[WaitEdge]:
+        main = main_task(p)
+        kind = self.kind(p)
+        if kind == "child":
+            jobs = self.jobs(p)
+            if jobs:
+                yield WaitEdge(p.pid, "child", tuple(k.pid for k in jobs), "its children's exit")
+            return
+        found = list(self._task_edges(p, main, kind))
+        if kind == "event-loop":
+            # one connection and nothing else to wait on: curl, psql (the single edge says more);
+            # several pipes and connections: ssh's sshd session, rsync
+            polled = list(self._poll_edges(p, main))
+            if not found or len(polled) > 1 or (polled and polled[0].socket is None):
+                found = polled
+        elif kind == "sleep" and not found:
+            found = [e for e in (self._sqlite_busy_edge(p), self._app_lock_edge(p)) if e is not None][:1]
+        if kind == "event-loop":
+            found += [e for e in (self._db_lock_edge(p),) if e is not None]
+        yield from found
+        if found or kind in ("pipe-read", "pipe-write", "fifo-open", "file-lock", "fuse", "event-loop", "sleep"):
+            return  # an event loop or a sleep can act by itself: its threads' waits are not the process's
+        if kind == "futex" and isinstance(p.syscall, Syscall) and not untimed_futex(p.syscall):
+            return  # a futex wait with a timeout (Event.wait(5), a join with a timeout): it wakes and acts
+        # the main thread waits for another thread (a futex with no timeout: a join, a lock) or on
+        # nothing we follow: another thread may be held by a full pipe or socket (multiprocessing's queue feeder, a loader thread), a lock or a FUSE
+        # server. Threads that wait to read are left out: a result handler waiting for input is how
+        # a pool idles, and following it leads round the pool and back
+        for t in self.tasks(p)[1:]:
+            tk = self.task_kind(p, t)
+            if tk in ("pipe-write", "socket-write", "file-lock", "fuse"):
+                yield from self._task_edges(p, t, tk)
+
+    def _task_edges(self, p: Process, t: Task, kind: WaitKind | None) -> Iterator[WaitEdge]:
+        if kind in ("pipe-read", "pipe-write"):
+            yield from self._pipe_edges(p, kind, t)
+        elif kind == "fifo-open" and t.tid is None:
+            yield self._fifo_open_edge(p)
+        elif kind in ("socket-read", "socket-write", "socket-connect"):
+            edge = self._socket_edge(p, t)
+            if edge is not None:
+                yield edge
+        elif kind == "file-lock":
+            yield from self._lock_edges(p, t)
+        elif kind == "fuse":
+            yield self._fuse_edge(p, t.tid)
+        elif kind == "event-loop" and t.tid is None:
+            edge = self._poll_socket_edge(p)
+            if edge is not None:
+                yield edge
+
+    # ------------------------------------------------------------------ chains
+
+    def chains(self, start: int, limit: int = MAX_CHAINS) -> list[Chain]:
+        """Every path from `start` along its wait edges to a process that waits on nothing we can
+        follow (the root blocker), or back into the path (a cycle). A path back through an inferred
+        edge (a poll, a retry loop) is a ring, not a cycle: it is not followed, and the search goes
+        on along the other edges (ssh and sshd poll each other; what stops them is further on)."""
+        out: list[Chain] = []
+        budget = [MAX_VISITS]
+
+        def walk(pid: int, path: tuple[Hop, ...], on_path: frozenset[int]) -> None:
+            if len(out) >= limit or budget[0] <= 0:
+                return
+            budget[0] -= 1
+            edges = self.edges(pid)
+            followed = False
+            for edge in edges:
+                if not edge.holders:
+                    continue
+                for h in edge.holders:
+                    if len(out) >= limit:
+                        return
+                    hop = Hop(pid, edge)
+                    if h in on_path or len(path) >= MAX_DEPTH:
+                        members = (*path, hop)
+                        at = next((i for i, x in enumerate(members) if x.pid == h), None) if h in on_path else None
+                        loop = members[at:] if at is not None else ()
+                        if any(x.edge is not None and x.edge.inferred for x in loop):
+                            continue  # a ring of pollers or retries: nothing new to follow there
+                        acting = next(
+                            (
+                                f"{x.pid}: {a}"
+                                for x in loop
+                                if (a := self.acts_elsewhere(x.pid, x.edge.thread if x.edge else None))
+                            ),
+                            None,
+                        )
+                        out.append(Chain((*path, hop, Hop(h, None)), cycle=bool(loop) and acting is None,
+                                         open_loop=acting if loop else None))  # fmt: skip
+                        followed = True
+                        continue
+                    walk(h, (*path, hop), on_path | {h})
+                    followed = True
+            if not followed:
+                dangling = next((e for e in edges if not e.holders), None)
+                out.append(Chain((*path, Hop(pid, None)), dangling=dangling))
+
+        walk(start, (), frozenset({start}))
+        return out
+
+    def settle(self, chain: Chain) -> Chain | None:
+        """A chain through an event loop's edges (`poll`) counts only as far as it is sure: to its end
+        where that end cannot move first (stopped, traced, in D state) or waits on something nobody
+        here holds (a remote peer, a gone server); otherwise up to the last edge that was not a poll's.
+        None: nothing of it is sure (a poller among pollers)."""
+        edges = chain.edges
+        if not any(e.poll for e in edges):
+            return chain
+        if self._frozen(chain.end) or chain.dangling is not None or chain.cycle:
+            return chain
+        last = max((i for i, e in enumerate(edges) if not e.poll), default=None)
+        if last is None:
+            return None
+        return Chain((*chain.hops[: last + 1], Hop(chain.hops[last + 1].pid, None)))
+
+    @cached_property
+    def cycles(self) -> list[Chain]:
+        """Each deadlock once, as the cycle itself (smallest pid first)."""
+        seen: set[tuple[int, ...]] = set()
+        out = []
+        for p in self.snapshot.processes:
+            if not self.edges(p.pid):
+                continue
+            for ch in self.chains(p.pid, limit=8):
+                if not ch.cycle or any(e.inferred for e in ch.edges):
+                    continue
+                loop = _loop_of(ch)
+                if _loop_key(loop) not in seen:
+                    seen.add(_loop_key(loop))
+                    out.append(Chain(loop, cycle=True))
+        return out
+
+    @cached_property
+    def full_pipe_loops(self) -> list[Chain]:
+        """Loops of writes into full pipes (a parent writing a child's stdin while the child writes
+        a full stdout the parent should read) through a process with another live thread. That
+        thread could drain one (a paced consumer), so this is no proven deadlock; but nothing
+        moving while both pipes stay full is what the classic subprocess deadlock looks like in a
+        program that also has a heartbeat or progress thread. Each once, as the loop itself."""
+        seen: set[tuple[int, ...]] = set()
+        out = []
+        for p in self.snapshot.processes:
+            if self.kind(p) != "pipe-write":
+                continue
+            for ch in self.chains(p.pid, limit=8):
+                if ch.open_loop is None or any(e.inferred for e in ch.edges):
+                    continue
+                loop = _loop_of(ch)
+                if not all(h.edge is None or (h.edge.kind in ("pipe", "fifo") and self.kind(self.tree.by_pid[h.pid])
+                           == "pipe-write") for h in loop):  # fmt: skip
+                    continue
+                if _loop_key(loop) not in seen:
+                    seen.add(_loop_key(loop))
+                    out.append(Chain(loop, open_loop=ch.open_loop))
+        return out

@@ -1,0 +1,222 @@
+"""The snapshot indexed once for the graph (fd tables by pipe, socket and path; sockets by inode and
+by connection; file locks waiting and held), and what each process and thread waits for: the kind
+of wait from its wait channel, system call and fd, its threads, its jobs, whether another of its
+threads can still act. Every edge module builds on this; none re-reads the snapshot's tables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from vastprobe.analysis.tree import ProcessTree
+from vastprobe.analysis.waitgraph.edges import Task, main_task, untimed_futex
+from vastprobe.analysis.wchan_families import WaitKind, wait_kind, waited_fd
+from vastprobe.model import (
+    FdEntry,
+    FileLock,
+    HostSnapshot,
+    Process,
+    Socket,
+    SocketTable,
+    Syscall,
+    Unavailable,
+)
+
+#: Processes that adopt orphans besides PID 1: container shims and inits that set
+#: PR_SET_CHILD_SUBREAPER (procfs does not show the flag itself).
+SUBREAPERS = frozenset(
+    {"tini", "dumb-init", "catatonit", "containerd-shim", "containerd-shim-runc-v2", "conmon", "docker-init"}
+)
+
+
+@dataclass
+class _FdIndex:
+    pipes: dict[int, list[tuple[int, FdEntry]]] = field(default_factory=dict)
+    sockets: dict[int, list[int]] = field(default_factory=dict)
+    paths: dict[str, list[tuple[int, FdEntry]]] = field(default_factory=dict)
+    fuse_servers: list[int] = field(default_factory=list)
+
+
+class WaitIndex:
+    """The snapshot and its process tree, indexed for the edge modules, and each process's waits."""
+
+    def __init__(self, snapshot: HostSnapshot, tree: ProcessTree) -> None:
+        self.snapshot = snapshot
+        self.tree = tree
+
+    # ------------------------------------------------------------------ indexes, built once
+
+    @cached_property
+    def _fds(self) -> _FdIndex:
+        idx = _FdIndex()
+        for p in self.snapshot.processes:
+            if isinstance(p.fds, Unavailable):
+                continue
+            for e in p.fds:
+                t = e.target
+                if t.startswith("pipe:["):
+                    ino = e.pipe_inode
+                    if ino is not None:
+                        idx.pipes.setdefault(ino, []).append((p.pid, e))
+                elif t.startswith("socket:[") and t.endswith("]"):
+                    n = e.socket_inode
+                    if n is not None:
+                        idx.sockets.setdefault(n, []).append(p.pid)
+                elif t == "/dev/fuse":
+                    idx.fuse_servers.append(p.pid)
+                elif t.startswith("/"):
+                    idx.paths.setdefault(e.path, []).append((p.pid, e))
+        return idx
+
+    @cached_property
+    def _sockets(self) -> dict[int, Socket]:
+        return self.snapshot.sockets.by_inode() if isinstance(self.snapshot.sockets, SocketTable) else {}
+
+    @cached_property
+    def _tcp_peers(self) -> dict[tuple[str, str], list[Socket]]:
+        out: dict[tuple[str, str], list[Socket]] = {}
+        for s in self._sockets.values():
+            if s.proto.startswith("tcp") and s.remote:
+                out.setdefault((s.local, s.remote), []).append(s)
+        return out
+
+    @cached_property
+    def _locks(self) -> tuple[dict[int, list[FileLock]], dict[int, FileLock]]:
+        waiting: dict[int, list[FileLock]] = {}
+        held: dict[int, FileLock] = {}
+        if isinstance(self.snapshot.locks, tuple):
+            for lk in self.snapshot.locks:
+                if lk.waiting:
+                    if lk.pid is not None:
+                        waiting.setdefault(lk.pid, []).append(lk)
+                else:
+                    held.setdefault(lk.number, lk)
+        return waiting, held
+
+    # ------------------------------------------------------------------ processes
+
+    def process(self, pid: int) -> Process | None:
+        return self.tree.by_pid.get(pid)
+
+    def kind(self, p: Process) -> WaitKind | None:
+        """What the process's main thread waits for; None when it is running or nothing says."""
+        return self.task_kind(p, main_task(p))
+
+    def task_kind(self, p: Process, t: Task) -> WaitKind | None:
+        """What one thread of `p` waits for; None when it is running or nothing says."""
+        if t.state in ("T", "t"):
+            return "stopped"
+        if t.state not in ("S", "D"):
+            return None
+        wchan = t.wchan if isinstance(t.wchan, str) else None
+        kind = wait_kind(wchan, t.syscall if isinstance(t.syscall, Syscall) else None)
+        if kind == "other":
+            kind = self._kind_from_fd(p, t) or kind
+        if kind == "child" and (t.tid is not None or not any(k.state != "Z" for k in self.tree.kids(p.pid))):
+            return "signal"  # a sigsuspend with no live child waits for a signal, not a child
+        return kind
+
+    def tasks(self, p: Process) -> list[Task]:
+        """The main thread, then the other threads the probe read."""
+        return [
+            main_task(p),
+            *(
+                Task(p.pid, t.tid, t.comm, t.state, t.wchan, t.syscall or Unavailable("not read"))
+                for t in p.threads_detail
+            ),
+        ]
+
+    def _kind_from_fd(self, p: Process, t: Task) -> WaitKind | None:
+        """A generic wait channel (wait_woken) or none at all: the fd of the system call decides."""
+        entry = self.waited_entry(p, t.syscall)
+        if entry is None or not isinstance(t.syscall, Syscall):
+            return None
+        writing = t.syscall.name in ("write", "writev", "sendto", "sendmsg")
+        if entry.target.startswith("socket:["):
+            return "socket-write" if writing else "socket-read"
+        if entry.target.startswith("pipe:["):
+            return "pipe-write" if writing else "pipe-read"
+        if entry.target.startswith("/dev/pts/") or entry.target.startswith("/dev/tty"):
+            return "tty"
+        return None
+
+    def waited_entry(self, p: Process, sc: Syscall | Unavailable | None = None) -> FdEntry | None:
+        """The fd entry a blocked read/write/... is on, from `sc` (None: the main thread's)."""
+        fd = waited_fd(p.syscall if sc is None else sc)
+        if fd is None or isinstance(p.fds, Unavailable):
+            return None
+        return next((e for e in p.fds if e.fd == fd), None)
+
+    def acts_elsewhere(self, pid: int, thread: int | None = None) -> str | None:
+        """A thread other than `thread` (the one whose wait is in question; None: the main one) that
+        can still act: it can write the pipe or release what the others wait for, so a loop of waits
+        through this process proves no deadlock. git's fetch reads index-pack's output while its
+        demux thread feeds index-pack from ssh; a program reads gzip's output while a thread that
+        sleeps or waits on a queue between chunks feeds it. A stopped thread cannot act, nor one in a
+        futex wait without a timeout (it waits for another thread of its own: multiprocessing's main
+        thread joining the queue's feeder). Says which thread, in words."""
+        p = self.tree.by_pid.get(pid)
+        if p is None:
+            return None
+        others = [t for t in self.tasks(p) if t.tid != thread]
+        live = [t for t in others if t.state not in ("T", "t", "Z", "X") and not untimed_futex(t.syscall)]
+        # name the thread most likely doing the work: one that runs, then one in a wait of its own,
+        # before a server's poll or accept loop (the handler, not the acceptor)
+        live.sort(
+            key=lambda t: (
+                0
+                if t.state == "R"
+                else 2
+                if wait_kind(t.wchan if isinstance(t.wchan, str) else None, None) in ("event-loop", "accept")
+                else 1
+            )
+        )
+        for t in live:
+            w = t.wchan if isinstance(t.wchan, str) else None
+            doing = "runs" if t.state == "R" else f"waits in {w}" if w not in (None, "", "0") else "waits"
+            name = f"its thread {t.tid} ({t.comm})" if t.tid is not None else f"its main thread ({t.comm})"
+            return f"{name} {doing}"
+        if p.threads > 1 + len(p.threads_detail):  # past the probe's thread bound: not known to be idle
+            return f"{p.threads - 1 - len(p.threads_detail)} other thread(s) not read"
+        return None
+
+    def jobs(self, p: Process) -> list[Process]:
+        """The children a waiting process waits on: not zombies, and not daemons (a child that
+        started a session of its own, like sshd under a container's entrypoint, is no job of it)."""
+        return [
+            k
+            for k in self.tree.kids(p.pid)
+            if k.state != "Z" and not (k.session == k.pid and k.session != p.session and k.session > 0)
+        ]
+
+    def waits_on_jobs(self, p: Process) -> bool:
+        return self.kind(p) == "child" and bool(self.jobs(p))
+
+    def init_like(self, p: Process | None) -> bool:
+        """Host PID 1, a PID namespace's init (seen from outside: its last NSpid is 1), or a subreaper."""
+        if p is None:
+            return False
+        return p.pid == 1 or (bool(p.nspid) and p.nspid[-1] == 1) or p.comm in SUBREAPERS
+
+    def orphan(self, p: Process) -> bool:
+        """Re-parented to an init: its parent is an init-like process."""
+        return self.init_like(self.tree.by_pid.get(p.ppid))
+
+    def _frozen(self, pid: int) -> bool:
+        """Stopped, traced or in uninterruptible sleep: it will not move first."""
+        q = self.tree.by_pid.get(pid)
+        return q is not None and q.state in ("T", "t", "D")
+
+    # ------------------------------------------------------------------ words
+
+    def _cmd(self, pid: int) -> tuple[str, ...]:
+        p = self.tree.by_pid.get(pid)
+        return p.cmdline if p else ()
+
+    def _label(self, pid: int | None) -> str:
+        if pid is None:
+            return "?"
+        p = self.tree.by_pid.get(pid)
+        if p is None:
+            return f"{pid} (not visible)"
+        return f"{pid} ({p.comm}, {p.state} {p.wchan if isinstance(p.wchan, str) else '?'})"

@@ -1,0 +1,244 @@
+"""Edges of a wait for a lock: a file lock in /proc/locks (flock, POSIX, OFD), and the locks
+nothing in the kernel names because the waiter sleeps and retries (SQLite's busy handler, apt's
+lock timeout) or says so in its process title (a PostgreSQL backend waiting for a row lock).
+Those are inferred, and worded as likely."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from functools import cached_property
+
+from vastprobe.analysis.waitgraph.edges import Task, WaitEdge, main_task
+from vastprobe.analysis.waitgraph.index import WaitIndex
+from vastprobe.model import Evidence, FileLock, Process, Unavailable
+
+#: SQLite's lock bytes start at 0x40000000 (its PENDING_BYTE): PENDING, RESERVED, then the SHARED range
+SQLITE_PENDING, SQLITE_SHARED = "1073741824", "1073741826"  # RESERVED is 1073741825
+SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm")
+#: apt's and dpkg's own processes: they retry the package system's locks in a sleep loop
+APT_COMMS = frozenset({"apt", "apt-get", "aptitude", "apt-cache", "dpkg", "unattended-upgr", "packagekitd"})
+_PG_CLIENT = re.compile(r" (\[local\]|[0-9a-fA-F.:]+\([0-9]+\)|[A-Za-z0-9.-]+\([0-9]+\)) ", re.ASCII)
+
+
+def process_title(p: Process) -> str:
+    """A title a process wrote over its argv (PostgreSQL's `postgres: user db [local] UPDATE
+    waiting`): one argument, the rest of the old argv's space NUL-padded; "" otherwise."""
+    args = [a for a in p.cmdline if a]
+    return args[0].rstrip() if len(args) == 1 else ""
+
+
+def _lock_named(path: str) -> bool:
+    """A file whose name says it is a lock: `x.lock`, `lock`, `lock-frontend`, `.lck`."""
+    base = path.rsplit("/", 1)[-1].lower()
+    return path.startswith("/") and ("lock" in base or base.endswith(".lck"))
+
+
+def _package_lock(path: str) -> bool:
+    base = path.rsplit("/", 1)
+    return len(base) == 2 and base[1] in ("lock-frontend", "lock") and ("dpkg" in base[0] or "apt" in base[0])
+
+
+class LockEdges(WaitIndex):
+    """Who holds the lock a process waits for, or keeps it out between its attempts."""
+
+    def _db_lock_edge(self, p: Process) -> WaitEdge | None:
+        """A PostgreSQL backend says in its process title that it waits for a lock (`... UPDATE
+        waiting`); which session holds it only pg_locks says. The likely holders are the backends of
+        the same server idle in a transaction (they hold their locks until they commit), else the
+        ones running a statement. Worded as likely, with the titles as evidence."""
+        title = process_title(p)
+        if not title.startswith("postgres: ") or not title.endswith(" waiting"):
+            return None
+        siblings = [q for q in self.tree.kids(p.ppid) if q.pid != p.pid and q.state != "Z"]
+        title_of = process_title
+
+        idle_tx = [q for q in siblings if " idle in transaction" in title_of(q)]
+        active = [
+            q
+            for q in siblings
+            if title_of(q).startswith("postgres: ")
+            and _PG_CLIENT.search(title_of(q))
+            and not title_of(q).endswith((" idle", " waiting"))
+            and " idle in transaction" not in title_of(q)
+        ]
+        likely = idle_tx or active
+        ev = [Evidence("title", f"{p.pid}: {title[:200]}")]
+        ev += [Evidence("title", f"{q.pid}: {title_of(q)[:200]}") for q in likely[:8]]
+        why = "idle in a transaction" if idle_tx else "running a statement"
+        return WaitEdge(
+            p.pid,
+            "db-lock",
+            tuple(q.pid for q in likely),
+            f"a PostgreSQL lock; likely held by the session(s) {why}",
+            tuple(ev),
+            inferred=True,
+        )
+
+    def _app_lock_edge(self, p: Process) -> WaitEdge | None:
+        """A waiter that retries a lock in a sleep loop holds no lock between attempts and often not
+        even the file (apt's DPkg::Lock::Timeout closes it), so no kernel wait names it. The holder
+        is a process holding a write lock in /proc/locks while it has open a lock file that the
+        sleeper has open too, or, for apt and dpkg, one of the package system's lock files
+        (`lock-frontend`, `lock` of dpkg's or apt's directories). Inferred: a retry loop."""
+        _waiting, held = self._locks
+        if not held or isinstance(p.fds, Unavailable):
+            return None
+        mine = {e.path for e in p.fds if _lock_named(e.path)}
+        apt = p.comm in APT_COMMS
+        if not mine and not apt:
+            return None
+        if any(lk.pid == p.pid for lk in held.values()):
+            return None  # it holds a lock itself: not a waiter kept out
+        for lk in held.values():
+            if lk.access != "WRITE" or lk.pid is None or lk.pid == p.pid:
+                continue
+            holder = self.tree.by_pid.get(lk.pid)
+            if holder is None or isinstance(holder.fds, Unavailable):
+                continue
+            theirs = {e.path for e in holder.fds if e.path.startswith("/") and not e.deleted}
+            path = next(iter(sorted(mine & theirs)), None)
+            if path is None and apt:
+                path = next((f for f in sorted(theirs) if _package_lock(f)), None)
+            if path is None:
+                continue
+            ev = (
+                Evidence("/proc/wchan", f"{p.pid} ({p.comm}) sleeps between attempts ({p.wchan})"),
+                Evidence("/proc/locks", f"held: {lk.kind} WRITE by {self._label(holder.pid)}"),
+                Evidence("/proc/fd", f"{path} open in {holder.pid} ({holder.comm})"
+                         + (" and in the waiter" if path in mine else "")),
+            )  # fmt: skip
+            return WaitEdge(p.pid, "file-lock", (holder.pid,), f"the lock on {path}", ev, path=path, lock=lk,
+                            inferred=True, retry="lock-file")  # fmt: skip
+        return None
+
+    def _lock_edges(self, p: Process, t: Task | None = None) -> Iterator[WaitEdge]:
+        t = t or main_task(p)
+        waiting, held = self._locks
+        entry = self.waited_entry(p, t.syscall)
+        path = entry.path if entry is not None and entry.target.startswith("/") else None
+        requests = waiting.get(p.pid, [])
+        if not requests:
+            yield WaitEdge(p.pid, "file-lock", (), f"a file lock{f' on {path}' if path else ''} (not in /proc/locks)")
+            return
+        for req in requests[:4]:
+            lk = held.get(req.number)
+            holders: tuple[int, ...] = ()
+            if lk is not None and lk.pid is not None and lk.pid in self.tree.by_pid:
+                holders = (lk.pid,)
+            elif path is not None:  # the locker is gone or not visible: who still has the file open
+                holders = tuple(sorted({pid for pid, _e in self._fds.paths.get(path, []) if pid != p.pid}))
+            where = path or f"inode {req.inode} on device {req.device}"
+            ev = [Evidence("/proc/locks", f"{p.pid} ({p.comm}) waits: {req.kind} {req.access} on {where}")]
+            if lk is not None:
+                who = self._label(lk.pid) if lk.pid is not None else "a process not visible here"
+                ev.append(Evidence("/proc/locks", f"held: {lk.kind} {lk.access} by {who}"))
+            yield WaitEdge(
+                p.pid,
+                "file-lock",
+                holders,
+                f"{req.kind} {req.access} lock on {where}",
+                tuple(ev),
+                path=path,
+                lock=lk,
+                thread=t.tid,
+            )
+
+    def _sqlite_busy_edge(self, p: Process) -> WaitEdge | None:
+        """SQLite's busy handler sleeps between attempts, so no kernel wait names the lock; its lock
+        bytes in /proc/locks (from offset 0x40000000) say who waits on whom. A sleeper that holds
+        PENDING but not EXCLUSIVE is a writer waiting for the connections that hold SHARED (an open
+        read cursor or transaction) to let go. A sleeper that holds no lock of the database is kept
+        out by another's PENDING or EXCLUSIVE; SQLite does not retry a connection that holds SHARED,
+        and whether a lockless sleeper wants to write (RESERVED would stop it) nothing says."""
+        by_pid, keeping_out = self._sqlite_locks
+        if not by_pid or isinstance(p.fds, Unavailable):
+            return None
+        mine = by_pid.get(p.pid, [])
+        for own in mine:
+            if own.access != "WRITE" or own.start != SQLITE_PENDING:
+                continue
+            key = (own.device, own.inode)
+            if any(lk.access == "WRITE" and lk.start == SQLITE_SHARED and (lk.device, lk.inode) == key for lk in mine):
+                return None  # it has EXCLUSIVE: it is writing, not waiting
+            readers = sorted(
+                {
+                    pid
+                    for pid, locks in by_pid.items()
+                    if pid != p.pid and any((lk.device, lk.inode) == key and lk.start == SQLITE_SHARED for lk in locks)
+                }
+            )
+            if not readers:
+                return None
+            db = self._sqlite_database(p.pid) or f"inode {own.inode}"
+            ev = (
+                Evidence("/proc/wchan", f"{p.pid} ({p.comm}) sleeps between attempts ({p.wchan})"),
+                Evidence("/proc/locks", f"{p.pid} holds SQLite's PENDING lock ({own.start}): it waits to write"),
+                *(Evidence("/proc/locks", f"SHARED (a reader) held by {self._label(r)}") for r in readers[:8]),
+            )
+            return WaitEdge(p.pid, "file-lock", tuple(readers), f"the readers of {db} (SQLite's SHARED locks)", ev,
+                            path=db if db.startswith("/") else None, lock=own, inferred=True,
+                            retry="sqlite-busy")  # fmt: skip
+        if mine:
+            return None  # it holds SHARED (never retried), RESERVED or more: not kept out
+        opened = self._readable_files(p)
+        for holder, lk, held_db in keeping_out:
+            if held_db not in opened:
+                continue  # the lock's file is the holder's database: only that one keeps this sleeper out
+            ev = (
+                Evidence("/proc/wchan", f"{p.pid} ({p.comm}) sleeps between attempts ({p.wchan})"),
+                Evidence(
+                    "/proc/locks",
+                    f"held: {lk.kind} WRITE {lk.start}-{lk.end} by {self._label(holder)}: SQLite's lock bytes",
+                ),
+                Evidence("/proc/fd", f"{held_db} open in both"),
+            )
+            return WaitEdge(p.pid, "file-lock", (holder,), f"SQLite's write lock on {held_db}", ev, path=held_db, lock=lk,
+                            inferred=True, retry="sqlite-busy")  # fmt: skip
+        return None
+
+    @cached_property
+    def _sqlite_locks(self) -> tuple[dict[int, list[FileLock]], list[tuple[int, FileLock, str]]]:
+        """Held locks by visible holder, and the PENDING or EXCLUSIVE write locks that keep other
+        connections out, each with its holder's database: built once, not once per sleeper."""
+        _waiting, held = self._locks
+        by_pid: dict[int, list[FileLock]] = {}
+        for lk in held.values():
+            if lk.pid is not None and lk.pid in self.tree.by_pid:
+                by_pid.setdefault(lk.pid, []).append(lk)
+        keeping_out = []
+        for pid, locks in by_pid.items():
+            for lk in locks:
+                if lk.access == "WRITE" and lk.start in (SQLITE_PENDING, SQLITE_SHARED):
+                    db = self._sqlite_database(pid)
+                    if db is not None:
+                        keeping_out.append((pid, lk, db))
+        return by_pid, keeping_out
+
+    def _readable_files(self, p: Process) -> set[str]:
+        """Files a process has open to read (a database is, never write-only like a log): not a
+        device, not deleted, not SQLite's journal, WAL or shm."""
+        if isinstance(p.fds, Unavailable):
+            return set()
+        return {
+            e.path
+            for e in p.fds
+            if e.mode in ("r", "rw")
+            and not e.deleted
+            and e.path.startswith("/")
+            and not e.path.startswith(("/dev/", "/proc/", "/sys/"))
+            and not e.path.endswith(SQLITE_SIDE_FILES)
+        }
+
+    def _sqlite_database(self, pid: int) -> str | None:
+        """Which database a lock holder's lock is on, without its inode: the file it holds open
+        with its rollback journal, else the only file it has open to read; None when that is not
+        one file (an app with two databases open)."""
+        p = self.tree.by_pid.get(pid)
+        if p is None or isinstance(p.fds, Unavailable):
+            return None
+        files = self._readable_files(p)
+        journaled = sorted(f for f in files if any(e.path == f + "-journal" for e in p.fds))
+        if len(journaled) == 1:
+            return journaled[0]
+        return next(iter(files)) if len(files) == 1 else None

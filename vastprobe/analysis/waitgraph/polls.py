@@ -1,0 +1,138 @@
+"""Edges of an event loop (poll, select, epoll) over several pipes and connections: it waits on
+any of their other ends, bounded by what its system call or epoll's interest list says it
+watches. Built on the pipe and socket lookups; kept apart because a loop waits on many ends at once
+and must leave out those that wait back on it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+from vastprobe.analysis.waitgraph.edges import Task, WaitEdge
+from vastprobe.analysis.waitgraph.sockets import SocketEdges
+from vastprobe.analysis.wchan_families import WaitKind
+from vastprobe.model import Evidence, Process, Socket, Syscall, Unavailable
+
+#: fds of one event loop followed as its waits
+MAX_POLL_FDS = 64
+
+
+class PollEdges(SocketEdges):
+    """What an event loop waits on: one `poll` edge per pipe or connection it watches."""
+
+    def _poll_edges(self, p: Process, t: Task) -> Iterator[WaitEdge]:
+        """An event loop (poll, select, epoll) over several pipes and connections waits on any of
+        their other ends: ssh on sshd, sshd on the command it runs for the client, rsync on ssh. An
+        end that waits on this very process through the same pipe or socket is left out (a writer
+        blocked on a full pipe this one reads is not what this one waits for), and so is an end only
+        this process holds (a wake-up pipe). A server (it holds a listening socket) waits for work
+        by design and gets none. One edge per fd, each `poll`: a ring of pollers is no deadlock, and
+        a chain through them counts only where it reaches something that does not move."""
+        sc = t.syscall if isinstance(t.syscall, Syscall) else None
+        if isinstance(p.fds, Unavailable) or not self._pollable(p) or sc is None:
+            return  # which fds it watches, only its system call (root) and epoll's interest lists say
+        if (sc.name or "").startswith("epoll") and p.epoll is None:
+            return
+        out: list[WaitEdge] = []
+        head = Evidence("/proc/wchan", f"{t.who} waits in {t.wchan} over its pipes and connections")
+        for e in p.fds:
+            if len(out) >= MAX_POLL_FDS:
+                break
+            ino = e.pipe_inode
+            if ino is not None and e.mode in ("r", "w"):
+                reading = e.mode == "r"
+                other = ("w", "rw") if reading else ("r", "rw")
+                holders = sorted(
+                    {
+                        pid
+                        for pid, o in self._fds.pipes.get(ino, [])
+                        if o.mode in other and pid != p.pid and not self._waits_back(pid, ino, reading)
+                    }
+                )
+                if not holders:
+                    continue
+                role = "writer" if reading else "reader"
+                ev = (
+                    head,
+                    Evidence("/proc/fd", f"fd {e.fd}: {'reads' if reading else 'writes'} pipe:[{ino}]"),
+                    *(Evidence("/proc/fd", f"pipe:[{ino}] {role}: {self._label(h)}") for h in holders[:8]),
+                )
+                what = f"pipe:[{ino}] (fd {e.fd}) it {'reads' if reading else 'writes'}, among others it polls"
+                out.append(WaitEdge(p.pid, "pipe", tuple(holders), what, ev, fd=e.fd, thread=t.tid, inferred=True,
+                                    poll=True, writes=not reading))  # fmt: skip
+                continue
+            sino = e.socket_inode
+            sock = self._sockets.get(sino) if sino is not None else None
+            if sock is None or sock.state not in ("ESTABLISHED", "CONNECTED"):
+                continue
+            if sock.proto.startswith("tcp"):
+                edge = self._tcp_edge(p, sock, e.fd)
+            elif sock.proto == "unix":
+                edge = self._unix_edge(p, sock, e.fd)
+            else:
+                continue
+            kept = tuple(h for h in edge.holders if h != p.pid and not self._waits_back_socket(h, edge.peer))
+            if edge.holders and not kept:
+                continue  # its own socketpair, or a peer that waits on it
+            if not kept and sock.proto == "unix":
+                continue  # a Unix peer nobody named: nothing to follow
+            out.append(replace(edge, holders=kept, evidence=(head, *edge.evidence), thread=t.tid, inferred=True,
+                               poll=True))  # fmt: skip
+        # the system call bounds the set: select() watches fds below its first argument, poll() as many
+        # fds as its second says (which ones only its memory holds: connections first, then the lowest
+        # fds; a pipe inherited at fd 251 from a launcher is seldom polled)
+        if sc.name in ("select", "pselect6") and sc.args:
+            out = [e for e in out if e.fd is not None and e.fd < sc.args[0]]
+        elif p.epoll is not None and (sc.name or "").startswith("epoll"):
+            # epoll: the interest list of the instance it waits on (its first argument), read from fdinfo
+            epfd = sc.args[0] if sc.args else None
+            watched = {w.fd for w in p.epoll if epfd is None or w.epfd == epfd}
+            out = [e for e in out if e.fd in watched]
+        elif sc.name in ("poll", "ppoll") and len(sc.args) > 1 and sc.args[1] < len(out):
+            out = sorted(out, key=lambda e: (e.socket is None, e.fd if e.fd is not None else 1 << 20))[: sc.args[1]]
+        # ends that cannot move first, and what it writes to them (a backlog), before the rest: the
+        # walk meets them before the other pollers
+        out = [replace(e, holders=tuple(sorted(e.holders, key=lambda h: not self._frozen(h)))) for e in out]
+        out.sort(key=lambda e: (not any(self._frozen(h) for h in e.holders), not e.writes))
+        yield from out
+
+    def _pollable(self, p: Process) -> bool:
+        """Not a server: a process holding a listening socket waits for work, not on its clients."""
+        for e in p.fds if not isinstance(p.fds, Unavailable) else ():
+            sock = self._sockets.get(e.socket_inode) if e.socket_inode is not None else None
+            if sock is not None and sock.state == "LISTEN":
+                return False
+        return True
+
+    def _waits_back(self, pid: int, ino: int, reading: bool) -> bool:
+        """Whether `pid` is blocked on pipe `ino` itself: writing it (full) when the poller reads it,
+        reading it (empty) when the poller writes it. Then the poller does not wait on it there."""
+        q = self.tree.by_pid.get(pid)
+        if q is None:
+            return False
+        want: WaitKind = "pipe-write" if reading else "pipe-read"
+        for t in self.tasks(q):
+            if self.task_kind(q, t) != want:
+                continue
+            entry = self.waited_entry(q, t.syscall)
+            if entry is not None:
+                if entry.pipe_inode == ino:
+                    return True
+            elif not isinstance(q.fds, Unavailable) and any(
+                o.pipe_inode == ino and o.mode in (("w", "rw") if reading else ("r", "rw")) for o in q.fds
+            ):
+                return True
+        return False
+
+    def _waits_back_socket(self, pid: int, peer: Socket | None) -> bool:
+        """Whether `pid` is blocked reading or writing the peer socket itself: it waits on the poller."""
+        q = self.tree.by_pid.get(pid)
+        if q is None or peer is None:
+            return False
+        for t in self.tasks(q):
+            if self.task_kind(q, t) not in ("socket-read", "socket-write"):
+                continue
+            entry = self.waited_entry(q, t.syscall)
+            if entry is not None and entry.socket_inode == peer.inode:
+                return True
+        return False

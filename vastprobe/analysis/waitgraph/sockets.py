@@ -1,0 +1,178 @@
+"""Edges of a wait on a socket: the peer of a TCP connection on this host (or the listener whose
+queue holds a connection not accepted yet), the peer of a Unix socket, a client polling its only
+connection; and which processes a process is connected to (the ranks of a job)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import cached_property
+
+from vastprobe.analysis.waitgraph.edges import Task, WaitEdge, main_task
+from vastprobe.analysis.waitgraph.index import WaitIndex
+from vastprobe.model import Evidence, Process, Socket, SocketTable, Unavailable
+
+
+class SocketEdges(WaitIndex):
+    """Who holds the other end of a socket a process waits on."""
+
+    def _socket_edge(self, p: Process, t: Task | None = None) -> WaitEdge | None:
+        t = t or main_task(p)
+        entry = self.waited_entry(p, t.syscall)
+        inodes: list[tuple[int, int]] = []
+        if entry is not None and entry.socket_inode is not None:
+            inodes = [(entry.socket_inode, entry.fd)]
+        elif not isinstance(p.fds, Unavailable):  # no system call: a single connected socket decides
+            conn = [
+                (e.socket_inode, e.fd)
+                for e in p.fds
+                if e.socket_inode is not None
+                and (s := self._sockets.get(e.socket_inode)) is not None
+                and s.state in ("ESTABLISHED", "CONNECTED")
+            ]
+            inodes = conn if len(conn) == 1 else []
+        if not inodes:
+            return None
+        ino, fd = inodes[0]
+        sock = self._sockets.get(ino)
+        if sock is None:
+            return None
+        edge = None
+        if sock.proto.startswith("tcp"):
+            edge = self._tcp_edge(p, sock, fd)
+        elif sock.proto == "unix":
+            edge = self._unix_edge(p, sock, fd)
+        return replace(edge, thread=t.tid) if edge is not None and t.tid is not None else edge
+
+    def _poll_socket_edge(self, p: Process) -> WaitEdge | None:
+        """A client like curl waits in poll() on its one connection: with no listening socket and a
+        single connected socket (and a short fd set, when the system call shows it), that is the wait."""
+        if isinstance(p.fds, Unavailable):
+            return None
+        sc = p.syscall
+        if not isinstance(sc, Unavailable) and sc.name in ("poll", "ppoll") and len(sc.args) > 1 and sc.args[1] > 8:
+            return None
+        conn: list[tuple[Socket, int]] = []
+        for e in p.fds:
+            if e.socket_inode is not None:
+                sock = self._sockets.get(e.socket_inode)
+                if sock is None:
+                    continue
+                if sock.state == "LISTEN":
+                    return None
+                if sock.state in ("ESTABLISHED", "CONNECTED") and sock.proto in ("tcp", "tcp6", "unix"):
+                    if sock.peer_inode is not None and set(self._fds.sockets.get(sock.peer_inode, [])) <= {p.pid}:
+                        continue  # a socketpair with itself: curl's and libuv's wake-up channel
+                    conn.append((sock, e.fd))
+        if len(conn) > 1:  # a wake-up pair whose peer ss could not name: the one TCP connection decides
+            conn = [c for c in conn if c[0].proto != "unix"]
+        if len(conn) != 1:
+            return None
+        sock, fd = conn[0]
+        edge = self._tcp_edge(p, sock, fd) if sock.proto.startswith("tcp") else self._unix_edge(p, sock, fd)
+        return WaitEdge(
+            edge.waiter,
+            edge.kind,
+            edge.holders,
+            edge.what,
+            (Evidence("/proc/syscall", f"{p.pid} ({p.comm}) polls its only connection"), *edge.evidence),
+            fd=edge.fd,
+            socket=edge.socket,
+            peer=edge.peer,
+            inferred=True,
+        )
+
+    def _tcp_edge(self, p: Process, sock: Socket, fd: int) -> WaitEdge:
+        peers = [s for s in self._tcp_peers.get((sock.remote, sock.local), []) if s.inode != sock.inode]
+        same_ns = [s for s in peers if s.netns == sock.netns] or peers
+        peer = same_ns[0] if same_ns else None
+        holders = tuple(sorted(set(self._fds.sockets.get(peer.inode, [])) - {p.pid})) if peer else ()
+        if peer is not None and not holders and p.pid in self._fds.sockets.get(peer.inode, []):
+            holders = (p.pid,)  # it holds the other end itself: a server in another of its threads
+        conn = f"{sock.local} -> {sock.remote}"
+        ev = [Evidence("/proc/net/tcp", f"fd {fd}: {conn} {sock.state}, unread here {sock.recv_queue} B")]
+        # no peer socket at all: a connection the kernel accepted that no server has accepted yet sits in
+        # the listener's queue; a peer socket whose holder is not visible (another PID namespace, a
+        # host outside this container) is no queued connection
+        listener = self._listener(sock.remote, sock.netns) if not holders and peer is None else None
+        if listener is not None:
+            # accepted by the kernel, not yet by the server: it sits in the listener's queue
+            holders = tuple(sorted(set(self._fds.sockets.get(listener.inode, [])) - {p.pid}))
+            ev.append(
+                Evidence(
+                    "/proc/net/tcp",
+                    f"not accepted yet: {listener.local} LISTEN has {listener.recv_queue} connection(s) queued",
+                )
+            )
+            ev += [
+                Evidence("/proc/fd", f"listening socket:[{listener.inode}] held by {self._label(h)}")
+                for h in holders[:8]
+            ]
+        elif peer is not None:
+            ev.append(
+                Evidence(
+                    "/proc/net/tcp",
+                    f"peer {peer.local} -> {peer.remote} {peer.state}: {peer.recv_queue} B unread by its holder, "
+                    f"{peer.send_queue} B unacknowledged",
+                )
+            )
+            ev += [Evidence("/proc/fd", f"peer socket:[{peer.inode}] held by {self._label(h)}") for h in holders[:8]]
+        elif not holders:
+            ev.append(Evidence("/proc/net/tcp", f"no process visible here holds the other end: {sock.remote} is "
+                                                "another host (or outside this container)"))  # fmt: skip
+        return WaitEdge(p.pid, "tcp", holders, f"TCP {conn}", tuple(ev), fd=fd, socket=sock, peer=peer)
+
+    @cached_property
+    def _local_ips(self) -> frozenset[str]:
+        return frozenset(s.local.rsplit(":", 1)[0] for s in self._sockets.values() if s.proto.startswith("tcp"))
+
+    def _listener(self, address: str, netns: int | None) -> Socket | None:
+        """The listening socket a connection to `address` lands on, when that address is this host's."""
+        ip, _, port = address.rpartition(":")
+        local = ip.startswith("127.") or ip == "[::1]" or ip in self._local_ips
+        for s in self._sockets.values():
+            if s.state != "LISTEN" or not s.proto.startswith("tcp") or (s.netns != netns and netns is not None):
+                continue
+            lip, _, lport = s.local.rpartition(":")
+            if lport == port and (lip == ip or (local and lip in ("0.0.0.0", "[::]"))):
+                return s
+        return None
+
+    def _unix_edge(self, p: Process, sock: Socket, fd: int) -> WaitEdge:
+        peer = self._sockets.get(sock.peer_inode) if sock.peer_inode else None
+        holders = tuple(sorted(set(self._fds.sockets.get(sock.peer_inode, [])) - {p.pid})) if sock.peer_inode else ()
+        if sock.peer_inode and not holders and p.pid in self._fds.sockets.get(sock.peer_inode, []):
+            holders = (p.pid,)
+        name = f"Unix socket {sock.local or ''}".rstrip() + f" (socket:[{sock.inode}])"
+        ev = [Evidence("/proc/net/unix", f"fd {fd}: {name} {sock.state}")]
+        if sock.peer_inode:
+            ev.append(
+                Evidence("ss", f"peer socket:[{sock.peer_inode}]" + (f" {peer.local}" if peer and peer.local else ""))
+            )
+            ev += [Evidence("/proc/fd", f"peer held by {self._label(h)}") for h in holders[:8]]
+        elif isinstance(self.snapshot.sockets, SocketTable) and not self.snapshot.sockets.unix_peers_known:
+            ev.append(Evidence("ss", "not on the target: a Unix socket's peer is unknown"))
+        return WaitEdge(p.pid, "unix-socket", holders, name, tuple(ev), fd=fd, socket=sock, peer=peer)
+
+    def connected(self, pid: int) -> tuple[set[int], int]:
+        """The processes at the other end of the connected sockets `pid` holds (TCP on this host: the
+        mirror-image row; Unix sockets where ss named the peer), and how many TCP connections lead to
+        no process visible here (another host, or outside this container)."""
+        p = self.tree.by_pid.get(pid)
+        if p is None or isinstance(p.fds, Unavailable):
+            return set(), 0
+        out: set[int] = set()
+        unseen = 0
+        for e in p.fds:
+            sock = self._sockets.get(e.socket_inode) if e.socket_inode is not None else None
+            if sock is None or sock.state not in ("ESTABLISHED", "CONNECTED"):
+                continue
+            if sock.proto.startswith("tcp"):
+                holders: set[int] = set()
+                for peer in self._tcp_peers.get((sock.remote, sock.local), []):
+                    if peer.inode != sock.inode:
+                        holders.update(self._fds.sockets.get(peer.inode, []))
+                out |= holders
+                unseen += not holders
+            elif sock.peer_inode:
+                out.update(self._fds.sockets.get(sock.peer_inode, []))
+        return out - {pid}, unseen

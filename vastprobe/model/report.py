@@ -1,0 +1,148 @@
+"""What vastprobe says about a host: findings and their evidence, incidents grouped by cause, the
+key instants, the odd host out of a group, the distributed jobs and the ranks holding them, and the
+report that carries them all with the snapshot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from vastprobe.model.host import HostSnapshot
+
+Severity = Literal["info", "warning", "error", "critical"]
+#: Severities in rising order (worst last): one order for every layer that sorts findings.
+SEVERITY_ORDER: dict[str, int] = {"info": 0, "warning": 1, "error": 2, "critical": 3}
+Status = Literal["ok", "unreachable", "auth-failed", "host-key-rejected", "timeout", "probe-error", "skipped"]
+Verdict = Literal["healthy", "degraded", "stalled", "unknown"]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    source: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    code: str
+    severity: Severity
+    summary: str
+    pids: tuple[int, ...]
+    evidence: tuple[Evidence, ...]
+    hint: str | None
+    caused_by: str | None = None  # rule slug of the finding this one follows from
+    remote: str | None = None  # another host the finding points at, as a target (`user@host:port`)
+
+
+@dataclass(frozen=True)
+class WaitLink:
+    """One drawn edge of a wait chain: `waiter` waits on `holder` (None: no visible process can end
+    it). `label` reads before the holder: "waits for child", "reads pipe:[91234] held by"."""
+
+    waiter: int
+    holder: int | None
+    label: str
+
+
+@dataclass(frozen=True)
+class WaitPicture:
+    """The processes behind one finding, to draw as a tree by PPid with its wait edges labelled."""
+
+    pids: tuple[int, ...]  # waiter first
+    links: tuple[WaitLink, ...]
+    blockers: tuple[int, ...]  # who ends the wait (marked in the drawing)
+    why: str | None = None  # why the blocker does not end it: "idle", "stopped", "orphan", ...
+
+
+@dataclass(frozen=True)
+class Incident:
+    """Findings grouped by cause: the root cause and what follows from it (`caused_by`, the wait
+    chains). `pictures` and the order are for the terminal; JSON carries headline, root, consequences."""
+
+    headline: str
+    root: Finding
+    consequences: tuple[Finding, ...] = ()
+    pictures: tuple[tuple[Finding, WaitPicture], ...] = ()
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return (self.root, *self.consequences)
+
+
+@dataclass(frozen=True)
+class Instant:
+    """A moment of the story on the target's clock (epoch seconds): job start, OOM kill, last log write."""
+
+    wall: float
+    what: str
+
+
+@dataclass(frozen=True)
+class Outlier:
+    """This host differs from the majority of its group (`sweep --group-by`): the odd host out."""
+
+    group: str
+    group_size: int  # hosts compared in the group
+    majority_size: int  # hosts that share the majority's signature
+    differences: tuple[str, ...]  # what sets this host apart, in words
+
+
+# ---------------------------------------------------------------- distributed jobs
+
+RankState = Literal["collective", "elsewhere", "stopped", "uninterruptible", "exited", "gone", "running"]
+#: States in which a rank cannot take part in a collective until something else happens.
+HOLDING = frozenset({"elsewhere", "stopped", "uninterruptible", "exited", "gone"})
+
+
+@dataclass(frozen=True)
+class JobRank:
+    """A rank of a distributed job on this host, and where it is (analysis/ranks.py)."""
+
+    rank: int | None  # global rank; None for a local rank that is gone (only LOCAL_RANK is known)
+    local_rank: int | None
+    pid: int | None  # None: gone
+    state: RankState
+    why: str  # the state, in words
+    gpu: str | None = None  # CUDA_VISIBLE_DEVICES as the rank sees it
+
+    @property
+    def name(self) -> str:
+        if self.rank is not None:
+            return f"rank {self.rank}"
+        return f"local rank {self.local_rank}"
+
+
+@dataclass(frozen=True)
+class DistributedJob:
+    """A distributed job with ranks on this host, and the ranks that hold it."""
+
+    key: str  # the job's id: TORCHELASTIC_RUN_ID, SLURM_JOB_ID, or the rendezvous address
+    world_size: int | None
+    ranks: tuple[JobRank, ...]  # the ranks on this host, by rank (gone ones last)
+    culprits: tuple[JobRank, ...]  # the ranks holding the others; () when none here
+    waiting: tuple[JobRank, ...]  # the ranks here waiting in a collective
+
+    @property
+    def elsewhere(self) -> bool:
+        """Every rank here waits in a collective, and the job has ranks on other hosts: the one
+        holding them is there."""
+        return bool(self.waiting) and not self.culprits and (self.world_size or 0) > len(self.ranks)
+
+
+@dataclass(frozen=True)
+class HostReport:
+    target: str
+    status: Status
+    error: str | None
+    verdict: Verdict
+    findings: tuple[Finding, ...]
+    snapshot: HostSnapshot | None
+    timings: dict[str, float]
+    scope: tuple[int, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)  # from the inventory: vast.ai instance id, label
+    headline: str | None = None  # one line: why the verdict is what it is
+    incidents: tuple[Incident, ...] = ()  # every finding once, grouped by cause, worst first
+    timeline: tuple[Instant, ...] = ()  # key instants, when they tell the story (terminal only)
+    outlier_of: Outlier | None = None  # set by `sweep --group-by` on hosts unlike their group
+    jobs: tuple[DistributedJob, ...] = ()  # distributed jobs with ranks here, their culprits (analysis/ranks)
