@@ -89,10 +89,15 @@ def _read_text_source(name: str) -> str:
 
 
 def inventory_entries(
-    inventory: Optional[str], nodes: list[str], hostfiles: list[Path], excluded: list[str]
+    inventory: Optional[str],
+    nodes: list[str],
+    hostfiles: list[Path],
+    excluded: list[str],
+    listed: Optional[list[str]] = None,
+    context: Optional[str] = None,
 ) -> list:  # -> list[InventoryEntry]
-    """Positional INVENTORY (an existing file, '-', or a node set), -w node sets and --hostfile
-    files, in that order; then -x; then each target once."""
+    """Positional INVENTORY (an existing file, '-', or a node set), -w node sets, --hostfile files
+    and the containers and pods --from lists, in that order; then -x; then each target once."""
     from vastprobe.targets import (
         InventoryEntry,
         InventoryError,
@@ -134,8 +139,22 @@ def inventory_entries(
         add_nodes(n, f"-w {n}")
     for f in hostfiles:
         add_file(str(f))
+    for spec in listed or ():
+        from vastprobe.targets import TargetError
+        from vastprobe.transport.base import TransportSettings
+        from vastprobe.transport.registry import list_targets
+
+        try:
+            running = list_targets(
+                spec, TransportSettings(per_kind={"kubectl": {"context": context}} if context else {})
+            )
+        except TargetError as exc:
+            usage_error(str(exc))
+        if not running:
+            say(f"vastprobe: --from {spec}: nothing running matches")
+        entries.extend(InventoryEntry(t) for t in running)
     if not entries:
-        usage_error("no targets: give an INVENTORY, -w NODES or --hostfile FILE")
+        usage_error("no targets: give an INVENTORY, -w NODES, --hostfile FILE or --from KIND[:QUERY]")
     try:
         ex = [t for x in excluded for t in expand_nodeset(x)]
     except InventoryError as exc:
@@ -177,6 +196,17 @@ def sweep(
             callback=checks.readable_files,
             rich_help_panel=P_INVENTORY,
             help="Inventory file: a plain list or vast.ai JSON (repeatable).",
+        ),
+    ] = None,
+    listed: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--from",
+            metavar="KIND[:QUERY]",
+            callback=checks.texts,
+            rich_help_panel=P_INVENTORY,
+            help="The running containers or pods a runtime lists: docker\\[:FILTER,...] and podman\\[:FILTER,...] "
+            "(docker ps --filter), kubectl\\[:SELECTOR] (pods of every namespace; --context) (repeatable).",
         ),
     ] = None,
     exclude_nodes: Annotated[
@@ -256,7 +286,7 @@ def sweep(
     from vastprobe.sweep import plan
 
     chosen = report_format(fmt, json_flag, brief, snapshot)
-    entries = inventory_entries(inventory, nodes or [], hostfile or [], exclude_nodes or [])
+    entries = inventory_entries(inventory, nodes or [], hostfile or [], exclude_nodes or [], listed or [], context)
     where = None if no_history else history_location(history) if history is not None else default_history()
     fleet = FleetMemory(where, keep, group_by, shard, shards)
     entries = fleet.select(entries)

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from vastprobe.targets import TargetError, split_scheme, text_problem
 from vastprobe.transport.base import KeepsNothing, Render, Take, TransportResult, TransportSettings
-from vastprobe.transport.local import run_argv_async
+from vastprobe.transport.local import run_argv, run_argv_async
 
 if TYPE_CHECKING:
     from vastprobe.model import Status
@@ -112,6 +113,36 @@ class ExecTransport(KeepsNothing):
         )  # fmt: skip
 
 
+#: Seconds a runtime may take to list its containers, and the bytes of its answer read.
+LIST_TIMEOUT = 30.0
+LIST_CAP = 4 * 1024 * 1024
+
+
+def listed(argv: list[str], what: str, form: Callable[[str], str | None]) -> list[str]:
+    """Run a runtime's listing (`docker ps ...`), bounded; each line through `form` (a target, or
+    None for a line that is no valid name: a runtime's output is read as hostile too). TargetError
+    with the runtime's own line when it refuses."""
+    exe = shutil.which(argv[0])
+    if exe is None:
+        raise TargetError(f"{what}: the {argv[0]} command is not installed here (not on PATH)")
+    res = run_argv([exe, *argv[1:]], "", LIST_CAP, LIST_TIMEOUT, what=what)
+    text = res.output.decode("utf-8", "replace")
+    if res.status != "ok" or res.exit_status != 0 or res.truncated:
+        said = first_line(text) or res.error or f"exit status {res.exit_status}"
+        raise TargetError(f"{what}: {argv[0]} could not list (it said: {said.strip()[:300]})")
+    out = [t for t in (form(line.strip()) for line in text.splitlines() if line.strip()) if t is not None]
+    return list(dict.fromkeys(out))
+
+
+def list_running(cli: str, scheme: str, query: str) -> list[str]:
+    """`CLI ps` (running containers only), its filters from QUERY (`label=job=x,name=prover`)."""
+    argv = [cli, "ps", "--format", "{{.Names}}"]
+    for f in filter(None, query.split(",")):
+        argv += ["--filter", f]
+    return listed(argv, f"--from {scheme}:{query}" if query else f"--from {scheme}",
+                  lambda name: f"{scheme}://{name}" if NAME.match(name) else None)  # fmt: skip
+
+
 def container_name(target: str, scheme: str) -> str:
     """The NAME of `SCHEME://NAME`, checked: one clear line (TargetError) when empty or malformed."""
     split = split_scheme(target)
@@ -157,3 +188,7 @@ def check_target(target: str) -> None:
 
 def open_transport(target: str, settings: TransportSettings) -> PodmanTransport:
     return PodmanTransport(target, settings.timeout)
+
+
+def list_targets(query: str, settings: TransportSettings) -> list[str]:
+    return list_running("podman", "podman", query)

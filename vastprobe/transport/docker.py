@@ -12,7 +12,7 @@ and `permission denied while trying to connect to the Docker daemon socket at ..
 from __future__ import annotations
 
 from vastprobe.transport.base import TransportSettings
-from vastprobe.transport.container import ExecTransport, container_name, rule
+from vastprobe.transport.container import ExecTransport, container_name, list_running, rule
 
 
 class DockerTransport(ExecTransport):
@@ -41,3 +41,8 @@ def check_target(target: str) -> None:
 
 def open_transport(target: str, settings: TransportSettings) -> DockerTransport:
     return DockerTransport(target, settings.timeout)
+
+
+def list_targets(query: str, settings: TransportSettings) -> list[str]:
+    """`docker ps`'s running containers, filtered as QUERY says (`label=job=prover,name=rank`)."""
+    return list_running("docker", "docker", query)

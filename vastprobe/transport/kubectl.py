@@ -17,7 +17,7 @@ import re
 
 from vastprobe.targets import TargetError, split_scheme, text_problem
 from vastprobe.transport.base import TransportSettings
-from vastprobe.transport.container import ExecTransport, rule
+from vastprobe.transport.container import ExecTransport, listed, rule
 
 #: A namespace, pod or container name: a DNS-1123 subdomain (pods) or label (namespaces, containers).
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
@@ -90,3 +90,22 @@ def check_target(target: str) -> None:
 
 def open_transport(target: str, settings: TransportSettings) -> KubectlTransport:
     return KubectlTransport(target, settings.timeout, settings.per_kind.get("kubectl", {}).get("context"))
+
+
+def list_targets(query: str, settings: TransportSettings) -> list[str]:
+    """The running pods of every namespace that the label selector QUERY picks (`app=prover`), as
+    `kubectl://NAMESPACE/POD`: `kubectl get pods -A -l QUERY --field-selector status.phase=Running`."""
+    context = settings.per_kind.get("kubectl", {}).get("context")
+    argv = ["kubectl", *(["--context", context] if context else []), "get", "pods", "--all-namespaces",
+            "--field-selector", "status.phase=Running", "--output",
+            "jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}{'\\n'}{end}"]  # fmt: skip
+    if query:
+        if query.startswith("-") or text_problem(query, "selector"):
+            raise TargetError(f"--from kubectl:{query}: not a label selector")
+        argv += ["--selector", query]
+
+    def form(line: str) -> str | None:
+        ns, _, pod = line.partition("/")
+        return f"kubectl://{ns}/{pod}" if _NAME.match(ns) and _NAME.match(pod) else None
+
+    return listed(argv, f"--from kubectl:{query}" if query else "--from kubectl", form)

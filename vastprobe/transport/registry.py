@@ -42,6 +42,15 @@ class Kind:
     def open(self, target: str, settings: TransportSettings) -> Transport:
         return importlib.import_module(self.module).open_transport(target, settings)  # type: ignore[no-any-return]
 
+    def list(self, query: str, settings: TransportSettings) -> list[str]:
+        """The targets of this kind that are running now, as its runtime lists them (`sweep --from`);
+        TargetError (one line) when the kind lists nothing or its runtime refuses. A kind lists when
+        its module has `list_targets(query, settings)`."""
+        lister = getattr(importlib.import_module(self.module), "list_targets", None)
+        if lister is None:
+            raise TargetError(f"--from {self.name}: {self.name} targets cannot be listed (only {listing()})")
+        return lister(query, settings)  # type: ignore[no-any-return]
+
 
 LOCAL = Kind("local", "vastprobe.transport.local", "local", word="local", own_processes="caller", this_machine=True)
 SSH = Kind(
@@ -98,6 +107,20 @@ def needs_ssh(target: str) -> bool:
 def transport_for(target: str, settings: TransportSettings | None = None) -> Transport:
     """The transport that runs the probe on `target`. Raises TargetError for a malformed target."""
     return check_target(target).open(target, settings or TransportSettings())
+
+
+def listing() -> str:
+    """The kinds `sweep --from` takes, for messages."""
+    return ", ".join(k.name for k in KINDS if k.scheme and k not in (SSH,))
+
+
+def list_targets(spec: str, settings: TransportSettings) -> list[str]:
+    """`KIND[:QUERY]` (sweep --from) -> the running targets that kind's runtime lists."""
+    name, _, query = spec.partition(":")
+    kind = kind_named(name)
+    if kind is None or kind.scheme is None or kind is SSH:
+        raise TargetError(f"--from {spec}: not a kind that lists targets (one of: {listing()})")
+    return kind.list(query, settings)
 
 
 def words() -> list[str]:
