@@ -149,7 +149,9 @@ def test_rsync_over_ssh_to_a_stopped_remote_rsync_names_it(reap, sshd: Sshd, pay
                                                            sample: str) -> None:  # fmt: skip
     dest = tmp_path / "dest"
     dest.mkdir()
-    job = start_job(reap, f"rsync -a -e '{ssh_command(sshd)}' {payload}/ root@127.0.0.1:{dest}/")
+    # --bwlimit: 32 MiB take 3 s or more, so the remote side is caught running on an idle machine
+    # too (unthrottled, the transfer was seen to end before the poll found both processes)
+    job = start_job(reap, f"rsync -a --bwlimit=10000 -e '{ssh_command(sshd)}' {payload}/ root@127.0.0.1:{dest}/")
     stopped = stop_remote(sshd, "rsync", tmp_path, count=2)
     try:
         local = [d for d in descendants(job.pid) if comm(d) in ("rsync", "ssh")]
