@@ -234,7 +234,7 @@ def test_duplicate_targets_are_probed_once() -> None:
 def test_only_the_invoked_command_is_built() -> None:
     from vastprobe.cli import _click_group
 
-    every = {"diagnose", "sweep", "collect", "analyze", "rules", "probe-script", "history"}
+    every = {"diagnose", "sweep", "collect", "analyze", "rules", "probe-script", "history", "watch"}
     assert set(_click_group(["sweep", "hosts.txt", "--log", "diagnose"]).commands) == {"sweep"}
     assert set(_click_group(["--version", "probe-script"]).commands) == {"probe-script"}
     for top_level in (["-h"], [], ["diagnos", "local"]):  # help and "No such command" list them all
