@@ -357,8 +357,8 @@ def ssh_options(
     check_targets(targets)
     if not any(needs_ssh(t) for t in targets):
         return None
-    from vastprobe.transport.ssh import SshOptions, load_config
-    from vastprobe.transport.sshopts import parse_config_option
+    from vastprobe.transport.ssh_config import load_config
+    from vastprobe.transport.sshopts import SshOptions, parse_config_option
 
     opts = SshOptions(
         port=port,

@@ -1,0 +1,17 @@
+"""asyncssh, imported once for every module of the ssh transport: without the parts no OpenSSH
+server uses (asyncssh_parts.py) and without its liboqs lookup when there is no liboqs (liboqs.py).
+Imported only by the ssh_* modules and ssh.py, which are imported only when an ssh target runs or
+its settings are checked, so `local`, the container transports and the registry never load it.
+"""
+
+from __future__ import annotations
+
+from vastprobe.transport.asyncssh_parts import import_asyncssh
+from vastprobe.transport.liboqs import skip_absent_liboqs_lookup
+
+with skip_absent_liboqs_lookup():  # no ldconfig/gcc/ld runs per start when there is no liboqs
+    import_asyncssh()  # without the parts no OpenSSH server uses (asyncssh_parts.py)
+    import asyncssh
+    from asyncssh.config import SSHClientConfig, SSHConfig
+
+__all__ = ["SSHClientConfig", "SSHConfig", "asyncssh"]

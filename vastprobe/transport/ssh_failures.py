@@ -1,0 +1,86 @@
+"""How a connection failed, as a status and one sentence a person understands (which host, what
+happened, what to try), never a traceback. asyncssh's `connect_timeout` raises the *builtin*
+TimeoutError and OS errors are not asyncssh.Error [asyncssh #558], so both are classified here
+too. Attempt collects, while one connection is made, what the sentence needs: the keys offered
+and skipped (ssh_keys.py), the agent's trouble, and the host-key verdict (ssh_hostkeys.py).
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from vastprobe.transport.asyncssh_lib import asyncssh
+from vastprobe.transport.ssh_config import Resolved
+from vastprobe.transport.sshopts import SshOptions
+
+if TYPE_CHECKING:
+    from vastprobe.model import Status
+
+
+@dataclass
+class Attempt:
+    """What one connection offered and saw, for the sentence when it fails."""
+
+    offered: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    agent_note: str | None = None
+    changed: str | None = None  # the host-key-changed sentence
+    unknown: str | None = None  # the host-key-unknown sentence
+
+
+class ProbeFailure(Exception):
+    def __init__(self, status: Status, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def describe(exc: BaseException, where: str, r: Resolved, opts: SshOptions, phase: str, att: Attempt) -> ProbeFailure:
+    """Map an exception to a status and a sentence: which host, what happened, what to try."""
+    if isinstance(exc, asyncssh.HostKeyNotVerifiable):
+        if att.changed:
+            return ProbeFailure("host-key-rejected", f"{where}: {att.changed}")
+        unknown = att.unknown or f"host key not trusted ({exc.reason})"
+        return ProbeFailure(
+            "host-key-rejected",
+            f"{where}: {unknown}; check the key and add it to known_hosts, or use --host-key-check accept-new "
+            f"to record keys of hosts never seen before",
+        )
+    if isinstance(exc, asyncssh.PermissionDenied):
+        tried = "; ".join(
+            x
+            for x in (
+                f"offered {', '.join(att.offered)}" if att.offered else "no key to offer",
+                f"skipped {', '.join(att.skipped)}" if att.skipped else "",
+                att.agent_note or "",
+            )
+            if x
+        )
+        return ProbeFailure(
+            "auth-failed",
+            f"{where}: permission denied for user {r.user} ({tried}); check -i/--identity, the agent, and authorized_keys",
+        )
+    if isinstance(exc, asyncssh.KeyImportError):
+        return ProbeFailure("auth-failed", f"{where}: cannot use the key: {exc}")
+    if isinstance(exc, TimeoutError):  # builtin: connect_timeout and our own deadline
+        if phase == "connect":
+            return ProbeFailure(
+                "unreachable", f"{where}: no SSH session within --connect-timeout {r.connect_timeout:g}s"
+            )
+        return ProbeFailure("timeout", f"{where}: the probe did not finish within --timeout {opts.timeout:g}s")
+    if isinstance(exc, socket.gaierror):
+        note = f" ({r.alias_note})" if r.alias_note else ""
+        return ProbeFailure("unreachable", f"{where}: cannot resolve host name {r.host!r}: {exc.strerror}{note}")
+    if isinstance(exc, ConnectionRefusedError):
+        return ProbeFailure("unreachable", f"{where}: connection refused on port {r.port}; is sshd running there?")
+    if isinstance(exc, OSError):
+        status_os: Status = "unreachable" if phase == "connect" else "probe-error"
+        return ProbeFailure(status_os, f"{where}: {exc.strerror or exc}")
+    if isinstance(exc, asyncssh.DisconnectError):
+        status: Status = "unreachable" if phase == "connect" else "probe-error"
+        return ProbeFailure(status, f"{where}: the server closed the connection ({exc.reason or type(exc).__name__})")
+    if isinstance(exc, asyncssh.ChannelOpenError):
+        return ProbeFailure("probe-error", f"{where}: the server refused a session channel: {exc.reason}")
+    return ProbeFailure("probe-error", f"{where}: {type(exc).__name__}: {exc}")
