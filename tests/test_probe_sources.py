@@ -196,3 +196,70 @@ def test_the_socket_section_is_cut_at_its_cap(monkeypatch) -> None:
     for a, b in pairs:
         a.close()
         b.close()
+
+
+def test_every_source_names_a_parser_that_resolves() -> None:
+    """Each source's parser is one function of a parsers module, the one Sections.read calls."""
+    from vastprobe.parsers.reading import PARSER_MODULES, parser_of
+
+    for s in (*sources.SOURCES, *sources.LEGACY):
+        module, _, name = s.parser.partition(":")
+        assert module.startswith("vastprobe.parsers.") and module in PARSER_MODULES and name, s
+        assert callable(parser_of(s)), s
+
+
+def test_the_snapshot_reads_each_section_through_its_sources_parser(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Over the recorded captures, every section present is read by the parser its source names
+    (clk, the first revision's, is read with meta by meta's parser)."""
+    from tests.hostile_captures import load_corpus
+    from vastprobe.parsers import reading
+    from vastprobe.parsers.snapshot import build_snapshot
+
+    called: set[str] = set()
+    real = reading.parser_of
+
+    def spy(source: sources.Source):  # type: ignore[no-untyped-def]
+        called.add(source.name)
+        return real(source)
+
+    monkeypatch.setattr(reading, "parser_of", spy)
+    present: set[str] = set()
+    for seed in load_corpus():
+        out = split_sections(seed.raw, seed.params.boundary, seed.params)
+        present |= {s.name for s in sources.SOURCES if any(s.pattern.match(n) for n in out.sections)}
+        build_snapshot(out, seed.params, "t", "ssh", len(seed.raw))
+    assert present - called == set()
+    assert called <= {s.name for s in sources.SOURCES}
+
+
+def test_a_failing_parser_names_its_section_and_only_it(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Sections.read names the section whose parser raised: one of the several readers of the
+    process section (wchan) costs s0.proc; the kernel log's parser costs kmsg; the rest is read."""
+    from tests.hostile_captures import load_corpus
+    from vastprobe.capture import Capture
+    from vastprobe.parsers import kmsg, wchan
+    from vastprobe.pipeline import parse_capture
+
+    seed = next(s for s in load_corpus() if s.name == "waits-host")
+    cap = Capture("t", "ssh", "ok", None, seed.raw, False, seed.params)
+
+    def breaking(real):  # type: ignore[no-untyped-def]
+        def parser(text: str | None, *args: object, **kwargs: object) -> object:
+            if text:  # a bug the section's content sets off; read as absent, it parses
+                raise ValueError("boom")
+            return real(text, *args, **kwargs)
+
+        return parser
+
+    with monkeypatch.context() as m:
+        m.setattr(wchan, "parse_wchan_section", breaking(wchan.parse_wchan_section))
+        snap, err = parse_capture(cap)
+        assert err is None and snap is not None
+        assert snap.probe.unreadable_sections == (("s0.proc", "ValueError: boom"),)
+        assert not snap.processes  # the process section read as absent
+    with monkeypatch.context() as m:
+        m.setattr(kmsg, "parse_kmsg_sections", breaking(kmsg.parse_kmsg_sections))
+        snap, err = parse_capture(cap)
+        assert err is None and snap is not None
+        assert snap.probe.unreadable_sections == (("kmsg", "ValueError: boom"),)
+        assert snap.processes

@@ -195,28 +195,9 @@ def _client_caps(out: ProbeOutput, params: ProbeParams) -> tuple[ProbeOutput, li
     return replace(out, sections={**out.sections, **cut}), notes
 
 
-def _failed_sections(exc: BaseException, out: ProbeOutput) -> list[str]:
-    """The sections whose parser raised `exc`: the innermost parser frame that holds a section's
-    text (or the section itself) as a local. None found: the failure is not one section's."""
-    texts = {id(s.text): n for n, s in out.sections.items()}
-    secs = {id(s): n for n, s in out.sections.items()}
-    frames = []
-    tb = exc.__traceback__
-    while tb is not None:
-        frames.append(tb.tb_frame)
-        tb = tb.tb_next
-    for frame in reversed(frames):
-        module = frame.f_globals.get("__name__", "")
-        if not module.startswith("vastprobe.parsers.") or frame.f_code.co_name == "build_snapshot":
-            continue
-        found = {texts.get(id(v)) or secs.get(id(v)) for v in frame.f_locals.values()} - {None}
-        if found:
-            return sorted(n for n in found if n is not None)
-    return []
-
-
 def _parse(capture: Capture, budget: _Budget) -> tuple[HostSnapshot | None, str | None]:
     from vastprobe.parsers.procfs_lines import split_by_file
+    from vastprobe.parsers.reading import SectionUnreadable
     from vastprobe.parsers.snapshot import build_snapshot
 
     out = split_sections(capture.output, capture.params.boundary, capture.params)
@@ -229,12 +210,11 @@ def _parse(capture: Capture, budget: _Budget) -> tuple[HostSnapshot | None, str 
         try:
             snap = build_snapshot(out, capture.params, capture.target, capture.transport, len(capture.output))
             break
-        except Exception as exc:  # a parser bug or input no parser foresaw: that section, not the host
-            names = _failed_sections(exc, out)
+        except SectionUnreadable as exc:  # a parser bug or input no parser foresaw: that section, not the host
+            names = exc.sections
             if not names or len(unreadable) >= MAX_UNREADABLE_SECTIONS:
-                raise
-            why = f"{type(exc).__name__}: {exc}"[:300]
-            unreadable += [(n, why) for n in names]
+                raise exc.cause from None  # no section to leave out, or too many: the host's failure
+            unreadable += [(n, exc.reason) for n in names]
             out = replace(out, sections={k: v for k, v in out.sections.items() if k not in names})
         finally:  # its cache holds sections' text and lines: a big output must not outlive its parse
             if len(capture.output) > BIG_OUTPUT:

@@ -50,6 +50,12 @@ def _bytes(value: str | None) -> int | None:
 
 
 def parse_cgmem(cgmap_text: str, counters_text: str) -> list[CgroupMemory]:
+    """Both sections at once: the cgmap section's cgroups with the cgmem section's counters."""
+    return parse_cgmem_section(counters_text, parse_cgmap(cgmap_text))
+
+
+def parse_cgmem_section(counters_text: str, cgmap: list[tuple[str, str, str]]) -> list[CgroupMemory]:
+    """The memory counters (cgmem section) of each cgroup that parse_cgmap found."""
     files: dict[str, dict[str, list[str]]] = {}
     for line in counters_text.split("\n"):
         path, sep, value = line.partition(":")
@@ -58,7 +64,7 @@ def parse_cgmem(cgmap_text: str, counters_text: str) -> list[CgroupMemory]:
         directory, _, name = path.rpartition("/")
         files.setdefault(directory, {}).setdefault(name, []).append(value)
     out = []
-    for version, cgpath, directory in parse_cgmap(cgmap_text):
+    for version, cgpath, directory in cgmap:
         f = files.get(directory)
         if not f:
             continue

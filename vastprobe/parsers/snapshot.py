@@ -1,5 +1,9 @@
 """Assembles a HostSnapshot from the probe's sections (declared in probe/sources.py). The only
-place that knows which section feeds which part of the model."""
+place that knows which section feeds which part of the model.
+
+Every parser is called through `Sections.read` (parsers/reading.py), which calls the parser the
+section's source names and, when it raises, names that section as unreadable; a new source's
+facts are read here with `sections.read(src.NEW, text, ...)`."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from vastprobe.model import (
     GpuApp,
     GpuSample,
     GpuState,
+    HostFacts,
     HostSnapshot,
     LogFile,
     NotRead,
@@ -26,39 +31,24 @@ from vastprobe.model import (
 )
 from vastprobe.parsers import (
     cgroup,
-    cmdline,
-    df,
-    environ,
-    fd,
     files,
-    flight_recorder,
-    held,
     host,
-    kmsg,
-    locks,
-    mounts,
-    net,
     nvidia_smi,
     proc_io,
     proc_stat,
     proc_status,
-    pystack,
     sched,
     syscall,
     threads,
     wchan,
 )
+from vastprobe.parsers.reading import Sections
 from vastprobe.probe import sources as src
 from vastprobe.probe.render import FILE_TIMEOUT, ProbeParams
 from vastprobe.probe.sections import ProbeOutput, RawSection
 from vastprobe.untrusted.numbers import read_int
 
 _NOT_READ = "not read by this probe version"
-
-
-def _text(out: ProbeOutput, name: str) -> str:
-    s = out.get(name)
-    return s.text if s else ""
 
 
 def _missing(out: ProbeOutput, name: str) -> str:
@@ -84,14 +74,14 @@ def _device_nodes(text: str) -> tuple[tuple[str, ...] | None, str]:
     return (tuple(nodes) if seen else None), rest
 
 
-def _gpu(out: ProbeOutput) -> GpuState:
+def _gpu(sections: Sections) -> GpuState:
     samples: list[tuple[GpuSample, ...]] = []
     errors: list[str] = []
     unreachable: list[str] = []
     exit_code: int | None = None
     present = True
     for n in src.SAMPLES:
-        sec = out.get(src.GPU.section(n))
+        sec = sections.get(src.GPU, n)
         if sec is None:
             continue
         if sec.text.startswith("@@absent"):
@@ -100,8 +90,8 @@ def _gpu(out: ProbeOutput) -> GpuState:
         if sec.text.startswith("@@skipped"):
             errors.append("nvidia-smi skipped: " + sec.text[10:].strip())
             continue
-        rows, other = nvidia_smi.parse_gpu_query(sec.text)
-        lost = nvidia_smi.unreachable_gpus(other)
+        rows, other = sections.read(src.GPU, sec.text, n=n)
+        lost = sections.read(src.GPU, other, n=n, parser=nvidia_smi.unreachable_gpus)
         unreachable.extend(x for x in lost if x not in unreachable)
         if sec.rc not in (0, None) and not (rows and lost):  # some GPUs answered: gpu-missing names the rest
             exit_code = sec.rc
@@ -113,13 +103,13 @@ def _gpu(out: ProbeOutput) -> GpuState:
         if rows:
             samples.append(tuple(rows))
     apps: tuple[GpuApp, ...] | Unavailable = Unavailable("nvidia-smi not run")
-    sec = out.get(src.GPUAPPS.name)
-    nodes, apps_text = _device_nodes(sec.text) if sec is not None else (None, "")
+    sec = sections.get(src.GPUAPPS)
+    nodes, apps_text = sections.read(src.GPUAPPS, sec.text, parser=_device_nodes) if sec is not None else (None, "")
     if present and sec is not None:
         if apps_text.startswith("@@"):
             apps = Unavailable(apps_text[2:].strip())
         elif sec.rc == 0:
-            apps = tuple(nvidia_smi.parse_compute_apps(apps_text)[0])
+            apps = tuple(sections.read(src.GPUAPPS, apps_text)[0])
         else:
             apps = Unavailable(f"nvidia-smi --query-compute-apps exited {sec.rc}")
     if not present:
@@ -216,10 +206,10 @@ def _ancestry(procs: dict[int, proc_stat.StatRecord], pid: int | None) -> Iterat
         pid = procs[pid].ppid
 
 
-def _kmsg_text(out: ProbeOutput, source: src.Source, fmt: int) -> str | None:
+def _kmsg_text(sections: Sections, source: src.Source, fmt: int) -> str | None:
     """Since format 2 every kernel-log line comes prefixed with `|`, so no line (nor a process name
     inside one) can pass for one of the section's own `@@` markers; older captures have none."""
-    sec = out.get(source.name)
+    sec = sections.get(source)
     if sec is None:
         return None
     if fmt < 2:
@@ -259,10 +249,12 @@ def log_tail(sec: RawSection | None, fmt: int = 3) -> str | Unavailable:
     return sec.text
 
 
-def _syscalls(text: str, fmt: int, arch: str, uid: int | None) -> tuple[dict[int, Syscall], dict[int, str]]:
+def _syscalls(sections: Sections, fmt: int, arch: str, uid: int | None) -> tuple[dict[int, Syscall], dict[int, str]]:
     if fmt < 2:
         return {}, {}
-    calls, errors = syscall.parse_syscall_section(text, arch)
+    calls: dict[int, Syscall]
+    errors: dict[int, str]
+    calls, errors = sections.read(src.SYSCALL, sections.text(src.SYSCALL), arch)
     if uid not in (0, None):
         errors = {pid: f"{why} (the probe ran as uid {uid}; reading it needs root)" for pid, why in errors.items()}
     return calls, errors
@@ -271,33 +263,58 @@ def _syscalls(text: str, fmt: int, arch: str, uid: int | None) -> tuple[dict[int
 def build_snapshot(
     out: ProbeOutput, params: ProbeParams, target: str, transport: str, output_bytes: int
 ) -> HostSnapshot:
-    meta = host.parse_meta(_text(out, src.META.name) + "\n" + _text(out, src.LEGACY_CLK.name))
+    sections = Sections(out)
+    meta: dict[str, str] = sections.read(
+        src.META, sections.text(src.META) + "\n" + sections.text(src.LEGACY_CLK), also=[src.LEGACY_CLK]
+    )
     fmt = read_int(meta.get("format", "1"), 3) or 1
-    proc_texts = [_text(out, src.PROC.section(n)) for n in src.SAMPLES]
-    stats = [proc_stat.parse_stat_section(t)[0] for t in proc_texts]
-    statuses = [proc_status.parse_status_section(t)[0] for t in proc_texts]
+    proc_texts = [sections.text(src.PROC, n) for n in src.SAMPLES]
+    # the process section feeds several parsers (stat, status, io, wchan, sched, cgroup, threads):
+    # each is read through the same wrapper, so a failure in any of them is that section's
+    stats: list[dict[int, proc_stat.StatRecord]] = [
+        sections.read(src.PROC, t, n=n)[0] for n, t in zip(src.SAMPLES, proc_texts, strict=True)
+    ]
+    statuses = [
+        sections.read(src.PROC, t, n=n, parser=proc_status.parse_status_section)[0]
+        for n, t in zip(src.SAMPLES, proc_texts, strict=True)
+    ]
     shell_pid = read_int(meta.get("shell_pid"), 10)
     shell_stat = stats[0].get(shell_pid) if shell_pid is not None else None
     clk_tck = host.infer_clk_tck(
-        shell_stat.starttime if shell_stat else None, host.parse_now(_text(out, src.NOW.section(0)))
+        shell_stat.starttime if shell_stat else None, sections.read(src.NOW, sections.text(src.NOW, 0))
     )
     shell_status = statuses[0].get(shell_pid) if shell_pid is not None else None
-    facts = host.parse_host(_text(out, src.HOST.name), meta, clk_tck, shell_status.uid if shell_status else None)
+    facts: HostFacts = sections.read(
+        src.HOST, sections.text(src.HOST), meta, clk_tck, shell_status.uid if shell_status else None
+    )
     btime = available(facts.btime)
-    syscalls, syscall_errors = _syscalls(_text(out, src.SYSCALL.name), fmt, facts.arch, facts.uid)
-    task_calls = syscall.parse_task_syscalls(_text(out, src.SYSCALL.name), facts.arch) if fmt >= 2 else {}
-    thread_table = threads.parse_threads_section(proc_texts[0], task_calls) if fmt >= 2 else {}
+    syscalls, syscall_errors = _syscalls(sections, fmt, facts.arch, facts.uid)
+    task_calls = (
+        sections.read(src.SYSCALL, sections.text(src.SYSCALL), facts.arch, parser=syscall.parse_task_syscalls)
+        if fmt >= 2
+        else {}
+    )
+    thread_table = (
+        sections.read(src.PROC, proc_texts[0], task_calls, parser=threads.parse_threads_section) if fmt >= 2 else {}
+    )
 
-    ios = [proc_io.parse_io_section(t) for t in proc_texts]
-    wchans, _ = wchan.parse_wchan_section(proc_texts[0])
+    ios = [
+        sections.read(src.PROC, t, n=n, parser=proc_io.parse_io_section)
+        for n, t in zip(src.SAMPLES, proc_texts, strict=True)
+    ]
+    wchans, _ = sections.read(src.PROC, proc_texts[0], parser=wchan.parse_wchan_section)
     zombies = [pid for pid, rec in stats[0].items() if rec.state == "Z"]
-    exited = sched.exited_ago(sched.parse_last_ran(proc_texts[0]), zombies, shell_pid) if zombies else {}
-    cmdlines = cmdline.parse_cmdline_section(_text(out, src.CMDLINE.name))
-    envs = environ.parse_env_section(_text(out, src.ENV.name))
-    cgroups_by_pid = cgroup.parse_proc_cgroup_section(proc_texts[0])
-    fd_table = fd.parse_fd_section(_text(out, src.FD.name), escaped=meta.get("ls") == "b")
-    wchan_ok = out.get(src.PROC.section(0)) is not None
-    fd_ok = out.get(src.FD.name) is not None
+    exited = (
+        sched.exited_ago(sections.read(src.PROC, proc_texts[0], parser=sched.parse_last_ran), zombies, shell_pid)
+        if zombies
+        else {}
+    )
+    cmdlines: dict[int, tuple[str, ...]] = sections.read(src.CMDLINE, sections.text(src.CMDLINE))
+    envs = sections.read(src.ENV, sections.text(src.ENV))
+    cgroups_by_pid = sections.read(src.PROC, proc_texts[0], parser=cgroup.parse_proc_cgroup_section)
+    fd_table = sections.read(src.FD, sections.text(src.FD), escaped=meta.get("ls") == "b")
+    wchan_ok = sections.get(src.PROC, 0) is not None
+    fd_ok = sections.get(src.FD) is not None
 
     shell_ppid = read_int(meta.get("shell_ppid"), 10)
     excluded = _excluded(stats[0], cmdlines, shell_pid, shell_ppid, transport)
@@ -382,12 +399,12 @@ def build_snapshot(
 
     logs = []
     stat_samples = [
-        (n, files.parse_logstats(_text(out, src.LOGSTAT.section(n))))
+        (n, sections.read(src.LOGSTAT, sections.text(src.LOGSTAT, n), n=n))
         for n in src.SAMPLES
-        if out.get(src.LOGSTAT.section(n))
+        if sections.get(src.LOGSTAT, n)
     ]
     for i, path in enumerate(params.logs):
-        tail = log_tail(out.get(src.LOGTAIL.section(i)), fmt)
+        tail: str | Unavailable = sections.read(src.LOGTAIL, sections.get(src.LOGTAIL, i), fmt, n=i)
         gave_up = [n for n in (src.LOGTAIL.section(i), *(src.LOGSTAT.section(k) for k in src.SAMPLES))
                    if n in out.abandoned]  # fmt: skip
         if gave_up:  # the probe stopped waiting for the child that touched it: a dead mount
@@ -416,16 +433,18 @@ def build_snapshot(
 
     listings = []
     for i, pattern in enumerate(params.artifacts):
-        sec: RawSection | None = out.get(src.ARTIFACTS.section(i))
+        sec: RawSection | None = sections.get(src.ARTIFACTS, i)
         if sec is None:
             listings.append(
                 ArtifactListing(pattern=pattern, matched=0, entries=(), error=_missing(out, src.ARTIFACTS.section(i)))
             )
             continue
-        count, entries, err = files.parse_artifacts(sec.text)
+        count, entries, err = sections.read(src.ARTIFACTS, sec.text, n=i)
         listings.append(ArtifactListing(pattern=pattern, matched=count, entries=tuple(entries), error=err))
 
-    uptimes = tuple(u for u in (host.parse_now(_text(out, src.NOW.section(n))) for n in src.SAMPLES) if u is not None)
+    uptimes = tuple(
+        u for u in (sections.read(src.NOW, sections.text(src.NOW, n), n=n) for n in src.SAMPLES) if u is not None
+    )
     probe = ProbeInfo(
         version=meta.get("version", ""),
         shell_pid=shell_pid,
@@ -436,19 +455,21 @@ def build_snapshot(
         deadline_hit=out.deadline_hit,
         truncated_sections=tuple(n for n, s in out.sections.items() if s.truncated),
         failed_sections=tuple((n, s.rc) for n, s in out.sections.items() if s.rc not in (0, None)),
-        cpu_seconds=host.parse_times(_text(out, src.TIMES.name)),
+        cpu_seconds=sections.read(src.TIMES, sections.text(src.TIMES)),
         output_bytes=output_bytes,
         timeout_mode=meta.get("timeout", ""),
         tampering=out.anomalies,
         unfinished_sections=_unfinished(out, params, fmt),
     )
-    kernel_log = kmsg.parse_kmsg_sections(
-        _kmsg_text(out, src.KMSG, fmt),
-        _kmsg_text(out, src.KMSG_FALLBACK, fmt) or None,
+    kernel_log = sections.read(
+        src.KMSG,
+        _kmsg_text(sections, src.KMSG, fmt),
+        _kmsg_text(sections, src.KMSG_FALLBACK, fmt) or None,
         btime,
         now=btime + facts.uptime if btime is not None else None,  # syslog stamps have no year
+        also=[src.KMSG_FALLBACK],
     )
-    stacks, stacks_note = pystack.parse_pystack_section(_text(out, src.PYSTACK.name))
+    stacks, stacks_note = sections.read(src.PYSTACK, sections.text(src.PYSTACK))
     if src.PYSTACK.name in out.abandoned:
         stacks_note = "py-spy did not answer within the probe's 16 s and was abandoned"
     elif params.python_stacks and out.get(src.PYSTACK.name) is None and fmt >= 2:
@@ -460,16 +481,18 @@ def build_snapshot(
         processes=tuple(processes),
         excluded_pids=tuple(sorted(excluded)),
         kernel_log=kernel_log,
-        cgroups=tuple(cgroup.parse_cgmem(_text(out, src.CGMAP.name), _text(out, src.CGMEM.name))),
-        gpus=_gpu(out),
+        cgroups=tuple(
+            sections.read(src.CGMEM, sections.text(src.CGMEM), sections.read(src.CGMAP, sections.text(src.CGMAP)))
+        ),
+        gpus=_gpu(sections),
         logs=tuple(logs),
         artifacts=tuple(listings),
-        disks=tuple(df.parse_df(_text(out, src.DF.name))),
-        locks=_locks(out, fmt),
-        sockets=_sockets(out, fmt),
-        fuse_mounts=_fuse_mounts(out, fmt),
-        flight_dumps=flight_recorder.parse_fr_section(_text(out, src.FR.name)),
-        held_files=held.parse_held_section(_text(out, src.HELD.name)),
+        disks=tuple(sections.read(src.DF, sections.text(src.DF))),
+        locks=_locks(sections, fmt),
+        sockets=_sockets(sections, fmt),
+        fuse_mounts=_fuse_mounts(sections, fmt),
+        flight_dumps=sections.read(src.FR, sections.text(src.FR)),
+        held_files=sections.read(src.HELD, sections.text(src.HELD)),
         python_stacks=stacks,
         python_stacks_note=stacks_note,
     )
@@ -498,22 +521,23 @@ def _process_syscall(
     return Unavailable(errors.get(pid, "not read: running, or its wait channel says what it waits on"))
 
 
-def _locks(out: ProbeOutput, fmt: int) -> tuple[FileLock, ...] | Unavailable:
-    sec = out.get(src.LOCKS.name)
+def _locks(sections: Sections, fmt: int) -> tuple[FileLock, ...] | Unavailable:
+    sec = sections.get(src.LOCKS)
     if sec is None:
-        return Unavailable(_NOT_READ if fmt < 2 else _missing(out, src.LOCKS.name))
-    return tuple(locks.parse_locks(sec.text))
+        return Unavailable(_NOT_READ if fmt < 2 else _missing(sections.out, src.LOCKS.name))
+    return tuple(sections.read(src.LOCKS, sec.text))
 
 
-def _sockets(out: ProbeOutput, fmt: int) -> SocketTable | Unavailable:
-    sec = out.get(src.NET.name)
+def _sockets(sections: Sections, fmt: int) -> SocketTable | Unavailable:
+    sec = sections.get(src.NET)
     if sec is None:
-        return Unavailable(_NOT_READ if fmt < 2 else _missing(out, src.NET.name))
-    return net.parse_net_section(sec.text, truncated=sec.truncated)
+        return Unavailable(_NOT_READ if fmt < 2 else _missing(sections.out, src.NET.name))
+    table: SocketTable = sections.read(src.NET, sec.text, truncated=sec.truncated)
+    return table
 
 
-def _fuse_mounts(out: ProbeOutput, fmt: int) -> tuple[FuseMount, ...] | Unavailable:
-    sec = out.get(src.MOUNTS.name)
+def _fuse_mounts(sections: Sections, fmt: int) -> tuple[FuseMount, ...] | Unavailable:
+    sec = sections.get(src.MOUNTS)
     if sec is None:
-        return Unavailable(_NOT_READ if fmt < 2 else _missing(out, src.MOUNTS.name))
-    return tuple(mounts.parse_fuse_mounts(sec.text))
+        return Unavailable(_NOT_READ if fmt < 2 else _missing(sections.out, src.MOUNTS.name))
+    return tuple(sections.read(src.MOUNTS, sec.text))

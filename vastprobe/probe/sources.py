@@ -1,9 +1,14 @@
 """Every section the probe writes, declared once: its name, the script function that writes it,
 its size bound, the parser that reads it, and what it is for.
 
-A new source is one entry here, its shell function in script.sh, and its parser;
-tests/test_probe_sources.py checks that the script and this table agree, and the section
-splitter reports any section not declared here as tampering.
+A new source is one entry here, its shell function in script.sh, and its parser (a function in a
+vastprobe.parsers module, named here as "module:function": this package sits below the parsers
+and imports none of them). parsers/reading.py calls it: `Sections.read(source, ...)` resolves
+the name when it calls the parser and, when the parser raises, names this source's section as
+unreadable; parsers/snapshot.py reads the new section with it where its facts land in the model.
+tests/test_probe_sources.py checks that the script and this table agree and that every parser
+named here resolves and is the one called, and the section splitter reports any section not
+declared here as tampering.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ class Source:
     function: str  # the shell function that writes it (or the one whose awk emits it)
     cap: int | None  # bytes; None: its command bounds it (a grep pattern, tail -c, head -n, awk limits)
     phase: Phase
-    parser: str  # module:function that reads it
+    parser: str  # "module:function" that reads it, called by parsers/reading.py (Sections.read)
     about: str
 
     def section(self, n: int = 0) -> str:
@@ -56,7 +61,9 @@ PROC = Source(
 CGMAP = Source(
     "cgmap", "vp_s0", None, "once", "vastprobe.parsers.cgroup:parse_cgmap", "memory cgroups of the processes"
 )
-CGMEM = Source("cgmem", "vp_s0", None, "once", "vastprobe.parsers.cgroup:parse_cgmem", "their memory and OOM counters")
+CGMEM = Source(
+    "cgmem", "vp_s0", None, "once", "vastprobe.parsers.cgroup:parse_cgmem_section", "their memory and OOM counters"
+)
 SYSCALL = Source(
     "syscall",
     "vp_syscall",

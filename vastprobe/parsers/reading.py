@@ -1,0 +1,102 @@
+"""The one place a section's parser is called: `Sections.read`.
+
+Every section is declared once in probe/sources.py, with its parser named there as
+`"module:function"` (probe/ sits below parsers/, so it names the parser rather than importing
+it). `parser_of` resolves that name when the parser is called, so the function called is the one
+the module holds at that moment; `Sections.read` calls it on the section's text and, when it
+raises, raises `SectionUnreadable` naming that section and why. The pipeline then reads the
+capture again without it (a section whose parser failed is read as absent) and the report says
+so (`probe-section-unreadable`, VP902). A failure outside every `read` is not a section's: it is
+the host's.
+
+A new source is: its shell function in probe/script.sh, its parser in a module here, and its
+entry in probe/sources.py naming both; snapshot.build_snapshot reads it with
+`sections.read(src.NEW, ...)` where its facts land in the model.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar, overload
+
+from vastprobe.probe.sections import ProbeOutput, RawSection
+from vastprobe.probe.sources import LEGACY, SOURCES, Source
+
+T = TypeVar("T")
+
+
+class SectionUnreadable(Exception):
+    """A section's parser raised: `sections` are the sections it was reading (those present in
+    the output), `reason` the exception in one line; the parser's exception is the cause."""
+
+    def __init__(self, sections: tuple[str, ...], cause: Exception) -> None:
+        self.sections = sections
+        self.cause = cause
+        self.reason = f"{type(cause).__name__}: {cause}"[:300]
+        super().__init__(f"section(s) {', '.join(sections) or '(none present)'} unreadable: {self.reason}")
+
+
+def parser_of(source: Source) -> Callable[..., Any]:
+    """The function `source.parser` names (`module:function`), looked up now."""
+    module, _, name = source.parser.partition(":")
+    fn = getattr(importlib.import_module(module), name)
+    if not callable(fn):
+        raise TypeError(f"{source.parser} is not a function")
+    return fn  # type: ignore[no-any-return]
+
+
+class Sections:
+    """The probe's sections as the snapshot reads them: their text, and their parsers called
+    through `read`."""
+
+    def __init__(self, out: ProbeOutput) -> None:
+        self.out = out
+
+    def get(self, source: Source, n: int = 0) -> RawSection | None:
+        return self.out.get(source.section(n))
+
+    def text(self, source: Source, n: int = 0) -> str:
+        sec = self.get(source, n)
+        return sec.text if sec else ""
+
+    @overload
+    def read(
+        self,
+        source: Source,
+        *args: Any,
+        n: int = 0,
+        parser: Callable[..., T],
+        also: Iterable[Source] = (),
+        **kwargs: Any,
+    ) -> T: ...
+    @overload
+    def read(
+        self, source: Source, *args: Any, n: int = 0, parser: None = None, also: Iterable[Source] = (), **kwargs: Any
+    ) -> Any: ...
+    def read(
+        self,
+        source: Source,
+        *args: Any,
+        n: int = 0,
+        parser: Callable[..., Any] | None = None,
+        also: Iterable[Source] = (),
+        **kwargs: Any,
+    ) -> Any:
+        """`source`'s parser (or `parser`, another reader of the same section: the process
+        section feeds several) called on `args`; when it raises, the section `source.section(n)`
+        (and those of `also`, read by the same call) is unreadable."""
+        fn = parser if parser is not None else parser_of(source)
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # a parser bug or input no parser foresaw: that section, not the host
+            names = (source.section(n), *(s.section(n) for s in also))
+            raise SectionUnreadable(tuple(sorted(x for x in set(names) if x in self.out.sections)), exc) from exc
+
+
+#: Every parser module a source names, loaded with this one, so that importing the snapshot (as
+#: the analysis warm-up does, pipeline.warm_analysis) loads every parser before the first capture.
+#: Last in this file: snapshot.py, one of them, imports Sections from here.
+PARSER_MODULES = tuple(sorted({s.parser.partition(":")[0] for s in (*SOURCES, *LEGACY)}))
+for _module in PARSER_MODULES:
+    importlib.import_module(_module)
