@@ -28,15 +28,23 @@ def env(tmp_path: Path) -> dict[str, str]:
     return e
 
 
+@pytest.fixture
+def job(reap) -> str:
+    """The stand-in runs `sh -s` on this machine, so the "container" is the whole shared machine, where
+    other tests' processes are stuck on purpose: the probes are scoped to a quiet process of ours."""
+    p = subprocess.Popen(["sleep", "600"])
+    reap.append(p)
+    return str(p.pid)
+
+
 def vastprobe(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "vastprobe", *args], capture_output=True, text=True, env=env,
                           timeout=120)  # fmt: skip
 
 
-def test_diagnose_a_docker_container(env: dict[str, str]) -> None:
-    r = vastprobe(
-        env, "diagnose", "docker://prover-0", "docker://old", "--sample", "0", "--format", "json", "--snapshot"
-    )
+def test_diagnose_a_docker_container(env: dict[str, str], job: str) -> None:
+    r = vastprobe(env, "diagnose", "docker://prover-0", "docker://old", "--pid", job, "--sample", "0", "--format",
+                  "json", "--snapshot")  # fmt: skip
     hosts = {h["target"]: h for h in json.loads(r.stdout)["hosts"]}
     ok = hosts["docker://prover-0"]
     assert ok["status"] == "ok" and ok["snapshot"]["probe"]["transport"] == "docker", ok["error"]
@@ -45,8 +53,9 @@ def test_diagnose_a_docker_container(env: dict[str, str]) -> None:
     assert r.returncode == 3, r.stderr  # one target could not be probed, none stalled
 
 
-def test_sweep_from_docker_ps_probes_what_it_lists(env: dict[str, str]) -> None:
-    r = vastprobe(env, "sweep", "--from", "docker:name=prover", "--sample", "0", "--format", "json", "--no-history")
+def test_sweep_from_docker_ps_probes_what_it_lists(env: dict[str, str], job: str) -> None:
+    r = vastprobe(env, "sweep", "--from", "docker:name=prover", "--pid", job, "--sample", "0", "--format", "json",
+                  "--no-history")  # fmt: skip
     assert r.returncode == 0, r.stderr
     hosts = json.loads(r.stdout)["hosts"]
     assert sorted(h["target"] for h in hosts) == ["docker://prover-0", "docker://prover-1"]
@@ -70,8 +79,8 @@ def test_a_bad_container_target_or_listing_is_one_line(env: dict[str, str], args
     assert "Traceback" not in r.stderr
 
 
-def test_watch_a_container(env: dict[str, str]) -> None:
-    r = vastprobe(env, "watch", "docker://web", "--rounds", "2", "-n", "0.5", "--sample", "0.1")
+def test_watch_a_container(env: dict[str, str], job: str) -> None:
+    r = vastprobe(env, "watch", "docker://web", "--pid", job, "--rounds", "2", "-n", "0.5", "--sample", "0.1")
     lines = [json.loads(line) for line in r.stdout.splitlines()]
     assert r.returncode == 0, r.stderr
     assert [x.get("round") for x in lines[:2]] == [1, 2] and all(x["status"] == "ok" for x in lines[:2])
