@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -146,3 +147,17 @@ def test_three_rounds_over_one_ssh_connection(reap, tmp_path: Path) -> None:
         assert len(accepted) == 1, accepted
     finally:
         sshd.stop()
+
+
+def test_the_table_into_a_pipe_is_each_round_with_remote_names_escaped(reap, tmp_path: Path) -> None:
+    """`--format table` into a file: every round's screen (no live redraw), and a process name that
+    holds a terminal escape reaches the output as text."""
+    evil = tmp_path / "evil\x1b[31mred"
+    shutil.copy("/bin/sleep", evil)
+    p = subprocess.Popen([str(evil), "300"])
+    reap.append(p)
+    wait_for(lambda: Path(f"/proc/{p.pid}/comm").read_text().startswith("evil"), what="the renamed sleep")
+    r = watch_cli("local", "--pid", str(p.pid), "--rounds", "2", "-n", "0.5", "--sample", "0.1", "--format", "table")
+    assert r.returncode == 0, r.stderr
+    assert "round 1" in r.stdout and "round 2" in r.stdout and "watched local: 2 rounds" in r.stdout
+    assert "\x1b" not in r.stdout and "evil\\x1b[31mred" in r.stdout, r.stdout

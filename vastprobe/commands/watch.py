@@ -129,11 +129,18 @@ def _run(target: str, options, interval: float, rounds: int | None, streamed: bo
         from vastprobe.render.table import make_console
 
         console = make_console()
-        live = Live(console=console, auto_refresh=False, transient=False, redirect_stderr=False)
-        live.start()
+        if console.is_terminal:  # one screen, redrawn each round
+            live = Live(console=console, auto_refresh=False, transient=False, redirect_stderr=False)
+            live.start()
+        else:  # --format table into a file or a pipe: each round's screen after the last
+            live = None
 
         def on_round(r) -> None:  # type: ignore[no-untyped-def]
-            live.update(shown.screen(r, log), refresh=True)
+            if live is not None:
+                live.update(shown.screen(r, log), refresh=True)
+            else:
+                console.print(shown.screen(r, log))
+                console.print()
 
     async def rounds_over_one_session() -> None:
         async with probe_session(target, options) as probe:
