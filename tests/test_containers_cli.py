@@ -96,3 +96,14 @@ def test_kubectl_with_a_context_that_does_not_exist(env: dict[str, str], tmp_pat
     d = vastprobe(env, "diagnose", "kubectl://default/prover-0", "--context", "nope", "--format", "json")
     host = json.loads(d.stdout)["hosts"][0]
     assert d.returncode == 3 and host["status"] == "unreachable" and "no such kubectl context" in host["error"]
+
+
+def test_a_listing_that_finds_nothing_is_nothing_to_sweep(env: dict[str, str]) -> None:
+    """A cron sweep of a host with no container running now: said, and no error."""
+    r = vastprobe(env, "sweep", "--from", "DOCKER:name=nothing-like-this", "--no-history")
+    assert r.returncode == 0 and "nothing running matches" in r.stderr and "nothing to sweep" in r.stderr, r.stderr
+
+
+def test_a_scheme_without_its_slashes_is_one_line_with_the_fix(env: dict[str, str]) -> None:
+    r = vastprobe(env, "diagnose", "podman:review-x")
+    assert r.returncode == 2 and "did you mean podman://review-x?" in r.stderr, r.stderr

@@ -126,8 +126,10 @@ def test_ctrl_c_ends_the_watch_with_its_summary_and_the_last_verdict(reap, tmp_p
 
 
 def test_watch_refuses_json_with_one_line() -> None:
+    """A watch is a stream: table or ndjson, never one JSON document."""
     r = watch_cli("local", "--format", "json")
-    assert r.returncode == 2 and "--format ndjson" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.returncode == 2 and "'json' is not one of 'table', 'ndjson'" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 def test_three_rounds_over_one_ssh_connection(reap, tmp_path: Path) -> None:
@@ -161,3 +163,17 @@ def test_the_table_into_a_pipe_is_each_round_with_remote_names_escaped(reap, tmp
     assert r.returncode == 0, r.stderr
     assert "round 1" in r.stdout and "round 2" in r.stdout and "watched local: 2 rounds" in r.stdout
     assert "\x1b" not in r.stdout and "evil\\x1b[31mred" in r.stdout, r.stdout
+
+
+def test_a_job_that_exits_between_rounds_is_said_gone(reap, tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    job, busy = start_job(reap, log)
+
+    def end_after_first(r: Round) -> None:
+        if r.number == 1:
+            os.kill(busy, signal.SIGKILL)
+            wait_for(lambda: proc_state(busy) in ("Z", None), what="yes gone")
+
+    seen, _ = run_rounds(options(job.pid, log), 2, end_after_first)
+    assert (busy, "yes") in seen[1].gone and all(m.pid != busy for m in seen[1].processes), seen[1].gone
+    assert seen[0].gone == ()

@@ -127,8 +127,10 @@ COMMANDS: dict[str, Callable[..., Any]] = {
     "history": history.history_command,
     "watch": watch.watch,
 }
+#: The exit codes' footer of a command whose codes differ from every other's.
+EPILOGS = {"watch": watch.EXIT_EPILOG}
 for _name, _callback in COMMANDS.items():
-    app.command(_name, cls=Command, context_settings=CONTEXT, epilog=EXIT_EPILOG)(_callback)
+    app.command(_name, cls=Command, context_settings=CONTEXT, epilog=EPILOGS.get(_name, EXIT_EPILOG))(_callback)
 
 
 # ---- the process: one line per failure, documented exit codes ---------------------------------

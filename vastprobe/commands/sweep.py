@@ -151,8 +151,11 @@ def inventory_entries(
         except TargetError as exc:
             usage_error(str(exc))
         if not running:
-            say(f"vastprobe: --from {spec}: nothing running matches")
+            say(f"vastprobe sweep: --from {spec}: nothing running matches")
         entries.extend(InventoryEntry(t) for t in running)
+    if not entries and listed and inventory is None and not nodes and not hostfiles:
+        say("vastprobe sweep: nothing to sweep")  # no container running now: no error for a cron sweep
+        raise typer.Exit(EXIT_OK)
     if not entries:
         usage_error("no targets: give an INVENTORY, -w NODES, --hostfile FILE or --from KIND[:QUERY]")
     try:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sys
+from enum import StrEnum
 from typing import Annotated, Optional
 
 import typer
 
 from vastprobe.commands import checks
-from vastprobe.commands.common import EXIT_INTERRUPTED, EXIT_TERMINATED, exit_code, terminated, usage_error
+from vastprobe.commands.common import EXIT_INTERRUPTED, EXIT_TERMINATED, exit_code, terminated
 from vastprobe.commands.options import (
     P_OUTPUT,
     P_SCOPE,
@@ -16,12 +17,10 @@ from vastprobe.commands.options import (
     ConfigOpt,
     ConnectTimeoutOpt,
     ContextOpt,
-    FormatOpt,
     GpuOpt,
     GpusOpt,
     HostKeyOpt,
     IdentityOpt,
-    JsonOpt,
     JumpOpt,
     KnownHostsOpt,
     LogOpt,
@@ -38,6 +37,7 @@ from vastprobe.commands.options import (
     probe_options,
     ssh_options,
 )
+from vastprobe.notices import say
 
 IntervalOpt = Annotated[
     float,
@@ -47,8 +47,26 @@ IntervalOpt = Annotated[
 RoundsOpt = Annotated[
     Optional[int],
     typer.Option("--rounds", metavar="N", callback=checks.whole(1, 1_000_000, "round count"), rich_help_panel=P_OUTPUT,
-                 help="Stop after N rounds (default: until Ctrl-C)."),
+                 help="Stop after N rounds, 1-1000000 (default: until Ctrl-C)."),
 ]  # fmt: skip
+
+
+class StreamFormat(StrEnum):
+    table = "table"
+    ndjson = "ndjson"
+
+
+StreamFormatOpt = Annotated[
+    Optional[StreamFormat],
+    typer.Option("--format", rich_help_panel=P_OUTPUT,
+                 help="table on a terminal (one screen, redrawn), ndjson otherwise (one record a round)."),
+]  # fmt: skip
+#: A watch ends on Ctrl-C by design: its exit code is what the last round saw.
+EXIT_EPILOG = (
+    "[b]Exit codes[/b]: the last round's, as diagnose gives them (0 nothing stalled, 1 stalled, 3 not probed or "
+    "not diagnosed), also on Ctrl-C; 2 usage error; 4 vastprobe itself failed; 130 Ctrl-C before any round "
+    "finished; 143 SIGTERM."
+)
 
 
 def watch(
@@ -70,8 +88,7 @@ def watch(
     expect_gpu: GpuOpt = None,
     expect_gpus: GpusOpt = None,
     context: ContextOpt = None,
-    fmt: FormatOpt = None,
-    json_flag: JsonOpt = False,
+    fmt: StreamFormatOpt = None,
     timeout: TimeoutOpt = 60.0,
     connect_timeout: ConnectTimeoutOpt = None,
     port: PortOpt = None,
@@ -84,37 +101,38 @@ def watch(
     host_key_check: HostKeyOpt = None,
     verbose: VerboseOpt = 0,
 ) -> None:
-    """Probe one target every --interval seconds over one connection and show what moves: CPU, I/O
-    and log growth per process of the job, GPU use, and when the verdict changed. Not on a
-    terminal: one NDJSON record per round, then a summary record. Ctrl-C ends it with a summary
-    and the last round's exit code.
+    """Probe one target every --interval seconds and show what moves: CPU, I/O and log growth per
+    process of the job, GPU use, the findings, and when the verdict changed (over SSH the rounds
+    share one connection). Not on a terminal: one NDJSON record a round, then a summary record.
+    Ctrl-C ends it with a summary and the last round's exit code; -v lists every finding.
 
     [b]Examples[/b]
       vastprobe watch root@203.0.113.7:41234 -i ~/.ssh/vast --pid 1234
       vastprobe watch local --match prover -n 5
-      vastprobe watch gpu-box --rounds 3 --format ndjson | jq .verdict
+      vastprobe watch gpu-box --rounds 3 --format ndjson | jq 'select(.round) | .verdict'
     """
     from dataclasses import replace
 
-    if json_flag or (fmt is not None and fmt.value == "json"):
-        usage_error("watch streams its rounds: --format ndjson (one record a round) or --format table")
-    streamed = fmt.value == "ndjson" if fmt is not None else not sys.stdout.isatty()
+    streamed = fmt is StreamFormat.ndjson if fmt is not None else not sys.stdout.isatty()
+    if sample > interval:
+        say(f"vastprobe: warning: --sample {sample:g} is longer than --interval {interval:g}: a round takes "
+            f"{sample:g} s or more, so rounds come that often")  # fmt: skip
     options = probe_options(sample=sample, pid=pid, match=match, log=log, stale_after=stale_after,
                             expect_gpu=expect_gpu, timeout=timeout, expect_gpus=expect_gpus,
                             context=context)  # fmt: skip
     ssh = ssh_options([target], port=port, user=user, identity=identity, ssh_config=ssh_config,
                       known_hosts=known_hosts, host_key_check=host_key_check, connect_timeout=connect_timeout,
                       timeout=timeout, config_options=config_options, jump=jump, verbose=verbose)  # fmt: skip
-    raise typer.Exit(_run(target, replace(options, ssh=ssh), interval, rounds, streamed))
+    raise typer.Exit(_run(target, replace(options, ssh=ssh), interval, rounds, streamed, verbose > 0))
 
 
-def _run(target: str, options, interval: float, rounds: int | None, streamed: bool) -> int:  # type: ignore[no-untyped-def]
+def _run(target: str, options, interval: float, rounds: int | None, streamed: bool, verbose: bool) -> int:  # type: ignore[no-untyped-def]
     from vastprobe import eventloop
     from vastprobe.render import watch as shown
     from vastprobe.watch.loop import WatchLog, watch
     from vastprobe.watch.session import probe_session
 
-    log = WatchLog()
+    log = WatchLog(target=target)
     ended = f"--rounds {rounds}" if rounds is not None else "its end"
     if streamed:
 
@@ -137,9 +155,9 @@ def _run(target: str, options, interval: float, rounds: int | None, streamed: bo
 
         def on_round(r) -> None:  # type: ignore[no-untyped-def]
             if live is not None:
-                live.update(shown.screen(r, log), refresh=True)
+                live.update(shown.screen(r, log, verbose), refresh=True)
             else:
-                console.print(shown.screen(r, log))
+                console.print(shown.screen(r, log, verbose))
                 console.print()
 
     async def rounds_over_one_session() -> None:
@@ -163,7 +181,8 @@ def _run(target: str, options, interval: float, rounds: int | None, streamed: bo
     else:
         from vastprobe.render.table import make_console
 
-        make_console().print(shown.summary_text(log, ended), end="")
+        console = make_console()
+        console.print(shown.summary_text(log, ended), end="", soft_wrap=not console.is_terminal)
     if terminated:
         return EXIT_TERMINATED
     if log.last is None:

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from vastprobe.clock import utc_text
-from vastprobe.render.incidents import VERDICT_STYLE
+from vastprobe.render.incidents import SEVERITY_STYLE, VERDICT_STYLE
 from vastprobe.render.jsonable import dumps
 from vastprobe.units import byte_size
 from vastprobe.untrusted.safe import safe
@@ -37,18 +37,48 @@ def _since(change: VerdictChange | None) -> str:
     return "" if change is None else f" since {utc_text(change.wall, '%H:%M:%S')} (round {change.round})"
 
 
-def screen(r: Round, log: WatchLog) -> Group:
-    """One round as the terminal shows it: the verdict and since when, the busiest processes of
-    the job, its logs, its GPUs."""
+#: Characters of a log's path shown; a longer one gives up its middle (its file name stays).
+PATH_SHOWN = 72
+
+
+def _path(path: str) -> str:
+    text = safe(path)
+    return text if len(text) <= PATH_SHOWN else text[: PATH_SHOWN // 2 - 1] + "…" + text[-(PATH_SHOWN // 2) :]
+
+
+def _findings(r: Round, verbose: bool) -> list[Text]:
+    """A line a finding, warnings and worse (every one with -v, with its hint)."""
+    out = []
+    for f in r.report.findings:
+        if f.severity == "info" and not verbose:
+            continue
+        line = Text("  ", no_wrap=not verbose, overflow="ellipsis")
+        line.append(f"{f.severity:<8} ", style=SEVERITY_STYLE[f.severity])
+        line.append(f"{f.code} {f.rule}: ", style="bold")
+        line.append(safe(f.summary, 300))
+        out.append(line)
+        if verbose and f.hint:
+            out.append(Text("           " + safe(f.hint, 300), style="dim"))
+    return out
+
+
+def screen(r: Round, log: WatchLog, verbose: bool = False) -> Group:
+    """One round as the terminal shows it: the verdict and since when, the findings, the busiest
+    processes of the job, its logs, its GPUs. A line too long for the terminal is cut, not wrapped."""
     rep = r.report
-    head = Text()
+    head = Text(no_wrap=True, overflow="ellipsis")
     head.append(safe(rep.target, 200), style="bold")
     head.append(f"  round {r.number}  {utc_text(r.wall, '%H:%M:%S')} UTC  ")
     head.append(
         rep.verdict.upper() + (f" ({rep.status})" if rep.status != "ok" else ""), style=VERDICT_STYLE[rep.verdict]
     )
     head.append(_since(log.changes[-1] if log.changes else None))
-    parts: list[Any] = [head, Text("  " + safe(rep.headline or rep.error or "", 400), style="dim")]
+    why = Text("  " + safe(rep.headline or rep.error or "", 400), style="dim", no_wrap=not verbose, overflow="ellipsis")
+    parts: list[Any] = [head, why, *_findings(r, verbose)]
+    if r.gone:
+        shown = ", ".join(f"{pid} ({safe(comm, 32)})" for pid, comm in r.gone[:5])
+        more = f" (+{len(r.gone) - 5} more)" if len(r.gone) > 5 else ""
+        parts.append(Text(f"  gone since the last round: {shown}{more}", no_wrap=True, overflow="ellipsis"))
     if r.processes:
         procs = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
         for name in ("PID", "CPU%", "READ", "WRITE", "GPU MiB", "STATE", "WAITS IN", "COMMAND"):
@@ -66,7 +96,7 @@ def screen(r: Round, log: WatchLog) -> Group:
         for lm in r.logs:
             idle = "-" if lm.idle_s is None else f"{lm.idle_s:.0f}s ago"
             size = "-" if lm.size is None else byte_size(lm.size)
-            logs.add_row(safe(lm.path, 80), size, _rate(lm.growth_per_s), idle)
+            logs.add_row(_path(lm.path), size, _rate(lm.growth_per_s), idle)
         parts.append(logs)
     if r.gpus:
         gpus = Text(
@@ -116,6 +146,7 @@ def record(r: Round) -> dict[str, Any]:
             for m in r.processes
         ],
         "processes_hidden": r.hidden,
+        "gone": [{"pid": pid, "comm": comm} for pid, comm in r.gone],
         "logs": [
             {"path": lm.path, "size": lm.size, "growth_per_s": _r(lm.growth_per_s, 0), "idle_s": _r(lm.idle_s)}
             for lm in r.logs
@@ -136,6 +167,7 @@ def summary(log: WatchLog, ended: str) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "summary": {
+            "target": log.target or (last.target if last is not None else None),
             "rounds": log.rounds,
             "started": utc_text(log.started, "%Y-%m-%dT%H:%M:%SZ"),
             "ended": ended,
@@ -148,7 +180,7 @@ def summary(log: WatchLog, ended: str) -> dict[str, Any]:
 
 def summary_text(log: WatchLog, ended: str) -> Text:
     out = Text()
-    target = safe(log.last.report.target, 200) if log.last is not None else "?"
+    target = safe(log.target or (log.last.report.target if log.last is not None else "?"), 200)
     out.append(f"watched {target}: {log.rounds} round{'s' if log.rounds != 1 else ''}, ended by {ended}\n")
     for c in log.changes:
         before = c.before.upper() if c.before else "start"

@@ -113,6 +113,8 @@ class ExecTransport(KeepsNothing):
         )  # fmt: skip
 
 
+#: A klog line (kubectl's log: `E1204 11:27:49.943967 23249 memcache.go:265] ...`), not its answer.
+_KLOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] ")
 #: Seconds a runtime may take to list its containers, and the bytes of its answer read.
 LIST_TIMEOUT = 30.0
 LIST_CAP = 4 * 1024 * 1024
@@ -128,7 +130,8 @@ def listed(argv: list[str], what: str, form: Callable[[str], str | None]) -> lis
     res = run_argv([exe, *argv[1:]], "", LIST_CAP, LIST_TIMEOUT, what=what)
     text = res.output.decode("utf-8", "replace")
     if res.status != "ok" or res.exit_status != 0 or res.truncated:
-        said = first_line(text) or res.error or f"exit status {res.exit_status}"
+        lines = [x for x in text.splitlines() if x.strip() and not _KLOG.match(x)]  # kubectl's own last word
+        said = (lines[-1] if lines else first_line(text)) or res.error or f"exit status {res.exit_status}"
         raise TargetError(f"{what}: {argv[0]} could not list (it said: {said.strip()[:300]})")
     out = [t for t in (form(line.strip()) for line in text.splitlines() if line.strip()) if t is not None]
     return list(dict.fromkeys(out))

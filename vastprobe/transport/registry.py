@@ -76,6 +76,9 @@ def kind_for(target: str) -> Kind:
             return kind
     scheme = split_scheme(target)
     if scheme is None:
+        head, colon, rest = target.partition(":")
+        if colon and rest and not rest.startswith("/") and any(k.scheme == head.lower() for k in KINDS if k is not SSH):
+            raise TargetError(f"not a target: {target!r} (did you mean {head}://{rest}?)")
         return SSH
     for kind in KINDS:
         if kind.scheme == scheme[0]:
@@ -117,7 +120,7 @@ def listing() -> str:
 def list_targets(spec: str, settings: TransportSettings) -> list[str]:
     """`KIND[:QUERY]` (sweep --from) -> the running targets that kind's runtime lists."""
     name, _, query = spec.partition(":")
-    kind = kind_named(name)
+    kind = kind_named(name.lower())
     if kind is None or kind.scheme is None or kind is SSH:
         raise TargetError(f"--from {spec}: not a kind that lists targets (one of: {listing()})")
     return kind.list(query, settings)

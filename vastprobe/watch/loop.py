@@ -22,6 +22,7 @@ class WatchLog:
     """What the rounds so far saw, for the summary at the end (kept as they arrive: Ctrl-C can
     end the watch between any two awaits)."""
 
+    target: str = ""
     started: float = field(default_factory=time.time)
     rounds: int = 0
     last: Round | None = None
@@ -49,7 +50,7 @@ async def watch(
         t0 = time.monotonic()
         report = await report_off_loop(await probe(options), options)
         number += 1
-        current = next_round(number, time.time(), report, previous)
+        current = next_round(number, time.time(), report, previous, bool(options.pids or options.matches))
         log.add(current)
         on_round(current)
         previous = current

@@ -72,6 +72,7 @@ class Round:
     logs: tuple[LogMotion, ...]
     gpus: tuple[GpuMotion, ...]
     change: VerdictChange | None  # the verdict changed in this round (the first round always does)
+    gone: tuple[tuple[int, str], ...] = ()  # (pid, comm) in the previous round's scope, not seen in this one
 
 
 def _key(p: Process) -> tuple[int, int]:
@@ -119,15 +120,16 @@ def _last_stat(stats: tuple[FileStat | Unavailable, ...]) -> FileStat | None:
     return last if isinstance(last, FileStat) else None
 
 
-def _log_motions(snap: HostSnapshot, scope: frozenset[int], previous: Round | None,
+def _log_motions(snap: HostSnapshot, scope: frozenset[int] | None, previous: Round | None,
                  span: float | None) -> tuple[LogMotion, ...]:  # fmt: skip
-    """The --log files and the files the job holds open write-only (found: its stdout, stderr and
-    logs), each with its growth since the previous round, or between this round's samples."""
+    """The --log files and, for a job named with --pid/--match (`scope`), the files it holds open
+    write-only (found: its stdout, stderr and logs), each with its growth since the previous
+    round, or between this round's samples."""
     sizes = {m.path: m.size for m in previous.logs} if previous is not None else {}
     btime, now = available(snap.host.btime), _last_uptime(snap)
     ups = snap.probe.sample_uptimes
     out = []
-    for log in (*snap.logs, *found_logs(snap, scope)):
+    for log in (*snap.logs, *(found_logs(snap, scope) if scope is not None else ())):
         stat = _last_stat(log.stats)
         if previous is not None:
             before, over = sizes.get(log.path), span
@@ -148,15 +150,27 @@ def _gpu_motions(snap: HostSnapshot) -> tuple[GpuMotion, ...]:
     return tuple(GpuMotion(g.index, g.utilization_gpu, g.memory_used_mib) for g in snap.gpus.samples[-1])
 
 
-def next_round(number: int, wall: float, report: HostReport, previous: Round | None) -> Round:
-    """The round `number` made of `report`, its rates taken against `previous` (None: the first)."""
+def _gone(snap: HostSnapshot | None, previous: Round | None) -> tuple[tuple[int, str], ...]:
+    """The previous round's processes in scope that this round does not see (exited, or a PID reused)."""
+    before = previous.report.snapshot if previous is not None else None
+    if before is None or snap is None:
+        return ()
+    now = {_key(p) for p in snap.processes}
+    scope = set(previous.report.scope) if previous is not None else set()
+    return tuple((p.pid, p.comm) for p in before.processes if p.pid in scope and _key(p) not in now)
+
+
+def next_round(number: int, wall: float, report: HostReport, previous: Round | None, explicit: bool = False) -> Round:
+    """The round `number` made of `report`, its rates taken against `previous` (None: the first).
+    `explicit`: --pid/--match named the job, whose held files are then its logs too."""
     verdict_before = previous.report.verdict if previous is not None else None
     change = None
     if verdict_before != report.verdict:
         change = VerdictChange(number, wall, verdict_before, report.verdict, report.headline)
     snap = report.snapshot
+    gone = _gone(snap, previous)
     if snap is None:
-        return Round(number, wall, report, None, (), 0, (), (), change)
+        return Round(number, wall, report, None, (), 0, (), (), change, gone)
     prev_snap = previous.report.snapshot if previous is not None else None
     earlier: dict[tuple[int, int], ProcSample] = {}
     span: float | None = None
@@ -168,7 +182,8 @@ def next_round(number: int, wall: float, report: HostReport, previous: Round | N
     elif prev_snap is None and len(snap.probe.sample_uptimes) >= 2:
         span = snap.probe.sample_uptimes[-1] - snap.probe.sample_uptimes[0]
         earlier = {_key(p): p.samples[0] for p in snap.processes if len(p.samples) >= 2}
-    scope = set(report.scope) or {p.pid for p in snap.processes if not p.kernel_thread}
+    # a named job that matched nothing (it exited) has no processes to show, not the whole host's
+    scope = set(report.scope) if report.scope or explicit else {p.pid for p in snap.processes if not p.kernel_thread}
     gpu = _gpu_memory(snap)
     clk = snap.host.clk_tck or 100
     moves = [
@@ -178,5 +193,5 @@ def next_round(number: int, wall: float, report: HostReport, previous: Round | N
     ]
     moves.sort(key=lambda m: (-(m.cpu_percent or 0.0), -((m.read_per_s or 0.0) + (m.write_per_s or 0.0)), m.pid))
     shown = tuple(moves[:SHOWN_PROCESSES])
-    logs = _log_motions(snap, frozenset(scope), previous if prev_snap is not None else None, span)
-    return Round(number, wall, report, span, shown, len(moves) - len(shown), logs, _gpu_motions(snap), change)
+    logs = _log_motions(snap, frozenset(scope) if explicit else None, previous if prev_snap is not None else None, span)
+    return Round(number, wall, report, span, shown, len(moves) - len(shown), logs, _gpu_motions(snap), change, gone)
