@@ -57,7 +57,9 @@ def test_hostile_nvidia_smi_lines(line: str) -> None:
     nvidia_smi.parse_gpu_query("index, uuid, name\n" + line + "\n" + ", " * N)
     nvidia_smi.parse_compute_apps("pid, process_name, used_gpu_memory [MiB], gpu_uuid\n1, " + line + ", 1 MiB, x")
     nvidia_smi.unreachable_gpus(["Unable to determine the device handle for GPU" + line])
-    assert time.perf_counter() - t0 < 0.05
+    assert (
+        time.perf_counter() - t0 < 0.5
+    )  # linear: ~5 ms idle; 75 ms was seen under CI's load; a backtracking regex takes seconds
 
 
 def test_names_the_issue_lists() -> None:

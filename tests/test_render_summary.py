@@ -98,7 +98,13 @@ def test_a_real_sweep_of_forty_vast_instances(tmp_path: Path, reap) -> None:
         flat = re.sub(r"\s+", " ", out)
         # thirty hosts stalled the same way: one line, their node set and count (issue 26); -v lists each
         assert f"[30: root@127.0.0.[1-16]:{a.port}, root@127.0.0.[17-30]:{b.port}]" in flat, out
-        assert len(out.splitlines()) < 15
+        # one screen: under 15 lines, not counting the rows of other tests' OOM kills on this shared
+        # machine (a kill logged while the sweep ran is in some hosts' notes only: a group of its own)
+        ours, skip = [], False
+        for line in out.splitlines():
+            skip = "oom-killed-child" in line if not line.startswith(" ") else skip
+            ours += [] if skip else [line]
+        assert len(ours) < 15, out
         assert f"VP105 stopped-child: sleep ({child}) is stopped (T) [30: root@127.0.0.[1-16]:{a.port}," in flat
         assert "skipped: vast.ai instance N is exited, not running  [6: root@127.0.0.[31-36]:" in out
         assert "unreachable: " in out and f"[4: root@127.0.0.[37-40]:{dead}]" in flat
