@@ -81,12 +81,31 @@ class Sshd:
     proc: subprocess.Popen
     address: str = "127.0.0.1"
     log: Path | None = None
+    forced: tuple[Path, str] | None = None  # where the ForceCommand writes its PID, and the command
 
     @property
     def target(self) -> str:
         return f"root@{self.address}:{self.port}"
 
     def stop(self) -> None:
+        """The listener, every session under it, and each ForceCommand it ran: one (`sleep 600`)
+        whose session ended first would otherwise outlive the test, adopted by init, in every later
+        test's view of the machine. A recorded PID is killed only while it still runs that command."""
+        import shlex
+
+        from tests.helpers import descendants
+
+        for pid in reversed(descendants(self.proc.pid)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        if self.forced is not None and self.forced[0].exists():
+            argv = [a.encode() for a in shlex.split(self.forced[1])]
+            for word in self.forced[0].read_text().split():
+                try:
+                    if Path(f"/proc/{word}/cmdline").read_bytes().split(b"\0")[: len(argv)] == argv:
+                        os.kill(int(word), 9)
+                except (OSError, ValueError):
+                    pass
         self.proc.kill()
         self.proc.wait()
 
@@ -124,8 +143,8 @@ def start_sshd(d: Path, force_command: str | None = None, user_key: Path | None 
             "AllowTcpForwarding yes",
             "MaxStartups 100:30:200",
         ]
-        if force_command:
-            lines.append(f"ForceCommand {force_command}")
+        if force_command:  # its PID recorded, for stop()
+            lines.append(f"ForceCommand echo $$ >> {d / 'forced.pids'}; exec {force_command}")
         conf.write_text("\n".join(lines) + "\n" + extra)
         log.unlink(missing_ok=True)
         proc = subprocess.Popen(
@@ -140,7 +159,8 @@ def start_sshd(d: Path, force_command: str | None = None, user_key: Path | None 
     known = d / "known_hosts"
     pub = Path(str(host_key) + ".pub").read_text().split()
     known.write_text("".join(f"[{a}]:{port} {pub[0]} {pub[1]}\n" for a in listen))
-    return Sshd(port, host_key, user_key, known, proc, listen[0], log)
+    forced = (d / "forced.pids", force_command) if force_command else None
+    return Sshd(port, host_key, user_key, known, proc, listen[0], log, forced)
 
 
 def _serving(proc: subprocess.Popen, address: str, port: int, log: Path) -> bool:
