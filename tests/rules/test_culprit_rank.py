@@ -50,7 +50,14 @@ def start_job(reap: list, tmp_path: Path, how: str, path: str = "", procs_file: 
     launcher = subprocess.Popen(cmd, env=dict(os.environ, LAB_READY=str(ready), **(env or {})), start_new_session=True,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     reap.append(launcher)
-    wait_for(lambda: all(Path(f"{ready}.{r}").exists() for r in range(3)), timeout=30, what="three ranks connected")
+
+    def written(r: int) -> bool:  # a rank opens its file before it writes its PID there: wait for the digits
+        try:
+            return Path(f"{ready}.{r}").read_text().strip().isdigit()
+        except OSError:
+            return False
+
+    wait_for(lambda: all(written(r) for r in range(3)), timeout=30, what="three ranks connected")
     lab = Lab({r: int(Path(f"{ready}.{r}").read_text()) for r in range(3)})
     lab.match = f"rank_lab.py (launch .* )?{run}"
     return lab
