@@ -177,3 +177,21 @@ def test_a_job_that_exits_between_rounds_is_said_gone(reap, tmp_path: Path) -> N
     seen, _ = run_rounds(options(job.pid, log), 2, end_after_first)
     assert (busy, "yes") in seen[1].gone and all(m.pid != busy for m in seen[1].processes), seen[1].gone
     assert seen[0].gone == ()
+
+
+def test_gpu_memory_is_the_compute_apps_of_the_job(reap) -> None:
+    """The nvidia-smi stand-in (tests/standins: no GPU here) names the job as a compute app: its
+    memory is the job's in every round, and the GPU's use is in the record."""
+    standins = Path(__file__).resolve().parent / "standins"
+    job = subprocess.Popen(["sleep", "300"])
+    reap.append(job)
+    env = {**os.environ, "PATH": f"{standins}:{os.environ['PATH']}", "VASTPROBE_STANDIN_GPU": "hung",
+           "VASTPROBE_STANDIN_APP_PID": str(job.pid)}  # fmt: skip
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "watch", "local", "--pid", str(job.pid), "--rounds", "2",
+                        "-n", "0.5", "--sample", "0.1"], capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    rounds = [json.loads(line) for line in r.stdout.splitlines()][:2]
+    assert [x["round"] for x in rounds] == [1, 2], r.stderr
+    for x in rounds:
+        [p] = [p for p in x["processes"] if p["pid"] == job.pid]
+        assert p["gpu_memory_mib"] is not None and p["gpu_memory_mib"] > 0, x["processes"]
+        assert x["gpus"] and x["gpus"][0]["memory_used_mib"] > 0, x["gpus"]

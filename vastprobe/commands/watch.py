@@ -179,9 +179,6 @@ def _run(target: str, options, interval: float, rounds: int | None, streamed: bo
         sys.stdout.write(dumps(shown.summary(log, ended)) + "\n")
         sys.stdout.flush()
     else:
-        from vastprobe.render.table import make_console
-
-        console = make_console()
         console.print(shown.summary_text(log, ended), end="", soft_wrap=not console.is_terminal)
     if terminated:
         return EXIT_TERMINATED

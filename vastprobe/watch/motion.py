@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vastprobe.analysis.gpu import match_host_pid
 from vastprobe.analysis.logs import found_logs
 from vastprobe.model import (
     FileStat,
-    GpuApp,
     HostReport,
     HostSnapshot,
     Process,
@@ -106,12 +106,14 @@ def _process_motion(p: Process, before: ProcSample | None, span: float | None, c
 
 
 def _gpu_memory(snap: HostSnapshot) -> dict[int, float]:
-    apps = snap.gpus.apps
+    """GPU memory per process, nvidia-smi's compute apps mapped into the probe's view: NVML names
+    host PIDs, which inside a container are other processes' numbers (analysis.gpu.match_host_pid)."""
     held: dict[int, float] = {}
-    if isinstance(apps, tuple):
-        for app in apps:
-            if isinstance(app, GpuApp) and app.used_memory_mib is not None:
-                held[app.pid] = held.get(app.pid, 0.0) + app.used_memory_mib
+    apps = () if isinstance(snap.gpus.apps, Unavailable) else snap.gpus.apps
+    for app in apps:
+        p, _how = match_host_pid(snap, app.pid, app.process_name)
+        if p is not None and app.used_memory_mib is not None:
+            held[p.pid] = held.get(p.pid, 0.0) + app.used_memory_mib
     return held
 
 
@@ -153,10 +155,10 @@ def _gpu_motions(snap: HostSnapshot) -> tuple[GpuMotion, ...]:
 def _gone(snap: HostSnapshot | None, previous: Round | None) -> tuple[tuple[int, str], ...]:
     """The previous round's processes in scope that this round does not see (exited, or a PID reused)."""
     before = previous.report.snapshot if previous is not None else None
-    if before is None or snap is None:
+    if previous is None or before is None or snap is None:
         return ()
     now = {_key(p) for p in snap.processes}
-    scope = set(previous.report.scope) if previous is not None else set()
+    scope = set(previous.report.scope)
     return tuple((p.pid, p.comm) for p in before.processes if p.pid in scope and _key(p) not in now)
 
 
