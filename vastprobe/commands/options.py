@@ -264,6 +264,11 @@ ShardsOpt = Annotated[
 # ---- what the commands build from the options -----------------------------------------------------
 
 
+def per_kind(context: Optional[str]) -> dict[str, dict[str, str]]:
+    """The transports' own options from the command line (base.TransportSettings.per_kind)."""
+    return {"kubectl": {"context": context}} if context else {}
+
+
 def probe_options(
     *,
     sample: float,
@@ -298,7 +303,7 @@ def probe_options(
         pids=tuple(dict.fromkeys(pid or ())),
         matches=tuple(dict.fromkeys(match or ())),
         rules=RuleOptions(stale_after=stale_after, expect_gpu=expect_gpu, expect_gpus=expect_gpus),
-        transport_options={"kubectl": {"context": context}} if context else {},
+        transport_options=per_kind(context),
     )
 
 

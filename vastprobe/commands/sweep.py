@@ -56,6 +56,7 @@ from vastprobe.commands.options import (
     UserOpt,
     VerboseOpt,
     complete_targets,
+    per_kind,
     probe_options,
     report_format,
     ssh_options,
@@ -139,15 +140,15 @@ def inventory_entries(
         add_nodes(n, f"-w {n}")
     for f in hostfiles:
         add_file(str(f))
-    for spec in listed or ():
+    if listed:
         from vastprobe.targets import TargetError
         from vastprobe.transport.base import TransportSettings
         from vastprobe.transport.registry import list_targets
 
+        settings = TransportSettings(per_kind=per_kind(context))
+    for spec in listed or ():
         try:
-            running = list_targets(
-                spec, TransportSettings(per_kind={"kubectl": {"context": context}} if context else {})
-            )
+            running = list_targets(spec, settings)
         except TargetError as exc:
             usage_error(str(exc))
         if not running:
