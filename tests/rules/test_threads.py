@@ -83,3 +83,37 @@ def test_a_queue_read_while_its_feeder_writes_is_healthy(reap, tmp_path: Path) -
     assert host["verdict"] == "healthy" and rc == 0, [
         (f["rule"], f["severity"], f["summary"]) for f in host["findings"]
     ]
+
+
+IDLE_AND_BLOCKED = textwrap.dedent("""
+    import os, threading
+    r, w = os.pipe()
+    idle = threading.Event()
+    for i in range(3):
+        threading.Thread(target=idle.wait, daemon=True).start()   # futex waits: nothing to read
+    threading.Thread(target=os.read, args=(r, 1), daemon=True).start()  # a pipe wait: named
+    idle.wait()
+""")
+
+
+def test_only_threads_that_wait_on_something_else_than_a_futex_have_their_stat_read(reap, tmp_path: Path) -> None:
+    """Probe format 5: the stat (name and state) of an idle thread in a futex wait is not read; a
+    thread waiting on a pipe keeps its name and state, and the futex waiters are still listed."""
+    script = tmp_path / "threads.py"
+    script.write_text(IDLE_AND_BLOCKED)
+    job = subprocess.Popen([sys.executable, str(script)], start_new_session=True)
+    reap.append(job)
+
+    def settled() -> bool:
+        w = [x.strip() for x in thread_wchans(job.pid)]
+        return len(w) == 5 and sum("futex" in x for x in w) == 4 and sum("pipe_read" in x for x in w) == 1
+
+    wait_for(settled, what="three idle threads, one on the pipe")
+    _rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0")
+    (p,) = [p for p in host["snapshot"]["processes"] if p["pid"] == job.pid]
+    threads = p["threads_detail"]
+    assert len(threads) == 4, threads
+    piped = [t for t in threads if "pipe_read" in (t["wchan"] or "")]
+    idle = [t for t in threads if "futex" in (t["wchan"] or "")]
+    assert len(piped) == 1 and piped[0]["comm"] == p["comm"] and piped[0]["state"] == "S", piped
+    assert len(idle) == 3 and all(t["comm"] == "" and t["state"] == "S" for t in idle), idle

@@ -195,7 +195,7 @@ def edge_label(ctx: Context, edge: WaitEdge) -> str:
         return words
     p = ctx.graph.process(edge.waiter)
     t = next((t for t in p.threads_detail if t.tid == edge.thread), None) if p is not None else None
-    return f"thread {edge.thread}" + (f" ({t.comm})" if t is not None else "") + f" {words}"
+    return f"thread {edge.thread}" + (f" ({t.comm})" if t is not None and t.comm else "") + f" {words}"
 
 
 def _edge_words(ctx: Context, edge: WaitEdge) -> str:

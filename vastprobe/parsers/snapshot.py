@@ -295,7 +295,16 @@ def build_snapshot(
         else {}
     )
     thread_table = (
-        sections.read(src.PROC, proc_texts[0], task_calls, parser=threads.parse_threads_section) if fmt >= 2 else {}
+        sections.read(
+            src.PROC,
+            proc_texts[0],
+            task_calls,
+            sections.text(src.SYSCALL),
+            also=[src.SYSCALL],
+            parser=threads.parse_threads_section,
+        )
+        if fmt >= 2
+        else {}
     )
 
     ios = [

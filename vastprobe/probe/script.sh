@@ -123,7 +123,7 @@ vp_meta() {
 	printf 'kernel=%s\nhostname=%s\ntimeout=%s\n' "$vp_os" "$vp_host" "$VP_TMO"
 	vp_arch=
 	read -r vp_arch </proc/sys/kernel/arch 2>/dev/null
-	printf 'format=4\narch=%s\nls=%s\nss=%s\n' "$vp_arch" "$VP_LSB" "$VP_SS"
+	printf 'format=5\narch=%s\nls=%s\nss=%s\n' "$vp_arch" "$VP_LSB" "$VP_SS"
 }
 
 # One grep: every line of the small files (they start with a digit, a capital or some/full),
@@ -167,15 +167,16 @@ vp_many() {
 # vp_proc_grep LIST: one grep over the /proc files in LIST.
 vp_proc_grep() { vp_many "$1" grep -H -E "$VP_PROC_PAT"; }
 
-# Prints /proc/PID for each stat record that is not a kernel thread (PF_KTHREAD, 0x200000, in the
-# flags field, the 7th after the last ") ": comm may hold ") " itself).
+# Prints, as one word "u/proc/PID:/proc/PID:...", each stat record that is not a kernel thread
+# (PF_KTHREAD, 0x200000, in the flags field, the 7th after the last ") ": comm may hold ") "
+# itself): one word, not a word each, spares the shell a loop turn and a growing append per process.
 VP_USER_AWK='/^\/proc\/[0-9]+\/stat:/ {
 	s = $0
 	while ((i = index(s, ") ")) > 0) s = substr(s, i + 2)
 	if (s == $0 || split(s, f, " ") < 7) next
 	if (int(f[7] / 2097152) % 2) next
 	p = substr($0, 1, index(substr($0, 7), "/") + 5)
-	print p
+	u = u ":" p
 	if (f[1] == "Z" && nz++ < 64) print "z" p
 	if (f[18] > 1) mt[nt++ % 192] = "+" p
 	# with --py-spy: Python programs (by their comm) that are neither in D state nor zombies, nor
@@ -193,6 +194,7 @@ BEGIN { nw = split(want, w, " "); for (i = 1; i <= nw; i++) under[w[i]] = 1 }
 # the newest 192 multi-threaded processes, newest first (a job starts after the daemons, and the
 # thread bound goes to the first ones listed); with --py-spy, 8 Python programs
 END {
+	print "u" substr(u, 2)
 	for (i = nt - 1; i >= 0 && i >= nt - 192; i--) print mt[i % 192]
 	for (i = 0; i < nun; i++) print un[i]
 	for (i = npy - 1; nw == 0 && i >= 0 && i >= npy - 8; i--) print pyl[i % 8]
@@ -220,10 +222,13 @@ vp_lists() {
 		+*) vp_threads "${vp_w#+}" ;;
 		z*) vp_lz="$vp_lz ${vp_w#z}/sched" ;;
 		y*) vp_lpy="$vp_lpy ${vp_w#y}" ;;
-		*) vp_lusr="$vp_lusr $vp_w" ;;
+		u*) vp_lusr=${vp_w#u} ;;
 		esac
 	done
+	vp_ifs=$IFS
+	IFS=:
 	set -- $vp_lusr
+	IFS=$vp_ifs
 	vp_l0=$(printf '%s/status ' "$@" && printf '%s/io ' "$@" && printf '%s/wchan ' "$@" &&
 		printf '%s/cgroup ' "$@")
 	vp_l0="$vp_l0 $vp_lthr"
@@ -236,18 +241,25 @@ vp_lists() {
 	if [ "$VP_SAMPLE" != 0 ]; then vp_l1="$vp_lstat $(printf '%s/io ' "$@")"; fi
 }
 
-# vp_threads /proc/PID: stat and wchan of its threads but the main one, within the bounds; and its
-# environ, of which only the distributed-training variables are kept (VP_ENVPAT).
+# vp_threads /proc/PID: the wait channel of its threads but the main one, within the bounds (the
+# s0 awk picks the threads whose name and state are worth a read); and its environ, of which only
+# the distributed-training variables are kept (VP_ENVPAT). The list grows by one append per
+# process: dash copies a string char by char, and an append per thread cost 10 ms at 600 threads.
 vp_threads() {
 	vp_lenv="$vp_lenv $1/environ"
-	vp_i=0
+	vp_n=$((VP_MAXTHR - vp_nthr))
+	[ "$vp_n" -le 64 ] || vp_n=64
+	vp_i=$vp_n
+	vp_main=$1/task/${1##*/}
+	vp_c=
 	for vp_t in "$1"/task/*; do
-		[ "$vp_i" -lt 64 ] && [ "$vp_nthr" -lt "$VP_MAXTHR" ] || break
-		[ "${vp_t##*/}" = "${1##*/}" ] && continue
-		vp_lthr="$vp_lthr $vp_t/stat $vp_t/wchan"
-		vp_i=$((vp_i + 1))
-		vp_nthr=$((vp_nthr + 1))
+		[ "$vp_t" != "$vp_main" ] || continue
+		[ "$vp_i" -gt 0 ] || break
+		vp_c="$vp_c $vp_t/wchan"
+		vp_i=$((vp_i - 1))
 	done
+	vp_nthr=$((vp_nthr + vp_n - vp_i))
+	vp_lthr="$vp_lthr$vp_c"
 }
 
 # Awk that stops a section at CAP bytes: it marks the cut with a "cut" frame line.
@@ -287,12 +299,6 @@ vp_s0() {
 		while ((i = index(s, ") ")) > 0) s = substr(s, i + 2)
 		p = substr($0, 1, index($0, "/stat:") - 1)
 		st[p] = substr(s, 1, 1)
-		if (index(p, "/task/")) {
-			# a thread needs its id, name and state alone: its stat is cut after the state
-			mt[p] = 1
-			out(s == $0 ? $0 : substr($0, 1, length($0) - length(s) + 1))
-			next
-		}
 		if (split(s, f, " ") >= 18 && f[18] > 1) mt[p] = 1
 	}
 	{ out($0) }
@@ -300,15 +306,22 @@ vp_s0() {
 	# channel leaves the fd open (pipes, sockets, locks, FUSE), polls (its fd count and timeout),
 	# says nothing ("0" where the unwinder cannot name it), or, in a multi-threaded process where a
 	# task waits on an fd, waits on a futex (with a timeout, or for another thread). Threads too
-	# (task/TID), within their bound.
+	# (task/TID), within their bound: of a thread only the wait channel is read here; its stat (name
+	# and state) is read with the system calls where it waits on something else than a futex or runs
+	# ("0", whose state is not known here: the syscall of a running thread is cheap, but no reason
+	# for ss).
 	# getline cannot read it: mawk aborts on the EPERM a read can give.
 	index($0, "/wchan:") && $0 ~ /^\/proc\/[0-9]+\/(task\/[0-9]+\/)?wchan:/ {
 		i = index($0, "/wchan:")
 		p = substr($0, 1, i - 1)
 		w = substr($0, i + 7)
-		if (st[p] != "S" && st[p] != "D") next
 		q = p
-		if ((i = index(p, "/task/")) > 0) q = substr(p, 1, i - 1)
+		if ((i = index(p, "/task/")) > 0) {
+			q = substr(p, 1, i - 1)
+			mt[p] = 1
+			if (w !~ FUTEX_WAIT) print p "/stat" > "/dev/stderr"
+			if (w == "0") { print p "/syscall" > "/dev/stderr"; next }
+		} else if (st[p] != "S" && st[p] != "D") next
 		if (w == "0" || w ~ FD_WAIT || w ~ POLL_WAIT) {
 			print p "/syscall" > "/dev/stderr"
 			# an epoll waiter: its interest lists (fdinfo tfd lines) say which fds it waits on
@@ -388,11 +401,12 @@ vp_s0() {
 	exec 4>&-
 }
 
-# syscall of the processes the s0 awk picked, one grep (nothing to read: no fork at all).
+# syscall of the processes and threads the s0 awk picked, and the stat of the threads whose name and
+# state it wants, one grep (nothing to read: no fork at all).
 vp_syscall() {
 	vp_l=
 	for vp_f in $vp_lsys; do
-		case $vp_f in /proc/*/syscall) vp_l="$vp_l $vp_f" ;; esac
+		case $vp_f in /proc/*/syscall | /proc/*/task/*/stat) vp_l="$vp_l $vp_f" ;; esac
 	done
 	[ -z "$vp_l" ] || vp_many "$vp_l" grep -H ''
 }
@@ -401,9 +415,10 @@ vp_s1() { vp_proc_grep "$vp_l1" 2>&1 | VP_B=$VP_B awk -v cap="$VP_MAXPROC" "$VP_
 
 # The files the processes hold open write-only whose names say log (and their stdout and stderr): the
 # job's logs where none was given. stat through /proc/PID/fd/N, the open file itself (a path
-# renamed or deleted since is still the one written), under a timeout; at most 128.
+# renamed or deleted since is still the one written); at most 128. Its guard (vp_held_sec) is its
+# timeout: a stat that hangs is abandoned after VP_FILE_T seconds, and killed at the probe's end.
 vp_held_stat() {
-	[ -z "$vp_held" ] || tmo 5 stat -L -c '%n %s %Y %i %F' -- $vp_held
+	[ -z "$vp_held" ] || stat -L -c '%n %s %Y %i %F' -- $vp_held
 }
 # The held files may be on a dead mount (timeout cannot end a stat in D state): in a guarded child,
 # framed here, not by secn (whose redirection a guard must not run under).
@@ -579,11 +594,12 @@ vp_fd() {
 					readns(p, substr(p, 7))
 				}
 				if (ss == 1) {
-					while (("ss -xan 2>/dev/null" | getline l) > 0) {
+					# exec: the shell awk starts becomes ss (one fork, not two)
+					while (("exec ss -xan 2>/dev/null" | getline l) > 0) {
 						m = split(l, c, " ")
 						if (c[m] in held || c[m - 2] in held) out("@ss " l)
 					}
-					close("ss -xan 2>/dev/null")
+					close("exec ss -xan 2>/dev/null")
 				}
 				if (!cut) printf "\n@@rc=0\n"
 				printf "\n@@%s@@ /net\n", B

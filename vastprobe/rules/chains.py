@@ -68,7 +68,7 @@ def thread_evidence(ctx: Context, pids: tuple[int, ...]) -> list[Evidence]:
         if p is None or p.threads < 2:
             continue
         read = p.threads_detail
-        shown = ", ".join(f"{t.tid} {t.comm} [{t.state} {t.wchan or '?'}]" for t in read[:6])
+        shown = ", ".join(f"{t.tid}{' ' + t.comm if t.comm else ''} [{t.state} {t.wchan or '?'}]" for t in read[:6])
         more = len(read) - 6 if len(read) > 6 else 0
         unread = p.threads - 1 - len(read)
         tail = (f" and {more} more" if more else "") + (

@@ -145,7 +145,7 @@ def _feeder(ctx: Context, cycle: Chain) -> tuple[str, str] | None:
         if child is None or parent is None:
             continue
         thread = next((t for t in child.threads_detail if t.tid == edge.thread), None)
-        tname = f"thread {edge.thread}" + (f" ({thread.comm})" if thread else "")
+        tname = f"thread {edge.thread}" + (f" ({thread.comm})" if thread and thread.comm else "")
         summary = (
             f"{parent.comm} ({parent.pid}) waits for {child.comm} ({child.pid}) to exit, and {child.pid}'s {tname} "
             f"writes {edge.what.split(' (')[0]} that only {parent.pid} reads: neither can go on"

@@ -77,7 +77,9 @@ class Task:
 
     @property
     def who(self) -> str:
-        return f"thread {self.tid} ({self.comm}) of {self.pid}" if self.tid is not None else f"{self.pid} ({self.comm})"
+        if self.tid is None:
+            return f"{self.pid} ({self.comm})"
+        return f"thread {self.tid}" + (f" ({self.comm})" if self.comm else "") + f" of {self.pid}"
 
 
 def main_task(p: Process) -> Task:

@@ -174,7 +174,11 @@ class WaitIndex:
         for t in live:
             w = t.wchan if isinstance(t.wchan, str) else None
             doing = "runs" if t.state == "R" else f"waits in {w}" if w not in (None, "", "0") else "waits"
-            name = f"its thread {t.tid} ({t.comm})" if t.tid is not None else f"its main thread ({t.comm})"
+            name = (
+                f"its thread {t.tid}" + (f" ({t.comm})" if t.comm else "")
+                if t.tid is not None
+                else f"its main thread ({t.comm})"
+            )
             return f"{name} {doing}"
         if p.threads > 1 + len(p.threads_detail):  # past the probe's thread bound: not known to be idle
             return f"{p.threads - 1 - len(p.threads_detail)} other thread(s) not read"
