@@ -165,3 +165,20 @@ def test_a_kill_the_kernel_log_no_longer_holds_is_still_the_jobs_loss(reap, memc
     f = next(f for f in host["findings"] if f["rule"] == "oom-killed-child" and cg.name in f["summary"])
     assert f["severity"] == "error" and "1 OOM kill" in f["summary"], f
     assert host["verdict"] == "stalled" and r.returncode == 1
+
+
+def test_the_hint_on_kills_elsewhere_says_what_ran_short() -> None:
+    """A memory cgroup's kill says nothing of the host's memory ("41 OOM kills outside the scope",
+    all of them test cgroups' on this machine, were hinted as "the host is short of memory now")."""
+    from vastprobe.analysis.oom import OomMatch
+    from vastprobe.parsers.kmsg import parse_line
+    from vastprobe.rules.oom_killed_child import _where_short
+
+    memcg = parse_line("[31842.817100] Memory cgroup out of memory: Killed process 6229 (python) total-vm:116404kB, "
+                       "anon-rss:24448kB, file-rss:6040kB, shmem-rss:0kB, UID:0 pgtables:104kB oom_score_adj:0")  # fmt: skip
+    host = parse_line("[ 5412.310226] Out of memory: Killed process 2115 (python3) total-vm:9254332kB, "
+                      "anon-rss:7801012kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:15608kB oom_score_adj:0")  # fmt: skip
+    assert memcg is not None and host is not None
+    cg, glob = OomMatch(memcg, None, "", "elsewhere"), OomMatch(host, None, "", "elsewhere")
+    assert "hit their limits" in _where_short([cg, cg])
+    assert "short of memory now" in _where_short([cg, glob])

@@ -41,6 +41,14 @@ def _folded(
     )
 
 
+def _where_short(matches: list[OomMatch]) -> str:
+    """What ran out of memory, as the kill lines say: a kill a memory cgroup's limit caused says
+    nothing of the host's own memory."""
+    if matches and all(m.event.detail == "memcg" for m in matches):
+        return "memory cgroups outside it (containers or services with a memory limit) hit their limits"
+    return "the host (or a neighbour) is short of memory now"
+
+
 def check(ctx: Context) -> Iterator[Finding]:
     snap = ctx.snapshot
     # with no --pid/--match there is no job, only a whole host: say what was in scope, not "the job"
@@ -60,7 +68,7 @@ def check(ctx: Context) -> Iterator[Finding]:
         else f"outside the processes in scope in the last {RECENT_S // 60:.0f} minutes",
         "context",
         "in other memory cgroups, or tied to no process in scope",
-        f"nothing to do for {job}; the host (or a neighbour) is short of memory now",
+        f"nothing to do for {job}; {_where_short(recent)}",
         "info",
     )
     # a kill tied to the job stalls it when the scope is the job; on a whole host it is a warning
