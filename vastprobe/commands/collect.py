@@ -119,7 +119,10 @@ def collect(
         from vastprobe.fileio import write_atomic
 
         written = write_atomic(output.expanduser(), text)
-        say(f"saved {target} ({len(cap.output)} bytes of probe output) to {written}")
+        if cap.status == "ok":
+            say(f"saved {target} ({len(cap.output)} bytes of probe output) to {written}")
+        else:  # the record of a failed try (`analyze` reads it as that status), not a snapshot
+            say(f"saved the failed try ({cap.status}, no snapshot) to {written}")
     raise typer.Exit(EXIT_OK if cap.status == "ok" else EXIT_UNPROBED)
 
 
