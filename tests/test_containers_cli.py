@@ -107,3 +107,10 @@ def test_a_listing_that_finds_nothing_is_nothing_to_sweep(env: dict[str, str]) -
 def test_a_scheme_without_its_slashes_is_one_line_with_the_fix(env: dict[str, str]) -> None:
     r = vastprobe(env, "diagnose", "podman:review-x")
     assert r.returncode == 2 and "did you mean podman://review-x?" in r.stderr, r.stderr
+
+
+def test_context_without_a_kubectl_target_is_said_not_silently_ignored() -> None:
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--context", "prod", "--sample", "0",
+                        "--format", "json"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert "--context prod applies to kubectl:// targets only" in r.stderr, r.stderr
+    assert r.returncode in (0, 1), r.stderr

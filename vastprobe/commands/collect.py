@@ -98,7 +98,7 @@ def collect(
     from vastprobe.render.jsonable import dumps
 
     options = probe_options(sample=sample, pid=pid, match=match, log=log, artifacts=artifacts, timeout=timeout,
-                            py_spy=py_spy, context=context)  # fmt: skip
+                            py_spy=py_spy, context=context, targets=(target,))  # fmt: skip
     ssh = ssh_options([target], port=port, user=user, identity=identity, ssh_config=ssh_config,
                       known_hosts=known_hosts, host_key_check=host_key_check, connect_timeout=connect_timeout,
                       timeout=timeout, config_options=config_options, jump=jump, verbose=verbose)  # fmt: skip

@@ -102,7 +102,8 @@ def diagnose(
     chosen = report_format(fmt, json_flag, brief, snapshot)
     options = probe_options(sample=sample, pid=pid, match=match, log=log, artifacts=artifacts,
                             stale_after=stale_after, expect_gpu=expect_gpu, timeout=timeout,
-                            expect_gpus=expect_gpus, py_spy=py_spy, context=context)  # fmt: skip
+                            expect_gpus=expect_gpus, py_spy=py_spy, context=context,
+                            targets=tuple(expanded))  # fmt: skip
     ssh = ssh_options(expanded, port=port, user=user, identity=identity, ssh_config=ssh_config,
                       known_hosts=known_hosts, host_key_check=host_key_check, connect_timeout=connect_timeout,
                       timeout=timeout, config_options=config_options, jump=jump, verbose=verbose)  # fmt: skip

@@ -282,9 +282,16 @@ def probe_options(
     expect_gpus: Optional[int] = None,
     py_spy: bool = False,
     context: Optional[str] = None,
+    targets: tuple[str, ...] = (),
 ):  # -> DiagnoseOptions
-    """The probe's and the rules' settings, built alike for every command that probes or analyses."""
+    """The probe's and the rules' settings, built alike for every command that probes or analyses.
+    `targets`: what it will probe, to say so when an option of one kind of target reaches none."""
     from vastprobe.options import RuleOptions
+
+    if context and targets and not any(t.startswith("kubectl://") for t in targets):
+        say(
+            f"vastprobe: warning: --context {context} applies to kubectl:// targets only; none was given, so it is ignored"
+        )
     from vastprobe.pipeline import DiagnoseOptions, remote_deadline
     from vastprobe.probe.render import DEFAULT_ARTIFACTS, ProbeParams
 

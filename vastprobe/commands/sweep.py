@@ -296,7 +296,8 @@ def sweep(
     entries = fleet.select(entries)
     options = probe_options(sample=sample, pid=pid, match=match, log=log, artifacts=artifacts,
                             stale_after=stale_after, expect_gpu=expect_gpu, timeout=timeout,
-                            expect_gpus=expect_gpus, py_spy=py_spy, context=context)  # fmt: skip
+                            expect_gpus=expect_gpus, py_spy=py_spy, context=context,
+                            targets=tuple(e.target for e in entries))  # fmt: skip
     probed = [e.target for e in entries if e.skip is None]
     ssh = ssh_options(probed or ["local"], port=port, user=user, identity=identity, ssh_config=ssh_config,
                       known_hosts=known_hosts, host_key_check=host_key_check, connect_timeout=connect_timeout,

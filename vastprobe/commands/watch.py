@@ -119,7 +119,7 @@ def watch(
             f"{sample:g} s or more, so rounds come that often")  # fmt: skip
     options = probe_options(sample=sample, pid=pid, match=match, log=log, stale_after=stale_after,
                             expect_gpu=expect_gpu, timeout=timeout, expect_gpus=expect_gpus,
-                            context=context)  # fmt: skip
+                            context=context, targets=(target,))  # fmt: skip
     ssh = ssh_options([target], port=port, user=user, identity=identity, ssh_config=ssh_config,
                       known_hosts=known_hosts, host_key_check=host_key_check, connect_timeout=connect_timeout,
                       timeout=timeout, config_options=config_options, jump=jump, verbose=verbose)  # fmt: skip
