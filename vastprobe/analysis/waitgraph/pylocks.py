@@ -44,10 +44,14 @@ POLLING_LOCKS = (
     PollingLock("py-filelock", "BaseFileLock.acquire", "filelock/_api.py",
                 (("lock_filename", ""), ("lock_file", "")), 0, False),
     PollingLock("torch's FileBaton", "FileBaton.wait", "file_baton.py",
-                (("lock_file_path", ""), ("build_directory", "/lock")), 2, True),
+                (("lock_file_path", ""), ("build_directory", "/lock")), 1, True),
 )  # fmt: skip
 #: filelock's locks that are the file itself (O_EXCL), by the type py-spy shows for `self`
 EXCLUSIVE_TYPES = frozenset({"SoftFileLock", "AsyncSoftFileLock"})
+#: how many frames inside the polling frame a dump may catch (an attempt in progress), and the
+#: standard library's files such an attempt passes through (os.path.exists, Path.mkdir)
+INNER = 3
+STDLIB_INSIDE = frozenset({"genericpath.py", "posixpath.py", "os.py", "pathlib.py", "contextlib.py", "threading.py"})
 
 
 def _split(frame: str) -> tuple[str, str]:
@@ -56,23 +60,42 @@ def _split(frame: str) -> tuple[str, str]:
     return name, where.rstrip(")").rsplit(":", 1)[0]
 
 
-def polling_lock(thread: PyThread) -> tuple[PollingLock, FrameLocal, str, bool] | None:
-    """The polling lock a thread waits in (its innermost frame), the local that names the lock file,
-    the file's path, and whether the lock is the file's existence; None when it waits in none, or
-    no allow-listed local names its file."""
-    if not thread.frames:
-        return None
-    function, file = _split(thread.frames[0])
-    for decl in POLLING_LOCKS:
-        if function != decl.function or not (file == decl.file or file.endswith("/" + decl.file)):
+def _is(file: str, decl: str) -> bool:
+    return file == decl or file.endswith("/" + decl)
+
+
+@dataclass(frozen=True)
+class Polling:
+    """A thread waiting in a polling lock, and the lock file its locals name."""
+
+    lock: PollingLock
+    frame: str  # py-spy's line of the polling frame
+    named: FrameLocal  # the argument or local that names the file
+    path: str
+    exclusive: bool  # the lock is the file's existence (FileBaton, SoftFileLock)
+
+
+def polling_lock(thread: PyThread) -> Polling | None:
+    """The polling lock a thread waits in, and the file the allow-listed locals of that frame and its
+    callers name; None when it waits in none, or no allow-listed local names its file. The polling frame is the innermost one, or within INNER of it when py-spy caught
+    the thread inside an attempt: then every frame inside it is the same package's or one of
+    STDLIB_INSIDE (genericpath.py of os.path.exists)."""
+    for depth, frame in enumerate(thread.frames[: INNER + 1]):
+        function, file = _split(frame)
+        decl = next((d for d in POLLING_LOCKS if d.function == function and _is(file, d.file)), None)
+        if decl is None:
             continue
-        frames = [thread.locals_of(i) for i in range(min(len(thread.frames), decl.callers + 1))]
+        package = decl.file.split("/", 1)[0]
+        inside = [_split(x)[1] for x in thread.frames[:depth]]
+        if not all(f in STDLIB_INSIDE or f.split("/", 1)[0] == package for f in inside):
+            return None
+        frames = [thread.locals_of(i) for i in range(depth, min(len(thread.frames), depth + decl.callers + 1))]
         exclusive = decl.exclusive or any(v.name == "self" and v.type_name in EXCLUSIVE_TYPES for v in frames[0])
         for name, suffix in decl.paths:
             for local_vars in frames:
                 v = next((v for v in local_vars if v.name == name and v.text), None)
                 if v is not None and v.text is not None:
-                    return decl, v, v.text.rstrip("/") + suffix if suffix else v.text, exclusive
+                    return Polling(decl, frame, v, v.text.rstrip("/") + suffix if suffix else v.text, exclusive)
         return None
     return None
 
@@ -87,7 +110,7 @@ class PyLockEdges(WaitIndex):
         for thread in stack.threads:
             if self._py_thread_is(p, thread, t):
                 found = polling_lock(thread)
-                return self._py_lock_holder(p, t, thread, *found) if found is not None else None
+                return self._py_lock_holder(p, t, found) if found is not None else None
         return None
 
     def _py_thread_is(self, p: Process, thread: PyThread, t: Task) -> bool:
@@ -98,9 +121,8 @@ class PyLockEdges(WaitIndex):
         own = {str(p.pid), *(str(n) for n in p.nspid[-1:])}
         return thread.tid in own or (thread.name == "MainThread" and not thread.tid.isdigit())
 
-    def _py_lock_holder(
-        self, p: Process, t: Task, thread: PyThread, decl: PollingLock, named: FrameLocal, path: str, exclusive: bool
-    ) -> WaitEdge | None:
+    def _py_lock_holder(self, p: Process, t: Task, found: Polling) -> WaitEdge | None:
+        named, path = found.named, found.path
         relative = not path.startswith("/")
         opened = [
             (pid, e)
@@ -110,12 +132,12 @@ class PyLockEdges(WaitIndex):
             if pid != p.pid and not e.deleted
         ]
         ev = [
-            Evidence("py-spy", f"{t.who} sleeps between attempts in {thread.frames[0]}: {decl.library}"),
+            Evidence("py-spy", f"{t.who} sleeps between attempts in {found.frame}: {found.lock.library}"),
             Evidence("py-spy", f"its lock file: {named.name} = {named.repr}"
                      + (f" (+ {path.rsplit('/', 1)[-1]})" if path != named.text else "")
                      + (" (relative to its working directory)" if relative else "")),
         ]  # fmt: skip
-        if not exclusive:
+        if not found.exclusive:
             _waiting, held = self._locks
             writers = {lk.pid: lk for lk in held.values() if lk.access == "WRITE" and lk.pid is not None}
             holder = next(((pid, e) for pid, e in opened if pid in writers and pid in self.tree.by_pid), None)
