@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from vastprobe.analysis.waitgraph.edges import Task, WaitEdge
 from vastprobe.analysis.waitgraph.index import WaitIndex
 from vastprobe.model import Evidence, FileLock, FrameLocal, Process, PyThread
+from vastprobe.untrusted.numbers import read_int
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class PyLockEdges(WaitIndex):
         if t.tid is not None:
             return thread.tid == str(t.tid)
         own = {str(p.pid), *(str(n) for n in p.nspid[-1:])}
-        return thread.tid in own or (thread.name == "MainThread" and not thread.tid.isdigit())
+        return thread.tid in own or (thread.name == "MainThread" and read_int(thread.tid) is None)
 
     def _py_lock_holder(self, p: Process, t: Task, found: Polling) -> WaitEdge | None:
         named, path = found.named, found.path
