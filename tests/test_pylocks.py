@@ -34,7 +34,7 @@ from vastprobe.analysis.scope import compute_scope
 from vastprobe.analysis.waitgraph.pylocks import POLLING_LOCKS, polling_lock
 from vastprobe.model import FrameLocal, PyThread
 from vastprobe.parsers.pystack import ALLOWED_LOCALS, parse_pystack_section
-from vastprobe.probe.render import script_template
+from vastprobe.probe.render import ProbeParams, render_script, script_template
 from vastprobe.rules.base import RuleOptions
 from vastprobe.rules.engine import run_rules
 
@@ -417,3 +417,27 @@ def test_polling_frames_and_what_runs_inside_them() -> None:
     found = polling_lock(_thread(("exists (genericpath.py:19)", ()), wait, jit))
     assert found is not None and found.path == "/b/ext/lock" and found.named.name == "build_directory"
     assert polling_lock(_thread(wait, ("load (torch/utils/cpp_extension.py:1927)", ()), jit)) is None  # too far out
+
+
+def test_the_probe_with_py_spy_writes_nothing(reap, spy: str, tmp_path: Path) -> None:
+    """The probe with --py-spy --locals, py-spy dumping a real filelock waiter, under strace: no call
+    opens a file for writing (but /dev/null), creates, unlinks or renames one."""
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    pytest.importorskip("filelock")
+    lock = tmp_path / "model.lock"
+    holder = _filelock_process(reap, lock)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    waiter = _filelock_process(reap, lock)
+    wait_for(lambda: "acquire" in _dump(spy, waiter.pid), timeout=30, what="the waiter trying the lock")
+    params = ProbeParams(sample=0, python_stacks=True, python_stack_pids=(waiter.pid,))
+    trace = tmp_path / "trace"
+    r = subprocess.run(["strace", "-f", "-qq", "-o", str(trace), "-e",
+                        "trace=openat,open,creat,unlink,unlinkat,rename,renameat,mkdir", "dash", "-s"],
+                       input=render_script(params).encode(), capture_output=True, timeout=60,
+                       env=dict(os.environ, PATH=spy))  # fmt: skip
+    assert b"lock_filename" in r.stdout  # py-spy ran, with --locals
+    bad = [line for line in trace.read_text().splitlines()
+           if any(c in line for c in ("creat(", "unlink", "rename", "mkdir("))
+           or ("open" in line and ("O_WRONLY" in line or "O_RDWR" in line) and "/dev/null" not in line)]  # fmt: skip
+    assert not bad, bad[:5]
