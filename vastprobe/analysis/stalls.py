@@ -111,6 +111,8 @@ def _dead_end(ctx: SnapshotView, edge: WaitEdge | None, end: int) -> str | None:
             return "no process holds /dev/fuse: the FUSE server is gone"
         if edge.kind == "fifo-open":
             return "nobody opens the FIFO's other end"
+        if edge.retry == "lock-exists":  # torch's FileBaton: it waits for a file nobody holds to go
+            return f"no process here has {edge.path} open: a lock file left behind"
         return None
     p = g.process(end)
     if p is not None and p.samples and all(s.state in ("T", "t") for s in p.samples):

@@ -97,7 +97,9 @@ PySpyOpt = Annotated[
     bool,
     typer.Option("--py-spy", rich_help_panel=P_SCOPE,
                  help="Also take Python stacks with py-spy on the target (8 programs: under --pid, else the newest; "
-                      "--nonblocking: read, never paused; 3 s and 64 KiB each), shown on the findings that name them."),
+                      "--nonblocking: read, never paused; 3 s and 64 KiB each), shown on the findings that name them. "
+                      "Locals are read too, but only allow-listed names (lock file paths) leave the target: "
+                      "it finds waiters on py-filelock and torch's FileBaton."),
 ]  # fmt: skip
 LogOpt = Annotated[
     Optional[list[str]],

@@ -35,7 +35,7 @@ from vastprobe.model.host import (
     SocketTable,
 )
 from vastprobe.model.process import EpollWatch, FdEntry, FdMode, Process, ProcIO, ProcSample, Syscall, ThreadState
-from vastprobe.model.programs import Collective, FlightDump, PythonStack, PyThread
+from vastprobe.model.programs import Collective, FlightDump, FrameLocal, PythonStack, PyThread
 from vastprobe.model.report import (
     HOLDING,
     SEVERITY_ORDER,
@@ -73,6 +73,7 @@ __all__ = [
     "FileStat",
     "Finding",
     "FlightDump",
+    "FrameLocal",
     "FuseMount",
     "GpuApp",
     "GpuSample",

@@ -19,6 +19,18 @@ class Collective:
 
 
 @dataclass(frozen=True)
+class FrameLocal:
+    """One argument or local variable of a Python frame, as py-spy printed it (`--locals`). Only the
+    names the probe lets out (parsers/pystack.ALLOWED_LOCALS) ever reach a snapshot: locals can
+    hold secrets."""
+
+    name: str
+    repr: str  # py-spy's text for the value, at most 512 characters: "/tmp/x.lock", None, 3, <UnixFileLock at 0x7f..>
+    text: str | None = None  # a str's text, between py-spy's quotes; None: not a str, or cut short
+    type_name: str | None = None  # an object py-spy shows only as <Type at 0x...>: its type (self: UnixFileLock)
+
+
+@dataclass(frozen=True)
 class PyThread:
     """One thread of a Python program as py-spy read it (parsers/pystack.py)."""
 
@@ -26,6 +38,12 @@ class PyThread:
     name: str  # the Python thread's name: MainThread, QueueFeederThread, pt_autograd_0
     status: str  # py-spy's words: idle, active, active+gil, ...
     frames: tuple[str, ...]  # innermost first: "function (file:line)"
+    #: each frame's allow-listed arguments and locals, one tuple per frame (as `frames`); () when
+    #: py-spy gave none (a probe before --locals, a py-spy without it)
+    frame_locals: tuple[tuple[FrameLocal, ...], ...] = ()
+
+    def locals_of(self, index: int) -> tuple[FrameLocal, ...]:
+        return self.frame_locals[index] if index < len(self.frame_locals) else ()
 
 
 @dataclass(frozen=True)

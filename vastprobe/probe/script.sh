@@ -481,6 +481,28 @@ vp_fr() {
 # choose); no dump starts after 12 s.
 # The section runs in a guarded child: reading the memory of a process stuck on a dead mount can
 # put the reader in D state, which no timeout ends.
+# Dumps are taken with --locals (each frame's arguments and locals) to name the file a polling lock
+# waits for, but locals can hold secrets: VP_PYSPY_AWK lets out only the names of VP_PYLOCALS, each
+# value cut at 512 characters; every other line under "Arguments:" and "Locals:" stays here.
+VP_PYLOCALS='lock_filename canonical_path lock_file lock_file_path build_directory self'
+VP_PYSPY_AWK='BEGIN { n = split(keep, k, " "); for (i = 1; i <= n; i++) ok[k[i]] = 1 }
+function out(s) {
+	if ((c += length(s) + 2) > cap) { print "@cut"; exit }
+	print "|" s
+}
+/^        (Arguments|Locals):/ { blk = 1; next }
+# a name and its value (py-spy writes a newline in a string as \n); self only as its type name
+blk && /^            [A-Za-z_][A-Za-z0-9_]*: / {
+	i = index($0, ": ")
+	nm = substr($0, 13, i - 13)
+	v = substr($0, i + 2)
+	if (!(nm in ok) || (nm == "self" && v !~ /^<[A-Za-z_][A-Za-z0-9_.]* at 0x[0-9a-fA-F]+>$/)) next
+	out("            " nm ": " substr(v, 1, 512))
+	next
+}
+# still in the block unless a frame or a thread begins: anything else is part of a value
+blk && !/^    [^ ].* \([^()]*\)$/ && !/^Thread [0-9A-Fa-fx]+ \(/ { next }
+{ blk = 0; out($0) }'
 vp_pystack_sec() {
 	vp_gsave=$VP_FILE_T
 	VP_FILE_T=16
@@ -494,6 +516,7 @@ vp_pystack() {
 	}
 	vp_secs
 	vp_py0=$vp_u
+	vp_pyl=--locals
 	for vp_p in $vp_lpy; do
 		vp_secs
 		if [ $((vp_u - vp_py0)) -ge 12 ]; then
@@ -501,9 +524,23 @@ vp_pystack() {
 			return 0
 		fi
 		printf '@pyspy %s\n' "${vp_p#/proc/}"
-		tmo 3 py-spy dump --nonblocking --pid "${vp_p#/proc/}" 2>&1 </dev/null |
-			awk -v cap=65536 '{ if ((n += length($0) + 2) > cap) { print "@cut"; exit } print "|" $0 }'
+		vp_o=$(vp_spy "${vp_p#/proc/}" $vp_pyl)
+		case $vp_pyl$vp_o in
+		--locals*'|Thread '*) ;;
+		--locals*)
+			# no thread: a py-spy that refuses --locals (it names the option: not asked again), or
+			# one that could not read a frame's locals; the stack alone, while there is time
+			case $vp_o in *--locals*) vp_pyl= ;; esac
+			vp_secs
+			[ $((vp_u - vp_py0)) -ge 9 ] || vp_o=$(vp_spy "${vp_p#/proc/}")
+			;;
+		esac
+		printf '%s\n' "$vp_o"
 	done
+}
+vp_spy() {
+	tmo 3 py-spy dump --nonblocking $2 --pid "$1" 2>&1 </dev/null |
+		awk -v cap=65536 -v keep="$VP_PYLOCALS" "$VP_PYSPY_AWK"
 }
 
 # argv records, NUL -> newline (a newline inside an argument becomes \036), at most 64

@@ -4,14 +4,19 @@ process holds, and the holder is not getting anywhere.
 /proc/locks pairs the waiter (`->` line) with the lock it is blocked behind; the waiter's
 system call names the fd and so the file. SQLite does not block in the kernel: its busy handler
 sleeps and retries, so a sleeping process with a database open that another holds SQLite's write
-lock bytes on is the waiter there. The holder is followed further: a holder that itself
-waits (on a child, a socket, another lock) passes the blame down the chain.
+lock bytes on is the waiter there. With --py-spy, a Python program asleep in a polling lock
+(py-filelock, torch's FileBaton) is a waiter too: its stack names the lock file, and the holder is
+who has it open (with a write lock, for filelock's flock); a FileBaton lock file nobody has open is
+one left behind. The holder is followed further: a holder that itself waits (on a child, a socket,
+another lock) passes the blame down the chain.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from vastprobe.analysis.stalls import StalledChain
+from vastprobe.analysis.waitgraph.edges import WaitEdge
 from vastprobe.model import Finding
 from vastprobe.rules.base import Context, Rule, RuleMeta
 from vastprobe.rules.chains import chain_evidence, marked, names, stalled
@@ -55,6 +60,8 @@ def check(ctx: Context) -> Iterator[Finding]:
                     "end, a connection idle in BEGIN): finish or close it, or end the reader; "
                     f"{ctx.proc_label(edge.waiter)} retries for as long as its busy timeout allows: bound it"
                 )
+        elif edge.retry in ("py-lock", "lock-exists"):  # py-filelock, torch's FileBaton (--py-spy)
+            summary, hint = _python_lock(ctx, s, edge, via, holder_words, beyond, summary, hint)
         elif edge.retry == "lock-file" and edge.holders:  # apt's DPkg::Lock::Timeout, a lock-file helper
             summary = f"{waiter.comm} ({waiter.pid}){via} keeps retrying the lock on {where}, held by {holder_words}"
             if not s.dead_end:
@@ -81,6 +88,45 @@ def check(ctx: Context) -> Iterator[Finding]:
             sev,
             caused_by="oom-killed-child" if stall.oom else None,
         )
+
+
+def _python_lock(
+    ctx: Context, s: StalledChain, edge: WaitEdge, via: str, holder_words: str, beyond: str, summary: str, hint: str
+) -> tuple[str, str]:
+    """A Python program that keeps trying a polling lock (py-filelock's flock, or a lock that is the
+    file itself: torch's FileBaton), found through its stack (--py-spy): the summary and hint."""
+    waiter = ctx.tree.by_pid[s.waiter]
+    where = edge.path or "a file"
+    build = where.rsplit("/", 1)[0] if where.endswith("/lock") else None
+    if not edge.holders:  # nobody has the file open: left behind by a holder that ended without releasing
+        summary = (
+            f"{waiter.comm} ({waiter.pid}){via} keeps waiting for the lock file {where} to go away, and no process "
+            "here has it open"
+        )
+        hint = (
+            f"{where} is a lock file nobody here holds: the lock is the file itself (torch's FileBaton, "
+            "filelock's SoftFileLock), and a holder that ended without releasing it (killed, OOM-killed, crashed) "
+            f"left it behind. Remove it only if no build is running (here, or on another host or container that "
+            f"shares {build or 'its directory'}); {ctx.proc_label(edge.waiter)} then goes on"
+        )
+        return summary, hint
+    summary = f"{waiter.comm} ({waiter.pid}){via} keeps retrying the lock on {where}, held by {holder_words}"
+    if s.dead_end:
+        return summary, hint
+    if edge.retry == "lock-exists":
+        hint = (
+            f"{holder_words} holds the lock file {where}{' (building in ' + build + ')' if build else ''} and does "
+            f"not release it{beyond}: see what it does (its stack with py-spy), let it finish or end it. The lock "
+            f"is the file itself: a holder ended without releasing it leaves {where} behind, and then it must be "
+            "removed by hand (only once no build is running)"
+        )
+    else:
+        hint = (
+            f"{holder_words} holds the lock on {where} and does not release it{beyond}: see what it does (its stack "
+            "with py-spy), let it finish or end it. Do not delete the lock file: the holder keeps its lock on the "
+            "old file, and the next process would lock a new one beside it"
+        )
+    return summary, hint
 
 
 RULE = Rule(META, check)

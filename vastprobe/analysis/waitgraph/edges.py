@@ -27,7 +27,9 @@ class WaitEdge:
     thread: int | None = None  # the thread that waits, when it is not the main one
     inferred: bool = False  # not a blocking wait on this very resource: a poll, a retry loop, a title
     poll: bool = False  # one fd of an event loop over several: the waiter waits on any of them
-    retry: Literal["sqlite-busy", "lock-file"] | None = None  # a waiter that sleeps and tries again
+    #: a waiter that sleeps and tries again: SQLite's busy handler, a lock file (apt), a Python polling
+    #: lock on a flock (py-filelock), or one that is the lock file's existence (torch's FileBaton)
+    retry: Literal["sqlite-busy", "lock-file", "py-lock", "lock-exists"] | None = None
     writes: bool = False  # a pipe or FIFO the waiter writes (full), not one it reads (empty)
 
 

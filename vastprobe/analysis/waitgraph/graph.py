@@ -13,6 +13,7 @@ from vastprobe.analysis.waitgraph.fuse import FuseEdges
 from vastprobe.analysis.waitgraph.locks import LockEdges
 from vastprobe.analysis.waitgraph.pipes import PipeEdges
 from vastprobe.analysis.waitgraph.polls import PollEdges
+from vastprobe.analysis.waitgraph.pylocks import PyLockEdges
 from vastprobe.analysis.wchan_families import WaitKind
 from vastprobe.model import HostSnapshot, Process, Syscall
 
@@ -34,7 +35,7 @@ def _loop_key(loop: tuple[Hop, ...]) -> tuple[int, ...]:
     return tuple(pids[i:] + pids[:i])
 
 
-class WaitGraph(PipeEdges, PollEdges, LockEdges, FuseEdges):
+class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
     """What each process waits on, and the chains of waits: built once per snapshot, edges on demand."""
 
     def __init__(self, snapshot: HostSnapshot, tree: ProcessTree) -> None:
@@ -64,7 +65,8 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, FuseEdges):
             if not found or len(polled) > 1 or (polled and polled[0].socket is None):
                 found = polled
         elif kind == "sleep" and not found:
-            found = [e for e in (self._sqlite_busy_edge(p), self._app_lock_edge(p)) if e is not None][:1]
+            retries = (self._py_lock_edge(p, main), self._sqlite_busy_edge(p), self._app_lock_edge(p))
+            found = [e for e in retries if e is not None][:1]
         if kind == "event-loop":
             found += [e for e in (self._db_lock_edge(p),) if e is not None]
         yield from found
@@ -80,6 +82,8 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, FuseEdges):
             tk = self.task_kind(p, t)
             if tk in ("pipe-write", "socket-write", "file-lock", "fuse"):
                 yield from self._task_edges(p, t, tk)
+            elif tk == "sleep" and (edge := self._py_lock_edge(p, t)) is not None:
+                yield edge  # a worker thread keeps trying a Python polling lock (--py-spy)
 
     def _task_edges(self, p: Process, t: Task, kind: WaitKind | None) -> Iterator[WaitEdge]:
         if kind in ("pipe-read", "pipe-write"):
