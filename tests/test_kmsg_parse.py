@@ -38,10 +38,14 @@ HOSTILE = [
 
 @pytest.mark.parametrize("line", HOSTILE, ids=range(len(HOSTILE)))
 def test_hostile_kernel_line_is_linear(line: str) -> None:
-    t0 = time.perf_counter()
+    # the fastest of 5: a loaded machine slows some runs (22 ms was seen against 20 for the mean),
+    # but only a backtracking regex slows them all, and by seconds
+    took = []
     for _ in range(5):
+        t0 = time.perf_counter()
         kmsg.parse_line(line, btime=1_700_000_000, now=1_800_000_000.0)
-    assert (time.perf_counter() - t0) / 5 < 0.02, "a hostile 8 KiB line took more than 20 ms"
+        took.append(time.perf_counter() - t0)
+    assert min(took) < 0.02, f"a hostile 8 KiB line took {min(took) * 1000:.1f} ms at best"
 
 
 def test_a_full_section_of_hostile_lines() -> None:
