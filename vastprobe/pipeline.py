@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import queue
 import threading
 import time
 import weakref
@@ -410,6 +412,45 @@ def _over_budget(capture: Capture, budget_s: float | None) -> HostReport:
 _gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
 
+class _Workers:
+    """The analysis threads, kept between hosts: a sweep started one thread per host, and the event
+    loop waited in Thread.start() for each to be scheduled, behind the GIL another analysis held.
+    A job goes to an idle thread, else to a new one, so an analysis past its budget (still running
+    to its next checkpoint) never holds up the next host's; at most ANALYSIS_WORKERS threads stay
+    idle. Daemon threads, as before: one still running at exit ends with the process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            q = self._idle.pop() if self._idle else None
+        if q is None:
+            q = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(q,), name="vastprobe-analysis", daemon=True).start()
+        q.put(job)
+
+    def _serve(self, q: queue.SimpleQueue[Callable[[], None]]) -> None:
+        while True:
+            job = q.get()
+            job()
+            del job  # the finished job's capture and report are not kept alive while idle
+            with self._lock:
+                if len(self._idle) >= ANALYSIS_WORKERS:
+                    return
+                self._idle.append(q)
+
+    def forget(self) -> None:
+        """In a forked child: the parent's threads are not there to serve."""
+        self._lock = threading.Lock()
+        self._idle = []
+
+
+_workers = _Workers()
+os.register_at_fork(after_in_child=_workers.forget)
+
+
 async def report_off_loop(capture: Capture, options: DiagnoseOptions, budget_s: float | None = None) -> HostReport:
     """report_from_capture in a worker thread, so the event loop keeps serving every other host's
     connection while one host's output is parsed; past `budget_s` the host gets its probe-error and
@@ -434,7 +475,7 @@ async def report_off_loop(capture: Capture, options: DiagnoseOptions, budget_s: 
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (Ctrl-C): nobody waits
                 loop.call_soon_threadsafe(settle, r)
 
-        threading.Thread(target=work, name="vastprobe-analysis", daemon=True).start()
+        _workers.submit(work)
         try:
             return await asyncio.wait_for(asyncio.shield(done), budget_s + 1.0)
         except TimeoutError:
