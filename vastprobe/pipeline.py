@@ -174,7 +174,7 @@ def _section_cap(name: str, params: ProbeParams) -> int:
 
     if src.LOGTAIL.pattern.match(name):
         return max(0, params.log_tail_bytes) + CAP_SLACK
-    source = next((s for s in src.SOURCES if s.pattern.match(name)), None)
+    source = src.source_of(name)
     if source is not None and source.cap is not None:
         return source.cap + CAP_SLACK
     return CLIENT_SECTION_CAP

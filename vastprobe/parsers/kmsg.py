@@ -115,13 +115,15 @@ def _strip_prefix(line: str, now: float | None) -> tuple[str, float | None, floa
     s = line[:MAX_LINE]
     pos = 0
     uptime = wall = local = None
-    if m := _KMSG_RECORD.match(s):
+    # dmesg's own "[ 1234.5] " opens most lines: no record, decode, ISO or ctime prefix starts so
+    stamp_first = s[:1] == "[" and not "A" <= s[1:2] <= "Z"
+    if not stamp_first and (m := _KMSG_RECORD.match(s)):
         uptime = (read_int(m.group(3)) or 0) / 1e6
         pos = m.end()
-    if m := _DECODE.match(s, pos):
+    if not stamp_first and (m := _DECODE.match(s, pos)):
         pos = m.end()
     dated = False
-    if m := _ISO.match(s, pos):
+    if not stamp_first and (m := _ISO.match(s, pos)):
         t = _timegm(*(_n(m.group(i)) for i in range(1, 7)))
         zone = m.group(7)
         if t is not None and zone:
@@ -133,7 +135,7 @@ def _strip_prefix(line: str, now: float | None) -> tuple[str, float | None, floa
         else:
             local = t
         pos, dated = m.end(), True
-    elif m := _CTIME.match(s, pos):
+    elif not stamp_first and (m := _CTIME.match(s, pos)):
         mo = _MONTHS.get(m.group(1))
         if mo is not None:
             local = _timegm(_n(m.group(6)), mo, *(_n(m.group(i)) for i in range(2, 6)))
