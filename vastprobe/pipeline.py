@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import queue
 import threading
 import time
 import weakref
@@ -19,6 +17,7 @@ from vastprobe.options import RuleOptions
 from vastprobe.probe.render import MAX_TOTAL_OUTPUT, ProbeParams, render_script
 from vastprobe.probe.sections import ProbeOutput, RawSection, split_sections
 from vastprobe.transport.base import TransportResult
+from vastprobe.workers import Workers
 
 if TYPE_CHECKING:
     from vastprobe.analysis.context import Context
@@ -412,43 +411,7 @@ def _over_budget(capture: Capture, budget_s: float | None) -> HostReport:
 _gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
 
-class _Workers:
-    """The analysis threads, kept between hosts: a sweep started one thread per host, and the event
-    loop waited in Thread.start() for each to be scheduled, behind the GIL another analysis held.
-    A job goes to an idle thread, else to a new one, so an analysis past its budget (still running
-    to its next checkpoint) never holds up the next host's; at most ANALYSIS_WORKERS threads stay
-    idle. Daemon threads, as before: one still running at exit ends with the process."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
-
-    def submit(self, job: Callable[[], None]) -> None:
-        with self._lock:
-            q = self._idle.pop() if self._idle else None
-        if q is None:
-            q = queue.SimpleQueue()
-            threading.Thread(target=self._serve, args=(q,), name="vastprobe-analysis", daemon=True).start()
-        q.put(job)
-
-    def _serve(self, q: queue.SimpleQueue[Callable[[], None]]) -> None:
-        while True:
-            job = q.get()
-            job()
-            del job  # the finished job's capture and report are not kept alive while idle
-            with self._lock:
-                if len(self._idle) >= ANALYSIS_WORKERS:
-                    return
-                self._idle.append(q)
-
-    def forget(self) -> None:
-        """In a forked child: the parent's threads are not there to serve."""
-        self._lock = threading.Lock()
-        self._idle = []
-
-
-_workers = _Workers()
-os.register_at_fork(after_in_child=_workers.forget)
+_workers = Workers(ANALYSIS_WORKERS)
 
 
 async def report_off_loop(capture: Capture, options: DiagnoseOptions, budget_s: float | None = None) -> HostReport:
