@@ -299,6 +299,22 @@ def test_verbose_shows_the_handshake(sshd: Sshd, tmp_path: Path) -> None:
     assert quiet == ""
 
 
+def test_verbose_levels_still_reach_asyncssh_log(sshd: Sshd, tmp_path: Path) -> None:
+    """asyncssh's log calls are skipped unless their level is on (transport/asyncssh_quiet.py): -vv
+    still shows its debug lines, -vvvv its packets too, and plain -v neither."""
+    args = (sshd.target, "-i", str(sshd.user_key), "--known-hosts", str(sshd.known_hosts))
+    _rc, host, v1 = vp(*args, "-v", env=clean_env(tmp_path))
+    assert host["status"] == "ok"
+    assert "Auth for user" in v1 and "Received version" not in v1 and "Sent MSG_" not in v1
+    _rc, host, v2 = vp(*args, "-vv", env=clean_env(tmp_path))
+    assert "Received version" in v2 and "Sent MSG_" not in v2
+    _rc, host, v3 = vp(*args, "-vvv", env=clean_env(tmp_path))
+    assert "Received version" in v3 and "Sent MSG_" not in v3
+    _rc, host, v4 = vp(*args, "-vvvv", env=clean_env(tmp_path))
+    assert host["status"] == "ok"
+    assert "Received version" in v4 and "Sent MSG_" in v4
+
+
 def test_dash_p_and_dash_l_win_over_the_target_as_in_ssh_and_say_so(sshd: Sshd, tmp_path: Path) -> None:
     """`ssh -p 2603 ssh://h:2605` connects to 2603 and `ssh -l bob alice@h` logs in as bob (ssh -G
     says so): the command line wins over the target's own port and user. The target here names a
@@ -342,3 +358,56 @@ def test_a_name_that_is_no_alias_in_the_ssh_config_says_so(tmp_path: Path) -> No
     assert "cannot resolve host name 'gpu07'" in typo and f"(not a Host alias in {cfg}; did you mean gpu-07?)" in typo
     # named by a Host line (without HostName): an alias, so nothing to add
     assert "cannot resolve host name 'gpu09'" in (named := error("gpu09")) and "alias" not in named, named
+
+
+def _recorded_line_by_line(path: Path, host: str, addr: str, port: int) -> list[int]:
+    """What recorded_keys answered when it read every line for every host (its first version)."""
+    from vastprobe.transport.asyncssh_lib import asyncssh
+
+    out = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        s = line.strip()
+        if not s or s.startswith(("#", "@")):
+            continue
+        pattern = s.split(None, 1)[0]
+        if not (pattern.startswith("|") or host in pattern or addr in pattern or any(c in pattern for c in "*?!")):
+            continue
+        try:
+            keys = asyncssh.import_known_hosts(s).match(host, addr, None if port == 22 else port)[0]
+        except ValueError:
+            continue
+        out += [n for _ in keys]
+    return out
+
+
+def test_recorded_keys_find_what_reading_every_line_finds(tmp_path: Path) -> None:
+    """The lines a changed key is compared with (ssh_hostkeys.recorded_keys, which indexes a file
+    once per version of it): the same as reading every line, for a host whose name is part of
+    others' (127.0.0.1 in 127.0.0.10), bracketed ports, hashed and wildcard entries, comments,
+    markers and a broken line; a line added later is seen."""
+    import base64
+    import hashlib
+    import hmac
+
+    from vastprobe.transport.asyncssh_lib import asyncssh
+    from vastprobe.transport.ssh_hostkeys import recorded_keys
+
+    key = asyncssh.generate_private_key("ssh-ed25519").export_public_key("openssh").decode().strip()
+    salt = b"s" * 20
+    digest = hmac.new(salt, b"[127.0.0.1]:2222", hashlib.sha1).digest()
+    hashed = f"|1|{base64.b64encode(salt).decode()}|{base64.b64encode(digest).decode()}"
+    kh = tmp_path / "known_hosts"
+    kh.write_text(
+        f"127.0.0.10 {key}\n[127.0.0.1]:2222 {key}\n# 127.0.0.1 in a comment\n[127.0.0.1]:2200 {key}\n"
+        f"{hashed} {key}\n127.0.0.* {key}\n@revoked 127.0.0.1 {key}\ngpu01,127.0.0.1 {key}\n"
+        "127.0.0.1 ssh-ed25519 AAAAbroken\n\n   gpu010 " + key + "  \n"
+    )
+    asks = [("127.0.0.1", "127.0.0.1", 2222), ("127.0.0.1", "127.0.0.1", 22), ("gpu01", "127.0.0.1", 22),
+            ("gpu010", "10.0.0.1", 22), ("", "", 22), ("127.0.0.10", "127.0.0.10", 2200)]  # fmt: skip
+    for host, addr, port in asks:
+        got = [n for _path, n, _key in recorded_keys((str(kh),), host, addr, port)]
+        assert got == _recorded_line_by_line(kh, host, addr, port), (host, addr, port)
+    with kh.open("a") as f:  # accept-new appends: the next look reads the new version of the file
+        f.write(f"[127.0.0.1]:2222 {key}\n")
+    got = [n for _path, n, _key in recorded_keys((str(kh),), "127.0.0.1", "127.0.0.1", 2222)]
+    assert got == _recorded_line_by_line(kh, "127.0.0.1", "127.0.0.1", 2222) and got[-1] == 12

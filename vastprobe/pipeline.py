@@ -17,6 +17,7 @@ from vastprobe.options import RuleOptions
 from vastprobe.probe.render import MAX_TOTAL_OUTPUT, ProbeParams, render_script
 from vastprobe.probe.sections import ProbeOutput, RawSection, split_sections
 from vastprobe.transport.base import TransportResult
+from vastprobe.workers import Workers
 
 if TYPE_CHECKING:
     from vastprobe.analysis.context import Context
@@ -172,7 +173,7 @@ def _section_cap(name: str, params: ProbeParams) -> int:
 
     if src.LOGTAIL.pattern.match(name):
         return max(0, params.log_tail_bytes) + CAP_SLACK
-    source = next((s for s in src.SOURCES if s.pattern.match(name)), None)
+    source = src.source_of(name)
     if source is not None and source.cap is not None:
         return source.cap + CAP_SLACK
     return CLIENT_SECTION_CAP
@@ -410,6 +411,9 @@ def _over_budget(capture: Capture, budget_s: float | None) -> HostReport:
 _gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
 
+_workers = Workers(ANALYSIS_WORKERS)
+
+
 async def report_off_loop(capture: Capture, options: DiagnoseOptions, budget_s: float | None = None) -> HostReport:
     """report_from_capture in a worker thread, so the event loop keeps serving every other host's
     connection while one host's output is parsed; past `budget_s` the host gets its probe-error and
@@ -434,7 +438,7 @@ async def report_off_loop(capture: Capture, options: DiagnoseOptions, budget_s: 
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (Ctrl-C): nobody waits
                 loop.call_soon_threadsafe(settle, r)
 
-        threading.Thread(target=work, name="vastprobe-analysis", daemon=True).start()
+        _workers.submit(work)
         try:
             return await asyncio.wait_for(asyncio.shield(done), budget_s + 1.0)
         except TimeoutError:

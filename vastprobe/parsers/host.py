@@ -53,7 +53,7 @@ def parse_host(text: str, meta: dict[str, str], clk_tck: int | None = None, shel
     files: dict[str, list[str]] = {}
     ns: dict[str, str] = {}
     for line in text.split("\n"):
-        n = _NS.search(line)
+        n = _NS.search(line) if "/ns/pid -> " in line else None  # the pattern's own words
         if n:
             ns[n.group(1)] = n.group(2)
             continue

@@ -40,7 +40,6 @@ from __future__ import annotations
 import calendar
 import dataclasses
 import re
-from dataclasses import dataclass
 
 from vastprobe.clock import utc_struct
 from vastprobe.model import KernelEvent, KernelLog
@@ -85,13 +84,6 @@ _NAME_ENDS = (") total-vm:", "), UID ", ") vsz:", ") score ", ") is already exit
 _GPU_ANNOUNCE = "NVRM: The NVIDIA GPU "  # the first of the three lines of a lost GPU without an Xid
 
 
-@dataclass(frozen=True)
-class _Clock:
-    uptime: float | None = None
-    wall: float | None = None
-    local: float | None = None
-
-
 def _timegm(y: int, mo: int, d: int, h: int, mi: int, s: int) -> float | None:
     if not (1970 <= y <= 9999 and 1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60 and s < 61):
         return None
@@ -117,18 +109,21 @@ def _year_for(mo: int, d: int, h: int, mi: int, s: int, now: float | None) -> fl
     return t
 
 
-def _strip_prefix(line: str, now: float | None) -> tuple[str, _Clock]:
-    """The kernel's own text and the clock readings found in front of it."""
+def _strip_prefix(line: str, now: float | None) -> tuple[str, float | None, float | None, float | None]:
+    """The kernel's own text and the clock readings found in front of it: (text, seconds since
+    boot, wall time, local time)."""
     s = line[:MAX_LINE]
     pos = 0
     uptime = wall = local = None
-    if m := _KMSG_RECORD.match(s):
+    # dmesg's own "[ 1234.5] " opens most lines: no record, decode, ISO or ctime prefix starts so
+    stamp_first = s[:1] == "[" and not "A" <= s[1:2] <= "Z"
+    if not stamp_first and (m := _KMSG_RECORD.match(s)):
         uptime = (read_int(m.group(3)) or 0) / 1e6
         pos = m.end()
-    if m := _DECODE.match(s, pos):
+    if not stamp_first and (m := _DECODE.match(s, pos)):
         pos = m.end()
     dated = False
-    if m := _ISO.match(s, pos):
+    if not stamp_first and (m := _ISO.match(s, pos)):
         t = _timegm(*(_n(m.group(i)) for i in range(1, 7)))
         zone = m.group(7)
         if t is not None and zone:
@@ -140,7 +135,7 @@ def _strip_prefix(line: str, now: float | None) -> tuple[str, _Clock]:
         else:
             local = t
         pos, dated = m.end(), True
-    elif m := _CTIME.match(s, pos):
+    elif not stamp_first and (m := _CTIME.match(s, pos)):
         mo = _MONTHS.get(m.group(1))
         if mo is not None:
             local = _timegm(_n(m.group(6)), mo, *(_n(m.group(i)) for i in range(2, 6)))
@@ -158,7 +153,7 @@ def _strip_prefix(line: str, now: float | None) -> tuple[str, _Clock]:
         pos = m.end()
         if m := _HOST_KERNEL.match(s, pos):  # journalctl -o short-monotonic
             pos = m.end()
-    return s[pos:], _Clock(uptime, wall, local)
+    return s[pos:], uptime, wall, local
 
 
 # ---------------------------------------------------------------- events
@@ -374,71 +369,107 @@ def _event(msg: str) -> dict[str, object] | None:
     return None
 
 
-def parse_line(line: str, btime: int | None = None, now: float | None = None) -> KernelEvent | None:
+def _fields(line: str, btime: int | None, now: float | None) -> dict[str, object] | None:
+    """One line's event as KernelEvent's fields, or None. The events of a log are built as fields,
+    completed (_enrich) and made KernelEvents once (_events): replacing a frozen dataclass's fields
+    one event at a time cost more than reading the line."""
     if not any(w in line for w in _EVENT_WORDS):  # most of a kernel log: skip its prefix's clocks
         return None
-    msg, clock = _strip_prefix(line, now)
+    msg, uptime, wall, local = _strip_prefix(line, now)
     fields = _event(msg)
     if fields is None:
         return None
-    wall = clock.wall
-    if wall is None and clock.uptime is not None and btime is not None:
-        wall = btime + clock.uptime
-    return KernelEvent(
-        line=line[:MAX_LINE],
-        uptime=clock.uptime,
-        wall_time=wall,
-        local_time=clock.local,
-        **fields,  # type: ignore[arg-type]
-    )
+    if wall is None and uptime is not None and btime is not None:
+        wall = btime + uptime
+    fields["line"] = line[:MAX_LINE]
+    fields["uptime"] = uptime
+    fields["wall_time"] = wall
+    fields["local_time"] = local
+    return fields
 
 
-def _parse_lines(lines: list[str], btime: int | None, now: float | None) -> list[KernelEvent]:
-    """Events in order; a lost GPU whose three-line message names its bus on the first line gets it."""
-    out: list[KernelEvent] = []
+def parse_line(line: str, btime: int | None = None, now: float | None = None) -> KernelEvent | None:
+    fields = _fields(line, btime, now)
+    return None if fields is None else KernelEvent(**fields)  # type: ignore[arg-type]
+
+
+def _parse_lines(lines: list[str], btime: int | None, now: float | None) -> list[dict[str, object]]:
+    """Events in order, as fields; a lost GPU whose three-line message names its bus on the first
+    line gets it."""
+    out: list[dict[str, object]] = []
     announced: str | None = None
     for line in lines:
-        msg = line[:MAX_LINE]
-        if (i := msg.find(_GPU_ANNOUNCE)) >= 0:
-            announced = _find_pci(msg[i:])
+        if _GPU_ANNOUNCE in line and (i := line[:MAX_LINE].find(_GPU_ANNOUNCE)) >= 0:
+            announced = _find_pci(line[i:MAX_LINE])
             continue
-        ev = parse_line(line, btime, now)
+        ev = _fields(line, btime, now)
         if ev is None:
             continue
-        if ev.kind == "gpu-lost" and ev.pci is None and announced is not None:
-            ev = dataclasses.replace(ev, pci=announced)
+        if ev["kind"] == "gpu-lost" and ev.get("pci") is None and announced is not None:
+            ev["pci"] = announced
         announced = None
         out.append(ev)
     return out
 
 
-def _enrich(events: list[KernelEvent]) -> list[KernelEvent]:
+def _enrich(events: list[dict[str, object]]) -> list[dict[str, object]]:
     """Fold the summary and memcg usage lines into the kill they introduce."""
-    out: list[KernelEvent] = []
-    summary: KernelEvent | None = None
-    usage: KernelEvent | None = None
+    summary: dict[str, object] | None = None
+    usage: dict[str, object] | None = None
     for ev in events:
-        if ev.kind == "oom-summary":
+        kind = ev["kind"]
+        if kind == "oom-summary":
             summary = ev
-        elif ev.kind == "memcg-usage":
+        elif kind == "memcg-usage":
             usage = ev
-        elif ev.kind == "oom-kill":
-            extra: dict[str, object] = {}
-            if summary is not None and (summary.pid in (None, ev.pid)):
-                extra.update(constraint=summary.constraint, memcg=summary.memcg, task_memcg=summary.task_memcg)
+        elif kind == "oom-kill":
+            pid = ev.get("pid")
+            if summary is not None and (summary.get("pid") in (None, pid)):
+                ev["constraint"] = summary.get("constraint")
+                ev["memcg"] = summary.get("memcg")
+                ev["task_memcg"] = summary.get("task_memcg")
             if usage is not None:
-                extra.update(usage_kb=usage.usage_kb, limit_kb=usage.limit_kb)
-            if ev.uid is None and summary is not None and summary.pid == ev.pid and summary.uid is not None:
-                extra.update(uid=summary.uid)
-            ev = dataclasses.replace(ev, **extra)  # type: ignore[arg-type]
+                ev["usage_kb"] = usage.get("usage_kb")
+                ev["limit_kb"] = usage.get("limit_kb")
+            if (
+                ev.get("uid") is None
+                and summary is not None
+                and summary.get("pid") == pid
+                and summary.get("uid") is not None
+            ):
+                ev["uid"] = summary["uid"]
             summary = usage = None
-        out.append(ev)
-    return out
+    return events
+
+
+#: Every KernelEvent field in its order, at its default (None: the four every event sets have none).
+_EVENT_TEMPLATE: dict[str, object] = {
+    f.name: None if f.default is dataclasses.MISSING else f.default for f in dataclasses.fields(KernelEvent)
+}
+if hasattr(KernelEvent, "__post_init__") or hasattr(KernelEvent, "__slots__"):  # _event_of would skip it
+    raise ImportError("kmsg._event_of builds KernelEvents field by field: keep it in step with the model")
+
+
+def _event_of(fields: dict[str, object]) -> KernelEvent:
+    """KernelEvent(**fields), made as its frozen dataclass __init__ makes it (every field, in order,
+    defaults for the ones not given) without that __init__'s 21 object.__setattr__ calls: the
+    recorded hosts' kernel logs hold 137 events each, and building them was a third of parsing the
+    log. `fields` holds field names only and always the four without a default (tests/test_kmsg_parse.py
+    checks both, and that the result equals KernelEvent(**fields))."""
+    ev = object.__new__(KernelEvent)
+    values = _EVENT_TEMPLATE.copy()
+    values.update(fields)
+    ev.__dict__.update(values.items())  # pair by pair: the dict keeps sharing its keys as __init__'s do
+    return ev
+
+
+def _events(fields: list[dict[str, object]]) -> tuple[KernelEvent, ...]:
+    return tuple(_event_of(f) for f in fields)
 
 
 def parse_kernel_lines(text: str, btime: int | None = None, now: float | None = None) -> tuple[KernelEvent, ...]:
     """Events from plain log text (a saved dmesg, journal or kern.log excerpt)."""
-    return tuple(_enrich(_parse_lines([x for x in text.split("\n") if x], btime, now)))
+    return _events(_enrich(_parse_lines([x for x in text.split("\n") if x], btime, now)))
 
 
 def parse_kmsg_sections(
@@ -475,6 +506,6 @@ def parse_kmsg_sections(
         if total == 0:
             reasons.append(f"{source}: empty (cleared, or not readable in this container)")
             continue
-        events = _enrich(_parse_lines(lines, btime, now))
-        return KernelLog(readable=True, source=source, reason=None, total_lines=total, events=tuple(events))
+        events = _events(_enrich(_parse_lines(lines, btime, now)))
+        return KernelLog(readable=True, source=source, reason=None, total_lines=total, events=events)
     return KernelLog(readable=False, source=chunks[0][0], reason="; ".join(reasons), total_lines=0, events=())
