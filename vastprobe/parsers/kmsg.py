@@ -38,7 +38,6 @@ character class: lines are cut to MAX_LINE first, and matching stays linear in t
 from __future__ import annotations
 
 import calendar
-import dataclasses
 import re
 
 from vastprobe.clock import utc_struct
@@ -442,29 +441,8 @@ def _enrich(events: list[dict[str, object]]) -> list[dict[str, object]]:
     return events
 
 
-#: Every KernelEvent field in its order, at its default (None: the four every event sets have none).
-_EVENT_TEMPLATE: dict[str, object] = {
-    f.name: None if f.default is dataclasses.MISSING else f.default for f in dataclasses.fields(KernelEvent)
-}
-if hasattr(KernelEvent, "__post_init__") or hasattr(KernelEvent, "__slots__"):  # _event_of would skip it
-    raise ImportError("kmsg._event_of builds KernelEvents field by field: keep it in step with the model")
-
-
-def _event_of(fields: dict[str, object]) -> KernelEvent:
-    """KernelEvent(**fields), made as its frozen dataclass __init__ makes it (every field, in order,
-    defaults for the ones not given) without that __init__'s 21 object.__setattr__ calls: the
-    recorded hosts' kernel logs hold 137 events each, and building them was a third of parsing the
-    log. `fields` holds field names only and always the four without a default (tests/test_kmsg_parse.py
-    checks both, and that the result equals KernelEvent(**fields))."""
-    ev = object.__new__(KernelEvent)
-    values = _EVENT_TEMPLATE.copy()
-    values.update(fields)
-    ev.__dict__.update(values.items())  # pair by pair: the dict keeps sharing its keys as __init__'s do
-    return ev
-
-
 def _events(fields: list[dict[str, object]]) -> tuple[KernelEvent, ...]:
-    return tuple(_event_of(f) for f in fields)
+    return tuple(KernelEvent(**f) for f in fields)  # type: ignore[arg-type]
 
 
 def parse_kernel_lines(text: str, btime: int | None = None, now: float | None = None) -> tuple[KernelEvent, ...]:
