@@ -299,22 +299,6 @@ def test_verbose_shows_the_handshake(sshd: Sshd, tmp_path: Path) -> None:
     assert quiet == ""
 
 
-def test_verbose_levels_still_reach_asyncssh_log(sshd: Sshd, tmp_path: Path) -> None:
-    """asyncssh's log calls are skipped unless their level is on (transport/asyncssh_quiet.py): -vv
-    still shows its debug lines, -vvvv its packets too, and plain -v neither."""
-    args = (sshd.target, "-i", str(sshd.user_key), "--known-hosts", str(sshd.known_hosts))
-    _rc, host, v1 = vp(*args, "-v", env=clean_env(tmp_path))
-    assert host["status"] == "ok"
-    assert "Auth for user" in v1 and "Received version" not in v1 and "Sent MSG_" not in v1
-    _rc, host, v2 = vp(*args, "-vv", env=clean_env(tmp_path))
-    assert "Received version" in v2 and "Sent MSG_" not in v2
-    _rc, host, v3 = vp(*args, "-vvv", env=clean_env(tmp_path))
-    assert "Received version" in v3 and "Sent MSG_" not in v3
-    _rc, host, v4 = vp(*args, "-vvvv", env=clean_env(tmp_path))
-    assert host["status"] == "ok"
-    assert "Received version" in v4 and "Sent MSG_" in v4
-
-
 def test_dash_p_and_dash_l_win_over_the_target_as_in_ssh_and_say_so(sshd: Sshd, tmp_path: Path) -> None:
     """`ssh -p 2603 ssh://h:2605` connects to 2603 and `ssh -l bob alice@h` logs in as bob (ssh -G
     says so): the command line wins over the target's own port and user. The target here names a

@@ -1,6 +1,5 @@
 """asyncssh, imported once for every module of the ssh transport: without the parts no OpenSSH
-server uses (asyncssh_parts.py), without its liboqs lookup when there is no liboqs (liboqs.py), and
-formatting log lines only when they are written (asyncssh_quiet.py).
+server uses (asyncssh_parts.py) and without its liboqs lookup when there is no liboqs (liboqs.py).
 Imported only by the ssh_* modules and ssh.py, which are imported only when an ssh target runs or
 its settings are checked, so `local`, the container transports and the registry never load it.
 """
@@ -8,14 +7,11 @@ its settings are checked, so `local`, the container transports and the registry 
 from __future__ import annotations
 
 from vastprobe.transport.asyncssh_parts import import_asyncssh
-from vastprobe.transport.asyncssh_quiet import log_only_when_enabled
 from vastprobe.transport.liboqs import skip_absent_liboqs_lookup
 
 with skip_absent_liboqs_lookup():  # no ldconfig/gcc/ld runs per start when there is no liboqs
     import_asyncssh()  # without the parts no OpenSSH server uses (asyncssh_parts.py)
     import asyncssh
     from asyncssh.config import SSHClientConfig, SSHConfig
-
-log_only_when_enabled()
 
 __all__ = ["SSHClientConfig", "SSHConfig", "asyncssh"]
