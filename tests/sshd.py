@@ -142,6 +142,11 @@ def start_sshd(d: Path, force_command: str | None = None, user_key: Path | None 
             f"LogLevel {log_level}",
             "AllowTcpForwarding yes",
             "MaxStartups 100:30:200",
+            # The login shell (root's bash) reads ~/.bashrc for a command sshd runs, unless it is
+            # not the top shell (SHLVL): this machine's files are not the test's. pyenv's rc, for
+            # one, runs `pyenv rehash` under a lock file; a session killed meanwhile (stop())
+            # leaves the lock, and every later session waited 60 s for it (CI, stop 28).
+            "SetEnv SHLVL=1",
         ]
         if force_command:  # its PID recorded, for stop()
             lines.append(f"ForceCommand echo $$ >> {d / 'forced.pids'}; exec {force_command}")
