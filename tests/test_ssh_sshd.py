@@ -144,6 +144,8 @@ def test_hanging_force_command_times_out(tmp_path: Path) -> None:
         rc, host, _ = vp(s.target, "-i", str(s.user_key), "--known-hosts", str(s.known_hosts), "--timeout", "3")
         assert host["status"] == "timeout" and "--timeout 3" in host["error"] and rc == 3
         assert time.monotonic() - t0 < 15
+        # the session opened and nothing came: the login shell's startup is the likely place
+        assert "not one byte of the probe's output arrived" in host["error"] and "~/.bashrc" in host["error"]
     finally:
         s.stop()
 

@@ -30,6 +30,15 @@ class Attempt:
     unknown: str | None = None  # the host-key-unknown sentence
 
 
+# A session opened but not one byte came back: sshd runs the command through the user's login
+# shell, which reads its startup files first (bash: ~/.bashrc, even for a command), so a stuck
+# rc (a stale lock, a network mount, a prompt waiting for input) looks exactly like this.
+NOTHING_ARRIVED = (
+    "not one byte of the probe's output arrived: the login shell on the target may not have started it "
+    "(its startup files, e.g. ~/.bashrc, may be waiting on something)"
+)
+
+
 class ProbeFailure(Exception):
     def __init__(self, status: Status, message: str) -> None:
         super().__init__(message)
