@@ -402,9 +402,10 @@ def test_the_budget_arithmetic() -> None:
 async def test_a_slow_analysis_runs_off_the_loop_within_its_budget(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Whatever makes one host's analysis slow (here: a parser made to burn CPU in Python for one
-    host's kernel log), the others' connections keep being served, and that host ends at its
-    time budget as a probe-error saying so."""
+    """Whatever makes one large host's analysis slow (here: a parser made to burn CPU in Python
+    for one host's kernel log of 300 KB), the others' connections keep being served, and that host
+    ends at its time budget as a probe-error saying so. (Output up to INLINE_ANALYSIS_MAX is
+    analysed on the loop: linear parsers over capped sections take milliseconds there.)"""
     from vastprobe import pipeline
     from vastprobe.model import HostReport
     from vastprobe.parsers import kmsg
@@ -426,7 +427,9 @@ async def test_a_slow_analysis_runs_off_the_loop_within_its_budget(
     b = RECORDED_BOUNDARY.encode()
     from tests.hostile_servers import with_kmsg
 
-    slow_raw = with_kmsg(recorded(), b, [b"[ 1.0] SLOW-HOST"])
+    filler = [b"[ 2.0] a line of no interest, to make the output larger than analysed inline"] * 4000
+    slow_raw = with_kmsg(recorded(), b, [b"[ 1.0] SLOW-HOST", *filler])
+    assert len(slow_raw) > pipeline.INLINE_ANALYSIS_MAX
     fleet = Fleet([healthy(raw=slow_raw), healthy(0.5), healthy(0.5), healthy(0.5)]).start(tmp_path)
     try:
         ssh = SshOptions(

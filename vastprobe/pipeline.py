@@ -139,6 +139,13 @@ async def probe_with(
 #: Seconds one host's analysis (parsing, rules) may take; past it the host's report says so and
 #: the sweep moves on. A 32 MiB capture of 100k processes takes a few seconds here.
 ANALYSIS_BUDGET_S = 30.0
+#: Output up to this size is analysed on the event loop itself. Every parser is linear in its
+#: section and every section is capped, so such a capture takes milliseconds (a 40 KB host: 3-5 ms)
+#: and a budget checkpoint ends it early; handing it to a thread cost more than the analysis:
+#: the loop and the thread take turns on the GIL and the loop serves its sockets in small batches
+#: (bench/fleet_scale.py: ~2 ms of controller CPU a host). Larger output, where a hostile target's
+#: bytes could keep the loop busy, goes to the analysis threads.
+INLINE_ANALYSIS_MAX = 256 * 1024
 #: Analyses running at once across a sweep. They share one GIL, so more would only take turns
 #: with the event loop, and each holds its raw output and snapshot in memory while it runs.
 ANALYSIS_WORKERS = 2
@@ -415,12 +422,14 @@ _workers = Workers(ANALYSIS_WORKERS)
 
 
 async def report_off_loop(capture: Capture, options: DiagnoseOptions, budget_s: float | None = None) -> HostReport:
-    """report_from_capture in a worker thread, so the event loop keeps serving every other host's
-    connection while one host's output is parsed; past `budget_s` the host gets its probe-error and
-    the worker is told to stop at its next checkpoint."""
+    """report_from_capture, in a worker thread for output over INLINE_ANALYSIS_MAX, so the event
+    loop keeps serving every other host's connection while a large output is parsed; past
+    `budget_s` the host gets its probe-error and the worker is told to stop at its next checkpoint."""
     if capture.status != "ok" and not _partial(capture):
         return report_from_capture(capture, options)
     budget_s = ANALYSIS_BUDGET_S if budget_s is None else budget_s
+    if len(capture.output) <= INLINE_ANALYSIS_MAX:
+        return report_from_capture(capture, options, budget_s)
     loop = asyncio.get_running_loop()
     gate = _gates.get(loop)
     if gate is None:

@@ -2,8 +2,9 @@
 
 Wall time is bounded by about ceil(N / concurrency) x --timeout, since every host, however
 broken, ends at its own deadline. Memory is bounded too, whatever the hosts send: the output held
-at once across all hosts has a budget (ByteBudget), and each host is analysed off the event loop
-with a time budget (pipeline.report_off_loop), so one host never delays another's connection."""
+at once across all hosts has a budget (ByteBudget), and each host is analysed with a time budget
+(pipeline.report_off_loop): on the event loop when its output is small (milliseconds), off it when
+large, so one host never delays another's connection by more than that."""
 
 from __future__ import annotations
 
