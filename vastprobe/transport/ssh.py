@@ -23,7 +23,7 @@ from vastprobe.targets import TargetError, parse_target
 from vastprobe.transport.asyncssh_lib import asyncssh
 from vastprobe.transport.base import TransportResult
 from vastprobe.transport.ssh_config import Resolved, hop_options, resolve
-from vastprobe.transport.ssh_failures import NOTHING_ARRIVED, Attempt, ProbeFailure, describe
+from vastprobe.transport.ssh_failures import Attempt, describe
 from vastprobe.transport.ssh_hostkeys import HostKeyClient, known_hosts_for, warn_if_off
 from vastprobe.transport.ssh_keys import client_keys
 from vastprobe.transport.sshopts import SshOptions
@@ -189,9 +189,7 @@ async def run_ssh(
             raise
         if isinstance(exc, (TargetError, ValueError)) and phase == "connect" and not isinstance(exc, asyncssh.Error):
             return TransportResult("probe-error", f"{where}: {exc}", b"", None, False, timings)
-        f = describe(exc, where, hop_r, opts, phase, att)
-        if phase == "probe" and not buf and f.status == "timeout":
-            f = ProbeFailure(f.status, f"{f.message}; {NOTHING_ARRIVED}")
+        f = describe(exc, where, hop_r, opts, phase, att, len(buf))
         if phase == "probe" and buf:  # what arrived before the deadline is analysed, and the report says so
             timings["probe"] = round(time.monotonic() - t0 - timings.get("connect", 0.0), 4)
             return TransportResult(f.status, f.message, bytes(buf), None, False, timings)

@@ -46,8 +46,11 @@ class ProbeFailure(Exception):
         self.message = message
 
 
-def describe(exc: BaseException, where: str, r: Resolved, opts: SshOptions, phase: str, att: Attempt) -> ProbeFailure:
-    """Map an exception to a status and a sentence: which host, what happened, what to try."""
+def describe(
+    exc: BaseException, where: str, r: Resolved, opts: SshOptions, phase: str, att: Attempt, arrived: int = 0
+) -> ProbeFailure:
+    """Map an exception to a status and a sentence: which host, what happened, what to try.
+    `arrived`: bytes of the probe's output received before it."""
     if isinstance(exc, asyncssh.HostKeyNotVerifiable):
         if att.changed:
             return ProbeFailure("host-key-rejected", f"{where}: {att.changed}")
@@ -78,7 +81,8 @@ def describe(exc: BaseException, where: str, r: Resolved, opts: SshOptions, phas
             return ProbeFailure(
                 "unreachable", f"{where}: no SSH session within --connect-timeout {r.connect_timeout:g}s"
             )
-        return ProbeFailure("timeout", f"{where}: the probe did not finish within --timeout {opts.timeout:g}s")
+        late = f"{where}: the probe did not finish within --timeout {opts.timeout:g}s"
+        return ProbeFailure("timeout", late if arrived else f"{late}; {NOTHING_ARRIVED}")
     if isinstance(exc, socket.gaierror):
         note = f" ({r.alias_note})" if r.alias_note else ""
         return ProbeFailure("unreachable", f"{where}: cannot resolve host name {r.host!r}: {exc.strerror}{note}")
