@@ -106,9 +106,14 @@ class WaitIndex:
         """What one thread of `p` waits for; None when it is running or nothing says."""
         if t.state in ("T", "t"):
             return "stopped"
+        wchan = t.wchan if isinstance(t.wchan, str) else None
+        if t.state == "R" and wait_kind(wchan, None) == "sleep":
+            # caught running as it woke, and asleep on a timer when its wait channel was read just
+            # after (the kernel names none for a running task): a retry loop between two sleeps,
+            # where it spends nearly all its time. The later reading wins
+            return "sleep"
         if t.state not in ("S", "D"):
             return None
-        wchan = t.wchan if isinstance(t.wchan, str) else None
         kind = wait_kind(wchan, t.syscall if isinstance(t.syscall, Syscall) else None)
         if kind == "other":
             kind = self._kind_from_fd(p, t) or kind
