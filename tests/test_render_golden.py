@@ -130,3 +130,17 @@ def test_middle_cut(command: str, keep: int, want: str) -> None:
 
     got = middle_cut(command, keep)
     assert got == want and len(got) == keep + 1
+
+
+def test_a_pid_that_matches_nothing_counts_only_the_others_processes() -> None:
+    """"no process matches … (N processes seen)": the probe's own processes (its shell, its reads)
+    are in every snapshot and not among the N."""
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "analyze", "-", "--format", "json", "--pid", "999999",
+                        "--snapshot"], input=read_capture("healthy"), capture_output=True, timeout=60, cwd=REPO)  # fmt: skip
+    assert r.returncode == 3, r.stderr
+    host = json.loads(r.stdout)["hosts"][0]
+    own = set(host["snapshot"]["excluded_pids"])
+    seen = [p["pid"] for p in host["snapshot"]["processes"]]
+    assert own & set(seen), "the capture holds none of the probe's own processes: this test would prove nothing"
+    others = len([p for p in seen if p not in own])
+    assert f"matches --pid 999999 ({others} processes seen)" in host["error"], host["error"]

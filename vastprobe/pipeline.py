@@ -303,7 +303,7 @@ def analyse_capture(capture: Capture, options: DiagnoseOptions, budget: _Budget 
     scope = compute_scope(snap, options.pids, options.matches, tree, budget.check)
     if (options.pids or options.matches) and not scope:  # nothing to diagnose: say so, never "healthy"
         return _told(HostReport(
-            capture.target, "ok", _no_process_matches(options, len(snap.processes)), "unknown",
+            capture.target, "ok", _no_process_matches(options, _others(snap)), "unknown",
             _probe_findings(snap), snap, timings, scope,
         ))  # fmt: skip
     budget.check("the rules")
@@ -474,6 +474,12 @@ def _printable_params(snap: HostSnapshot) -> HostSnapshot:
     if logs == snap.logs and arts == snap.artifacts:
         return snap
     return replace(snap, logs=logs, artifacts=arts)
+
+
+def _others(snap: HostSnapshot) -> int:
+    """How many processes the probe saw that are not its own (nor its transport's)."""
+    own = set(snap.excluded_pids)
+    return sum(1 for p in snap.processes if p.pid not in own)
 
 
 def _no_process_matches(options: DiagnoseOptions, n_processes: int) -> str:
