@@ -133,8 +133,8 @@ def test_middle_cut(command: str, keep: int, want: str) -> None:
 
 
 def test_a_pid_that_matches_nothing_counts_only_the_others_processes() -> None:
-    """"no process matches … (N processes seen)": the probe's own processes (its shell, its reads)
-    are in every snapshot and not among the N."""
+    """The N of "no process matches … (N processes seen)" leaves out the probe's own processes (its
+    shell, its reads): they are in every snapshot."""
     r = subprocess.run([sys.executable, "-m", "vastprobe", "analyze", "-", "--format", "json", "--pid", "999999",
                         "--snapshot"], input=read_capture("healthy"), capture_output=True, timeout=60, cwd=REPO)  # fmt: skip
     assert r.returncode == 3, r.stderr
