@@ -46,6 +46,20 @@ def test_busybox_fixture_facts() -> None:
     assert not any(p.comm == "timeout" for p in snap.processes if p.pid not in snap.excluded_pids)
 
 
+def test_an_earlier_probes_busybox_watchers_are_the_probes_own() -> None:
+    """`watch -n 1` in a BusyBox container: the previous round's `timeout` watchers wait out their
+    command's last second while the next probe reads /proc. They are the probe's, not the job's;
+    the job's processes (the workload's shells and sleeps) stay in."""
+    snap = parse_fixture(FIXTURES / "busybox-watch-leftovers")
+    shell = next(p for p in snap.processes if p.pid == snap.probe.shell_pid)
+    watchers = [p for p in snap.processes if p.comm == "timeout"]
+    earlier = [p for p in watchers if p.starttime < shell.starttime]
+    assert earlier, "no earlier probe's watcher in the recording: this test would prove nothing"
+    assert all(p.pid in snap.excluded_pids for p in watchers), [(p.pid, p.cmdline) for p in watchers]
+    job = {p.comm for p in snap.processes if p.pid not in snap.excluded_pids}
+    assert {"sh", "sleep"} <= job and "timeout" not in job
+
+
 def test_stat_first_fixture_facts() -> None:
     """The format that reads only stat of kernel threads, with no clk_tck or uid in meta."""
     snap = parse_fixture(FIXTURES / "host-vm-kthreads-stat-only")

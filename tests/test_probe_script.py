@@ -276,3 +276,16 @@ def test_a_finished_probe_leaves_no_process_behind(name: str) -> None:
         if d.isdigit() and fields[3] == str(p.pid) and fields[0] != "Z":  # (a guard's exited child: dead)
             left.append((d, stat.split(" (")[1].split(")")[0]))
     assert left == [], f"left behind in the probe's session: {left}"
+
+
+def test_no_literal_bound_is_longer_than_the_parser_assumes() -> None:
+    """parsers/snapshot.py tells an earlier probe's BusyBox `timeout` watchers (whose arguments were
+    gone) by LONGEST_LITERAL_BOUND: no `tmo N` or `VP_FILE_T=N` in the script may be longer."""
+    import re
+
+    from vastprobe.probe.render import LONGEST_LITERAL_BOUND, script_template
+
+    text = script_template()
+    bounds = [int(n) for n in re.findall(r"\btmo (\d+) ", text) + re.findall(r"\bVP_FILE_T=(\d+)", text)]
+    assert len(bounds) >= 10, bounds  # the pattern still finds the script's bounds
+    assert max(bounds) == LONGEST_LITERAL_BOUND, bounds

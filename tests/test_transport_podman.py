@@ -6,9 +6,11 @@ no privileges)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,3 +128,16 @@ def test_a_real_refusal_is_one_line(containers: dict[str, str], which: str, stat
     [r] = diagnose_targets([f"podman://{name}"], OPTIONS)
     assert r.status == status and r.error is not None and "\n" not in r.error
     assert r.error.startswith(f"podman://{name}: {words}"), r.error
+
+
+def test_watch_leaves_the_last_rounds_watchers_out(containers: dict[str, str]) -> None:
+    """`watch -n 1` in a BusyBox container: each round's probe starts while the last one's `timeout`
+    watchers wait out their last second. They are the probe's own: every round sees the same job
+    (before the fix, rounds 2-5 saw 7-8 processes where the container runs 3)."""
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "watch", f"podman://{containers['job']}", "-n", "1",
+                        "--rounds", "5", "--format", "ndjson", "--sample", "0"],
+                       capture_output=True, text=True, timeout=120, cwd="/")  # fmt: skip
+    rounds = [x for x in map(json.loads, r.stdout.splitlines()) if "round" in x]
+    assert len(rounds) == 5, (r.returncode, r.stderr[-500:])
+    seen = [sorted((p["pid"], p["comm"]) for p in x["processes"]) for x in rounds]
+    assert all(s == seen[0] for s in seen) and not any(c == "timeout" for s in seen for _p, c in s), seen

@@ -44,9 +44,9 @@ from vastprobe.parsers import (
 )
 from vastprobe.parsers.reading import Sections
 from vastprobe.probe import sources as src
-from vastprobe.probe.render import FILE_TIMEOUT, ProbeParams
+from vastprobe.probe.render import FILE_TIMEOUT, LONGEST_LITERAL_BOUND, ProbeParams
 from vastprobe.probe.sections import ProbeOutput, RawSection
-from vastprobe.untrusted.numbers import read_int
+from vastprobe.untrusted.numbers import read_digits, read_int
 
 _NOT_READ = "not read by this probe version"
 
@@ -135,6 +135,35 @@ def _gpu(sections: Sections) -> GpuState:
 
 #: Commands the probe runs under BusyBox `timeout`, whose watcher process lives in a session of its own.
 _PROBE_TIMEOUT_ARGV = (("-s", "KILL"), ("1", "true"), ("-t", "1", "true"))
+#: How long an earlier probe's BusyBox `timeout` watcher may outlive its command (it looks once a
+#: second), with room for the scheduler
+_WATCHER_LINGERS = 2
+
+
+def _probe_watcher(
+    r: proc_stat.StatRecord, argv: tuple[str, ...], shell: proc_stat.StatRecord, clk_tck: int, longest: int
+) -> bool:
+    """A BusyBox `timeout` watcher with the probe's own arguments, started by this probe, or by an
+    earlier one recently enough that it still waits out its command's last second. One whose
+    arguments were gone when the probe read them (it ended in between, or is a zombie) is judged by
+    the longest bound the probe gives a command."""
+    if argv:
+        shape = next((a for a in _PROBE_TIMEOUT_ARGV if tuple(argv[1 : 1 + len(a)]) == a), None)
+        if shape is None:
+            return False
+        if r.starttime >= shell.starttime:
+            return True
+        # `timeout -s KILL N cmd` (BusyBox 1.30+), `timeout -s KILL -t N cmd` (older); the probe's
+        # test of which it is, `timeout [-t] 1 true`, is bounded at 1
+        given = (argv[4:5] if argv[3:4] == ("-t",) else argv[3:4]) if shape == ("-s", "KILL") else ("1",)
+        secs = read_digits(given[0], 4) if given else None
+    else:
+        secs = longest
+    if r.session != r.pid:
+        return False  # a watcher is a session of its own
+    if r.starttime >= shell.starttime:
+        return True
+    return secs is not None and shell.starttime - r.starttime <= (secs + _WATCHER_LINGERS) * clk_tck
 
 
 def _excluded(
@@ -143,6 +172,8 @@ def _excluded(
     shell_pid: int | None,
     shell_ppid: int | None,
     transport: str,
+    clk_tck: int,
+    longest: int,
 ) -> set[int]:
     """The probe's own session and descendants, and the transport that runs it (what its kind's
     own_processes says, transport/registry.py: for `local`, vastprobe and its ancestors; for ssh,
@@ -167,15 +198,12 @@ def _excluded(
                 excluded.add(kid)
                 stack.append(kid)
     # BusyBox `timeout` leaves a watcher (a session of its own) per bounded command: ours started
-    # after the probe shell and carries exactly the arguments the probe gave it.
+    # after the probe shell and carries exactly the arguments the probe gave it. An earlier probe's
+    # (a `watch` round a second ago) outlives its command by up to a second: one that started before
+    # this shell, no longer ago than its own bound and a second or two, is that probe's.
     if shell is not None:
         for pid, r in procs.items():
-            argv = cmdlines.get(pid, ())
-            if (
-                r.comm == "timeout"
-                and r.starttime >= shell.starttime
-                and any(tuple(argv[1 : 1 + len(a)]) == a for a in _PROBE_TIMEOUT_ARGV)
-            ):
+            if r.comm == "timeout" and _probe_watcher(r, cmdlines.get(pid, ()), shell, clk_tck, longest):
                 excluded.add(pid)
     own = (kind_named(transport) or SSH).own_processes
     if own == "none":
@@ -326,7 +354,8 @@ def build_snapshot(
     fd_ok = sections.get(src.FD) is not None
 
     shell_ppid = read_int(meta.get("shell_ppid"), 10)
-    excluded = _excluded(stats[0], cmdlines, shell_pid, shell_ppid, transport)
+    longest = max(LONGEST_LITERAL_BOUND, int(params.nvidia_smi_timeout) + 2)
+    excluded = _excluded(stats[0], cmdlines, shell_pid, shell_ppid, transport, clk_tck, longest)
 
     processes = []
     for pid, rec in sorted(stats[0].items()):
