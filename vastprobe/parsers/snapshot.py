@@ -44,7 +44,7 @@ from vastprobe.parsers import (
 )
 from vastprobe.parsers.reading import Sections
 from vastprobe.probe import sources as src
-from vastprobe.probe.render import FILE_TIMEOUT, LONGEST_LITERAL_BOUND, ProbeParams
+from vastprobe.probe.render import FILE_TIMEOUT, ProbeParams, longest_command_bound
 from vastprobe.probe.sections import ProbeOutput, RawSection
 from vastprobe.untrusted.numbers import read_digits, read_int
 
@@ -354,7 +354,7 @@ def build_snapshot(
     fd_ok = sections.get(src.FD) is not None
 
     shell_ppid = read_int(meta.get("shell_ppid"), 10)
-    longest = max(LONGEST_LITERAL_BOUND, int(params.nvidia_smi_timeout) + 2)
+    longest = longest_command_bound(params)
     excluded = _excluded(stats[0], cmdlines, shell_pid, shell_ppid, transport, clk_tck, longest)
 
     processes = []
