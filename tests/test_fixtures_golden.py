@@ -47,8 +47,8 @@ def test_busybox_fixture_facts() -> None:
 
 
 def test_an_earlier_probes_busybox_watchers_are_the_probes_own() -> None:
-    """`watch -n 1` in a BusyBox container: the previous round's `timeout` watchers wait out their
-    command's last second while the next probe reads /proc. They are the probe's, not the job's;
+    """`watch -n 1` in a BusyBox container: the previous round's `timeout` watchers are still
+    there while the next probe reads /proc. They are the probe's, not the job's;
     the job's processes (the workload's shells and sleeps) stay in."""
     snap = parse_fixture(FIXTURES / "busybox-watch-leftovers")
     shell = next(p for p in snap.processes if p.pid == snap.probe.shell_pid)

@@ -132,8 +132,8 @@ def test_a_real_refusal_is_one_line(containers: dict[str, str], which: str, stat
 
 def test_watch_leaves_the_last_rounds_watchers_out(containers: dict[str, str]) -> None:
     """`watch -n 1` in a BusyBox container: each round's probe starts while the last one's `timeout`
-    watchers wait out their last second. They are the probe's own: every round sees the same job
-    (before the fix, rounds 2-5 saw 7-8 processes where the container runs 3)."""
+    watchers still count down their bounds. They are the probe's own: every round sees the same job
+    (before, the rounds after the first listed some of them as the job's)."""
     r = subprocess.run([sys.executable, "-m", "vastprobe", "watch", f"podman://{containers['job']}", "-n", "1",
                         "--rounds", "5", "--format", "ndjson", "--sample", "0"],
                        capture_output=True, text=True, timeout=120, cwd="/")  # fmt: skip

@@ -135,8 +135,8 @@ def _gpu(sections: Sections) -> GpuState:
 
 #: Commands the probe runs under BusyBox `timeout`, whose watcher process lives in a session of its own.
 _PROBE_TIMEOUT_ARGV = (("-s", "KILL"), ("1", "true"), ("-t", "1", "true"))
-#: How long an earlier probe's BusyBox `timeout` watcher may outlive its command (it looks once a
-#: second), with room for the scheduler
+#: How long past its bound an earlier probe's BusyBox `timeout` watcher may live: it counts the bound
+#: down a second at a time (ending sooner once it sees its command gone), with room for the scheduler
 _WATCHER_LINGERS = 2
 
 
@@ -144,7 +144,7 @@ def _probe_watcher(
     r: proc_stat.StatRecord, argv: tuple[str, ...], shell: proc_stat.StatRecord, clk_tck: int, longest: int
 ) -> bool:
     """A BusyBox `timeout` watcher with the probe's own arguments, started by this probe, or by an
-    earlier one recently enough that it still waits out its command's last second. One whose
+    earlier one recently enough that it may still be counting down its bound. One whose
     arguments were gone when the probe read them (it ended in between, or is a zombie) is judged by
     the longest bound the probe gives a command."""
     if argv:
@@ -199,7 +199,7 @@ def _excluded(
                 stack.append(kid)
     # BusyBox `timeout` leaves a watcher (a session of its own) per bounded command: ours started
     # after the probe shell and carries exactly the arguments the probe gave it. An earlier probe's
-    # (a `watch` round a second ago) outlives its command by up to a second: one that started before
+    # (a `watch` round a second ago) outlives its command (to its bound's end at most): one that started before
     # this shell, no longer ago than its own bound and a second or two, is that probe's.
     if shell is not None:
         for pid, r in procs.items():
