@@ -289,3 +289,10 @@ def test_no_literal_bound_is_longer_than_the_parser_assumes() -> None:
     bounds = [int(n) for n in re.findall(r"\btmo (\d+) ", text) + re.findall(r"\bVP_FILE_T=(\d+)", text)]
     assert len(bounds) >= 10, bounds  # the pattern still finds the script's bounds
     assert max(bounds) == LONGEST_LITERAL_BOUND, bounds
+
+
+def test_the_script_is_read_once_per_run() -> None:
+    """A sweep renders the script per host: script.sh is read from disk once, not once a host."""
+    from vastprobe.probe.render import script_template
+
+    assert script_template() is script_template()

@@ -80,13 +80,13 @@ def log_dirs(logs: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(seen)
 
 
-@functools.cache
 def longest_command_bound(params: ProbeParams) -> int:
     """Seconds the probe lets any one command it bounds run: its literal bounds and nvidia-smi's
     (whose section is cut 2 s after it)."""
     return max(LONGEST_LITERAL_BOUND, int(params.nvidia_smi_timeout) + 2)
 
 
+@functools.cache
 def script_template() -> str:
     """Read once per run (a sweep renders it per host). A plain path, not importlib.resources:
     that machinery cost 10-30 ms of import on every start."""
