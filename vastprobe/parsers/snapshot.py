@@ -147,11 +147,12 @@ def _probe_watcher(
     earlier one recently enough that it may still be counting down its bound. One whose
     arguments were gone when the probe read them (it ended in between, or is a zombie) is judged by
     the longest bound the probe gives a command."""
+    mine = r.starttime >= shell.starttime
     if argv:
         shape = next((a for a in _PROBE_TIMEOUT_ARGV if tuple(argv[1 : 1 + len(a)]) == a), None)
         if shape is None:
             return False
-        if r.starttime >= shell.starttime:
+        if mine:
             return True
         # `timeout -s KILL N cmd` (BusyBox 1.30+), `timeout -s KILL -t N cmd` (older); the probe's
         # test of which it is, `timeout [-t] 1 true`, is bounded at 1
@@ -161,9 +162,7 @@ def _probe_watcher(
         secs = longest
     if r.session != r.pid:
         return False  # a watcher is a session of its own
-    if r.starttime >= shell.starttime:
-        return True
-    return secs is not None and shell.starttime - r.starttime <= (secs + _WATCHER_LINGERS) * clk_tck
+    return mine or (secs is not None and shell.starttime - r.starttime <= (secs + _WATCHER_LINGERS) * clk_tck)
 
 
 def _excluded(
