@@ -143,8 +143,8 @@ ANALYSIS_BUDGET_S = 30.0
 #: section and every section is capped, so such a capture takes milliseconds (a 40 KB host: 3-5 ms)
 #: and a budget checkpoint ends it early; handing it to a thread cost more than the analysis:
 #: the loop and the thread take turns on the GIL and the loop serves its sockets in small batches
-#: (~2 ms of controller CPU a host over 1,000 simulated hosts: docs/benchmarks.md). Larger output, where a hostile target's
-#: bytes could keep the loop busy, goes to the analysis threads.
+#: (~2 ms of controller CPU a host over 1,000 simulated hosts: docs/benchmarks.md). Larger output,
+#: where a hostile target's bytes could keep the loop busy, goes to the analysis threads.
 INLINE_ANALYSIS_MAX = 256 * 1024
 #: Analyses running at once across a sweep. They share one GIL, so more would only take turns
 #: with the event loop, and each holds its raw output and snapshot in memory while it runs.

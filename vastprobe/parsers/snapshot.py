@@ -198,8 +198,8 @@ def _excluded(
                 stack.append(kid)
     # BusyBox `timeout` leaves a watcher (a session of its own) per bounded command: ours started
     # after the probe shell and carries exactly the arguments the probe gave it. An earlier probe's
-    # (a `watch` round a second ago) outlives its command (to its bound's end at most): one that started before
-    # this shell, no longer ago than its own bound and a second or two, is that probe's.
+    # (a `watch` round a second ago) outlives its command (to its bound's end at most): one that
+    # started before this shell, no longer ago than its own bound and a second or two, is that probe's.
     if shell is not None:
         for pid, r in procs.items():
             if r.comm == "timeout" and _probe_watcher(r, cmdlines.get(pid, ()), shell, clk_tck, longest):
