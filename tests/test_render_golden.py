@@ -144,3 +144,12 @@ def test_a_pid_that_matches_nothing_counts_only_the_others_processes() -> None:
     assert own & set(seen), "the capture holds none of the probe's own processes: this test would prove nothing"
     others = len([p for p in seen if p not in own])
     assert f"matches --pid 999999 ({others} processes seen)" in host["error"], host["error"]
+
+
+def test_one_process_in_scope_is_one_process() -> None:
+    """The headline, the facts line and the process note all say "1 process", never "1 processes"."""
+    env = {**os.environ, "COLUMNS": "100"}
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "analyze", "-", "--format", "table", "--pid", "4"],
+                       input=read_capture("healthy"), capture_output=True, timeout=60, cwd=REPO, env=env)  # fmt: skip
+    text = r.stdout.decode()
+    assert "1 process in scope" in text and "1 processes" not in text, text

@@ -13,3 +13,8 @@ def byte_size(n: int) -> str:
         if value < 1024 or unit == "TiB":
             return f"{value:.1f} {unit}"
     raise AssertionError("unreachable")
+
+
+def processes(n: int) -> str:
+    """1 process, 4 processes."""
+    return f"{n} process" if n == 1 else f"{n} processes"

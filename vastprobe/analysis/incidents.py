@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from vastprobe.clock import utc_text
 from vastprobe.model import SEVERITY_ORDER, Finding, Incident, Process, Verdict, WaitLink, WaitPicture
+from vastprobe.units import processes
 
 if TYPE_CHECKING:
     from vastprobe.analysis.context import Context
@@ -181,7 +182,7 @@ def host_headline(verdict: Verdict, incidents: Sequence[Incident], n_scope: int,
         return first.headline + (f" (and {more} more)" if more > 0 else "")
     notes = sum(len(i.findings) for i in incidents)
     tail = f"; {notes} note{'s' if notes != 1 else ''}" if notes else ""
-    return f"nothing stalled or at risk among {n_scope} process{'es' if n_scope != 1 else ''} in scope{tail}"
+    return f"nothing stalled or at risk among {processes(n_scope)} in scope{tail}"
 
 
 # ---------------------------------------------------------------- pictures

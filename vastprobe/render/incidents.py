@@ -13,6 +13,7 @@ from vastprobe.clock import utc_text
 from vastprobe.model import SEVERITY_ORDER, Finding, HostReport, HostSnapshot, Incident, Instant, WaitPicture
 from vastprobe.render.layout import cropped, hanging
 from vastprobe.render.tree import draw_picture
+from vastprobe.units import processes
 from vastprobe.untrusted.safe import safe
 
 VERDICT_STYLE = {"healthy": "bold green", "degraded": "bold yellow", "stalled": "bold red", "unknown": "bold magenta"}
@@ -43,7 +44,7 @@ def headline(console: Console, r: HostReport) -> None:
     snap = r.snapshot
     if snap is not None:
         h = snap.host
-        facts = [safe(h.hostname, 64), f"kernel {safe(h.kernel, 64)}", f"{len(r.scope)} processes in scope"]
+        facts = [safe(h.hostname, 64), f"kernel {safe(h.kernel, 64)}", f"{processes(len(r.scope))} in scope"]
         ups = snap.probe.sample_uptimes
         facts.append(f"{len(ups)} samples {snap.sample_window:.1f}s apart" if len(ups) > 1 else "one sample")
         hanging(console, "  ", Text(""), Text(" · ".join(facts), style="dim"))

@@ -20,6 +20,7 @@ from vastprobe.clock import utc_text
 from vastprobe.model import HostReport, HostSnapshot, Process, Unavailable
 from vastprobe.render import incidents as story
 from vastprobe.render.layout import MIDDLE, cropped, hanging
+from vastprobe.units import processes
 from vastprobe.untrusted.safe import safe
 
 MAX_ARTIFACTS = 5
@@ -78,7 +79,7 @@ def _processes(console: Console, r: HostReport, snap: HostSnapshot, verbose: boo
     else:
         shown = [p for p in snap.processes if p.pid in named]
         if not shown:
-            console.print(Text(f"  {len(scope)} processes in scope, none named by a finding (-v lists them)"))
+            console.print(Text(f"  {processes(len(scope))} in scope, none named by a finding (-v lists them)"))
             return
         title = f"processes the findings name ({len(shown)}; {len(scope)} in scope, -v lists them)"
     console.print(Text(f"  {title}:", style="bold"))
