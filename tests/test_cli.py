@@ -296,3 +296,23 @@ def test_a_named_jobs_listing_shows_its_own_files_not_everybodys(reap, tmp_path:
     listing = r.stdout[r.stdout.index(f"artifacts {tmp_path}/*") :]
     assert "1 the job's (-v lists all)" in listing and "job.log" in listing and "held open" in listing, listing
     assert "someone-else" not in listing
+
+
+def test_fail_on_degraded_exits_1_on_a_warning(tmp_path: Path) -> None:
+    """A job whose --log does not exist is degraded (a warning, nothing proven stuck): exit 0 by
+    default, exit 1 with --fail-on degraded, in diagnose and in a sweep; the JSON summary carries
+    the same exit code."""
+    job = subprocess.Popen(["sleep", "600"])
+    try:
+        common = ("--pid", str(job.pid), "--log", str(tmp_path / "absent.log"), "--sample", "0", "--format", "json")
+        for cmd, extra, stdin in (("diagnose", ("local",), None), ("sweep", ("-", "--no-history"), "local\n")):
+            for fail_on, code in ((None, 0), ("degraded", 1), ("stalled", 0)):
+                flag = ("--fail-on", fail_on) if fail_on else ()
+                r = run(cmd, *extra, *common, *flag, input=stdin)
+                assert r.returncode == code, (cmd, fail_on, r.returncode, r.stderr)
+                doc = json.loads(r.stdout)
+                assert doc["hosts"][0]["verdict"] == "degraded", doc["hosts"][0]["headline"]
+                assert doc["summary"]["exit_code"] == code, doc["summary"]
+    finally:
+        job.kill()
+        job.wait()

@@ -143,7 +143,7 @@ def test_torch_filebaton_waiter_names_the_holder_recorded() -> None:
     (f,) = _findings("torch-filebaton")
     lock = "/tmp/vastprobe-waits/baton/build/lock"
     assert f.summary == f"python (21) keeps retrying the lock on {lock}, held by 4 (python)", f.summary
-    assert f.severity == "warning" and f.pids[:2] == (21, 4)
+    assert f.severity == "error" and f.pids[:2] == (21, 4)  # the holder idled over the window: proof
     assert "holds the lock file" in f.hint and "building in /tmp/vastprobe-waits/baton/build" in f.hint
     details = [e.detail for e in f.evidence]
     assert 'its lock file: build_directory = "/tmp/vastprobe-waits/baton/build" (+ lock)' in details, details
@@ -266,7 +266,9 @@ def test_filelock_waiter_names_the_holder_and_the_path(reap, spy: str, tmp_path:
     assert f"({waiter.pid}) keeps retrying the lock on {lock}, held by {holder.pid} (python" in f["summary"], f[
         "summary"
     ]
-    assert f["severity"] == ("info" if sample else "warning")
+    # one sample: a note; two: the holder did nothing while it held the lock, a stall (exit 1)
+    assert f["severity"] == ("info" if sample else "error")
+    assert host["verdict"] == ("healthy" if sample else "stalled") and _rc == (0 if sample else 1)
     assert "Do not delete the lock file" in f["hint"]
     assert any(e["source"] == "/proc/locks" and f"by {holder.pid} (" in e["detail"] for e in f["evidence"])
 

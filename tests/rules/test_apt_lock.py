@@ -55,13 +55,15 @@ def test_apt_get_waiting_for_the_frontend_lock_names_its_holder(reap, tmp_path: 
     wait_for(lambda: "Could not get lock" in out.read_text() and proc_wchan(job.pid).endswith("nanosleep"),
              timeout=30, what="apt-get retrying the lock")  # fmt: skip
     try:
-        _rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
         found = [f for f in host["findings"] if f["rule"] == "file-lock-wait"]
         assert found, [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
         f = found[0]
         assert f"keeps retrying the lock on {lock}, held by {holder.pid} (python" in f["summary"], f["summary"]
         assert "Never delete the lock file" in f["hint"]
-        assert f["severity"] == ("warning" if sample == "1" else "info")
+        # two samples: the holder idled the whole window holding the lock, proven stuck (exit 1)
+        assert f["severity"] == ("error" if sample == "1" else "info")
+        assert (rc, host["verdict"]) == ((1, "stalled") if sample == "1" else (0, "healthy")), host["headline"]
     finally:
         job.kill()  # before the lock is let go: apt-get must not go on to do anything
         job.wait()

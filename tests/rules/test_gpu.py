@@ -130,9 +130,17 @@ def _with_kernel_lines(snap: HostSnapshot, lines: list[str], at: float) -> HostS
     return dataclasses.replace(snap, kernel_log=log)
 
 
+def _absent_pid(snap: HostSnapshot) -> int:
+    """A pid no process of this live snapshot has: the Xid's pid= must name nobody on this machine
+    (pid 1234 was a real process here once, and the Xid became another user's, info)."""
+    taken = {p.pid for p in snap.processes}
+    return next(pid for pid in range(4_000_000, 4_100_000) if pid not in taken)
+
+
 def test_xid_during_the_job_is_critical() -> None:
     snap = snapshot_with("busy")
-    snap = _with_kernel_lines(snap, XID, at=snap.host.uptime)  # logged just now
+    lines = [line.replace("pid=1234", f"pid={_absent_pid(snap)}") for line in XID]
+    snap = _with_kernel_lines(snap, lines, at=snap.host.uptime)  # logged just now
     got = {
         f.summary.split(" on ")[0]: f for f in findings(snap, pids=(snap.probe.shell_pid or 0,)) if f.rule == "gpu-xid"
     }

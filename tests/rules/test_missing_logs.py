@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import vastprobe_json, wait_for
 
 WRITER = (
@@ -27,17 +29,25 @@ def test_log_deleted_while_open(tmp_path: Path, reap) -> None:
     assert "deleted" in f["summary"] and str(p.pid) in f["summary"] and f["pids"] == [p.pid]
 
 
-def test_absent_and_stale_logs(tmp_path: Path) -> None:
+def test_absent_and_stale_logs(tmp_path: Path, reap) -> None:
+    """The job is a quiet sleep of our own: PID 1's tree is the whole machine, whose other users may
+    be stuck while this runs."""
     stale = tmp_path / "stale.log"
     stale.write_text("last words: CUDA error: an illegal memory access was encountered\n")
     os.utime(stale, (1000, 1000))
-    rc, host = vastprobe_json("--pid", "1", "--sample", "0", "--log", str(tmp_path / "nope.log"), "--log", str(stale))
+    job = subprocess.Popen(["sleep", "1000"])
+    reap.append(job)
+    rc, host = vastprobe_json(
+        "--pid", str(job.pid), "--sample", "0", "--log", str(tmp_path / "nope.log"), "--log", str(stale)
+    )
     found = {f["summary"]: f for f in host["findings"] if f["rule"] == "missing-logs"}
     absent = next(f for s, f in found.items() if "does not exist" in s)
     assert absent["severity"] == "warning"
     old = next(f for s, f in found.items() if "has not been written" in s)
-    assert old["severity"] == "error" and any("CUDA error" in e["detail"] for e in old["evidence"])
-    assert rc == 1
+    # one sample: a quiet log alone is evidence, not a verdict (no window to see the job not move)
+    assert old["severity"] == "warning" and any("CUDA error" in e["detail"] for e in old["evidence"])
+    assert any(e["detail"].startswith("one sample: no window") for e in old["evidence"]), old["evidence"]
+    assert rc == 0 and host["verdict"] == "degraded"
 
 
 def test_fresh_log_is_healthy(tmp_path: Path, reap) -> None:
@@ -49,9 +59,12 @@ def test_fresh_log_is_healthy(tmp_path: Path, reap) -> None:
     assert host["verdict"] == "healthy" and rc == 0, host["findings"]
 
 
-def test_a_stale_log_whose_writer_spins_says_so(tmp_path: Path, reap) -> None:
-    """The writer holds the log on stdout and stderr (named once) and burns a CPU without a line:
-    the finding says it is busy, not waiting; one sample claims no window."""
+@pytest.mark.parametrize("named", [True, False], ids=["--log", "found-open"])
+def test_a_stale_log_whose_writer_spins_says_so(tmp_path: Path, reap, named: bool) -> None:
+    """The writer holds the log on stdout and stderr (named once, or found open with no --log) and
+    burns a CPU without a line, its log 7 minutes old (an epoch that logs at its end): a quiet log
+    is evidence, not a verdict; the job computes, so a warning saying so, never STALLED. One sample
+    claims no window."""
     log = tmp_path / "train.log"
     spin = f"exec >>{log} 2>&1; echo training; exec {sys.executable} -c 'while True: pass'"
     p = subprocess.Popen(["sh", "-c", spin], start_new_session=True)
@@ -63,17 +76,22 @@ def test_a_stale_log_whose_writer_spins_says_so(tmp_path: Path, reap) -> None:
         os.setpriority(os.PRIO_PROCESS, p.pid, -15)
         Path(f"/proc/{p.pid}/autogroup").write_text("-15")
     wait_for(lambda: os.path.realpath(f"/proc/{p.pid}/exe") == os.path.realpath(sys.executable), what="spinning")
-    os.utime(log, (1000, 1000))
-    rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.5", "--log", str(log))
+    old = time.time() - 420
+    os.utime(log, (old, old))
+    given = ("--log", str(log)) if named else ()
+    rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "1", *given)
     f = next(f for f in host["findings"] if f["rule"] == "missing-logs")
-    assert f["severity"] == "error" and f["pids"] == [p.pid] and "has not been written" in f["summary"] and rc == 1
+    assert f["severity"] == "warning" and f["pids"] == [p.pid] and "has not been written" in f["summary"]
+    assert f["summary"].endswith("the log is quiet while it computes"), f["summary"]
+    assert host["verdict"] == "degraded" and rc == 0, [(g["rule"], g["severity"]) for g in host["findings"]]
     details = [e["detail"] for e in f["evidence"]]
     assert any(d.startswith(f"{p.pid} (python") and "of CPU over the" in d for d in details), details
     assert "busy on the CPU" in f["hint"]
     assert any("size unchanged over the" in d for d in details)
-    _rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0", "--log", str(log))
+    rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0", *given)
     f = next(f for f in host["findings"] if f["rule"] == "missing-logs")
     assert not any("over the" in e["detail"] for e in f["evidence"]) and "busy" not in f["hint"]
+    assert f["severity"] == "warning" and host["verdict"] == "degraded" and rc == 0  # no window: no proof
 
 
 def test_a_fifo_or_a_device_as_the_log_is_a_warning_not_a_silent_log(reap, tmp_path: Path) -> None:
@@ -105,11 +123,13 @@ def test_a_stale_log_the_job_holds_open_is_found_without_log(reap, tmp_path: Pat
     reap.append(job)
     wait_for(lambda: log.exists() and log.read_text() == "step 1\n", what="the first line")
     os.utime(log, (1, 1))  # last written long ago
-    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0")
-    f = next((f for f in host["findings"] if f["rule"] == "missing-logs"), None)
-    assert f is not None, [(g["rule"], g["summary"]) for g in host["findings"]]
-    assert f["summary"].startswith(f"{log} (the job's log, found open) has not been written for"), f["summary"]
-    assert any("found: no --log named it" in e["detail"] for e in f["evidence"]) and f["severity"] == "error"
-    assert host["verdict"] == "stalled" and rc == 1
+    for sample, severity, verdict, code in (("1", "error", "stalled", 1), ("0", "warning", "degraded", 0)):
+        # two samples: the job holding the log did nothing over the window, a stall; one: only a quiet log
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
+        f = next((f for f in host["findings"] if f["rule"] == "missing-logs"), None)
+        assert f is not None, [(g["rule"], g["summary"]) for g in host["findings"]]
+        assert f["summary"].startswith(f"{log} (the job's log, found open) has not been written for"), f["summary"]
+        assert any("found: no --log named it" in e["detail"] for e in f["evidence"]) and f["severity"] == severity
+        assert host["verdict"] == verdict and rc == code, [(g["rule"], g["severity"]) for g in host["findings"]]
     _rc, whole = vastprobe_json("--sample", "0")
     assert not [g for g in whole["findings"] if str(log) in g["summary"]]

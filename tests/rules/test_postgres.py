@@ -92,17 +92,20 @@ def test_a_client_behind_a_session_idle_in_transaction_names_it(reap, cluster: P
     idle = next(pid for pid, t in titles(cluster).items() if t.endswith("idle in transaction"))
     client = next(d for d in descendants(holder.pid) if argv0(d).endswith("psql"))
     try:
-        _rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
         found = [f for f in host["findings"] if f["rule"] == "db-lock-wait"]
         assert found, [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
         f = found[0]
         assert "UPDATE waiting" in f["summary"] and f"likely held by backend {idle}" in f["summary"], f["summary"]
         assert f"({client})" in f["summary"] or f"{client} (psql)" in f["summary"], f["summary"]
         assert f"pg_terminate_backend({idle})" in f["hint"] and "pg_blocking_pids" in f["hint"]
-        if sample == "1":
-            assert f["severity"] == "warning" and host["verdict"] == "degraded"
+        if sample == "1":  # the holding session stayed idle in its transaction over the window: proven
+            assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1
+            proof = next(e["detail"] for e in f["evidence"] if e["source"] == "proof")
+            assert proof.startswith(f"session {idle} is idle in a transaction"), proof
         else:
             assert f["severity"] == "info" and f["summary"].endswith("(seen in one sample)")
+            assert host["verdict"] == "healthy" and rc == 0
     finally:
         subprocess.run(["psql", "-h", str(cluster), "-U", "postgres", "-qc",
                         "select pg_terminate_backend(pid) from pg_stat_activity where state like 'idle in%'"],

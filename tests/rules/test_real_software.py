@@ -90,7 +90,11 @@ def test_curl_against_a_server_that_accepted_and_never_answers(silent_server, re
     unread = next(e for e in f["evidence"] if e["source"] == "unread")
     assert int(unread["detail"].split()[0]) > 0  # curl's request, never read by the server
     assert str(srv.pid) in f["hint"] and str(job.pid) not in f["hint"]
-    assert f["severity"] == "warning" and rc == 0  # nothing else says the job should be moving
+    # the server idled over the window with the request unread in its receive queue: proven stuck
+    assert f["severity"] == "error" and rc == 1 and host["verdict"] == "stalled"
+    proof = next(e["detail"] for e in f["evidence"] if e["source"] == "proof")
+    assert f"({srv.pid})" in proof, proof
+    assert "did not read the" in proof and "receive queue" in proof, proof
     # one instant of the same wait: no window to call it idle, nothing else to call it a stall
     rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0")
     f = finding(host, "socket-peer-wait")
@@ -333,7 +337,9 @@ def test_a_slow_download_is_not_a_server_that_does_not_answer(reap, tmp_path: Pa
             "findings"
         ]
         assert "does not answer" not in (host["headline"] or "")
-    assert finding(host, "missing-logs")["severity"] == "error" and rc == 1  # the stale log is the stall
+    # the stale log is said, but the job moves (curl writes what it receives): a quiet log is no stall
+    f = finding(host, "missing-logs")
+    assert f["severity"] == "warning" and rc == 0 and host["verdict"] == "degraded", f
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
@@ -415,7 +421,9 @@ def test_flock_waiter_names_the_holder_and_the_file(reap, tmp_path: Path) -> Non
     assert f["hint"].startswith(f"{holder.pid} (flock) holds the lock on {lock}")
     assert "sleep" in f["hint"]  # the holder waits in turn on its child: the root blocker
     assert any(e["source"] == "/proc/locks" for e in f["evidence"])
-    assert f["severity"] == "warning" and rc == 0
+    # the holder did nothing over the window while it held the lock: proven, a stall from the first look
+    assert f["severity"] == "error" and rc == 1 and host["verdict"] == "stalled"
+    assert any(e["source"] == "proof" and "holds the lock and did nothing" in e["detail"] for e in f["evidence"])
 
 
 def test_a_stopped_lock_holder_gets_a_kill_cont_hint(reap, tmp_path: Path) -> None:

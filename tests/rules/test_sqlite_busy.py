@@ -52,7 +52,8 @@ def test_a_writer_retrying_an_open_transactions_lock(reap, tmp_path: Path) -> No
     f = found[0]
     assert f["summary"].startswith(f"bash ({job.pid}), through {waiter} (python")
     assert f"SQLite's write lock on {db}" in f["summary"] and holder.pid in f["pids"] and waiter in f["pids"]
-    assert f["severity"] == "warning" and rc == 0 and "transaction left open" in f["hint"]
+    assert f["severity"] == "error" and rc == 1 and "transaction left open" in f["hint"]
+    assert host["verdict"] == "stalled" and any(e["source"] == "proof" for e in f["evidence"])
 
 
 def test_a_reader_sleeping_beside_a_reserved_lock_is_not_waiting(reap, tmp_path: Path) -> None:
@@ -109,7 +110,8 @@ def test_a_writer_waiting_for_a_reader_names_the_reader(reap, tmp_path: Path) ->
         assert len(found) == 1, host["findings"]
         f = found[0]
         assert f"keeps retrying to write {db}: {reader.pid} (python" in f["summary"] and waiter in f["pids"]
-        assert reader.pid in f["pids"] and "read transaction open" in f["hint"] and rc == 0
+        assert reader.pid in f["pids"] and "read transaction open" in f["hint"]
+        assert f["severity"] == "error" and rc == 1 and host["verdict"] == "stalled"  # the reader idles: proof
 
 
 def test_a_lock_on_another_database_keeps_nobody_out(reap, tmp_path: Path) -> None:

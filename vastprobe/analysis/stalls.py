@@ -34,6 +34,10 @@ class StalledChain:
     idle: bool | None  # nothing from the resource's waiter down made progress over the window; None: one sample
     dead_end: str | None  # why the blocker cannot end it by itself (stopped, gone, orphan), if it cannot
     orphans: tuple[int, ...] = ()  # orphan-pipe: the re-parented writers
+    #: why the blocker is proven not to end the wait by itself, seen over the whole window (an idle
+    #: server with the waiter's bytes unread, a listener that does not accept, an idle lock holder):
+    #: such a chain is a stall from the first diagnosis, with no log or GPU evidence needed
+    proof: str | None = None
 
     @property
     def waiter(self) -> int:
@@ -120,6 +124,46 @@ def _dead_end(ctx: SnapshotView, edge: WaitEdge | None, end: int) -> str | None:
     return None
 
 
+def _holding(ctx: SnapshotView, pid: int) -> str:
+    p = ctx.tree.by_pid.get(pid)
+    if p is None:
+        return str(pid)
+    where = p.wchan if isinstance(p.wchan, str) and p.wchan not in ("", "0") else None
+    return f"{p.comm} ({pid})" + (f", asleep in {where}," if p.state == "S" and where else "")
+
+
+def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool | None) -> str | None:
+    """Why the chain's blocker is proven not to end the wait by itself, or None. Every proof rests
+    on the window: the blocker did nothing over it (no CPU, I/O, context switch or state change), and
+    what it holds says it had work waiting that it never took up (docs/evidence.md)."""
+    if not idle or edge is None or not edge.holders:
+        return None
+    window = f"{ctx.snapshot.sample_window:.1f}s"
+    who = ", ".join(_holding(ctx, h) for h in edge.holders[:2])
+    if kind in ("tcp", "unix-socket"):
+        if edge.listener is not None and edge.listener.recv_queue:
+            return (
+                f"{who} holds the listening socket {edge.listener.local} with {edge.listener.recv_queue} "
+                f"connection(s) in its accept queue, and accepted none over {window}"
+            )
+        unread = edge.peer.recv_queue if edge.peer is not None else None
+        if unread:
+            return f"{who} did not read the {unread} B sent to it over {window}: the request sits in its receive queue"
+        return None
+    if kind == "file-lock":
+        return f"{who} holds the lock and did nothing over {window}"
+    if kind == "db-lock":
+        from vastprobe.analysis.waitgraph.locks import process_title
+
+        idle_tx = [h for h in edge.holders if "idle in transaction" in process_title(ctx.tree.by_pid[h])]
+        if idle_tx:
+            return (
+                f"session {idle_tx[0]} is idle in a transaction over {window}: it keeps its locks until its client "
+                "commits or rolls back"
+            )
+    return None
+
+
 def _orphan_writers(ctx: SnapshotView, edge: WaitEdge) -> tuple[int, ...]:
     """The writers of a pipe or FIFO the waiter reads, when every one is an orphan that is neither
     the reader's ancestor nor its sibling (a live pipeline's producer is a sibling)."""
@@ -153,7 +197,8 @@ def _classify(ctx: SnapshotView, chain: Chain) -> StalledChain:
     db = next((e for e in chain.edges if e.kind == "db-lock"), None)
     if db is not None:  # the database's own lock, likely holders named: that is the story
         moved = _moved(ctx, db.holders) if db.holders else None
-        return StalledChain("db-lock", chain, db, db.holders, None if moved is None else not moved, None)
+        idle = None if moved is None else not moved
+        return StalledChain("db-lock", chain, db, db.holders, idle, None, proof=_proof(ctx, "db-lock", db, idle))
     resource = chain.resource_edges()
     if not resource:
         moved = _moved(ctx, chain.pids[1:])
@@ -174,13 +219,15 @@ def _classify(ctx: SnapshotView, chain: Chain) -> StalledChain:
     moved = _moved(ctx, beyond) if beyond else None
     dead_end = _dead_end(ctx, edge, chain.end)
     frozen = dead_end is not None and chain.end not in edge.holders and edge.holders
+    idle = None if moved is None else not moved
     return StalledChain(
         kind,
         chain,
         edge,
         (chain.end,) if frozen else edge.holders or (chain.end,),
-        None if moved is None else not moved,
+        idle,
         dead_end,
+        proof=_proof(ctx, kind, edge, idle),
     )
 
 

@@ -15,7 +15,7 @@ EXIT_TERMINATED = 143  # SIGTERM (`timeout`, systemd, a scheduler): stops as Ctr
 #: Documented in docs/output.md and in every command's help; tests/test_cli_errors.py holds every run to them.
 EXIT_CODES = {
     EXIT_OK: "every target probed and diagnosed, none stalled",
-    EXIT_STALLED: "at least one target is stalled",
+    EXIT_STALLED: "a target is stalled (--fail-on degraded: or degraded)",
     EXIT_USAGE: "usage error: a bad option, target, inventory or capture (one line on stderr)",
     EXIT_UNPROBED: "nothing stalled, but a target could not be probed or diagnosed (skipped rows do not count)",
     EXIT_FAILED: "vastprobe itself failed (one line on stderr; the traceback with --debug)",
@@ -48,10 +48,12 @@ def usage_error(message: str) -> NoReturn:
     raise click_exceptions().UsageError(message)
 
 
-def exit_code(reports: list) -> int:
-    """1 if any target is stalled; else 3 if any could not be probed, or was probed but not
-    diagnosed (verdict unknown: e.g. --pid/--match matched nothing); else 0. Skipped rows are neither."""
-    if any(r.verdict == "stalled" for r in reports):
+def exit_code(reports: list, fail_on: str = "stalled") -> int:
+    """1 if any target is stalled (or, with `fail_on="degraded"`, degraded); else 3 if any could not
+    be probed, or was probed but not diagnosed (verdict unknown: e.g. --pid/--match matched nothing);
+    else 0. Skipped rows are neither."""
+    failing = ("stalled", "degraded") if fail_on == "degraded" else ("stalled",)
+    if any(r.verdict in failing for r in reports):
         return EXIT_STALLED
     if any(r.status != "skipped" and (r.status != "ok" or r.verdict == "unknown") for r in reports):
         return EXIT_UNPROBED

@@ -15,6 +15,8 @@ from vastprobe.commands.options import (
     ConfigOpt,
     ConnectTimeoutOpt,
     ContextOpt,
+    FailOn,
+    FailOnOpt,
     FormatOpt,
     GpuOpt,
     GpusOpt,
@@ -80,6 +82,7 @@ def diagnose(
     snapshot: SnapshotOpt = False,
     history: HistoryOpt = None,
     keep: KeepOpt = "30d",
+    fail_on: FailOnOpt = FailOn.stalled,
 ) -> None:
     """Probe each target once, classify its stall, print a report.
 
@@ -114,7 +117,7 @@ def diagnose(
     reports = sorted(done, key=lambda r: order.get(r.target, len(order)))
     if fleet is not None:
         reports = fleet.finish(reports, kind="diagnose", complete=not interrupted)
-    code = interrupted_code() if interrupted else exit_code(reports)
+    code = interrupted_code() if interrupted else exit_code(reports, fail_on)
     if fleet is not None:  # a shared history that could not be written fails the run (exit 2)
         code = fleet.exit_code(code)
     emit(ReportsDocument(reports, code, len(entries) - len(done), snapshot, verbose, brief), chosen)

@@ -28,6 +28,14 @@ P_INVENTORY = "Inventory (as ClusterShell's clush)"
 P_HISTORY = "History and fleet"
 
 
+class FailOn(StrEnum):
+    """The worst verdict a run may find and still exit 0: `stalled` pages on stalls alone, `degraded`
+    on warnings too (a cron line that wants to hear of every host at risk)."""
+
+    stalled = "stalled"
+    degraded = "degraded"
+
+
 class HostKeyCheck(StrEnum):
     strict = "strict"
     accept_new = "accept-new"
@@ -128,6 +136,11 @@ FormatOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", rich_help_panel=P_OUTPUT, help="Short for --format json.")]
+FailOnOpt = Annotated[
+    FailOn,
+    typer.Option("--fail-on", rich_help_panel=P_OUTPUT,
+                 help="Exit 1 on a stalled target (the default), or on a degraded one too."),
+]  # fmt: skip
 #: What a TARGET argument may be: every kind of transport (transport/registry.py).
 TARGET_HELP = ("`local`, \\[user@]host\\[:port], ssh://\\[user@]host\\[:port], docker://NAME, podman://NAME, "
                "kubectl://\\[NS/]POD\\[/CONTAINER]")  # fmt: skip

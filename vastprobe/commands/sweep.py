@@ -29,6 +29,8 @@ from vastprobe.commands.options import (
     ConfigOpt,
     ConnectTimeoutOpt,
     ContextOpt,
+    FailOn,
+    FailOnOpt,
     FormatOpt,
     GpuOpt,
     GpusOpt,
@@ -276,6 +278,7 @@ def sweep(
     group_by: GroupByOpt = None,
     shard: ShardOpt = None,
     shards: ShardsOpt = None,
+    fail_on: FailOnOpt = FailOn.stalled,
 ) -> None:
     """The same diagnosis over a fleet: bounded concurrency, results streamed as hosts finish.
 
@@ -338,7 +341,7 @@ def sweep(
             progress.stop()
     elapsed = time.monotonic() - t0
     reports = fleet.finish(reports, complete=not interrupted)
-    code = interrupted_code() if interrupted else fleet.exit_code(exit_code(reports))
+    code = interrupted_code() if interrupted else fleet.exit_code(exit_code(reports, fail_on))
     unfinished = len(entries) - len(reports)
     doc = FleetDocument(reports, code, unfinished, snapshot, verbose, memory=fleet.memory, elapsed=elapsed)
     emit(doc, chosen, streamed=stream is not None)  # the hosts' lines went out as they finished

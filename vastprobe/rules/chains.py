@@ -1,9 +1,11 @@
 """What the wait rules share: a chain in words, and how sure a stalled chain is.
 
 Severity of a chain of waits, the same for every kind: `error` when the blocker cannot end the
-wait by itself (stopped, gone, an orphan, a cycle) or when other evidence says work should be
+wait by itself (stopped, gone, an orphan, a cycle), when it is proven not to over the window (an
+idle server that never read the request, a listener that accepts nothing, an idle lock holder, a
+session idle in a transaction: StalledChain.proof) or when other evidence says work should be
 happening (an OOM kill in the job, a silent log, an idle GPU); `warning` when the blocker made no
-progress over the window; nothing when it is working (a slow server, a busy lock holder). With one
+progress over the window and nothing proves it will not; nothing when it is working (a slow server, a busy lock holder). With one
 sample there is no window: a chain with neither a dead end nor evidence is a note.
 """
 
@@ -107,6 +109,8 @@ def chain_evidence(ctx: Context, s: StalledChain) -> list[Evidence]:
         )
     if s.dead_end:
         ev.append(Evidence("blocker", s.dead_end))
+    if s.proof:
+        ev.append(Evidence("proof", s.proof))
     return ev
 
 
@@ -115,8 +119,8 @@ def severity(ctx: Context, s: StalledChain, stall: StallEvidence) -> Severity | 
         return "error"
     if s.idle is False:
         return None
-    if stall:
-        return "error"
+    if stall or s.proof:
+        return "error"  # the end is proven not to move, or other evidence says work should be happening
     if s.idle is None:
         return "info"  # one sample, no dead end, no evidence: a wait seen once, as every process waits
     return "warning"

@@ -90,15 +90,23 @@ def _finding(ctx: Context, h: LogHealth) -> Finding | None:
         hint = "the job stopped logging: see the other findings for why it stopped"
     else:
         return None
-    busy = _busy(ctx, h.writers or (tuple(sorted(ctx.scope)) if ctx.bounded else ())) if sev == "error" else []
+    job = h.writers or (tuple(sorted(ctx.scope)) if ctx.bounded else ())
+    busy = _busy(ctx, job) if sev == "error" else []
+    if sev == "error" and not busy and not _still(ctx, job):
+        # a quiet log alone is no stall: only a job seen not to move over the window makes it one
+        sev = "warning"
+        ev.append(Evidence("progress", _why_not_judged(ctx, job)))
     if busy:
+        # a quiet log is evidence, not a verdict: a job that computes (an epoch that logs once in ten
+        # minutes) is no stall, whether the log was named (--log) or found open
         ev += [Evidence("progress", text) for text in busy]
+        summary += ": the log is quiet while it computes"
         hint = (
-            "the job is busy on the CPU but not logging: a loop, a retry or a long step with no output; "
-            "see where it spins (py-spy dump, gdb -p, perf top)"
+            "the job is busy on the CPU or doing I/O but not logging: a long step with no output (an epoch that logs "
+            "at its end), a loop or a retry; if it should have logged by now, see where it spins (py-spy dump, "
+            "gdb -p, perf top)"
         )
-        if h.log.found:
-            sev = "warning"  # a file it holds is only likely its log: one that works without logging is no stall
+        sev = "warning"
     if h.age is not None:
         window = (
             f"; {'grew' if h.grew else 'size unchanged'} over the {ctx.snapshot.sample_window:.1f}s between samples"
@@ -114,9 +122,29 @@ def _finding(ctx: Context, h: LogHealth) -> Finding | None:
 BUSY_SHARE = 0.5
 
 
+def _still(ctx: Context, pids: tuple[int, ...]) -> bool:
+    """Whether the job behind the log was seen not to move: two samples of each of its processes,
+    and no CPU, I/O, context switch or state change in any."""
+    if not ctx.two_samples or not pids:
+        return False
+    return all((pr := ctx.progress.get(pid)) is not None and pr.sampled and not pr.moved for pid in pids)
+
+
+def _why_not_judged(ctx: Context, pids: tuple[int, ...]) -> str:
+    if not ctx.two_samples:
+        return "one sample: no window to tell whether the job still works (--sample 1, the default, tells)"
+    if not pids:
+        return "no process holds the log and no --pid/--match names the job: nothing to tell whether it still works"
+    return "the job moved over the window (context switches or a state change): not seen to be stuck"
+
+
+#: Bytes read or written over the window (rchar + wchar) that count as a process doing I/O.
+BUSY_IO = 1024 * 1024
+
+
 def _busy(ctx: Context, pids: tuple[int, ...]) -> list[str]:
-    """What the writers (or, with none, the watched processes) did on the CPU while the log was
-    silent: a job spinning without logging is not a job waiting on something."""
+    """What the writers (or, with none, the watched processes) did on the CPU or in I/O while the
+    log was silent: a job computing or copying without logging is not a job waiting on something."""
     window = ctx.snapshot.sample_window
     if not ctx.two_samples or window <= 0:
         return []
@@ -128,6 +156,8 @@ def _busy(ctx: Context, pids: tuple[int, ...]) -> list[str]:
         cpu = pr.cpu_ticks / ctx.snapshot.host.clk_tck
         if cpu >= BUSY_SHARE * window:
             out.append(f"{ctx.proc_label(pid)} used {cpu:.2f}s of CPU over the {window:.1f}s between samples")
+        elif pr.io_bytes is not None and pr.io_bytes >= BUSY_IO:
+            out.append(f"{ctx.proc_label(pid)} read or wrote {pr.io_bytes} B over the {window:.1f}s between samples")
     return out[:4]
 
 

@@ -41,7 +41,7 @@ def check(ctx: Context) -> Iterator[Finding]:
         # poll() over a connection with nothing pending either way: an idle keep-alive client, or a
         # request the server read and never answered; only a named job, still after two samples, is
         # worth a note (the server read the request and sleeps: a common hang that is otherwise unseen)
-        quiet = edge.inferred and not unread and not stall and not stopped and remote_ssh is None
+        quiet = edge.inferred and not unread and not stall and not s.proof and not stopped and remote_ssh is None
         if quiet and not (ctx.options.explicit_scope and s.idle and edge.holders):
             continue
         waiter = ctx.tree.by_pid[s.waiter]

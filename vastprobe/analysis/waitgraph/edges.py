@@ -23,6 +23,8 @@ class WaitEdge:
     path: str | None = None
     socket: Socket | None = None
     peer: Socket | None = None
+    #: a TCP connection the kernel accepted and no server has: the listening socket whose queue holds it
+    listener: Socket | None = None
     lock: FileLock | None = None
     thread: int | None = None  # the thread that waits, when it is not the main one
     inferred: bool = False  # not a blocking wait on this very resource: a poll, a retry loop, a title

@@ -78,6 +78,7 @@ class SocketEdges(WaitIndex):
             fd=edge.fd,
             socket=edge.socket,
             peer=edge.peer,
+            listener=edge.listener,
             inferred=True,
         )
 
@@ -119,7 +120,10 @@ class SocketEdges(WaitIndex):
         elif not holders:
             ev.append(Evidence("/proc/net/tcp", f"no process visible here holds the other end: {sock.remote} is "
                                                 "another host (or outside this container)"))  # fmt: skip
-        return WaitEdge(p.pid, "tcp", holders, f"TCP {conn}", tuple(ev), fd=fd, socket=sock, peer=peer)
+        return WaitEdge(
+            p.pid, "tcp", holders, f"TCP {conn}", tuple(ev), fd=fd, socket=sock, peer=peer,
+            listener=listener if listener is not None and holders else None,
+        )  # fmt: skip
 
     @cached_property
     def _local_ips(self) -> frozenset[str]:

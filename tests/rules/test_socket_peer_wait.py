@@ -1,0 +1,172 @@
+"""socket-peer-wait's verdict from proof, on real servers: a client of a redis-server in `DEBUG
+SLEEP` (its request unread in the server's receive queue, or its connection never accepted) and a
+client behind a listener whose backlog is full are STALLED, exit 1, from one diagnosis; a worker
+blocked in BLPOP on an idle redis stays HEALTHY. With one sample there is no window to prove
+anything: a note, exit 0."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import proc_wchan, vastprobe_json, wait_for
+
+REDIS = shutil.which("redis-server")
+
+
+def finding(host: dict, rule: str = "socket-peer-wait") -> dict:
+    found = [f for f in host["findings"] if f["rule"] == rule]
+    assert found, [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    return found[0]
+
+
+def proof(f: dict) -> str:
+    return next((e["detail"] for e in f["evidence"] if e["source"] == "proof"), "")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def resp(*words: str) -> bytes:
+    """A command in redis's wire protocol (RESP)."""
+    return f"*{len(words)}\r\n".encode() + b"".join(f"${len(w)}\r\n{w}\r\n".encode() for w in words)
+
+
+@pytest.fixture
+def redis(reap, tmp_path: Path) -> Iterator[tuple[int, int]]:
+    """A private redis-server on a free loopback port: (port, pid)."""
+    if REDIS is None:
+        pytest.skip("needs redis-server (Debian package redis-server)")
+    port = free_port()
+    srv = subprocess.Popen(
+        [REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--enable-debug-command", "local", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    reap.append(srv)
+
+    def answers() -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
+                c.sendall(resp("PING"))
+                return c.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    wait_for(answers, timeout=20, what="redis-server answering")
+    yield port, srv.pid
+
+
+def debug_sleep(redis: tuple[int, int], seconds: int = 120) -> socket.socket:
+    """Puts the server to sleep for `seconds`, and returns once it sleeps; the connection stays
+    open (its answer comes then)."""
+    port, pid = redis
+    c = socket.create_connection(("127.0.0.1", port))
+    c.sendall(resp("DEBUG", "SLEEP", str(seconds)))
+    wait_for(lambda: proc_wchan(pid) == "hrtimer_nanosleep", what="redis-server asleep")
+    return c
+
+
+# A client that connected and was served once, then sends GET when told (a line on stdin) and
+# waits for the answer: a worker whose server stopped answering mid-session.
+CLIENT = """
+import socket, sys
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+c.sendall(b"*1\\r\\n$4\\r\\nPING\\r\\n"); assert c.recv(16).startswith(b"+PONG")
+print("served", flush=True)
+sys.stdin.readline()
+c.sendall(b"*2\\r\\n$3\\r\\nGET\\r\\n$1\\r\\nk\\r\\n")
+print("sent", flush=True)
+c.recv(100)
+"""
+
+
+def test_a_client_whose_redis_sleeps_with_its_request_unread_is_stalled(redis: tuple[int, int], reap) -> None:
+    job = subprocess.Popen([sys.executable, "-c", CLIENT, str(redis[0])], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           text=True, start_new_session=True)  # fmt: skip
+    reap.append(job)
+    assert job.stdin is not None and job.stdout is not None and job.stdout.readline().strip() == "served"
+    sleeper = debug_sleep(redis)
+    try:
+        job.stdin.write("go\n")
+        job.stdin.flush()
+        assert job.stdout.readline().strip() == "sent"
+        wait_for(lambda: proc_wchan(job.pid) == "wait_woken", what="the client waiting for its answer")
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+        f = finding(host)
+        assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["headline"]
+        assert "(redis-server)" in f["summary"] and "it has not read" in f["summary"], f["summary"]
+        assert "did not read the" in proof(f) and "redis-server" in proof(f), f["evidence"]
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0")  # no window: no proof
+        f = finding(host)
+        assert f["severity"] == "info" and not proof(f) and host["verdict"] == "healthy" and rc == 0
+    finally:
+        sleeper.close()
+
+
+def test_a_client_redis_never_accepted_while_asleep_is_stalled(redis: tuple[int, int], reap) -> None:
+    sleeper = debug_sleep(redis)
+    try:
+        job = subprocess.Popen(["redis-cli", "-p", str(redis[0]), "GET", "k"], stdout=subprocess.DEVNULL,
+                               start_new_session=True)  # fmt: skip
+        reap.append(job)
+        wait_for(lambda: proc_wchan(job.pid) == "wait_woken", what="redis-cli waiting")
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+        f = finding(host)
+        assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["headline"]
+        assert "in its accept queue, and accepted none over" in proof(f), f["evidence"]
+    finally:
+        sleeper.close()
+
+
+def test_a_worker_in_blpop_on_an_idle_redis_is_healthy(redis: tuple[int, int], reap) -> None:
+    """The control: a queue worker waiting for work; redis read its request and waits for a push."""
+    job = subprocess.Popen(["redis-cli", "-p", str(redis[0]), "BLPOP", "jobs", "0"], stdout=subprocess.DEVNULL,
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    wait_for(lambda: proc_wchan(job.pid) == "wait_woken", what="the worker blocked in BLPOP")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+    assert host["verdict"] == "healthy" and rc == 0, [
+        (f["rule"], f["severity"], f["summary"]) for f in host["findings"]
+    ]
+
+
+LISTENER = """
+import socket, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1)
+print(s.getsockname()[1], flush=True)
+time.sleep(100000)  # never accepts: its handler is stuck elsewhere
+"""
+
+CONNECT = "import socket, sys\nc = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\nc.recv(10)\n"
+
+
+def test_clients_of_a_listener_that_never_accepts_are_stalled(reap) -> None:
+    """listen(1): two connections fill the accept queue, the third waits in connect() (SYN-SENT).
+    Each of them is stalled on the listener, proven by its queue and its stillness."""
+    srv = subprocess.Popen([sys.executable, "-c", LISTENER], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    reap.append(srv)
+    assert srv.stdout is not None
+    port = srv.stdout.readline().strip()
+    clients = []
+    for _ in range(3):
+        c = subprocess.Popen([sys.executable, "-c", CONNECT, port], start_new_session=True)
+        reap.append(c)
+        clients.append(c)
+    for c in clients:
+        wait_for(lambda c=c: proc_wchan(c.pid) == "wait_woken", what="the client waiting")
+    for c in (clients[0], clients[-1]):
+        rc, host = vastprobe_json("--pid", str(c.pid), "--sample", "1")
+        f = finding(host)
+        assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["headline"]
+        assert f"peer {srv.pid} (python" in f["summary"] and f"127.0.0.1:{port}" in proof(f), f["evidence"]
+        assert "connection(s) in its accept queue, and accepted none" in proof(f)
