@@ -81,7 +81,9 @@ def test_ssh_asking_to_trust_a_host_key(host_key_prompt) -> None:
     bash, ssh = host_key_prompt
     rc, host = vastprobe_json("--pid", str(bash), "--sample", "0.5")
     [f] = prompts(host)
-    assert f["severity"] == "warning" and f["pids"] == [ssh] and rc == 0
+    # the named job waited at the prompt the whole window: a stall from the first diagnosis
+    assert f["severity"] == "error" and f["pids"] == [ssh] and rc == 1 and host["verdict"] == "stalled"
+    assert any(e["source"] == "proof" for e in f["evidence"]), f["evidence"]
     assert f["summary"].startswith(f"ssh ({ssh}) waits for someone to type at /dev/tty (/dev/pts/")
     assert any(e["detail"].endswith("-> /dev/tty") for e in f["evidence"]) and "BatchMode=yes" in f["hint"]
     assert not [g for g in host["findings"] if g["rule"] == "do-wait-orphan"]
@@ -130,7 +132,7 @@ def test_a_script_reading_the_terminal_is_a_prompt(reap) -> None:
     dash = descendant(top.pid, "dash")
     rc, host = vastprobe_json("--pid", str(dash), "--sample", "0.5")
     [f] = prompts(host)
-    assert f["pids"] == [dash] and f["severity"] == "warning" and rc == 0
+    assert f["pids"] == [dash] and f["severity"] == "error" and rc == 1 and host["verdict"] == "stalled"
 
 
 @pytest.mark.parametrize(

@@ -328,6 +328,10 @@ vp_s0() {
 			if (w ~ EPOLL_WAIT && !(q in epw) && nep++ < 64) { epw[q] = 1; print "@epoll" q > "/dev/stderr" }
 			if (w ~ SOCK_WAIT || w ~ POLL_WAIT || w == "0") need_ss = 1
 			if (w != "0" && w ~ FD_WAIT) fdw[q] = 1
+		} else if (q == p && !mt[p] && w ~ FUTEX_WAIT && st[p] == "S" && n1fx++ < 256) {
+			# a single-threaded process asleep on a futex: no thread of its own can wake it unless
+			# the futex is shared (its op says), and a private one is a lock held across fork
+			print p "/syscall" > "/dev/stderr"
 		} else if (mt[p] && w ~ FUTEX_WAIT && nfx < 4096) {
 			# the timeout of a futex wait says whether it waits for another thread: worth it only in
 			# a process where some task waits on an fd (a thread in a loop of waits), decided at END

@@ -4,10 +4,10 @@ forever in state S, and no counter, log or kernel message says why.
 
 Read from the process's own wait: its system call reads an fd that is a terminal (/dev/pts/N,
 /dev/tty*), or its wait channel is the terminal's read. An interactive shell at its own prompt (a
-login shell, -i, or one with neither script nor -c, reading the terminal on its stdin) is no finding. A prompt is a warning when
---pid/--match named the job and two samples saw it unmoved, an error with evidence that work should
-be happening (a silent log), and otherwise a note: on a whole host a REPL in someone's terminal
-waits for input by design."""
+login shell, -i, or one with neither script nor -c, reading the terminal on its stdin) is no finding. A prompt is an error (a
+stall) when --pid/--match named the job and two samples saw it unmoved, or with evidence that work
+should be happening (a silent log), and otherwise a note: on a whole host a REPL in someone's
+terminal waits for input by design."""
 
 from __future__ import annotations
 
@@ -74,7 +74,10 @@ def check(ctx: Context) -> Iterator[Finding]:
         if pr is not None and pr.moved:
             continue  # someone typed, or it did something else in between
         stall = stall_evidence(ctx, [p.pid], p.pid)
-        sev: Severity = "error" if stall else "warning" if ctx.two_samples and ctx.options.explicit_scope else "info"
+        # a named job that waited at a prompt over the whole window cannot go on until someone types:
+        # nobody does on a batch host, so that is a stall from the first look (docs/evidence.md)
+        proven = ctx.two_samples and ctx.options.explicit_scope
+        sev: Severity = "error" if stall or proven else "info"
         where = tty or "its terminal"
         if tty in (None, "/dev/tty") and (pts := _controlling(p)):
             where = f"{where} ({pts})"
@@ -88,6 +91,8 @@ def check(ctx: Context) -> Iterator[Finding]:
             ev.append(Evidence("cmdline", " ".join(p.cmdline)[:300]))
         if ctx.two_samples:
             ev.append(Evidence("progress", f"no CPU, I/O or state change over {ctx.snapshot.sample_window:.1f}s"))
+        if proven:
+            ev.append(Evidence("proof", f"the named job's {p.comm} ({p.pid}) waited for typed input the whole window"))
         ev += stall.evidence
         yield META.finding(
             summary,

@@ -1,0 +1,89 @@
+"""fork-deadlock on real multiprocessing: DataLoader-style workers forked (the `fork` start method)
+while another thread of the parent held a `threading.Lock` in a loop. Each worker's first acquire
+never returns; the training loop waits in Queue.get() for its batches. It read HEALTHY (no wait
+edge leads anywhere: the parent's thread moves). Now STALLED, exit 1, from one diagnosis and from
+one sample; the same program with workers that do not wait on the lock is the healthy control."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import children_of, proc_state, proc_wchan, vastprobe_json, wait_for
+
+TRAINER = """
+import multiprocessing as mp, os, sys, threading, time
+
+lock = threading.Lock()
+
+def logger():  # a thread that takes a lock in a loop, as a logging or metrics thread does
+    while True:
+        with lock:
+            time.sleep(2)
+        time.sleep(0.001)
+
+def worker(q, take_lock):
+    while True:
+        if take_lock:
+            with lock:  # forked while the logger held it: never released in this process
+                pass
+        q.put(os.getpid())
+        time.sleep(0.05)
+
+if __name__ == "__main__":
+    mp.set_start_method("fork")
+    take_lock = sys.argv[1] == "lock"
+    threading.Thread(target=logger, daemon=True).start()
+    q = mp.Queue()
+    workers = []
+    for _ in range(2):
+        while not lock.locked():
+            time.sleep(0.001)
+        w = mp.Process(target=worker, args=(q, take_lock), daemon=True)
+        w.start()
+        workers.append(w)
+    print(" ".join(str(w.pid) for w in workers), flush=True)
+    while True:
+        q.get()  # the training loop, waiting for its next batch
+"""
+
+
+def start(reap, mode: str) -> tuple[subprocess.Popen, list[int]]:
+    job = subprocess.Popen([sys.executable, "-c", TRAINER, mode], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    assert job.stdout is not None
+    workers = [int(w) for w in job.stdout.readline().split()]
+    assert len(workers) == 2 and set(workers) <= set(children_of(job.pid))
+    return job, workers
+
+
+@pytest.mark.parametrize("sample", ["1", "0"])
+def test_workers_forked_while_a_thread_held_a_lock_are_deadlocked(reap, sample: str) -> None:
+    job, workers = start(reap, "lock")
+    for w in workers:
+        wait_for(lambda w=w: proc_wchan(w).startswith("futex") and proc_state(w) == "S", what="the worker on the lock")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
+    found = [f for f in host["findings"] if f["rule"] == "fork-deadlock"]
+    assert {f["pids"][0] for f in found} == set(workers), [(f["rule"], f["summary"]) for f in host["findings"]]
+    for f in found:
+        assert f["severity"] == "error" and "is deadlocked at fork" in f["summary"], f["summary"]
+        assert "its parent python" in f["summary"] and f"({job.pid})" in f["summary"]
+        details = [e["detail"] for e in f["evidence"]]
+        assert any("FUTEX_PRIVATE_FLAG, no timeout" in d for d in details), details
+        assert any(d.startswith(f"{job.pid} (python") and "waits on pipe:[" in d for d in details), details
+        assert "spawn" in f["hint"]
+    assert host["verdict"] == "stalled" and rc == 1, host["headline"]
+
+
+def test_workers_feeding_a_queue_beside_a_busy_thread_are_healthy(reap) -> None:
+    """The control: the same trainer, a multiprocessing queue in use, and workers that never wait on
+    the inherited lock."""
+    job, _workers = start(reap, "free")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+    assert not [f for f in host["findings"] if f["rule"] == "fork-deadlock"]
+    assert host["verdict"] == "healthy" and rc == 0, [
+        (f["rule"], f["severity"], f["summary"]) for f in host["findings"]
+    ]

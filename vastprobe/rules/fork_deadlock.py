@@ -1,0 +1,114 @@
+"""VP127 fork-deadlock: a single-threaded process asleep on a private futex with no timeout. No
+thread of its own is left to release the lock, and a private futex cannot be woken from another
+process: it waits for ever.
+
+The usual cause is fork() in a multi-threaded program while another thread held a lock (a logging
+lock, an allocator's, a `threading.Lock` in a loop): the child gets the locked lock and none of the
+threads, so its first acquire never returns (PyTorch's DataLoader workers with the `fork` start
+method, a `multiprocessing.Pool` started beside a busy thread). /proc/PID/syscall gives the op and
+the timeout: a shared futex (a `multiprocessing` semaphore in shared memory) or one with a timeout
+is no such proof. The state itself is the proof, so one sample is enough; with two, the process
+must also have done nothing over the window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from vastprobe.model import Evidence, Finding, Process, Syscall
+from vastprobe.rules.base import Context, Rule, RuleMeta
+from vastprobe.rules.chains import is_python, stack_command
+
+META = RuleMeta(
+    "fork-deadlock", "VP127", "error", "a single-threaded process waits on a lock no thread of its own can release"
+)
+
+FUTEX_PRIVATE_FLAG = 128
+FUTEX_CLOCK_REALTIME = 256
+#: futex ops that wait: FUTEX_WAIT, FUTEX_LOCK_PI, FUTEX_WAIT_BITSET, FUTEX_WAIT_REQUEUE_PI, FUTEX_LOCK_PI2
+WAIT_OPS = {
+    0: "FUTEX_WAIT",
+    6: "FUTEX_LOCK_PI",
+    9: "FUTEX_WAIT_BITSET",
+    11: "FUTEX_WAIT_REQUEUE_PI",
+    13: "FUTEX_LOCK_PI2",
+}
+
+
+def private_untimed_wait(sc: object) -> str | None:
+    """The futex op, in words, when `sc` is a wait on a private futex with no timeout; else None."""
+    if not isinstance(sc, Syscall) or sc.name != "futex" or len(sc.args) < 4:
+        return None
+    op = sc.args[1]
+    base = op & ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME)
+    if not op & FUTEX_PRIVATE_FLAG or base not in WAIT_OPS or sc.args[3] != 0:
+        return None
+    return f"futex({sc.args[0]:#x}, {WAIT_OPS[base]}|FUTEX_PRIVATE_FLAG, no timeout)"
+
+
+def _stuck(ctx: Context, p: Process) -> bool:
+    if p.state != "S" or p.threads != 1 or not p.samples or any(s.state != "S" for s in p.samples):
+        return False
+    if ctx.two_samples:
+        pr = ctx.progress.get(p.pid)
+        return pr is not None and pr.sampled and not pr.moved
+    return True
+
+
+def check(ctx: Context) -> Iterator[Finding]:
+    for p in ctx.in_scope():
+        call = private_untimed_wait(p.syscall)
+        if call is None or not _stuck(ctx, p):
+            continue
+        parent = ctx.tree.by_pid.get(p.ppid)
+        ev = [
+            Evidence("/proc/syscall", f"{ctx.proc_label(p.pid)}: {call}"),
+            Evidence("/proc/status", f"{p.pid} has 1 thread: none left to release the lock"),
+        ]
+        if ctx.two_samples:
+            ev.append(Evidence("progress", f"no CPU, I/O or state change over {ctx.snapshot.sample_window:.1f}s"))
+        forked = parent is not None and parent.threads > 1
+        if parent is not None:
+            ev.append(
+                Evidence(
+                    "parent",
+                    f"forked by {ctx.proc_label(parent.pid)}, which has {parent.threads} thread(s)"
+                    + (": one of them held the lock when it forked" if forked else ""),
+                )
+            )
+        waiting = [
+            (q.pid, e) for q in ctx.in_scope() if q.pid != p.pid for e in ctx.graph.edges(q.pid) if p.pid in e.holders
+        ]
+        ev += [
+            Evidence("waits on it", f"{ctx.proc_label(w)} waits on {e.what}, held by {p.pid}") for w, e in waiting[:4]
+        ]
+        who = f"{p.comm} ({p.pid})"
+        if forked and parent is not None:
+            summary = (
+                f"{who} is deadlocked at fork: its only thread waits on a lock that a thread of its parent "
+                f"{parent.comm} ({parent.pid}) held when it forked; nothing can release it"
+            )
+        else:
+            summary = (
+                f"{who} waits for ever on a lock no thread of its own can release (a lock it holds itself, or one "
+                "held by another thread of its parent when it was forked)"
+            )
+        if waiting:
+            summary += f"; {', '.join(ctx.proc_label(w) for w, _e in waiting[:2])} wait(s) on it"
+        python = is_python(ctx, p.pid) or (parent is not None and is_python(ctx, parent.pid))
+        hint = (
+            f"kill {p.pid}: it cannot go on. Then start workers without fork in a threaded program"
+            + (
+                ": the `spawn` or `forkserver` start method (multiprocessing.set_start_method('spawn'), "
+                "DataLoader(multiprocessing_context='spawn')), or no lock held by another thread across fork"
+                if python
+                else " (posix_spawn, or fork before any thread starts), or register at-fork handlers "
+                "(pthread_atfork) that take and release the lock"
+            )
+            + f"; see where it waits: {stack_command(ctx, p.pid)}"
+        )
+        pids = (p.pid, *([parent.pid] if parent is not None else []), *(w for w, _e in waiting if w != p.ppid))
+        yield META.finding(summary, pids, ev, hint)
+
+
+RULE = Rule(META, check)
