@@ -1,0 +1,130 @@
+"""pool-lost-task on real multiprocessing: `Pool.map` whose worker was SIGKILLed (no OOM kill, no
+log line) while it ran a task. The pool starts a new worker; the task is lost and map() waits for
+ever while every worker idles on the task queue. It read HEALTHY; now STALLED, exit 1, from one
+diagnosis (a note with one sample). Controls: a pool at work, and an idle pool whose workers were
+replaced by maxtasksperchild while its parent sleeps, stay HEALTHY."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import children_of, proc_state, proc_wchan, vastprobe_json, wait_for
+
+MAP = """
+import multiprocessing as mp, sys, time
+
+def work(x):
+    time.sleep(3600 if x == 0 else 0.05)  # task 0 runs long: its worker is the one killed
+    return x
+
+if __name__ == "__main__":
+    mp.set_start_method("fork")
+    with mp.Pool(3) as pool:
+        print(" ".join(str(p.pid) for p in pool._pool), flush=True)
+        print(sum(pool.map(work, range(6), chunksize=1)), flush=True)
+"""
+
+# maxtasksperchild=1: every task ends its worker and a new one starts; then the parent sleeps
+IDLE = """
+import multiprocessing as mp, time
+
+if __name__ == "__main__":
+    mp.set_start_method("fork")
+    pool = mp.Pool(3, maxtasksperchild=1)
+    first = [p.pid for p in pool._pool]
+    time.sleep(0.8)
+    pool.map(abs, range(3), chunksize=1)
+    print("done", flush=True)
+    time.sleep(3600)
+"""
+
+BUSY = """
+import multiprocessing as mp
+
+def spin(x):
+    while True:
+        x += 1
+
+if __name__ == "__main__":
+    mp.set_start_method("fork")
+    with mp.Pool(2) as pool:
+        print("started", flush=True)
+        pool.map(spin, range(2), chunksize=1)
+"""
+
+
+IDLE_WAITS = ("futex", "anon_pipe_read", "pipe_read")
+
+
+def age(pid: int) -> float:
+    """Seconds since `pid` started, by the kernel's clock (its stat's starttime and /proc/uptime)."""
+    start = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+    return float(Path("/proc/uptime").read_text().split()[0]) - start
+
+
+def pool_workers(parent: int) -> list[int]:
+    return [k for k in children_of(parent) if proc_state(k) not in (None, "Z")]
+
+
+@pytest.mark.parametrize("sample", ["1", "0"])
+def test_map_after_a_worker_was_killed_waits_for_ever(reap, sample: str) -> None:
+    job = subprocess.Popen([sys.executable, "-c", MAP], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    reap.append(job)
+    assert job.stdout is not None
+    first = [int(w) for w in job.stdout.readline().split()]
+
+    def settled() -> bool:  # the long task running in one worker, the short ones done
+        waits = [proc_wchan(w) for w in first]
+        return waits.count("hrtimer_nanosleep") == 1 and all(
+            w.startswith(IDLE_WAITS) for w in waits if w != "hrtimer_nanosleep"
+        )
+
+    wait_for(settled, what="one worker on the long task, the others idle")
+    victim = next(w for w in first if proc_wchan(w) == "hrtimer_nanosleep")
+    # killed a while into its task, as a worker dies mid-run (its replacement starts that much later)
+    wait_for(lambda: age(victim) >= 1.0, what="the long task under way for a second")
+    os.kill(victim, signal.SIGKILL)
+    wait_for(lambda: len(pool_workers(job.pid)) == 3 and victim not in pool_workers(job.pid), what="a new worker")
+    new = next(w for w in pool_workers(job.pid) if w not in first)
+    wait_for(lambda: all(proc_wchan(w).startswith(IDLE_WAITS) for w in pool_workers(job.pid)),
+             what="every worker idle on the task queue")  # fmt: skip
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
+    found = [f for f in host["findings"] if f["rule"] == "pool-lost-task"]
+    assert found, [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    f = found[0]
+    assert f["pids"][0] == job.pid and new in f["pids"] and f"{new} (python" in f["summary"], f["summary"]
+    assert any(e["source"] == "replaced" and e["detail"].startswith(f"{new} (") for e in f["evidence"])
+    if sample == "1":
+        assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["headline"]
+    else:
+        assert f["severity"] == "info" and f["summary"].endswith("(seen in one sample)")
+        assert host["verdict"] == "healthy" and rc == 0
+
+
+def test_an_idle_pool_whose_workers_were_replaced_is_healthy(reap) -> None:
+    job = subprocess.Popen([sys.executable, "-c", IDLE], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    reap.append(job)
+    assert job.stdout is not None and job.stdout.readline().strip() == "done"
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+    assert not [f for f in host["findings"] if f["rule"] == "pool-lost-task"], host["findings"]
+    assert host["verdict"] == "healthy" and rc == 0, [
+        (f["rule"], f["severity"], f["summary"]) for f in host["findings"]
+    ]
+
+
+def test_a_pool_at_work_is_healthy(reap) -> None:
+    job = subprocess.Popen([sys.executable, "-c", BUSY], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    reap.append(job)
+    assert job.stdout is not None and job.stdout.readline().strip() == "started"
+    wait_for(lambda: len(pool_workers(job.pid)) == 2, what="the workers")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+    assert not [f for f in host["findings"] if f["rule"] == "pool-lost-task"], host["findings"]
+    assert host["verdict"] == "healthy" and rc == 0, [
+        (f["rule"], f["severity"], f["summary"]) for f in host["findings"]
+    ]
