@@ -6,6 +6,7 @@ hostile ones are refused without executing anything or allocating what they clai
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import pickle
@@ -13,10 +14,12 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.sshd import keygen, start_sshd
 from vastprobe.analysis.flight import compare
 from vastprobe.parsers.flight_recorder import Refused, load_plain, parse_fr_section, read_dump
 
@@ -68,6 +71,79 @@ def test_deep_nesting_is_refused() -> None:
         load_plain(b"\x80\x02" + b"(" * 100 + b"t" * 100 + b".")  # MARKs
     with pytest.raises(Refused, match="nested deeper"):
         load_plain(b"\x80\x02" + b"]" * 1000 + b"a" * 999 + b".")  # lists appended into lists
+
+
+DEEP_KEY = b"\x80\x04}" + b"N" + b"\x85" * 1_000_000 + b"Ns."  # {((((None,),),)...): None}, a million deep
+DEEP_VALUE = b"\x80\x04}N" + b"N" + b"\x85" * 500_000 + b"s."  # {None: ((((None,),),)...)}
+SELF = b"\x80\x04]\x94h\x00a."  # L = []; L.append(L) as pickle writes it: a list that holds itself
+
+
+def test_tuples_nested_without_marks_are_refused_before_anything_hashes_them() -> None:
+    """TUPLE1-3 nest without a MARK: a dict key a million tuples deep crashed the interpreter in C
+    (SIGSEGV, exit 139: diagnose, collect and a whole sweep died) when the dict hashed it."""
+    with pytest.raises(Refused, match="nested deeper"):
+        load_plain(DEEP_KEY)
+    with pytest.raises(Refused, match="nested deeper"):
+        load_plain(DEEP_VALUE)
+    assert read_dump("/tmp/nccl_trace_rank_0", DEEP_KEY).refused
+    assert load_plain(b"\x80\x04}N" + b"N" + b"\x85" * 60 + b"s.") == {
+        None: functools.reduce(lambda v, _: (v,), range(60), None)
+    }
+
+
+def test_a_value_that_holds_itself_is_refused() -> None:
+    with pytest.raises(Refused, match="taken from the memo"):
+        load_plain(SELF)
+    shared = [1]
+    assert pickle.dumps([shared, shared], protocol=4).count(b"h") >= 1  # the second one is a memo fetch
+    assert load_plain(pickle.dumps([shared, shared], protocol=4)) == [[1], [1]]
+    loop: list = []
+    loop.append(loop)
+    assert pickle.dumps(loop, protocol=4).endswith(SELF[2:])
+
+
+@pytest.fixture
+def crafted_dumps(tmp_path: Path) -> Iterator[Path]:
+    """A process naming a dump prefix (as a rank does) where a tenant planted the crafted dumps."""
+    prefix = tmp_path / "nccl_trace_rank_"
+    for rank, payload in enumerate((DEEP_KEY, DEEP_VALUE, SELF)):
+        Path(f"{prefix}{rank}").write_bytes(payload)
+    holder = subprocess.Popen([sys.executable, "-c", "import threading, time\n"
+                               "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
+                               "print(flush=True); time.sleep(600)"], stdout=subprocess.PIPE,
+                              env=dict(os.environ, TORCH_NCCL_DEBUG_INFO_TEMP_FILE=str(prefix)))  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"\n"  # its thread started
+        yield prefix
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_crafted_dumps_never_crash_diagnose_or_a_sweep(crafted_dumps: Path, tmp_path: Path) -> None:
+    prefix = crafted_dumps
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--sample", "0", "--format", "json",
+                        "--snapshot"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode in (0, 1), (r.returncode, r.stderr[-500:])  # never 139 (SIGSEGV)
+    host = json.loads(r.stdout)["hosts"][0]
+    ours = {d["path"]: d["refused"] for d in host["snapshot"]["flight_dumps"] if d["path"].startswith(str(prefix))}
+    assert set(ours) == {f"{prefix}{n}" for n in range(3)} and all(ours.values()), ours
+    planted = [f for f in host["findings"] if str(prefix) in f["summary"]]
+    assert all(f["severity"] == "info" for f in planted), planted  # a tenant's file changes no verdict
+    key = keygen(tmp_path / "user")
+    sshd = start_sshd(tmp_path / "sshd", user_key=key, addresses=["127.0.0.1", "127.0.0.2", "127.0.0.3"])
+    try:
+        targets = "".join(f"root@127.0.0.{i}:{sshd.port}\n" for i in (1, 2, 3))
+        r = subprocess.run([sys.executable, "-m", "vastprobe", "sweep", "-", "--format", "ndjson", "--sample", "0",
+                            "-i", str(key), "--known-hosts", str(sshd.known_hosts), "--no-history"], input=targets,
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    finally:
+        sshd.stop()
+    assert r.returncode in (0, 1), (r.returncode, r.stderr[-500:])
+    lines = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+    rows = [x for x in lines if "target" in x]
+    assert sorted(x["status"] for x in rows) == ["ok", "ok", "ok"], [x.get("error") for x in rows]
+    assert lines[-1]["summary"]["hosts"] == 3
 
 
 def test_the_section_refuses_what_is_not_base64_and_keeps_the_rest() -> None:

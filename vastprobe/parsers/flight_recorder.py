@@ -5,7 +5,10 @@ A pickle is a program: loading one with the `pickle` module can call any functio
 reader never does. It is an interpreter of the opcodes that build plain data (dicts, lists, tuples,
 strings, bytes, numbers, booleans, None, the memo) and of nothing else: an opcode that names a
 global, calls, builds an object or loads a persistent id is refused, and so is input past its size,
-nesting or item bounds. What the dump says is then read into a typed record: per process group, the
+nesting or item bounds. Every container's depth is known as it is built (TUPLE1-3 nest without a
+MARK, so the MARK count alone bounds nothing: a key nested a million tuples deep crashed CPython in
+C when the dict hashed it), and a container fetched from the memo is frozen: no later opcode may
+add to it, so no value can contain itself. What the dump says is then read into a typed record: per process group, the
 collectives this rank entered (sequence id, op, sizes, state) and its status.
 
 The probe sends a dump as `@fr MTIME PATH` (`-` for a time it could not read; probes before the
@@ -47,6 +50,30 @@ def load_plain(data: bytes) -> Any:
     pos = 0
     items = 0
     depth = 0
+    # each container's nesting depth, by id (with the container, so the id stays its own), and the
+    # containers fetched from the memo: shared, so never added to again (no cycle, no stale depth)
+    depths: dict[int, tuple[Any, int]] = {}
+    shared: set[int] = set()
+
+    def depth_of(v: Any) -> int:
+        got = depths.get(id(v))
+        return got[1] if got is not None and got[0] is v else 0
+
+    def built(container: Any, members: Any) -> Any:
+        d = 1 + max((depth_of(m) for m in members), default=0)
+        if d > MAX_DEPTH:
+            raise Refused(f"nested deeper than {MAX_DEPTH}")
+        depths[id(container)] = (container, d)
+        return container
+
+    def grow(container: Any, members: list[Any]) -> None:
+        """`container` (the stack's top) takes `members`: its depth follows them."""
+        if id(container) in shared:
+            raise Refused("a value taken from the memo is added to: a value that could contain itself")
+        d = max(depth_of(container), 1 + max((depth_of(m) for m in members), default=0))
+        if d > MAX_DEPTH:
+            raise Refused(f"nested deeper than {MAX_DEPTH}")
+        depths[id(container)] = (container, d)
 
     def take(n: int) -> bytes:
         nonlocal pos
@@ -95,9 +122,9 @@ def load_plain(data: bytes) -> Any:
                 raise Refused(f"nested deeper than {MAX_DEPTH}")
             stack.append(_MARK)
         elif op == 0x7D:  # EMPTY_DICT
-            push({})
+            push(built({}, ()))
         elif op == 0x5D:  # EMPTY_LIST
-            push([])
+            push(built([], ()))
         elif op == 0x29:  # EMPTY_TUPLE
             push(())
         elif op == 0x4E:  # NONE
@@ -141,6 +168,8 @@ def load_plain(data: bytes) -> Any:
             key = take(1)[0] if op == 0x68 else unpack("<I")
             if key not in memo:
                 raise Refused(f"memo key {key} was never put")
+            if isinstance(memo[key], (list, dict)):
+                shared.add(id(memo[key]))
             push(memo[key])
         elif op in (0x85, 0x86, 0x87):  # TUPLE1, TUPLE2, TUPLE3
             n = op - 0x84
@@ -148,26 +177,36 @@ def load_plain(data: bytes) -> Any:
                 raise Refused("tuple of missing items")
             got = tuple(stack[-n:])
             del stack[-n:]
-            stack.append(got)
+            stack.append(built(got, got))
         elif op == 0x74:  # TUPLE
-            stack.append(tuple(pop_mark()))
+            got = tuple(pop_mark())
+            stack.append(built(got, got))
         elif op == 0x6C:  # LIST
-            stack.append(pop_mark())
+            vals = pop_mark()
+            stack.append(built(vals, vals))
         elif op == 0x64:  # DICT
             vals = pop_mark()
-            stack.append(_pairs({}, vals))
+            stack.append(_pairs(built({}, vals), vals))
         elif op == 0x61:  # APPEND
+            if len(stack) < 2:
+                raise Refused("no list to add to")
             v = stack.pop()
-            _target(stack, list).append(v)
+            grow(_target(stack, list), [v])
+            stack[-1].append(v)
         elif op == 0x65:  # APPENDS
             vals = pop_mark()
-            _target(stack, list).extend(vals)
+            grow(_target(stack, list), vals)
+            stack[-1].extend(vals)
         elif op == 0x73:  # SETITEM
+            if len(stack) < 3:
+                raise Refused("no dict to add to")
             v, k = stack.pop(), stack.pop()
-            _pairs(_target(stack, dict), [k, v])
+            grow(_target(stack, dict), [k, v])
+            _pairs(stack[-1], [k, v])
         elif op == 0x75:  # SETITEMS
             vals = pop_mark()
-            _pairs(_target(stack, dict), vals)
+            grow(_target(stack, dict), vals)
+            _pairs(stack[-1], vals)
         else:
             name = {0x63: "GLOBAL", 0x93: "STACK_GLOBAL", 0x52: "REDUCE", 0x62: "BUILD", 0x69: "INST",
                     0x6F: "OBJ", 0x81: "NEWOBJ", 0x92: "NEWOBJ_EX", 0x50: "PERSID", 0x51: "BINPERSID"}.get(op)  # fmt: skip
@@ -185,10 +224,16 @@ def _pairs(d: dict[Any, Any], vals: list[Any]) -> dict[Any, Any]:
         raise Refused("odd number of dict items")
     for i in range(0, len(vals), 2):
         k = vals[i]
-        if not isinstance(k, (str, int, bool, type(None), tuple)):
+        if not isinstance(k, (str, int, bool, type(None), tuple)) or (isinstance(k, tuple) and not _hashable(k)):
             raise Refused("a dict key that is not a scalar")
         d[k] = vals[i + 1]
     return d
+
+
+def _hashable(key: tuple[Any, ...]) -> bool:
+    """A tuple key of scalars and such tuples (its depth already bounded by load_plain)."""
+    return all(isinstance(k, (str, int, bool, type(None), float, bytes)) or (isinstance(k, tuple) and _hashable(k))
+               for k in key)  # fmt: skip
 
 
 _RANK = re.compile(r"([0-9]{1,7})$", re.ASCII)
