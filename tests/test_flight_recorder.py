@@ -10,6 +10,7 @@ import functools
 import json
 import os
 import pickle
+import signal
 import struct
 import subprocess
 import sys
@@ -193,3 +194,68 @@ def test_the_reader_holds_no_pickle_import() -> None:
     """Static guard: the reader module never imports pickle (the interpreter is its own)."""
     src = (Path(__file__).resolve().parent.parent / "vastprobe" / "parsers" / "flight_recorder.py").read_text()
     assert "import pickle" not in src and "pickle.load" not in src
+
+
+def test_a_dump_prefix_on_a_dead_fuse_mount_costs_seconds_not_the_run(tmp_path: Path, reap) -> None:
+    """A rank names a dump prefix on a FUSE mount whose server is stopped: listing it puts whoever
+    does in D state. The probe's own shell did (`diagnose local --timeout 40` ran 608 s, deaf to
+    SIGTERM, the local transport waiting on it unbounded); now a guarded child does and is
+    abandoned, and the report says the section did not finish."""
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        pytest.skip("needs root and /dev/fuse")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    server = subprocess.Popen([sys.executable, str(Path(__file__).parent / "fuse_server.py"), str(mnt)],
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    reap.append(server)
+    assert server.stdout is not None
+    if server.stdout.readline().strip() != "ready":
+        pytest.skip("could not mount a FUSE file system here")
+    holder = subprocess.Popen([sys.executable, "-c", "import threading, time\n"
+                               "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
+                               "print(flush=True); time.sleep(600)"], stdout=subprocess.PIPE,
+                              env=dict(os.environ, TORCH_FR_DUMP_TEMP_FILE=f"{mnt}/trace_rank_"))  # fmt: skip
+    reap.append(holder)
+    assert holder.stdout is not None and holder.stdout.readline() == b"\n"
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--pid", str(holder.pid),
+                            "--sample", "0", "--timeout", "40", "--format", "json"],
+                           capture_output=True, text=True, timeout=90)  # fmt: skip
+        took = time.monotonic() - t0
+        host = json.loads(r.stdout)["hosts"][0]
+        # the guarded child is abandoned after the probe's file timeout (5 s); the probe goes on and
+        # finishes (before: its own shell waited on the mount until the deadline, unknown, exit 3)
+        assert took < 25 and r.returncode == 0 and host["status"] == "ok", (took, r.returncode, host["error"])
+        details = [e["detail"] for f in host["findings"] for e in f["evidence"]]
+        assert "section not finished: fr" in details, details
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_no_more_than_64_dump_names_are_looked_at(tmp_path: Path) -> None:
+    """20,000 empty files named like dumps (any tenant can make them) cost the deadline, one fork
+    each; now 64 names are looked at and the rest said to be unread."""
+    prefix = tmp_path / "trace_rank_"
+    for n in range(20_000):
+        Path(f"{prefix}{n}").touch()
+    holder = subprocess.Popen([sys.executable, "-c", "import threading, time\n"
+                               "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
+                               "print(flush=True); time.sleep(600)"], stdout=subprocess.PIPE,
+                              env=dict(os.environ, TORCH_FR_DUMP_TEMP_FILE=str(prefix)))  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"\n"
+        t0 = time.monotonic()
+        r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--pid", str(holder.pid),
+                            "--sample", "0", "--format", "json", "--snapshot"],
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+        took = time.monotonic() - t0
+        host = json.loads(r.stdout)["hosts"][0]
+        assert host["status"] == "ok" and r.returncode == 0 and took < 30, (took, host["error"])
+        cut = [d for d in host["snapshot"]["flight_dumps"] if d["path"] == str(prefix)]
+        assert cut and "the rest were not read" in cut[0]["refused"], host["snapshot"]["flight_dumps"]
+    finally:
+        holder.kill()
+        holder.wait()

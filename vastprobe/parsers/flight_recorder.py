@@ -300,7 +300,13 @@ def parse_fr_section(text: str) -> tuple[FlightDump, ...]:
         dumps.append(dataclasses.replace(read_dump(path, data), mtime=mtime))
 
     for line in text.split("\n"):
-        if line.startswith("@fr "):
+        if line.startswith("@fr-cut /"):  # the probe's bound on names looked at: the rest not read
+            flush()
+            path, chunks = None, []
+            cut = line[len("@fr-cut ") :][:4096]
+            dumps.append(FlightDump(cut, None, "", (), {}, refused=f"more files named like dumps under {cut} than the "
+                                    "probe looks at (64): the rest were not read"))  # fmt: skip
+        elif line.startswith("@fr "):
             flush()
             m = _HEADER.fullmatch(line[:4200])
             path, chunks = (m.group(2)[:4096], []) if m else (None, [])

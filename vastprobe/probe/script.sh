@@ -445,9 +445,10 @@ vp_env() {
 	vp_frp=$({ vp_many "$vp_lenv" tmo 10 grep -H -z -E "$VP_ENVPAT" 2>/dev/null | tr '\000\n' '\n\036' |
 		VP_B=$VP_B awk -v cap=262144 "$VP_CAP_AWK"'
 		{ i = index($0, ":"); f = substr($0, 1, i - 1); if (++c[f] <= 48) out(substr($0, 1, i + 256)) }
-		/:(TORCH_NCCL_DEBUG_INFO_TEMP_FILE|TORCH_FR_DUMP_TEMP_FILE)=\// && np++ < 4 {
+		/:(TORCH_NCCL_DEBUG_INFO_TEMP_FILE|TORCH_FR_DUMP_TEMP_FILE)=\// && np < 8 {
+			# 8 distinct prefixes: the ranks of one job all name the same one
 			v = substr($0, index($0, "=") + 1)
-			if (length(v) < 512 && v !~ /[\036*?[]/ && !(v in seen)) { seen[v] = 1; print v > "/dev/stderr" }
+			if (length(v) < 512 && v !~ /[\036*?[]/ && !(v in seen)) { seen[v] = 1; np++; print v > "/dev/stderr" }
 		}' 2>&3; } 3>&1 1>&4)
 	exec 4>&-
 }
@@ -455,7 +456,11 @@ vp_env() {
 # PyTorch flight recorder dumps: the default prefix and the ones the ranks name, followed by digits
 # (the rank). Only regular files (no link), whose first byte is a pickle's (0x80), at most 8 of
 # them, 1 MiB of each in base64, after `@fr MTIME PATH`: the client reads them without running
-# pickle code.
+# pickle code. At most VP_FR_NAMES names are looked at under each prefix (a tenant's 20,000 empty
+# files cost the deadline; an empty one costs no fork); past it `@fr-cut PREFIX` says the rest were not.
+# A prefix is tenant-named: a directory on a FUSE mount with requests waiting is not listed, and the
+# section runs guarded (vp_guard), so a dead mount costs VP_FILE_T seconds, not the probe.
+VP_FR_NAMES=64
 vp_fr() {
 	vp_frn=0
 	vp_ifs=$IFS
@@ -463,19 +468,37 @@ vp_fr() {
 	set -- /tmp/nccl_trace_rank_ $vp_frp
 	IFS=$vp_ifs
 	vp_magic=$(printf '\200')
+	# prefixes on FUSE mounts last: a mount that hangs the guarded child then costs no other's dumps
+	vp_frf=
 	for vp_p; do
-		for vp_f in "$vp_p"[0-9]*; do
-			[ "$vp_frn" -lt 8 ] || return 0
-			case $vp_f in "$vp_p"[0-9]*) ;; *) continue ;; esac
-			[ -f "$vp_f" ] && [ ! -h "$vp_f" ] || continue
-			[ "$(tmo 5 head -c 1 -- "$vp_f")" = "$vp_magic" ] || continue
-			vp_frn=$((vp_frn + 1))
-			# its mtime first: a dump older than the job's ranks is an earlier run's
-			vp_mt=$(tmo 5 stat -c %Y -- "$vp_f" 2>/dev/null)
-			case $vp_mt in '' | *[!0-9]*) vp_mt=- ;; esac
-			printf '@fr %s %s\n' "$vp_mt" "$vp_f"
-			tmo 5 head -c 1048576 -- "$vp_f" | base64
-		done
+		! vp_untouchable "${vp_p%/*}/" || continue
+		if [ -n "$vp_fdev" ]; then vp_frf="$vp_frf$vp_p$VP_NL"; else vp_fr_prefix "$vp_p"; fi
+	done
+	IFS=$VP_NL
+	set -- $vp_frf
+	IFS=$vp_ifs
+	for vp_p; do vp_fr_prefix "$vp_p"; done
+}
+
+# vp_fr_prefix PREFIX: the dumps under one prefix, within the bounds above.
+vp_fr_prefix() {
+	vp_frc=0
+	for vp_f in "$1"[0-9]*; do
+		[ "$vp_frn" -lt 8 ] || return 0
+		case $vp_f in "$1"[0-9]*) ;; *) continue ;; esac
+		vp_frc=$((vp_frc + 1))
+		if [ "$vp_frc" -gt "$VP_FR_NAMES" ]; then
+			printf '@fr-cut %s\n' "$1"
+			return 0
+		fi
+		[ -f "$vp_f" ] && [ -s "$vp_f" ] && [ ! -h "$vp_f" ] || continue
+		[ "$(tmo 5 head -c 1 -- "$vp_f")" = "$vp_magic" ] || continue
+		vp_frn=$((vp_frn + 1))
+		# its mtime first: a dump older than the job's ranks is an earlier run's
+		vp_mt=$(tmo 5 stat -c %Y -- "$vp_f" 2>/dev/null)
+		case $vp_mt in '' | *[!0-9]*) vp_mt=- ;; esac
+		printf '@fr %s %s\n' "$vp_mt" "$vp_f"
+		tmo 5 head -c 1048576 -- "$vp_f" | base64
 	done
 }
 
@@ -1032,7 +1055,7 @@ vp_main() {
 	fi
 	secn cmdline vp_cmdline
 	secn env vp_env
-	secn fr vp_fr
+	vp_guard secn fr vp_fr
 	[ "$VP_PYSPY" != 1 ] || vp_pystack_sec
 	vp_fd
 	vp_held_sec

@@ -22,6 +22,9 @@ from vastprobe.transport.base import KeepsNothing, Render, Take, TransportResult
 #: Seconds a reading thread waits for the event loop to answer a sweep's `take`; past it (the
 #: loop is gone: Ctrl-C) reading stops.
 TAKE_WAIT_S = 5.0
+#: Seconds to wait for the probe's shell to exit once killed (or once its output ended); past it the
+#: shell is in D state, which no signal ends, and is left behind rather than waited on for ever.
+KILLED_WAIT_S = 2.0
 
 
 def run_local(script: str, cap: int, timeout: float, shell: str = "/bin/sh") -> TransportResult:
@@ -79,13 +82,30 @@ def run_argv(
     if timed_out or truncated:
         kill_session(proc.pid)
     proc.stdout.close()
-    rc = proc.wait()
+    try:
+        # bounded too: a shell in D state (a dead mount) outlives SIGKILL, and an unbounded wait
+        # here held `diagnose local --timeout 40` for 608 s, deaf to SIGTERM
+        rc: int | None = proc.wait(
+            timeout=KILLED_WAIT_S
+            if timed_out or truncated
+            else max(timeout - (time.monotonic() - t0), 0) + KILLED_WAIT_S
+        )
+    except subprocess.TimeoutExpired:
+        kill_session(proc.pid)
+        rc = None
+        timed_out = True
     elapsed = time.monotonic() - t0
     output = b"".join(chunks)
-    status, sig = (rc, None) if rc >= 0 else (None, _signal_name(-rc))
+    status, sig = (rc, None) if rc is None or rc >= 0 else (None, _signal_name(-rc))
     if timed_out:
+        stuck = (
+            f"; its shell (pid {proc.pid}) did not exit when killed: it is in uninterruptible sleep (a dead mount?), "
+            "left behind"
+            if rc is None
+            else ""
+        )
         return TransportResult(
-            "timeout", f"{what} did not finish within {timeout:g}s", output, status, truncated,
+            "timeout", f"{what} did not finish within {timeout:g}s{stuck}", output, status, truncated,
             {"probe": elapsed}, sig,
         )  # fmt: skip
     return TransportResult("ok", None, output, status, truncated, {"connect": 0.0, "probe": elapsed}, sig)
