@@ -15,7 +15,9 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+
+from vastprobe.untrusted.secrets import redact_text
 
 SQLITE, POSTGRESQL = "sqlite", "postgresql"
 URL_SCHEMES = ("postgresql://", "postgres://")
@@ -34,18 +36,33 @@ def is_url(location: str | os.PathLike[str]) -> bool:
     return isinstance(location, str) and location.strip().lower().startswith(URL_SCHEMES)
 
 
+def _userinfo(text: str) -> tuple[str, str, str]:
+    """(scheme, user part, the rest) of a URL: the user part runs to the LAST `@`, since a password
+    may hold `/`, `?`, `#` or `@` unescaped (urlsplit ends it at the first of those, and the rest of
+    the password was printed as the path or the query)."""
+    scheme, _, rest = text.partition("://")
+    if "@" not in rest:
+        return scheme, "", rest
+    userinfo, _, rest = rest.rpartition("@")
+    return scheme, userinfo, rest
+
+
 def display(location: str | os.PathLike[str]) -> str:
-    """The location as it may be printed: a URL loses its password (in the user part or the query)."""
+    """The location as it may be printed: a URL loses its password (in the user part or the query);
+    a libpq keyword string (`host=… password=…`) its password value."""
     if not is_url(location):
-        return str(location)
+        return redact_text(str(location)) if "=" in str(location) else str(location)
     text = str(location).strip()
     try:
-        parts = urlsplit(text)
-        netloc = parts.netloc
-        if "@" in netloc:
-            user, host = netloc.rsplit("@", 1)
-            netloc = f"{user.split(':', 1)[0]}@{host}"
+        scheme, userinfo, rest = _userinfo(text)
+        user = userinfo.split(":", 1)[0]
+        if any(c in user for c in "/?#"):
+            user = "***"
+        parts = urlsplit(f"{scheme}://{rest}")
+        netloc = f"{user}@{parts.netloc}" if userinfo else parts.netloc
         query = urlencode([(k, "***" if k.lower() in _SECRET_KEYS else v) for k, v in parse_qsl(parts.query)], safe="/")
+        if not netloc:  # postgresql:///fleet?service=…: urlunsplit would drop the empty authority
+            return f"{parts.scheme}://{parts.path}" + (f"?{query}" if query else "")
         return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
     except ValueError:
         return f"{text.split(':', 1)[0]}://(a URL that could not be read)"
@@ -55,23 +72,41 @@ def url_secrets(location: str) -> list[str]:
     """Passwords a URL carries, to scrub from any message a driver returns."""
     found = []
     try:
-        parts = urlsplit(location)
-        if parts.password:
-            found.append(parts.password)
-        found += [v for k, v in parse_qsl(parts.query) if k.lower() in _SECRET_KEYS and v]
+        _scheme, userinfo, rest = _userinfo(location)
+        if ":" in userinfo:
+            found.append(userinfo.split(":", 1)[1])
+        found += [v for k, v in parse_qsl(urlsplit(f"x://{rest}").query) if k.lower() in _SECRET_KEYS and v]
     except ValueError:
         pass
-    return [s for s in found if len(s) >= 3]
+    found += [unquote(s) for s in found]
+    return [s for s in dict.fromkeys(found) if len(s) >= 3]
 
 
 def reason(exc: BaseException, secrets: Sequence[str] = ()) -> str:
     """The first line of an error, without any password in it, bounded."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    for s in secrets:
-        text = text.replace(s, "***").replace(quote(s, safe=""), "***")
+    for piece in sorted({p for secret in secrets for p in _pieces(secret)}, key=len, reverse=True):
+        text = text.replace(piece, "***").replace(quote(piece, safe=""), "***")
     text = _USERINFO.sub(r"\1:***@", text)  # libpq echoes a URI it could not read, password and all
     text = _QUERY_SECRET.sub(r"\1***", text)
-    return text[:240]
+    return redact_text(text)[:240]
+
+
+_DELIMITERS = "/?#@:&="
+
+
+def _pieces(secret: str) -> list[str]:
+    """The secret, and each run of it between the characters a URL parser splits at (libpq echoes
+    the part it choked on: `invalid URI query parameter: "v@u@host…"` of the password `x#w?v@u`),
+    at least 3 characters long."""
+    cuts = [0, *(i for i, c in enumerate(secret) if c in _DELIMITERS), len(secret)][:34]
+    out = {secret}
+    for a in range(len(cuts)):
+        for b in range(a + 1, len(cuts)):
+            piece = secret[cuts[a] : cuts[b]].strip(_DELIMITERS)
+            if len(piece) >= 3:
+                out.add(piece)
+    return sorted(out, key=len, reverse=True)
 
 
 _USERINFO = re.compile(r"(://[^:/@\s\"']*):[^@\s\"']*@")

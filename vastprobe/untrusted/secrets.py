@@ -1,0 +1,58 @@
+"""Credentials out of text vastprobe shows or stores: a URL's password (whatever characters it
+holds: a raw `/`, `?`, `#` or `@` cut urlsplit's user part short and printed the rest), a libpq
+keyword string's `password=`, and the values of well-known secret options in a command line
+(`--password=X`, `--token X`, `AWS_SECRET_ACCESS_KEY=X`). What stays is enough to recognise the
+command; what goes is replaced by `***`."""
+
+from __future__ import annotations
+
+import re
+
+MASK = "***"
+
+#: `scheme://user:PASSWORD@host`: the password runs to the LAST `@` before the end of the argument
+#: (a password may hold `@`, `/`, `?` or `#` unescaped); no `://` inside the user part.
+_URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,30}://[^:/@\s]{0,256}):(?:(?!://)\S){0,2048}@")
+#: `password=X` in a libpq keyword string or a URL's query (`?sslpassword=X&…`), `token=`, `secret=`
+_KEYWORD = re.compile(
+    r"(?i)((?:^|[?&\s;,])[A-Za-z_]{0,32}(?:password|passwd|pwd|token|secret|api[_-]?key|access[_-]?key)=)"
+    r"(?:'[^']*'|[^&\s;,]*)"
+)
+#: options whose value is a secret: `--password X`, `--password=X`, `-p`-like short forms are left
+_SECRET_OPTION = re.compile(
+    r"(?i)^--?[a-z0-9-]{0,40}(?:password|passwd|token|secret|api-?key|access-?key|private-?key)$"
+)
+_SECRET_ASSIGN = re.compile(
+    r"(?i)^(--?[a-z0-9-]{0,40}(?:password|passwd|token|secret|api-?key|access-?key|private-?key)=).+$"
+)
+#: `NAME=value` arguments (env-style) whose name says secret: `HF_TOKEN=…`, `AWS_SECRET_ACCESS_KEY=…`
+_ENV_ASSIGN = re.compile(r"^([A-Z][A-Z0-9_]{0,64}(?:PASSWORD|PASSWD|TOKEN|SECRET|_KEY|APIKEY)=).+$")
+
+
+def redact_text(text: str) -> str:
+    """A line with the passwords of every URL and `password=`-like keyword in it masked."""
+    if "://" not in text and "=" not in text:
+        return text
+    text = _URL_USERINFO.sub(rf"\1:{MASK}@", text)
+    return _KEYWORD.sub(rf"\1{MASK}", text)
+
+
+def redact_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
+    """A command line with its secrets masked: URL passwords, keyword passwords, the value of a
+    secret option (`--password X`, `--token=X`) and of a secret `NAME=value` argument."""
+    out: list[str] = []
+    hide_next = False
+    changed = False
+    for arg in argv:
+        new = arg
+        if hide_next:
+            new, hide_next = MASK, False
+        elif _SECRET_OPTION.match(arg):
+            hide_next = True
+        elif m := (_SECRET_ASSIGN.match(arg) or _ENV_ASSIGN.match(arg)):
+            new = m.group(1) + MASK
+        else:
+            new = redact_text(arg)
+        changed = changed or new != arg
+        out.append(new)
+    return tuple(out) if changed else argv
