@@ -316,3 +316,22 @@ def test_fail_on_degraded_exits_1_on_a_warning(tmp_path: Path) -> None:
     finally:
         job.kill()
         job.wait()
+
+
+def test_this_machine_refusing_ssh_points_at_local() -> None:
+    """`localhost` (or 127.0.0.1) refused: sshd is not running here; `local` needs none."""
+    from tests.sshd import dead_port
+
+    r = run("diagnose", f"root@127.0.0.1:{dead_port()}", "--sample", "0", "--format", "json", "--timeout", "10")
+    host = json.loads(r.stdout)["hosts"][0]
+    assert host["status"] == "unreachable" and r.returncode == 3
+    assert host["error"].endswith("For this machine without SSH, use `local`."), host["error"]
+
+
+def test_durations_take_units_everywhere() -> None:
+    """--sample 500ms as --keep 30d: every option that takes seconds takes a unit too."""
+    r = run("diagnose", "local", "--sample", "200ms", "--timeout", "1m", "--stale-after", "2h", "--format", "json")
+    assert r.returncode in (0, 1), r.stderr
+    assert json.loads(r.stdout)["hosts"][0]["status"] == "ok"
+    r = run("diagnose", "local", "--sample", "5x")
+    assert r.returncode == 2 and "'5x' is not a duration" in r.stderr

@@ -11,6 +11,7 @@ render/formats.py.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any, Optional
@@ -172,6 +173,36 @@ def _click_group(args: list[str]) -> typer.core.TyperGroup:
     return typer.main.get_command(narrowed)  # type: ignore[return-value]
 
 
+def _options_of(command: str) -> set[str]:
+    """Every option name `vastprobe COMMAND` takes (built only to word a usage error)."""
+    group = _click_group([command])
+    cmd = getattr(group, "commands", {}).get(command)
+    return {o for p in (cmd.params if cmd is not None else ()) for o in (*p.opts, *p.secondary_opts)}
+
+
+def _usage_hint(message: str, args: list[str]) -> str:
+    """One more clause for the slips people make: an option before the command it belongs to, a
+    target before the command, a long option written with one dash (`-pid`, which click reads as
+    `-p id`)."""
+    command = _command_name(args)
+    if not command:
+        return ""
+    end = args.index("--") if "--" in args else len(args)
+    at = args.index(command)
+    opts = _options_of(command)
+    misplaced = [a.split("=", 1)[0] for a in args[:at] if a.split("=", 1)[0] in opts]
+    if misplaced:
+        return f" ({misplaced[0]} is an option of 'vastprobe {command}': options go after the command)"
+    if "No such command" in message:
+        stray = next((a for a in args[:at] if not a.startswith("-")), None)
+        if stray is not None:
+            return f" Did you mean 'vastprobe {command} {stray}'?"
+    one_dash = next((a for a in args[at:end] if re.fullmatch(r"-[a-z][a-z-]+", a) and f"-{a}" in opts), None)
+    if one_dash is not None:
+        return f" (did you mean -{one_dash}?)"
+    return ""
+
+
 def run(args: list[str], debug: bool = False) -> int:
     """Run the CLI on `args` and return the exit code; never raises (but SystemExit from --help)."""
     import os
@@ -191,7 +222,7 @@ def run(args: list[str], debug: bool = False) -> int:
         if type(exc).__name__ == "NoArgsIsHelpError":
             sys.stdout.write(exc.format_message() + "\n")
             return EXIT_USAGE
-        say(f"{prog}: {exc.format_message()} (see {prog} -h)")
+        say(f"{prog}: {exc.format_message()}{_usage_hint(exc.format_message(), args)} (see {prog} -h)")
         return EXIT_USAGE
     except exc_mod.ClickException as exc:  # a file option click itself could not open
         say(f"{prog}: {exc.format_message()}")

@@ -105,7 +105,9 @@ def host_problem(host: str) -> str | None:
 
 
 def _port(text: str, whole: str) -> int:
-    if not _PORT_DIGITS.match(text) or not 0 < int(text) < 65536:
+    if not (text.isascii() and text.isdigit()):
+        raise TargetError(f"port {text[:20]!r} in {whole!r} is not a number (want 1-65535)")
+    if not 0 < int(text) < 65536:
         raise TargetError(f"port out of range in {whole!r} (want 1-65535)")
     return int(text)
 

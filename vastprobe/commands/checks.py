@@ -35,6 +35,25 @@ def _n(x: float) -> str:
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 
 
+_DURATION = re.compile(r"\s*([0-9]{1,12}(?:\.[0-9]{0,9})?|\.[0-9]{1,9})\s*(ms|s|m|h|d)?\s*", re.ASCII)
+_UNIT_S = {None: 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration(text: str | float) -> float:
+    """Seconds from `1.5`, `500ms`, `5s`, `2m`, `1h` or `1d`: every duration option takes units, as
+    `--keep 30d` does. The option's own check bounds it (`seconds`)."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    try:
+        return float(text)  # a plain number, nan and -1 included: `seconds` says what is wrong with it
+    except ValueError:
+        pass
+    m = _DURATION.fullmatch(text.lower())
+    if m is None:
+        raise _bad(f"{text!r} is not a duration: want seconds (1.5) or a number with a unit (500ms, 5s, 2m, 1h)")
+    return float(m.group(1)) * _UNIT_S[m.group(2)]
+
+
 def seconds(lo: float, hi: float, zero: bool = False) -> Callable[[float | None], float | None]:
     """A finite number of seconds in [lo, hi]; with `zero`, 0 is allowed too (it means "off")."""
 

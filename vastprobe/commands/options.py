@@ -88,7 +88,7 @@ def report_format(fmt: Optional[OutputFormat], json_flag: bool, brief: bool, sna
 
 SampleOpt = Annotated[
     float,
-    typer.Option("--sample", metavar="SECONDS", callback=checks.seconds(0.01, 600, zero=True), rich_help_panel=P_SCOPE,
+    typer.Option("--sample", metavar="SECONDS", parser=checks.duration, callback=checks.seconds(0.01, 600, zero=True), rich_help_panel=P_SCOPE,
                  help="Seconds between the probe's two samples: 0.01-600, or 0 for one sample."),
 ]  # fmt: skip
 PidOpt = Annotated[
@@ -121,7 +121,7 @@ ArtOpt = Annotated[
 ]  # fmt: skip
 StaleOpt = Annotated[
     float,
-    typer.Option("--stale-after", metavar="SECONDS", callback=checks.seconds(0, 10 * 365 * 86400), rich_help_panel=P_SCOPE,
+    typer.Option("--stale-after", metavar="SECONDS", parser=checks.duration, callback=checks.seconds(0, 10 * 365 * 86400), rich_help_panel=P_SCOPE,
                  help="A log not written for this long is stale."),
 ]  # fmt: skip
 GpuOpt = Annotated[
@@ -156,12 +156,12 @@ GpusOpt = Annotated[
 ]  # fmt: skip
 TimeoutOpt = Annotated[
     float,
-    typer.Option("--timeout", metavar="SECONDS", callback=checks.seconds(1, 86400), rich_help_panel=P_LIMITS,
+    typer.Option("--timeout", metavar="SECONDS", parser=checks.duration, callback=checks.seconds(1, 86400), rich_help_panel=P_LIMITS,
                  help="Bound on one host's whole probe, connect included (1-86400)."),
 ]  # fmt: skip
 ConnectTimeoutOpt = Annotated[
     Optional[float],
-    typer.Option("--connect-timeout", metavar="SECONDS", callback=checks.seconds(1, 3600), rich_help_panel=P_SSH,
+    typer.Option("--connect-timeout", metavar="SECONDS", parser=checks.duration, callback=checks.seconds(1, 3600), rich_help_panel=P_SSH,
                  help="TCP connect + handshake + auth bound (default: ConnectTimeout from ssh_config, else 10)."),
 ]  # fmt: skip
 PortOpt = Annotated[

@@ -41,7 +41,7 @@ from vastprobe.notices import say
 
 IntervalOpt = Annotated[
     float,
-    typer.Option("--interval", "-n", metavar="SECONDS", callback=checks.seconds(0.5, 86400), rich_help_panel=P_SCOPE,
+    typer.Option("--interval", "-n", metavar="SECONDS", parser=checks.duration, callback=checks.seconds(0.5, 86400), rich_help_panel=P_SCOPE,
                  help="Seconds from the start of one round to the start of the next: 0.5-86400."),
 ]  # fmt: skip
 RoundsOpt = Annotated[

@@ -87,7 +87,10 @@ def describe(
         note = f" ({r.alias_note})" if r.alias_note else ""
         return ProbeFailure("unreachable", f"{where}: cannot resolve host name {r.host!r}: {exc.strerror}{note}")
     if isinstance(exc, ConnectionRefusedError):
-        return ProbeFailure("unreachable", f"{where}: connection refused on port {r.port}; is sshd running there?")
+        here = " For this machine without SSH, use `local`." if r.host in ("localhost", "127.0.0.1", "::1") else ""
+        return ProbeFailure(
+            "unreachable", f"{where}: connection refused on port {r.port}; is sshd running there?{here}"
+        )
     if isinstance(exc, OSError):
         status_os: Status = "unreachable" if phase == "connect" else "probe-error"
         return ProbeFailure(status_os, f"{where}: {exc.strerror or exc}")
