@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.helpers import children_of, proc_state, wait_for
 
@@ -335,3 +338,20 @@ def test_durations_take_units_everywhere() -> None:
     assert json.loads(r.stdout)["hosts"][0]["status"] == "ok"
     r = run("diagnose", "local", "--sample", "5x")
     assert r.returncode == 2 and "'5x' is not a duration" in r.stderr
+
+
+def test_py_spy_missing_on_the_target_is_said_in_the_report(tmp_path: Path) -> None:
+    """--py-spy with no py-spy on the probe's PATH: one line in the report says so and how to
+    install it (it was only in --snapshot JSON)."""
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}  # the probe's own PATH search, without the venv's py-spy
+    r = subprocess.run([*VP, "diagnose", "local", "--py-spy", "--sample", "0", "--format", "json"],
+                       capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    host = json.loads(r.stdout)["hosts"][0]
+    found = [f for f in host["findings"] if f["code"] == "VP903"]
+    if shutil.which("py-spy", path="/usr/bin:/bin"):
+        pytest.skip("py-spy is installed system-wide here")
+    assert found and "not on the target's PATH" in found[0]["summary"], host["findings"]
+    assert found[0]["severity"] == "info" and "pip install py-spy" in found[0]["hint"]
+    table = subprocess.run([*VP, "diagnose", "local", "--py-spy", "--sample", "0", "--format", "table"],
+                           capture_output=True, text=True, timeout=120, env={**env, "COLUMNS": "200"})  # fmt: skip
+    assert "py-spy is not on the target's PATH" in table.stdout, table.stdout[-2000:]

@@ -526,6 +526,19 @@ def _probe_findings(snap: HostSnapshot) -> tuple[Finding, ...]:
                 hint="please report this with `vastprobe collect`'s capture",
             )
         )
+    if snap.python_stacks_note:  # --py-spy was asked and took nothing (or not all): said, not only in JSON
+        out.append(
+            Finding(
+                rule="py-spy-unavailable",
+                code="VP903",
+                severity="info",
+                summary=f"--py-spy: {snap.python_stacks_note}",
+                pids=(),
+                evidence=(Evidence("probe", snap.python_stacks_note),),
+                hint="install py-spy on the target (`pip install py-spy` in any Python there, or its static binary on "
+                "PATH); it reads a process's memory, so it needs root or CAP_SYS_PTRACE in a container",
+            )
+        )
     if p.complete and not p.truncated_sections and not p.unfinished_sections and not snap.notes:
         return tuple(out)
     ev = [Evidence("probe", f"section not finished: {n}") for n in p.unfinished_sections]

@@ -71,7 +71,12 @@ RULES: tuple[Rule, ...] = tuple(
 #: Codes of rules that were removed; never hand them out again.
 RETIRED: dict[str, str] = {}
 #: Codes used outside the rule modules (findings about the probe itself).
-RESERVED = {"VP900": "probe-incomplete", "VP901": "probe-output-forged", "VP902": "probe-section-unreadable"}
+RESERVED = {
+    "VP900": "probe-incomplete",
+    "VP901": "probe-output-forged",
+    "VP902": "probe-section-unreadable",
+    "VP903": "py-spy-unavailable",
+}
 
 
 def find_rule(name: str) -> Rule | None:
