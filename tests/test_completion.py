@@ -72,6 +72,10 @@ def test_bash_completes_commands_options_aliases_and_rules(home: Path, tmp_path:
     # rule slugs, and codes once VP is typed
     assert bash_complete(home, "vastprobe rules stop") == ["stopped-child"]
     assert "VP102" in bash_complete(home, "vastprobe rules VP10")
+    # --pid: this machine's PIDs for `local` (here: our own), none for a remote target
+    me = str(os.getpid())
+    assert me in bash_complete(home, f"vastprobe diagnose local --pid {me[:-1]}")
+    assert bash_complete(home, f"vastprobe diagnose gpu01 --pid {me[:-1]}") == []
     # no answer (a path): bash's own file names (-o default)
     assert bash_complete(home, f"vastprobe diagnose x -i {home}/.ssh/con") == []
     spec = subprocess.run(["bash", "--norc", "-c", "source <(vastprobe --show-completion bash); complete -p vastprobe"],

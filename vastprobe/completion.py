@@ -189,6 +189,27 @@ def rule_names(incomplete: str) -> list[tuple[str, str]]:
     return [(r.meta.slug, r.meta.summary) for r in RULES if r.meta.slug.startswith(incomplete)]
 
 
+def local_pids(ctx: Any, incomplete: str, limit: int = 500) -> list[tuple[str, str]]:
+    """`--pid`'s values: this machine's processes (with their command lines) when the command line
+    names `local` or no target yet; nothing for a remote target, whose PIDs are not known here."""
+    # the targets typed so far: parsed, or (while completing, click parses resiliently) left in args
+    named = [*((getattr(ctx, "params", None) or {}).get("targets") or []), *(getattr(ctx, "args", None) or [])]
+    if any(t != "local" for t in named):
+        return []
+    out = []
+    for name in sorted((n for n in os.listdir("/proc") if n.isdigit() and n.startswith(incomplete)), key=int):
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read(200).split(b"\0")
+        except OSError:
+            continue
+        if argv[0]:  # not a kernel thread
+            out.append((name, _one_line(b" ".join(argv).decode("utf-8", "replace").strip())[:80]))
+        if len(out) >= limit:
+            break
+    return out
+
+
 def targets(ctx: Any, incomplete: str, local: bool = True) -> list[str]:
     """`local` (the registry's one-word targets) and the Host aliases of the ssh_config this command
     line would read (`-F`, else ~/.ssh/config), keeping a `user@` already typed; in a list (`-w a,b`, `-J h1,h2`) the last

@@ -57,6 +57,12 @@ def complete_hosts(ctx: typer.Context, incomplete: str) -> list[str]:
     return targets(ctx, incomplete, local=False)
 
 
+def complete_pids(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
+    from vastprobe.completion import local_pids
+
+    return local_pids(ctx, incomplete)
+
+
 def complete_rules(incomplete: str) -> list[tuple[str, str]]:
     from vastprobe.completion import rule_names
 
@@ -93,7 +99,7 @@ SampleOpt = Annotated[
 ]  # fmt: skip
 PidOpt = Annotated[
     Optional[list[int]],
-    typer.Option("--pid", metavar="PID", callback=checks.pids, rich_help_panel=P_SCOPE,
+    typer.Option("--pid", metavar="PID", callback=checks.pids, rich_help_panel=P_SCOPE, autocompletion=complete_pids,
                  help="Root process of interest, with its descendants (repeatable). Matching nothing: verdict unknown, exit 3."),
 ]  # fmt: skip
 MatchOpt = Annotated[
