@@ -21,7 +21,7 @@ from vastprobe.workers import Workers
 
 if TYPE_CHECKING:
     from vastprobe.analysis.context import Context
-    from vastprobe.model import DistributedJob, Finding, HostReport, HostSnapshot, Verdict
+    from vastprobe.model import DistributedJob, Finding, HostReport, HostSnapshot, LastWords, Verdict
     from vastprobe.transport.base import Transport
 
 #: What turns raw output into a report. Imported lazily: while SSH probes wait on the network, a
@@ -318,9 +318,17 @@ def analyse_capture(capture: Capture, options: DiagnoseOptions, budget: _Budget 
         if snap.probe.unfinished_sections:
             why = f"{why}; analysed what arrived, not finished: {', '.join(snap.probe.unfinished_sections)}"
     report = _told(HostReport(capture.target, capture.status, why, judged, findings, snap, timings, scope,
-                              jobs=_jobs_in_scope(ctx)), ctx)  # fmt: skip
+                              jobs=_jobs_in_scope(ctx), last_words=_last_words(ctx, judged)), ctx)  # fmt: skip
     timings["analysis"] = round(time.monotonic() - t0, 4)
     return report
+
+
+def _last_words(ctx: Context, judged: Verdict) -> LastWords | None:
+    """The last lines of the log that matters, for a host that is not healthy (a healthy one's
+    log says nothing the report needs)."""
+    from vastprobe.analysis.logs import last_words
+
+    return last_words(ctx.log_healths) if judged in ("stalled", "degraded", "unknown") else None
 
 
 def _jobs_in_scope(ctx: Context) -> tuple[DistributedJob, ...]:

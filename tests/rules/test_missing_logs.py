@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -133,3 +134,66 @@ def test_a_stale_log_the_job_holds_open_is_found_without_log(reap, tmp_path: Pat
         assert host["verdict"] == verdict and rc == code, [(g["rule"], g["severity"]) for g in host["findings"]]
     _rc, whole = vastprobe_json("--sample", "0")
     assert not [g for g in whole["findings"] if str(log) in g["summary"]]
+
+
+FD3_JOB = (
+    "exec 3>>{log}; exec >>{out} 2>&1; exec {py} -c 'import os, time\n"
+    'os.write(3, b"epoch 1 done\\nwaiting for /shared/EVAL_READY from node 1\\n")\n'
+    "time.sleep(600)'"
+)
+
+
+@pytest.fixture
+def fd3_job(tmp_path: Path, reap) -> tuple[subprocess.Popen, Path, Path]:
+    """A trainer that logs to train.log on fd 3 and nothing to its stdout (stdout.log, empty), its
+    last line the one that says it all; both written 10 minutes ago."""
+    log, out = tmp_path / "train.log", tmp_path / "stdout.log"
+    job = subprocess.Popen(["sh", "-c", FD3_JOB.format(log=log, out=out, py=sys.executable)], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: log.exists() and log.read_text().endswith("node 1\n"), what="the job's last line")
+    old = time.time() - 600
+    for f in (log, out):
+        os.utime(f, (old, old))
+    return job, log, out
+
+
+def test_the_jobs_own_log_is_ranked_over_an_empty_stdout(fd3_job) -> None:
+    """No --log: the empty stdout.log is not the job's log when the job writes train.log (it was
+    blamed: "check its stdout redirection")."""
+    job, log, out = fd3_job
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+    logs = [f for f in host["findings"] if f["rule"] == "missing-logs"]
+    assert [f for f in logs if str(log) in f["summary"]], host["findings"]
+    assert not [f for f in host["findings"] if str(out) in f["summary"]], host["findings"]
+    assert host["verdict"] == "stalled" and rc == 1  # the job did nothing over the window, its log stale
+
+
+@pytest.mark.parametrize("how", ["local", "ssh"])
+def test_the_last_words_of_the_log_are_under_the_headline(fd3_job, how: str, tmp_path: Path) -> None:
+    job, log, _out = fd3_job
+    args = ["--pid", str(job.pid), "--sample", "1", "--log", str(log)]
+    if how == "local":
+        rc, host = vastprobe_json(*args)
+        table = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", *args, "--format", "table"],
+                               capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+        assert (
+            f"  last lines of {log}:\n    epoch 1 done\n    waiting for /shared/EVAL_READY from node 1\n"
+            in table.stdout
+        ), table.stdout
+    else:
+        from tests.sshd import keygen, start_sshd
+
+        key = keygen(tmp_path / "user")
+        sshd = start_sshd(tmp_path / "sshd", user_key=key)
+        try:
+            r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", f"root@127.0.0.1:{sshd.port}", "-i",
+                                str(key), "--known-hosts", str(sshd.known_hosts), "--format", "json", *args],
+                               capture_output=True, text=True, timeout=120)  # fmt: skip
+        finally:
+            sshd.stop()
+        rc, host = r.returncode, json.loads(r.stdout)["hosts"][0]
+    assert host["last_words"] == {
+        "log": str(log),
+        "lines": ["epoch 1 done", "waiting for /shared/EVAL_READY from node 1"],
+    }
+    assert host["verdict"] == "stalled" and rc == 1, host["headline"]

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from vastprobe.model import FileStat, HostSnapshot, LogFile, NotRead, Process, Unavailable
+from vastprobe.model import FileStat, HostSnapshot, LastWords, LogFile, NotRead, Process, Unavailable
 
 LogState = Literal[
     "ok", "absent", "empty", "stale", "deleted-open", "rotated", "not-a-file", "unknown", "refused", "unanswered"
@@ -164,6 +164,24 @@ def log_health(log: LogFile, now: float | None, stale_after: float, processes: I
     return LogHealth(log, state, age, grew, fatal, writers, rotated, retry_loop(tail) if tail else None)
 
 
+#: Lines of the log that matters shown under the headline, and characters of each.
+LAST_WORDS_LINES = 3
+LAST_WORDS_CHARS = 200
+
+
+def last_words(healths: Iterable[LogHealth]) -> LastWords | None:
+    """The last lines of the log that matters: a log that says the job stopped (stale, deleted
+    while open) first, else the one written last; only a log whose tail was read and holds text."""
+    told = [h for h in healths if isinstance(h.log.tail, str) and h.log.tail.strip()]
+    if not told:
+        return None
+    best = min(told, key=lambda h: (h.state not in ("stale", "deleted-open"), h.age if h.age is not None else 1e18))
+    assert isinstance(best.log.tail, str)
+    lines = [line.rstrip("\r").rsplit("\r", 1)[-1].strip() for line in best.log.tail.splitlines()]
+    lines = [line[:LAST_WORDS_CHARS] for line in lines if line][-LAST_WORDS_LINES:]
+    return LastWords(best.log.path, tuple(lines)) if lines else None
+
+
 def found_logs(snapshot: HostSnapshot, scope: frozenset[int]) -> tuple[LogFile, ...]:
     """The logs of the processes in scope, found: each file they hold open write-only that the probe
     stat'ed (their stdout and stderr, or named like a log), once per file, with every holder in
@@ -181,8 +199,13 @@ def found_logs(snapshot: HostSnapshot, scope: frozenset[int]) -> tuple[LogFile, 
             continue
         files.setdefault(held.stat.inode, (entry.path, held.stat))
         holders.setdefault(held.stat.inode, []).append((held.pid, held.fd, entry.deleted))
+    # ranked by what the job writes: an empty file whose writers all write another found log with
+    # something in it is not the job's log (a trainer logging to train.log on fd 3 and nothing to
+    # stdout: its empty stdout.log was blamed, "check its stdout redirection")
+    writing = {pid for ino, (_p, st) in files.items() if st.size for pid, _fd, _d in holders[ino]}
     unread = Unavailable("found, not given: its tail is not read")
     return tuple(
         LogFile(path=path, stats=(stat,), tail=unread, holders=tuple(holders[ino]), found=True)
         for ino, (path, stat) in files.items()
+        if stat.size or not all(pid in writing for pid, _fd, _d in holders[ino])
     )

@@ -131,6 +131,16 @@ class DistributedJob:
 
 
 @dataclass(frozen=True)
+class LastWords:
+    """The last lines of the log that matters (the job's silent log, else the one it wrote last):
+    often the line that says it all ("waiting for …/EVAL_READY from node 1"). Remote text: escaped
+    wherever it is shown, like every other."""
+
+    log: str
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class HostReport:
     target: str
     status: Status
@@ -146,3 +156,4 @@ class HostReport:
     timeline: tuple[Instant, ...] = ()  # key instants, when they tell the story (terminal only)
     outlier_of: Outlier | None = None  # set by `sweep --group-by` on hosts unlike their group
     jobs: tuple[DistributedJob, ...] = ()  # distributed jobs with ranks here, their culprits (analysis/ranks)
+    last_words: LastWords | None = None  # the last lines of the log that matters (analysis/logs.last_words)

@@ -50,6 +50,15 @@ def headline(console: Console, r: HostReport) -> None:
         hanging(console, "  ", Text(""), Text(" · ".join(facts), style="dim"))
 
 
+def last_words(console: Console, r: HostReport) -> None:
+    """The last lines of the log that matters, under the headline: escaped like every remote string."""
+    if r.last_words is None:
+        return
+    hanging(console, "  ", Text(""), Text(f"last lines of {safe(r.last_words.log, 200)}:", style="dim"))
+    for line in r.last_words.lines:
+        hanging(console, "    ", Text(""), Text(safe(line, 300)))
+
+
 def _finding(
     console: Console, f: Finding, lead: str, cont: str, snap: HostSnapshot | None,
     pic: WaitPicture | None, verbose: bool, said: str | None,

@@ -128,6 +128,8 @@ def host_report_dict(r: HostReport, snapshot: bool = False) -> dict[str, Any]:
         out["labels"] = r.labels
     if r.jobs:
         out["jobs"] = [job_dict(j, r.target) for j in r.jobs]
+    if r.last_words is not None:
+        out["last_words"] = {"log": r.last_words.log, "lines": list(r.last_words.lines)}
     if r.outlier_of is not None:
         o = r.outlier_of
         out["outlier_of"] = {

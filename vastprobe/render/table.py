@@ -44,6 +44,7 @@ def render_reports(
 
 
 def render_host(console: Console, r: HostReport, verbose: bool) -> None:
+    story.last_words(console, r)
     story.incidents(console, r, verbose)
     story.timeline(console, r.timeline)
     snap = r.snapshot
