@@ -197,3 +197,38 @@ def test_the_last_words_of_the_log_are_under_the_headline(fd3_job, how: str, tmp
         "lines": ["epoch 1 done", "waiting for /shared/EVAL_READY from node 1"],
     }
     assert host["verdict"] == "stalled" and rc == 1, host["headline"]
+
+
+QUIET_DAEMON = """
+import asyncio, logging, socket, sys
+logging.basicConfig(filename=sys.argv[1], level=logging.INFO)
+logging.info("started")
+if sys.argv[2] == "accept":
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+    print("serving", flush=True)
+    while True:
+        s.accept()[0].close()
+async def main():
+    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    print("serving", flush=True)
+    await server.serve_forever()
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("loop", ["accept", "asyncio"])
+def test_a_quiet_daemon_waiting_for_requests_is_healthy(tmp_path: Path, reap, loop: str) -> None:
+    """A server named with --pid that holds its log open and has logged nothing for 20 minutes
+    because nobody asked it anything: in accept(), or in an event loop over its listening socket.
+    A quiet log there is no stall (it read STALLED)."""
+    log = tmp_path / "daemon.log"
+    job = subprocess.Popen([sys.executable, "-c", QUIET_DAEMON, str(log), loop], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    assert job.stdout is not None and job.stdout.readline().strip() == "serving"
+    old = time.time() - 1200
+    os.utime(log, (old, old))
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+    assert host["verdict"] == "healthy" and rc == 0, [
+        (f["rule"], f["severity"], f["summary"]) for f in host["findings"]
+    ]

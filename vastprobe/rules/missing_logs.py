@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from vastprobe.analysis.logs import LogHealth
-from vastprobe.model import Evidence, FileStat, Finding, NotRead, Severity
+from vastprobe.model import Evidence, FileStat, Finding, NotRead, Severity, SocketTable, Unavailable
 from vastprobe.rules.base import Context, Rule, RuleMeta
 
 META = RuleMeta("missing-logs", "VP104", "error", "an expected log is missing, silent or deleted while still open")
@@ -20,6 +20,8 @@ def _finding(ctx: Context, h: LogHealth) -> Finding | None:
     if h.log.found:
         if h.state not in ("stale", "empty", "deleted-open"):
             return None  # found open: it exists, and a rotation or a fatal tail needs its --log
+        if h.state != "deleted-open" and h.writers and all(_serving(ctx, w) for w in h.writers):
+            return None  # a server waiting for its next request logs nothing meanwhile: a quiet daemon
         who = ", ".join(ctx.proc_label(pid) for pid, _fd, _d in h.log.holders[:3])
         ev.append(Evidence("/proc/fd", f"held open for writing by {who} (found: no --log named it)"))
         path = f"{path} (the job's log, found open)"
@@ -116,6 +118,20 @@ def _finding(ctx: Context, h: LogHealth) -> Finding | None:
         ev.append(Evidence("stat", f"last written {h.age:.0f}s before the probe{window}"))
     ev += [Evidence(f"tail of {path}", line) for line in h.fatal_lines]
     return META.finding(summary, h.writers or tuple(pid for pid, _fd, _p in h.rotated_writers), ev, hint, sev)
+
+
+def _serving(ctx: Context, pid: int) -> bool:
+    """A server waiting for requests: in accept(), or in an event loop over a listening socket."""
+    p = ctx.tree.by_pid.get(pid)
+    if p is None:
+        return False
+    kind = ctx.graph.kind(p)
+    if kind == "accept":
+        return True
+    if kind != "event-loop" or isinstance(p.fds, Unavailable) or not isinstance(ctx.snapshot.sockets, SocketTable):
+        return False
+    listening = {s.inode for s in ctx.snapshot.sockets.sockets if s.state == "LISTEN"}
+    return any(e.socket_inode in listening for e in p.fds if e.socket_inode is not None)
 
 
 #: A process using at least this share of one CPU over the window counts as busy.
