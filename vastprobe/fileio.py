@@ -7,6 +7,14 @@ Why: readers (node_exporter, cron consumers, ssh) see the old file or the new on
 one; and a name someone else planted in a shared directory (a symlink at a predictable `x.tmp`,
 the trick that made root's `collect -o` overwrite a root-only file) is never opened: O_EXCL fails
 on any existing name, a symlink included, and another random name is tried.
+
+Only a regular file, a symbolic link (replaced, not followed) or nothing is replaced: a device
+node or a FIFO at the destination (`--prom` to a named pipe), and any name in /dev itself or under
+/proc (`-o /dev/null`, `--prom /dev/stdout` on a pipe, a terminal or a redirected file), is
+written in place, opened without O_CREAT and never renamed over: a rename made /dev/null a
+regular file for the whole machine when run as root (issue 32). Files vastprobe makes are mode
+0600 unless a caller says otherwise: a capture, a report or a textfile can hold command lines and
+the secrets in them.
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ from pathlib import Path
 
 #: Random names tried before giving up (each collision means something already sits at that name).
 TEMP_ATTEMPTS = 64
+#: The mode of every file vastprobe makes (a capture, a report, a textfile, history): the owner's only.
+PRIVATE = 0o600
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -47,25 +57,74 @@ def _fsync_dir(directory: Path) -> None:
             os.close(fd)
 
 
+def _in_system_dir(path: Path) -> bool:
+    """Whether `path` names something in /dev itself (root's own directory: not /dev/shm, where
+    anyone may plant a name) or under /proc (where nobody makes names): /dev/null, /dev/stdout,
+    /dev/fd/N and /proc/self/fd/N are the system's, never names to create or replace."""
+    directory = os.path.realpath(path.parent)
+    return directory in ("/dev", "/proc") or directory.startswith("/proc/")
+
+
+def writes_in_place(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is written in place rather than replaced: a name in /dev or /proc
+    (`_in_system_dir`), or, anywhere else, something there that is neither a regular file, a
+    directory nor a symbolic link (a device node, a FIFO). A link elsewhere is not followed: one
+    planted in a shared directory is replaced, as before, and never leads the write to a device."""
+    p = Path(path)
+    if _in_system_dir(p):
+        return True
+    try:
+        st = os.lstat(p)
+    except OSError:
+        return False  # nothing there: a new file, made atomically
+    return not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode))
+
+
+def _write_in_place(dest: Path, payload: bytes) -> Path:
+    """Open what is there for writing, as a shell's `>` does but never creating it (no O_CREAT),
+    and write: a device, a FIFO (this blocks until a reader opens it, as `>` does) or, through a
+    link in /dev or /proc, what it leads to (/dev/stdout: a terminal, a pipe, or the file stdout
+    was redirected to). Nothing is renamed, chmod'ed or unlinked. Elsewhere O_NOFOLLOW: a node
+    swapped for a link since it was looked at is not written through. O_APPEND: what vastprobe
+    printed to a redirected stdout before stays (a device or a FIFO ignores the flag)."""
+    system = _in_system_dir(dest)
+    flags = os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    fd = os.open(dest, flags if system else flags | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        if not system and stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{dest}: became a regular file while being written; not written")
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+    return dest
+
+
 def write_atomic(
-    path: str | os.PathLike[str], data: str | bytes, mode: int | None = 0o644, follow_symlink: bool = False
+    path: str | os.PathLike[str], data: str | bytes, mode: int | None = PRIVATE, follow_symlink: bool = False
 ) -> Path:
     """Replace `path` with `data` atomically; returns the path written.
 
-    `mode` None keeps the existing file's permission bits (0644 for a new file). With
-    `follow_symlink`, a symlink at `path` itself is resolved first and its target replaced (the
-    user's own known_hosts kept in a dotfiles repository); by default the symlink is replaced. Text
-    is encoded as strict UTF-8: a lone surrogate is a bug upstream and fails before any file is made.
+    `mode` is the file's permission bits, 0600 unless told (a replaced file gets them too, whatever
+    it had); None keeps the existing file's bits (0600 for a new file). With `follow_symlink`, a
+    symlink at `path` itself is resolved first and its target replaced (the user's own known_hosts
+    kept in a dotfiles repository); by default the symlink is replaced. A destination that is not a
+    regular file (/dev/null, a FIFO, /dev/stdout) is written in place, never replaced
+    (`writes_in_place`). Text is encoded as strict UTF-8: a lone surrogate is a bug upstream and
+    fails before any file is made.
     """
     dest = Path(path)
     if follow_symlink:
         dest = Path(os.path.realpath(dest))
     payload = data.encode("utf-8") if isinstance(data, str) else data
+    if writes_in_place(dest):
+        return _write_in_place(dest, payload)
     if mode is None:
         try:
             mode = stat.S_IMODE(os.stat(dest).st_mode)
         except FileNotFoundError:
-            mode = 0o644
+            mode = PRIVATE
     directory = dest.parent
     fd, tmp = _open_temp(directory, dest.name, 0o600)
     try:
@@ -151,6 +210,16 @@ def output_path_problem(path: str | os.PathLike[str]) -> str | None:
         return f"{directory}: {exc.strerror}"
     if not stat.S_ISDIR(dst.st_mode):
         return f"{directory}: not a directory"
+    if writes_in_place(p):  # /dev/null, a FIFO, /dev/stdout: written in place, its directory untouched
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:
+            return f"{p}: no such file (vastprobe creates nothing in /dev or /proc)"
+        except OSError as exc:
+            return f"{p}: {exc.strerror}"
+        if stat.S_ISSOCK(st.st_mode):
+            return f"{p}: is a socket"
+        return None if os.access(p, os.W_OK) else f"{p}: not writable"
     if not os.access(directory, os.W_OK | os.X_OK):
         return f"{directory}: directory not writable"
     return None

@@ -21,7 +21,7 @@ from vastprobe.workers import Workers
 
 if TYPE_CHECKING:
     from vastprobe.analysis.context import Context
-    from vastprobe.model import DistributedJob, Finding, HostReport, HostSnapshot, LastWords, Verdict
+    from vastprobe.model import DistributedJob, HostReport, HostSnapshot, LastWords, Verdict
     from vastprobe.transport.base import Transport
 
 #: What turns raw output into a report. Imported lazily: while SSH probes wait on the network, a
@@ -282,6 +282,7 @@ def _note(snap: HostSnapshot, note: str) -> HostSnapshot:
 def analyse_capture(capture: Capture, options: DiagnoseOptions, budget: _Budget | None = None) -> HostReport:
     """The report, raising when something in vastprobe breaks (report_from_capture never does)."""
     from vastprobe.analysis.context import Context
+    from vastprobe.analysis.probe_findings import probe_findings
     from vastprobe.analysis.scope import compute_scope
     from vastprobe.analysis.tree import ProcessTree
     from vastprobe.model import HostReport
@@ -304,13 +305,13 @@ def analyse_capture(capture: Capture, options: DiagnoseOptions, budget: _Budget 
     if (options.pids or options.matches) and not scope:  # nothing to diagnose: say so, never "healthy"
         return _told(HostReport(
             capture.target, "ok", _no_process_matches(options, _others(snap)), "unknown",
-            _probe_findings(snap), snap, timings, scope,
+            probe_findings(snap), snap, timings, scope,
         ))  # fmt: skip
     budget.check("the rules")
     rule_options = replace(options.rules, explicit_scope=bool(options.pids or options.matches))
     ctx = Context(snap, scope, rule_options, tree)
     findings = run_rules(snap, scope, rule_options, tree, context=ctx)
-    findings = (*findings, *_probe_findings(snap))
+    findings = (*findings, *probe_findings(snap))
     judged, why = _judge(verdict(findings), snap)
     if capture.status != "ok":  # the transport's own words, and what did not finish; a stall it saw stands
         judged = "stalled" if judged == "stalled" else "unknown"
@@ -342,18 +343,6 @@ def _partial(capture: Capture) -> bool:
     return bool(capture.output) and capture.status in ("timeout", "probe-error")
 
 
-def incomplete(snap: HostSnapshot) -> str | None:
-    """Why this snapshot cannot vouch for the host, or None: the probe did not reach its end, or
-    its process section (the first sample, what every rule reads) is missing or cut."""
-    p = snap.probe
-    proc = next((n for n in p.unfinished_sections if n == "s0.proc"), None)
-    if not p.complete:
-        return "the probe did not finish" + (" (its watchdog's deadline ended it)" if p.deadline_hit else "")
-    if proc is not None:
-        return "the probe's process section (s0.proc) did not arrive whole"
-    return None
-
-
 def _judge(found: Verdict, snap: HostSnapshot) -> tuple[Verdict, str | None]:
     """The verdict a snapshot can carry, and why the host is not diagnosed when it is not: output
     someone forged is never believed (`unknown`, whatever it shows), and a probe that did not
@@ -365,6 +354,8 @@ def _judge(found: Verdict, snap: HostSnapshot) -> tuple[Verdict, str | None]:
             f"the probe's output was forged on the target ({len(p.tampering)} section(s) not written by the probe, "
             "dropped: see probe-output-forged): not diagnosed"
         )
+    from vastprobe.analysis.probe_findings import incomplete
+
     why = incomplete(snap)
     if why is None or found == "stalled":
         return found, None
@@ -496,80 +487,6 @@ def _no_process_matches(options: DiagnoseOptions, n_processes: int) -> str:
         f"no process on the target matches {' '.join(asked)} ({n_processes} processes seen): "
         "nothing to diagnose; check the PID or pattern (`vastprobe diagnose TARGET` without them lists every process)"
     )
-
-
-def _probe_findings(snap: HostSnapshot) -> tuple[Finding, ...]:
-    """What the probe itself could not see is worth saying (VP900, info); output someone forged
-    (VP901) and sections no parser could read (VP902) are warnings: a report resting on them must
-    not read healthy."""
-    from vastprobe.model import Evidence, Finding
-
-    p = snap.probe
-    out: list[Finding] = []
-    if p.tampering:
-        out.append(
-            Finding(
-                rule="probe-output-forged",
-                code="VP901",
-                severity="warning",
-                summary="the probe's output holds sections the probe did not write (repeated, out of its order, "
-                "or never written by it): something on the target forged output; every copy of each was dropped, "
-                "and the host is not diagnosed",
-                pids=(),
-                evidence=tuple(Evidence("probe", t) for t in p.tampering),
-                hint="find who wrote them: file names in /tmp and process names are the usual carriers; "
-                "see docs/rules/probe-output-forged.md",
-            )
-        )
-    if p.unreadable_sections:
-        out.append(
-            Finding(
-                rule="probe-section-unreadable",
-                code="VP902",
-                severity="warning",
-                summary=f"{len(p.unreadable_sections)} section(s) of the probe's output could not be read and "
-                "were left out; findings rest on the rest",
-                pids=(),
-                evidence=tuple(Evidence("probe", f"section {n} unreadable: {why}") for n, why in p.unreadable_sections),
-                hint="please report this with `vastprobe collect`'s capture",
-            )
-        )
-    if snap.python_stacks_note:  # --py-spy was asked and took nothing (or not all): said, not only in JSON
-        out.append(
-            Finding(
-                rule="py-spy-unavailable",
-                code="VP903",
-                severity="info",
-                summary=f"--py-spy: {snap.python_stacks_note}",
-                pids=(),
-                evidence=(Evidence("probe", snap.python_stacks_note),),
-                hint="install py-spy on the target (`pip install py-spy` in any Python there, or its static binary on "
-                "PATH); it reads a process's memory, so it needs root or CAP_SYS_PTRACE in a container",
-            )
-        )
-    if p.complete and not p.truncated_sections and not p.unfinished_sections and not snap.notes:
-        return tuple(out)
-    ev = [Evidence("probe", f"section not finished: {n}") for n in p.unfinished_sections]
-    ev += [Evidence("probe", f"section cut short: {n}") for n in p.truncated_sections if n not in p.unfinished_sections]
-    ev += [Evidence("probe", n) for n in snap.notes]
-    if not p.complete:
-        ev.append(Evidence("probe", "the probe did not reach its end" + (" (deadline)" if p.deadline_hit else "")))
-    why = incomplete(snap)
-    out.append(
-        Finding(
-            rule="probe-incomplete",
-            code="VP900",
-            severity="warning" if why else "info",
-            summary=f"{why}; findings rest on what arrived, and the host is never reported healthy"
-            if why
-            else "part of the probe's output is missing; findings rest on what arrived",
-            pids=(),
-            evidence=tuple(ev),
-            hint="raise --timeout, or narrow the scope with --pid/--match; a probe that keeps stopping early "
-            "may be killed on the target (look for who sends signals to sh there)",
-        )
-    )
-    return tuple(out)
 
 
 async def _diagnose_all(targets: Sequence[str], options: DiagnoseOptions) -> list[HostReport]:

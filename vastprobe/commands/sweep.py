@@ -357,5 +357,7 @@ def sweep(
     if prom is not None:
         from vastprobe.render.prometheus import render_prometheus
 
-        write_atomic(prom.expanduser(), render_prometheus(reports, memory=fleet.memory, shard=fleet.shard))
+        # 0644: node_exporter reads it as another user, and it holds no secret (targets, statuses,
+        # rule slugs and severities: no argv, no path)
+        write_atomic(prom.expanduser(), render_prometheus(reports, memory=fleet.memory, shard=fleet.shard), mode=0o644)
     raise typer.Exit(code)

@@ -1,7 +1,10 @@
 """Kernel-log lines about OOM kills, NVIDIA Xid and NVSwitch SXid errors, lost GPUs and hung tasks.
 
-The probe keeps only matching lines (plus `@@source`, `@@err`, `@@lines` markers). Every line is
-first stripped of what the log reader put in front of the kernel's text, then read:
+The probe keeps only matching lines (plus `@@source`, `@@err`, `@@exit`, `@@lines` markers). A
+reader whose `@@exit` says the probe's timeout killed it (124, 137) did not finish: the log is not
+read (in time), whatever lines it printed first, so no rule takes the lines' silence for "no OOM
+kill" (issue 32). Every line is first stripped of what the log reader put in front of the kernel's
+text, then read:
 
     [ 1002.442956] msg                                   dmesg (seconds since boot)
     [Sun Feb 23 16:24:18 2025] msg                       dmesg -T / --ctime (local time, no zone)
@@ -450,34 +453,66 @@ def parse_kernel_lines(text: str, btime: int | None = None, now: float | None = 
     return _events(_enrich(_parse_lines([x for x in text.split("\n") if x], btime, now)))
 
 
+#: The probe's bound on each kernel-log reader (script.sh: `tmo 10 dmesg`, journalctl, tail).
+READER_TIMEOUT_S = 10
+#: Exit statuses of a reader the probe's `timeout` ended: 124 (GNU timeout's own "timed out"),
+#: 128 + 9 (`timeout -s KILL`, GNU and BusyBox), 128 + 15 (a TERM from a timeout without -s).
+TIMED_OUT = frozenset({124, 137, 143})
+
+
+def _unfinished(source: str, rc: int | None) -> str | None:
+    """Why the reader's output is not the whole log, from its `@@exit` status; None when it
+    finished (any status of its own: an error says so in `@@err`) or the probe gave no status
+    (older probes; a reader cut at the probe's byte cap)."""
+    if rc is None or (rc not in TIMED_OUT and rc < 128):
+        return None
+    if rc in TIMED_OUT:
+        how = (
+            f"not read in time (timed out: still running after the probe's {READER_TIMEOUT_S} s and killed, exit {rc})"
+        )
+    else:
+        how = f"not read to its end (killed by signal {rc - 128})"
+    return f"{source}: {how}; an OOM kill or Xid it holds could not be checked"
+
+
 def parse_kmsg_sections(
     primary: str | None, fallback: str | None, btime: int | None, now: float | None = None
 ) -> KernelLog:
-    """The kernel log as the probe saw it; a log that could not be read says so."""
-    chunks: list[tuple[str, list[str], str | None, int]] = []
+    """The kernel log as the probe saw it; a log that could not be read, or not in time, says so.
+    A reader that timed out leaves the log not readable: what it printed before is kept as events
+    (true as far as they go), never as a log read whole."""
+    chunks: list[tuple[str, list[str], str | None, int, int | None]] = []
     for text in (primary, fallback):
         if not text:
             continue
-        source, err, total = "dmesg", None, 0
+        source, err, total, rc = "dmesg", None, 0, None
         lines: list[str] = []
         for line in text.split("\n"):
             if line.startswith("@@source "):
-                if lines or err or total:
-                    chunks.append((source, lines, err, total))
-                source, lines, err, total = line[9:200], [], None, 0
+                if lines or err or total or rc is not None:
+                    chunks.append((source, lines, err, total, rc))
+                source, lines, err, total, rc = line[9:200], [], None, 0, None
             elif line.startswith("@@err "):
                 err = line[6:MAX_LINE]
+            elif line.startswith("@@exit "):
+                rc = read_int(line[7:], 3)
             elif line.startswith("@@lines "):
                 total = read_int(line[8:]) or 0
             elif line:
                 lines.append(line)
-        chunks.append((source, lines, err, total))
+        chunks.append((source, lines, err, total, rc))
     if not chunks:
         return KernelLog(
             readable=False, source="none", reason="the probe did not read the kernel log", total_lines=0, events=()
         )
     reasons = []
-    for source, lines, err, total in chunks:
+    partial: tuple[str, int, tuple[KernelEvent, ...]] | None = None  # the first reader that timed out
+    for source, lines, err, total, rc in chunks:
+        if (cut := _unfinished(source, rc)) is not None:
+            reasons.append(cut)
+            if partial is None:
+                partial = (source, total, _events(_enrich(_parse_lines(lines, btime, now))))
+            continue
         if err and total <= 3 and _ERR_WORDS.search(err):
             reasons.append(f"{source}: {err}")
             continue
@@ -486,4 +521,7 @@ def parse_kmsg_sections(
             continue
         events = _events(_enrich(_parse_lines(lines, btime, now)))
         return KernelLog(readable=True, source=source, reason=None, total_lines=total, events=events)
+    if partial is not None:
+        source, total, events = partial
+        return KernelLog(readable=False, source=source, reason="; ".join(reasons), total_lines=total, events=events)
     return KernelLog(readable=False, source=chunks[0][0], reason="; ".join(reasons), total_lines=0, events=())

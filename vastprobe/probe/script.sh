@@ -673,32 +673,53 @@ vp_fd() {
 
 VP_KPAT='invoked oom-killer|oom-kill:|Kill(ed)? process|oom_reaper|Out of memory|Memory cgroup out of memory|memory: usage|Task in .* killed|NVRM: Xid|SXid|fallen off the bus|The NVIDIA GPU |blocked for more than|GPU is lost'
 
-# The last 400 matching kernel-log lines (each cut at 4 KiB), plus how many lines the log had at all.
+# The last 400 matching kernel-log lines (each cut at 4 KiB), plus how many lines the log had at all,
+# and how its reader ended (`@@exit N`, from vp_kexit's marker: 124 or 137 when `tmo` killed it, so
+# the client says "not read in time", never "no OOM kill"). Only a marker that ends the input is
+# the reader's: one inside the log (a line the log's own text ends so) is the log's.
 vp_kfilter() {
 	awk -v pat="$VP_KPAT" '
+		{ rc = "" }
+		index($0, "@@exit ") && match($0, /@@exit [0-9]+$/) {
+			rc = substr($0, RSTART + 7)
+			$0 = substr($0, 1, RSTART - 1)
+			if ($0 == "") { nx++; next }
+		}
 		NR <= 3 && /(not permitted|denied|failed|No journal files|No entries)/ { print "@@err " $0 }
 		$0 ~ pat { buf[n % 400] = substr($0, 1, 4096); n++ }
-		END { s = n > 400 ? n - 400 : 0; for (i = s; i < n; i++) print "|" buf[i % 400]; print "@@lines " NR }'
+		END {
+			s = n > 400 ? n - 400 : 0; for (i = s; i < n; i++) print "|" buf[i % 400]
+			if (rc != "") print "@@exit " rc
+			print "@@lines " NR - nx
+		}'
+}
+
+# vp_kexit CMD...: CMD's output, then `@@exit STATUS`: a reader that `tmo` killed (hung) says so,
+# rather than passing for a short log.
+vp_kexit() {
+	"$@"
+	printf '@@exit %s\n' "$?"
 }
 
 # dmesg under a timeout, read through a head under a timeout of its own: a dmesg that hangs is
-# killed at 10 s, one that floods is cut at VP_KMAX bytes (the largest kernel ring buffer is
-# 32 MiB), and a child it leaves holding the pipe (setsid) ends the read at 12 s.
+# killed at 10 s (and its exit status says so), one that floods is cut at VP_KMAX bytes (the
+# largest kernel ring buffer is 32 MiB), and a child it leaves holding the pipe (setsid) ends the
+# read at 12 s.
 vp_kmsg() {
 	printf '@@source dmesg\n'
-	tmo 10 dmesg 2>&1 | tmo 12 head -c "$VP_KMAX" | vp_kfilter
+	vp_kexit tmo 10 dmesg 2>&1 | tmo 12 head -c "$VP_KMAX" | vp_kfilter
 }
 
 vp_kmsg_fallback() {
 	if vp_has journalctl; then
 		printf '@@source journalctl\n'
-		tmo 10 journalctl -k -b --no-pager -o short-monotonic 2>&1 | tmo 12 head -c "$VP_KMAX" |
+		vp_kexit tmo 10 journalctl -k -b --no-pager -o short-monotonic 2>&1 | tmo 12 head -c "$VP_KMAX" |
 			tail -n 20000 | vp_kfilter
 	fi
 	for vp_f in /var/log/kern.log /var/log/messages; do
 		if [ -r "$vp_f" ]; then
 			printf '@@source %s\n' "$vp_f"
-			tmo 10 tail -c 4000000 "$vp_f" | vp_kfilter
+			vp_kexit tmo 10 tail -c 4000000 "$vp_f" | vp_kfilter
 		fi
 	done
 }
@@ -1062,7 +1083,8 @@ vp_main() {
 	vp_k=$(vp_kmsg)
 	secn kmsg printf '%s\n' "$vp_k"
 	case $vp_k in
-	*"@@err "* | *"@@lines 0") secn kmsg.fallback vp_kmsg_fallback ;;
+	# unreadable, empty, or killed by its timeout (exit 124, 137): the journal or kern.log may answer
+	*"@@err "* | *"@@lines 0" | *"@@exit 1"[2-9][0-9]*) secn kmsg.fallback vp_kmsg_fallback ;;
 	*"Killed process"*) ;;
 	# a memory cgroup counts an OOM kill that dmesg no longer holds (a busy host rolled its ring
 	# buffer over): the journal's kernel messages may

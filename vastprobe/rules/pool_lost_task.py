@@ -84,6 +84,8 @@ def check(ctx: Context) -> Iterator[Finding]:
                          f"{ctx.snapshot.sample_window:.1f}s")
             )  # fmt: skip
         died = "was OOM-killed" if killed else "died (killed, or crashed)"
+        if not killed and not ctx.snapshot.kernel_log.readable:  # no OOM line, because no log was read
+            died = "died (killed, or crashed; the kernel log was not read, so an OOM kill could not be checked)"
         summary = (
             f"{parent.comm} ({parent.pid})'s worker pool lost a task: a worker {died}, "
             f"{', '.join(ctx.proc_label(k.pid) for k in younger[:2])} replaced it, and every worker idles on the task "
