@@ -128,6 +128,39 @@ def test_a_log_link_planted_to_etc_shadow_never_reaches_the_report(tmp_path: Pat
     assert f["severity"] == "warning" and "was not read" in f["summary"], f
 
 
+def test_a_tenants_directory_link_leads_no_log_or_listing_into_a_root_only_directory(tmp_path: Path) -> None:
+    """Only the last component of a --log path was checked: `--log tenant/run/train.log`, where the
+    tenant made `run` a link to a root-only directory, put that root-only file in the report, and
+    `--artifacts 'tenant/run/*'` listed the directory. Every link among the components is checked
+    now (a non-root owner's link must lead to its owner's directory); a root-owned link is trusted."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the probe reads what only root may)")
+    secret = tmp_path / "root-only"
+    secret.mkdir(mode=0o700)
+    (secret / "train.log").write_text("CANARY-root-only-3f9a\n")
+    (secret / "weights-CANARY-name.bin").write_text("x")
+    home = tmp_path / "tenant"
+    home.mkdir()
+    os.chown(home, 65534, 65534)
+    run = home / "run"
+    run.symlink_to(secret)
+    os.lchown(run, 65534, 65534)
+    trusted = tmp_path / "system-link"  # root's own link to root's directory: followed as before
+    trusted.symlink_to(secret)
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", "--snapshot",
+                        "--sample", "0", "--log", str(run / "train.log"), "--artifacts", f"{run}/*",
+                        "--log", str(trusted / "train.log")], capture_output=True, text=True, timeout=120)  # fmt: skip
+    host = json.loads(r.stdout)["hosts"][0]
+    logs = {lg["path"]: lg for lg in host["snapshot"]["logs"]}
+    tenant_log = logs[str(run / "train.log")]
+    assert "a directory link to another user's directory" in tenant_log["tail"]["unavailable"], tenant_log
+    assert "CANARY-root-only" not in json.dumps(tenant_log)
+    (art,) = host["snapshot"]["artifacts"]
+    assert art["entries"] == [] and "directory link" in (art["error"] or ""), art
+    assert "weights-CANARY-name" not in r.stdout
+    assert logs[str(trusted / "train.log")]["tail"] == "CANARY-root-only-3f9a\n"  # root's link: read
+
+
 def test_a_log_link_to_proc_kmsg_is_refused_unread(tmp_path: Path) -> None:
     """A link to /proc/kmsg: reading it consumed the kernel's messages for 5 s (other readers
     lost them). Now a log that leads under /proc, /sys or /dev is never read: the probe says so in

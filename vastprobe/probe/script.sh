@@ -841,9 +841,35 @@ vp_untouchable() {
 # its size, in a report. vp_kernel is set for a file under /proc, /sys or /dev: stat'ed, never
 # read (a link to /proc/kmsg would consume the kernel's messages). A plain file costs no fork; a
 # link costs readlink and stat.
+# vp_dirlinks DIR: true when every symbolic link among DIR's components is root's, or its owner's
+# leading to its owner's directory; else says which is not (@@refused) and fails. Only the last
+# component of a --log was checked: `tenant/run -> /root-only/dir` read the root-only file
+# through it. A component that is no link costs a builtin test; a link, one stat.
+vp_dirlinks() {
+	case $1 in /*) vp_acc= ;; *) vp_acc=. ;; esac
+	vp_ifs=$IFS
+	IFS=/
+	set -- $1
+	IFS=$vp_ifs
+	for vp_c; do
+		[ -n "$vp_c" ] || continue
+		vp_acc=$vp_acc/$vp_c
+		[ -h "$vp_acc" ] || continue
+		vp_lo=$(stat -c '%u' -- "$vp_acc" "$vp_acc/" 2>/dev/null)
+		set -- $vp_lo
+		if [ "$#" != 2 ] || { [ "$1" != 0 ] && [ "$1" != "$2" ]; }; then
+			printf '@@refused a directory link to another user'"'"'s directory (uid %s; the link is uid %s'"'"'s): %s\n' \
+				"${2:-?}" "${1:-?}" "$vp_acc"
+			return 1
+		fi
+	done
+	return 0
+}
+
 vp_logpath() {
 	vp_kernel=
 	vp_untouchable "$1" && return 1
+	case $1 in */*) vp_dirlinks "${1%/*}" || return 1 ;; esac
 	vp_real=$1
 	case $1 in
 	*/*) vp_ldir=${1%/*} vp_lbase=${1##*/} ;;
@@ -918,6 +944,7 @@ vp_glob() {
 	vp_g=${1%%[[*?]*}
 	case $vp_g in */*) vp_g=${vp_g%/*} ;; *) vp_g=. ;; esac
 	vp_untouchable "${vp_g:-/}" && return 0
+	vp_dirlinks "${vp_g:-/}" || return 0
 	vp_ifs=$IFS
 	IFS=
 	set -- $1
