@@ -257,11 +257,23 @@ def history(value: str | None) -> str | None:
     return value
 
 
+#: `host=… dbname=…`: libpq's keyword/value form, which a history location is not (a path is)
+_LIBPQ_KEYWORDS = re.compile(
+    r"\s*(?:host|hostaddr|port|dbname|user|password|passfile|service|sslmode|options)\s*=\S*(?:\s+\w+\s*=\S*)+\s*$"
+)
+
+
 def history_url_problem(value: str) -> str | None:
     """What is wrong with a database URL that no server need be asked (its syntax, the driver)."""
     from vastprobe.history.engine import display, is_url, reason
 
     if not is_url(value):
+        if _LIBPQ_KEYWORDS.match(value):  # `host=db password=…`: taken for a file name, the password in it
+            return (
+                f"{display(value)}: a libpq keyword string is not a history location; give a URL "
+                "(postgresql://user@host/db, the password in ~/.pgpass or a service file: "
+                "postgresql:///db?service=NAME)"
+            )
         return None if value.strip() else "an empty path"
     try:
         from psycopg.conninfo import conninfo_to_dict

@@ -141,6 +141,13 @@ def list_running(cli: str, scheme: str, query: str) -> list[str]:
     """`CLI ps` (running containers only), its filters from QUERY (`label=job=x,name=prover`)."""
     argv = [cli, "ps", "--format", "{{.Names}}"]
     for f in filter(None, query.split(",")):
+        # checked as kubectl's selector is: a filter is KEY=VALUE, never an option of the CLI's own
+        # (`--from docker:--host=tcp://…` would point the CLI at another daemon), no control characters
+        key, eq, _value = f.partition("=")
+        if f.startswith("-") or not eq or not key.strip() or text_problem(f, "filter"):
+            raise TargetError(
+                f"--from {scheme}:{query}: not a filter list (want KEY=VALUE[,KEY=VALUE…], e.g. label=job=x)"
+            )
         argv += ["--filter", f]
     return listed(argv, f"--from {scheme}:{query}" if query else f"--from {scheme}",
                   lambda name: f"{scheme}://{name}" if NAME.match(name) else None)  # fmt: skip
