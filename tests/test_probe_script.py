@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,35 @@ def test_busybox_applets_alone(tmp_path: Path) -> None:
     me = snap.process(snap.probe.shell_pid or -1)
     assert me is not None and me.comm == "sh"
     assert any(p.fds for p in snap.processes if not isinstance(p.fds, type(None)))
+
+
+def test_busybox_grep_puts_no_other_variable_of_an_environ_in_the_output(tmp_path: Path) -> None:
+    """BusyBox `grep -z` anchors `^` after a newline inside a value too: an environ entry
+    `NOTE=hunter2-SECRET\nRANK=7` matched whole, and the raw output (what `collect -o` saves) held
+    the secret before its line. Only entries that start with an allowed name, newline-free, pass."""
+    if shutil.which("busybox") is None:
+        pytest.skip("busybox is not installed")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for a in subprocess.run(["busybox", "--list"], capture_output=True, text=True).stdout.split():
+        (bindir / a).symlink_to(shutil.which("busybox"))  # type: ignore[arg-type]
+    env = {"PATH": "/usr/bin:/bin", "NOTE": "hunter2-SECRET\nRANK=7", "WORLD_SIZE": "4"}
+    # a multi-threaded process (environs are read for those: ranks are)
+    rank = subprocess.Popen([sys.executable, "-c", "import threading, time\n"
+                             "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
+                             "print(flush=True); time.sleep(600)"], env=env, stdout=subprocess.PIPE)  # fmt: skip
+    try:
+        assert rank.stdout is not None and rank.stdout.readline() == b"\n"
+        params = ProbeParams(sample=0)
+        script = render_script(params).replace(
+            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH", f"PATH={bindir}"
+        )
+        proc = subprocess.run([str(bindir / "sh"), "-s"], input=script.encode(), capture_output=True, timeout=60)
+    finally:
+        rank.kill()
+        rank.wait()
+    assert b"hunter2-SECRET" not in proc.stdout
+    assert f"/proc/{rank.pid}/environ:WORLD_SIZE=4".encode() in proc.stdout  # the allowed one still read
 
 
 def test_parameters_are_data_not_code(tmp_path: Path) -> None:

@@ -443,8 +443,12 @@ vp_env() {
 	exec 4>&1
 	# the section on stdout; on stderr, captured, where the flight recorder dumps (its prefixes)
 	vp_frp=$({ vp_many "$vp_lenv" tmo 10 grep -H -z -E "$VP_ENVPAT" 2>/dev/null | tr '\000\n' '\n\036' |
-		VP_B=$VP_B awk -v cap=262144 "$VP_CAP_AWK"'
-		{ i = index($0, ":"); f = substr($0, 1, i - 1); if (++c[f] <= 48) out(substr($0, 1, i + 256)) }
+		VP_B=$VP_B awk -v cap=262144 -v pat="$VP_ENVPAT" "$VP_CAP_AWK"'
+		# an entry is kept only when it starts with an allowed name and holds no newline: BusyBox
+		# grep -z anchors ^ after a newline inside a value too, so "X=secret\nRANK=1" matched whole
+		{ i = index($0, ":"); f = substr($0, 1, i - 1); e = substr($0, i + 1) }
+		e !~ pat || index(e, "\036") { next }
+		{ if (++c[f] <= 48) out(substr($0, 1, i + 256)) }
 		/:(TORCH_NCCL_DEBUG_INFO_TEMP_FILE|TORCH_FR_DUMP_TEMP_FILE)=\// && np < 8 {
 			# 8 distinct prefixes: the ranks of one job all name the same one
 			v = substr($0, index($0, "=") + 1)
