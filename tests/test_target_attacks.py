@@ -5,12 +5,14 @@ shell. Each attack is real; each test says what it held."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -159,6 +161,50 @@ def test_a_tenants_directory_link_leads_no_log_or_listing_into_a_root_only_direc
     assert art["entries"] == [] and "directory link" in (art["error"] or ""), art
     assert "weights-CANARY-name" not in r.stdout
     assert logs[str(trusted / "train.log")]["tail"] == "CANARY-root-only-3f9a\n"  # root's link: read
+
+
+FLIPPER = """
+import os, sys
+log, regular, link = sys.argv[1:4]
+while True:  # the log is a regular file, then a link to the root-only canary, then a file again...
+    with open(regular + ".new", "w") as f:
+        f.write("step 1\\n")
+    os.rename(regular + ".new", log)
+    os.symlink(link, log + ".lnk")
+    os.rename(log + ".lnk", log)
+"""
+
+
+def test_a_log_flipped_to_a_link_during_the_probe_never_puts_the_link_target_in_a_report(tmp_path: Path) -> None:
+    """The owner check and the read were two steps: a tenant flipping train.log between a file of
+    its own and a link to a root-only file put the canary in 10 of 30 reports. The log is opened
+    once now and read only if what is open is the file checked."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the canary is root-only)")
+    secret = tmp_path / "root-only"
+    secret.mkdir(mode=0o700)
+    canary = secret / "secret.txt"
+    canary.write_text("CANARY-raced-8d1c\n")
+    home = Path(tempfile.mkdtemp(prefix="vastprobe-tenant-", dir="/tmp"))  # the tenant can reach /tmp
+    os.chmod(home, 0o755)
+    os.chown(home, 65534, 65534)
+    log = home / "train.log"
+    flipper = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                                FLIPPER, str(log), str(home / "f"), str(canary)])  # fmt: skip
+    try:
+        wait_for(lambda: log.exists() or log.is_symlink(), what="the flipper under way")
+        leaked = 0
+        for _ in range(30):
+            r = subprocess.run([sys.executable, "-m", "vastprobe", "collect", "local", "--sample", "0", "--log",
+                                str(log), "-o", str(tmp_path / "c.json")], capture_output=True, text=True, timeout=120)  # fmt: skip
+            assert r.returncode == 0, r.stderr
+            raw = base64.b64decode(json.loads((tmp_path / "c.json").read_text())["raw_b64"])
+            leaked += b"CANARY-raced" in raw
+        assert leaked == 0, f"the canary reached {leaked} of 30 captures"
+    finally:
+        flipper.kill()
+        flipper.wait()
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def test_a_log_link_to_proc_kmsg_is_refused_unread(tmp_path: Path) -> None:
