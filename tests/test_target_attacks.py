@@ -207,6 +207,60 @@ def test_a_log_flipped_to_a_link_during_the_probe_never_puts_the_link_target_in_
         shutil.rmtree(home, ignore_errors=True)
 
 
+DUMP_FLIPPER = """
+import os, pickle, sys
+dump, link = sys.argv[1:3]
+while True:  # a plain dump of its own, then a link to the root-only canary, then the dump again...
+    with open(dump + ".new", "wb") as f:
+        f.write(pickle.dumps({"version": "2.4", "entries": []}, protocol=4))
+    os.rename(dump + ".new", dump)
+    os.symlink(link, dump + ".lnk")
+    os.rename(dump + ".lnk", dump)
+"""
+
+
+def test_a_dump_flipped_to_a_link_is_never_read_through_it(tmp_path: Path) -> None:
+    """The same race on a flight-recorder dump (2 of 20 captures in the audit): the dump a rank's
+    prefix names flips between a plain pickle of the tenant's and a link to a root-only file that
+    starts like a pickle. What is read is the file checked, never the link's target."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the canary is root-only)")
+    secret = tmp_path / "root-only"
+    secret.mkdir(mode=0o700)
+    canary = secret / "secret.bin"
+    canary.write_bytes(b"\x80CANARY-dump-raced-51e7" * 4)
+    home = Path(tempfile.mkdtemp(prefix="vastprobe-tenant-", dir="/tmp"))
+    os.chmod(home, 0o755)
+    os.chown(home, 65534, 65534)
+    prefix = home / "trace_rank_"
+    rank = subprocess.Popen([sys.executable, "-c", "import threading, time\n"
+                             "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
+                             "print(flush=True); time.sleep(600)"], stdout=subprocess.PIPE,
+                            env=dict(os.environ, TORCH_FR_DUMP_TEMP_FILE=str(prefix)))  # fmt: skip
+    flipper = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                                DUMP_FLIPPER, f"{prefix}0", str(canary)])  # fmt: skip
+    try:
+        assert rank.stdout is not None and rank.stdout.readline() == b"\n"
+        wait_for(lambda: Path(f"{prefix}0").exists(), what="the flipper under way")
+        leaked = 0
+        for _ in range(20):
+            r = subprocess.run([sys.executable, "-m", "vastprobe", "collect", "local", "--sample", "0", "-o",
+                                str(tmp_path / "c.json")], capture_output=True, text=True, timeout=120)  # fmt: skip
+            assert r.returncode == 0, r.stderr
+            doc = json.loads((tmp_path / "c.json").read_text())
+            ours = [d for d in doc["snapshot"]["flight_dumps"] if d["path"] == f"{prefix}0"]
+            # the canary is no plain pickle: refused if it was ever read (a file that keeps changing
+            # under the probe is not read at all: what is open is never the file checked)
+            leaked += sum(1 for d in ours if d["refused"])
+        assert leaked == 0, f"the link's target was read in {leaked} of 20 captures"
+    finally:
+        flipper.kill()
+        flipper.wait()
+        rank.kill()
+        rank.wait()
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def test_a_log_link_to_proc_kmsg_is_refused_unread(tmp_path: Path) -> None:
     """A link to /proc/kmsg: reading it consumed the kernel's messages for 5 s (other readers
     lost them). Now a log that leads under /proc, /sys or /dev is never read: the probe says so in
