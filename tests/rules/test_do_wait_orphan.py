@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.helpers import children_of, proc_wchan, vastprobe_json, wait_for
 
@@ -89,3 +93,59 @@ def test_live_producer_pipeline_is_not_an_orphan_trap(tmp_path: Path, reap) -> N
     rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.3")
     assert rc == 0
     assert not [f for f in host["findings"] if f["severity"] in ("error", "critical")], host["findings"]
+
+
+ADOPTED = """{python} -c "
+import os
+import shutil
+import subprocess
+subprocess.Popen(['sleep', '600'])  # a daemon that inherits its launcher's stdout: the pipe
+print('launched', flush=True)
+" | cat > /dev/null
+echo done
+"""
+LIVE = "sleep 600 | cat > /dev/null\necho done\n"
+
+
+def _container(reap, tmp_path: Path, script: str) -> tuple[subprocess.Popen, int]:
+    """A container's shell seen from the host: `sh` as the init of a PID namespace of its own."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare (util-linux) for a PID namespace")
+    path = tmp_path / "entrypoint.sh"
+    path.write_text(script)
+    top = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "sh", str(path)], start_new_session=True)
+    reap.append(top)
+    wait_for(lambda: any(comm_of(k) == "sh" for k in children_of(top.pid)), what="the namespace's init")
+    init = next(k for k in children_of(top.pid) if comm_of(k) == "sh")
+    wait_for(lambda: sorted(comm_of(k) for k in children_of(init)) == ["cat", "sleep"], what="cat and sleep")
+    return top, init
+
+
+def comm_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+@pytest.mark.parametrize("sample", ["1", "0"])
+def test_an_orphan_adopted_by_a_containers_init_holding_the_pipe(reap, tmp_path: Path, sample: str) -> None:
+    """The launcher's daemon, adopted by the namespace's init when the launcher ended, holds the
+    pipe its reader waits on: the do-wait-orphan story with host PIDs (it read HEALTHY: the orphan
+    is the reader's sibling, as a pipeline's producer is, but it started after the reader)."""
+    top, init = _container(reap, tmp_path, ADOPTED.format(python=sys.executable))
+    sleep = next(k for k in children_of(init) if comm_of(k) == "sleep")
+    rc, host = vastprobe_json("--pid", str(top.pid), "--sample", sample)
+    f = next((f for f in host["findings"] if f["rule"] == "do-wait-orphan"), None)
+    assert f is not None, [(g["rule"], g["severity"], g["summary"]) for g in host["findings"]]
+    assert f"the orphan {sleep} (sleep)" in f["summary"], f["summary"]
+    assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1
+
+
+def test_a_containers_live_pipeline_is_no_orphan(reap, tmp_path: Path) -> None:
+    """The control: `sleep 600 | cat` in the same container; its producer started first."""
+    top, _init = _container(reap, tmp_path, LIVE)
+    rc, host = vastprobe_json("--pid", str(top.pid), "--sample", "1")
+    assert host["verdict"] == "healthy" and rc == 0, [
+        (f["rule"], f["severity"], f["summary"]) for f in host["findings"]
+    ]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 from vastprobe.analysis.gpu import idle_gpus
 from vastprobe.analysis.waitgraph.edges import Chain, WaitEdge
-from vastprobe.model import Evidence
+from vastprobe.model import Evidence, Process
 
 if TYPE_CHECKING:
     from vastprobe.analysis.view import SnapshotView
@@ -164,6 +164,17 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
     return None
 
 
+def _adopted_sibling(ctx: SnapshotView, writer: Process, reader: Process) -> bool:
+    """A writer that shares the reader's parent, and that parent a PID namespace's init seen from
+    outside (a container's shell): a live pipeline's producer is such a sibling too, but a shell
+    forks a pipeline from left to right, so its producer starts before its reader; a writer that
+    started after the reader was forked by something else and adopted by the init when that ended
+    (a launcher's daemon holding the pipe it inherited)."""
+    parent = ctx.tree.by_pid.get(writer.ppid)
+    ns_init = parent is not None and parent.pid != 1 and bool(parent.nspid) and parent.nspid[-1] == 1
+    return ns_init and writer.starttime > reader.starttime
+
+
 def _orphan_writers(ctx: SnapshotView, edge: WaitEdge) -> tuple[int, ...]:
     """The writers of a pipe or FIFO the waiter reads, when every one is an orphan that is neither
     the reader's ancestor nor its sibling (a live pipeline's producer is a sibling)."""
@@ -175,7 +186,9 @@ def _orphan_writers(ctx: SnapshotView, edge: WaitEdge) -> tuple[int, ...]:
     out = []
     for h in edge.holders:
         w = g.process(h)
-        if w is None or h == reader.pid or h in ancestors or w.ppid == reader.ppid or not g.orphan(w):
+        if w is None or h == reader.pid or h in ancestors or not g.orphan(w):
+            return ()
+        if w.ppid == reader.ppid and not _adopted_sibling(ctx, w, reader):
             return ()
         if w.ppid == reader.pid:
             return ()  # an init reading its own child's output: an adopted orphan looks the same as a real child
