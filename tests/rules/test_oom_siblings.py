@@ -74,3 +74,32 @@ def test_a_victim_still_a_zombie_names_its_launcher(reap, memcg: MemoryCgroup) -
         assert len(ooms) == 1 and ooms[0]["pids"] == [a.pid], [(f["summary"], f["pids"]) for f in ooms]
     finally:
         cg.remove()
+
+
+def test_two_kills_beside_two_launchers_are_both_the_cgroups(reap, memcg: MemoryCgroup, tmp_path: Path) -> None:
+    """Each launcher's child is OOM-killed (two kills, one per launcher): both were blamed on the
+    first launcher. Nothing shows whose child each was once it is gone: the cgroup is named with
+    both kills, neither launcher; the launchers go on (a warning, DEGRADED, exit 0)."""
+    cg = MemoryCgroup(128 * 1024 * 1024)
+    go = tmp_path / "go"
+    alloc = f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.01)\n{ALLOC}"
+    try:
+        launchers = []
+        for _ in range(2):
+            p = subprocess.Popen(["bash", "-c", f'echo $$ > {cg.procs_file}; {sys.executable} -c "$0"; sleep 600; true',
+                                  alloc], start_new_session=True)  # fmt: skip
+            reap.append(p)
+            wait_for(lambda p=p: any(comm(k).startswith("python") for k in children_of(p.pid)), what="a child")
+            launchers.append(p)
+        go.write_text("")
+        wait_for(lambda: cg.oom_kills() >= 2, timeout=30, what="both children OOM-killed")
+        for p in launchers:
+            wait_for(lambda p=p: any(comm(k) == "sleep" for k in children_of(p.pid)), what="the launcher going on")
+        rc, host = vastprobe_json(*(a for p in launchers for a in ("--pid", str(p.pid))), "--sample", "1")
+        ooms = [f for f in host["findings"] if f["rule"] == "oom-killed-child" and f["severity"] != "info"]
+        assert len(ooms) == 1, [(f["severity"], f["summary"], f["pids"]) for f in ooms]
+        f = ooms[0]
+        assert f["summary"].startswith("2 OOM kill(s)") and not {p.pid for p in launchers} & set(f["pids"]), f
+        assert f["severity"] == "warning" and host["verdict"] == "degraded" and rc == 0, host["headline"]
+    finally:
+        cg.remove()
