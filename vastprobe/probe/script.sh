@@ -463,8 +463,15 @@ vp_env() {
 # pickle code. At most VP_FR_NAMES names are looked at under each prefix (a tenant's 20,000 empty
 # files cost the deadline; an empty one costs no fork); past it `@fr-cut PREFIX` says the rest were not.
 # A prefix is tenant-named: a directory on a FUSE mount with requests waiting is not listed, and the
-# section runs guarded (vp_guard), so a dead mount costs VP_FILE_T seconds, not the probe.
+# section runs guarded (vp_guard) when a rank named one, so a dead mount costs VP_FILE_T seconds,
+# not the probe.
 VP_FR_NAMES=64
+# Guarded only where a path may hang: a prefix a rank named, or /tmp on a FUSE mount. A guard's
+# child is an orphan its init must reap; the default prefix in a local /tmp needs none.
+vp_fr_sec() {
+	vp_fuse_waiting /tmp/
+	if [ -n "$vp_frp" ] || [ -n "$vp_fdev" ]; then vp_guard secn fr vp_fr; else secn fr vp_fr; fi
+}
 vp_fr() {
 	vp_frn=0
 	vp_ifs=$IFS
@@ -1128,7 +1135,7 @@ vp_main() {
 	fi
 	secn cmdline vp_cmdline
 	secn env vp_env
-	vp_guard secn fr vp_fr
+	vp_fr_sec
 	[ "$VP_PYSPY" != 1 ] || vp_pystack_sec
 	vp_fd
 	vp_held_sec
