@@ -124,6 +124,7 @@ def test_a_client_redis_never_accepted_while_asleep_is_stalled(redis: tuple[int,
         f = finding(host)
         assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["headline"]
         assert "in its accept queue, and accepted none over" in proof(f), f["evidence"]
+        assert "has not accepted the connection" in f["summary"] and "connect timeout" in f["hint"], f
     finally:
         sleeper.close()
 

@@ -72,6 +72,17 @@ def check(ctx: Context) -> Iterator[Finding]:
                     f"resume it with `kill -CONT {' '.join(map(str, stopped))}`, or find who stopped it; "
                     "give clients a timeout"
                 )
+            elif edge.listener is not None:  # the kernel took the connection, the server has not
+                queued = edge.listener.recv_queue or 0
+                summary = (
+                    f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}: its peer {peer} ({state}) has not "
+                    f"accepted the connection ({queued} queued on {edge.listener.local})"
+                )
+                hint = (
+                    f"{peer} holds the listening socket {edge.listener.local} and accepts nothing (its accept loop "
+                    f"is blocked on something else, or it serves one client at a time and is stuck on one): see where "
+                    f"it waits ({stack_command(ctx, edge.holders[0])}), then restart it; give clients a connect timeout"
+                )
             elif (
                 threaded := next((a for h in edge.holders if (a := ctx.graph.acts_elsewhere(h))), None)
             ) and not unread:
