@@ -193,15 +193,15 @@ def output_path_problem(path: str | os.PathLike[str]) -> str | None:
     directory = p.parent
     if p.name in ("", ".", ".."):
         return f"{p}: not a file name"
+    st: os.stat_result | None
     try:
         st = os.stat(p)
     except FileNotFoundError:
-        pass
+        st = None
     except OSError as exc:
         return f"{p}: {exc.strerror}"
-    else:
-        if stat.S_ISDIR(st.st_mode):
-            return f"{p}: is a directory"
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        return f"{p}: is a directory"
     try:
         dst = os.stat(directory)
     except FileNotFoundError:
@@ -211,12 +211,8 @@ def output_path_problem(path: str | os.PathLike[str]) -> str | None:
     if not stat.S_ISDIR(dst.st_mode):
         return f"{directory}: not a directory"
     if writes_in_place(p):  # /dev/null, a FIFO, /dev/stdout: written in place, its directory untouched
-        try:
-            st = os.stat(p)
-        except FileNotFoundError:
+        if st is None:
             return f"{p}: no such file (vastprobe creates nothing in /dev or /proc)"
-        except OSError as exc:
-            return f"{p}: {exc.strerror}"
         if stat.S_ISSOCK(st.st_mode):
             return f"{p}: is a socket"
         return None if os.access(p, os.W_OK) else f"{p}: not writable"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from vastprobe.analysis.logs import LogHealth
-from vastprobe.model import Evidence, FileStat, Finding, NotRead, Severity, SocketTable, Unavailable
+from vastprobe.model import Evidence, FileStat, Finding, NotRead, Severity
 from vastprobe.rules.base import Context, Rule, RuleMeta
 
 META = RuleMeta("missing-logs", "VP104", "error", "an expected log is missing, silent or deleted while still open")
@@ -126,12 +126,7 @@ def _serving(ctx: Context, pid: int) -> bool:
     if p is None:
         return False
     kind = ctx.graph.kind(p)
-    if kind == "accept":
-        return True
-    if kind != "event-loop" or isinstance(p.fds, Unavailable) or not isinstance(ctx.snapshot.sockets, SocketTable):
-        return False
-    listening = {s.inode for s in ctx.snapshot.sockets.sockets if s.state == "LISTEN"}
-    return any(e.socket_inode in listening for e in p.fds if e.socket_inode is not None)
+    return kind == "accept" or (kind == "event-loop" and ctx.graph.listens(p))
 
 
 #: A process using at least this share of one CPU over the window counts as busy.

@@ -98,6 +98,14 @@ class WaitIndex:
     def process(self, pid: int) -> Process | None:
         return self.tree.by_pid.get(pid)
 
+    def listens(self, p: Process) -> bool:
+        """Holds a listening socket: a server, which waits for work rather than on its clients."""
+        for e in p.fds if not isinstance(p.fds, Unavailable) else ():
+            sock = self._sockets.get(e.socket_inode) if e.socket_inode is not None else None
+            if sock is not None and sock.state == "LISTEN":
+                return True
+        return False
+
     def kind(self, p: Process) -> WaitKind | None:
         """What the process's main thread waits for; None when it is running or nothing says."""
         return self.task_kind(p, main_task(p))

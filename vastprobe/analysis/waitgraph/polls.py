@@ -98,11 +98,7 @@ class PollEdges(SocketEdges):
 
     def _pollable(self, p: Process) -> bool:
         """Not a server: a process holding a listening socket waits for work, not on its clients."""
-        for e in p.fds if not isinstance(p.fds, Unavailable) else ():
-            sock = self._sockets.get(e.socket_inode) if e.socket_inode is not None else None
-            if sock is not None and sock.state == "LISTEN":
-                return False
-        return True
+        return not self.listens(p)
 
     def _waits_back(self, pid: int, ino: int, reading: bool) -> bool:
         """Whether `pid` is blocked on pipe `ino` itself: writing it (full) when the poller reads it,
