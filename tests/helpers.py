@@ -172,3 +172,41 @@ def crossed_flocks(reap: list, tmp_path: Path) -> tuple[subprocess.Popen, subpro
     for p in (one, two):
         wait_for(lambda p=p: child_waiting(p.pid, "flock", "locks_lock") is not None, what="both blocked")
     return one, two
+
+
+FUSE_SERVER = Path(__file__).resolve().parent / "fuse_server.py"
+
+
+def mount_fuse(reap: list, where: Path) -> subprocess.Popen:
+    """The test FUSE server (tests/fuse_server.py: it answers INIT and nothing else) mounted on
+    `where`, which it makes; the test skips, saying why, where this machine cannot mount one."""
+    import pytest
+
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        pytest.skip("needs root and /dev/fuse")
+    where.mkdir()
+    server = subprocess.Popen([sys.executable, str(FUSE_SERVER), str(where)], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)  # fmt: skip
+    reap.append(server)
+    assert server.stdout is not None
+    if server.stdout.readline().strip() != "ready":
+        pytest.skip("could not mount a FUSE file system here")
+    return server
+
+
+#: A quiet process with a second thread: the probe reads the environ of multi-threaded processes
+#: (ranks are), so one with a rank's variables (a dump prefix) stands in for a rank.
+THREADED_SLEEPER = (
+    "import threading, time\n"
+    "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
+    "print(flush=True); time.sleep(600)"
+)
+
+
+def threaded_sleeper(**env: str) -> subprocess.Popen:
+    """THREADED_SLEEPER with `env` added to this environment, returned once its thread runs; the
+    caller ends it."""
+    holder = subprocess.Popen([sys.executable, "-c", THREADED_SLEEPER], stdout=subprocess.PIPE,
+                              env={**os.environ, **env})  # fmt: skip
+    assert holder.stdout is not None and holder.stdout.readline() == b"\n"
+    return holder

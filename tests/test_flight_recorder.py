@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import mount_fuse, threaded_sleeper
 from tests.sshd import keygen, start_sshd
 from vastprobe.analysis.flight import compare
 from vastprobe.parsers.flight_recorder import Refused, load_plain, parse_fr_section, read_dump
@@ -109,12 +110,8 @@ def crafted_dumps(tmp_path: Path) -> Iterator[Path]:
     prefix = tmp_path / "nccl_trace_rank_"
     for rank, payload in enumerate((DEEP_KEY, DEEP_VALUE, SELF)):
         Path(f"{prefix}{rank}").write_bytes(payload)
-    holder = subprocess.Popen([sys.executable, "-c", "import threading, time\n"
-                               "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
-                               "print(flush=True); time.sleep(600)"], stdout=subprocess.PIPE,
-                              env=dict(os.environ, TORCH_NCCL_DEBUG_INFO_TEMP_FILE=str(prefix)))  # fmt: skip
+    holder = threaded_sleeper(TORCH_NCCL_DEBUG_INFO_TEMP_FILE=str(prefix))
     try:
-        assert holder.stdout is not None and holder.stdout.readline() == b"\n"  # its thread started
         yield prefix
     finally:
         holder.kill()
@@ -167,13 +164,8 @@ def test_the_probe_reads_dumps_but_no_link_and_no_file_that_is_not_a_pickle(tmp_
     Path(f"{prefix}0").write_bytes(dumps()[0])
     os.symlink("/etc/shadow", f"{prefix}1")
     Path(f"{prefix}2").write_text("root:$6$not-a-pickle\n")
-    holder = subprocess.Popen([sys.executable, "-c", "import threading, time\n"
-                               "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
-                               "time.sleep(600)"], env=dict(os.environ, TORCH_FR_DUMP_TEMP_FILE=str(prefix)))  # fmt: skip
+    holder = threaded_sleeper(TORCH_FR_DUMP_TEMP_FILE=str(prefix))
     try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and len(os.listdir(f"/proc/{holder.pid}/task")) < 2:
-            time.sleep(0.02)
         cap = tmp_path / "c.json"
         subprocess.run([sys.executable, "-m", "vastprobe", "collect", "local", "--sample", "0", "-o", str(cap)],
                        check=True, capture_output=True, timeout=120)  # fmt: skip
@@ -201,22 +193,10 @@ def test_a_dump_prefix_on_a_dead_fuse_mount_costs_seconds_not_the_run(tmp_path: 
     does in D state. The probe's own shell did (`diagnose local --timeout 40` ran 608 s, deaf to
     SIGTERM, the local transport waiting on it unbounded); now a guarded child does and is
     abandoned, and the report says the section did not finish."""
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
-        pytest.skip("needs root and /dev/fuse")
     mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    server = subprocess.Popen([sys.executable, str(Path(__file__).parent / "fuse_server.py"), str(mnt)],
-                              stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
-    reap.append(server)
-    assert server.stdout is not None
-    if server.stdout.readline().strip() != "ready":
-        pytest.skip("could not mount a FUSE file system here")
-    holder = subprocess.Popen([sys.executable, "-c", "import threading, time\n"
-                               "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
-                               "print(flush=True); time.sleep(600)"], stdout=subprocess.PIPE,
-                              env=dict(os.environ, TORCH_FR_DUMP_TEMP_FILE=f"{mnt}/trace_rank_"))  # fmt: skip
+    server = mount_fuse(reap, mnt)
+    holder = threaded_sleeper(TORCH_FR_DUMP_TEMP_FILE=f"{mnt}/trace_rank_")
     reap.append(holder)
-    assert holder.stdout is not None and holder.stdout.readline() == b"\n"
     os.kill(server.pid, signal.SIGSTOP)
     try:
         t0 = time.monotonic()
@@ -241,12 +221,8 @@ def test_no_more_than_64_dump_names_are_looked_at(tmp_path: Path) -> None:
     prefix = tmp_path / "trace_rank_"
     for n in range(20_000):
         Path(f"{prefix}{n}").touch()
-    holder = subprocess.Popen([sys.executable, "-c", "import threading, time\n"
-                               "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
-                               "print(flush=True); time.sleep(600)"], stdout=subprocess.PIPE,
-                              env=dict(os.environ, TORCH_FR_DUMP_TEMP_FILE=str(prefix)))  # fmt: skip
+    holder = threaded_sleeper(TORCH_FR_DUMP_TEMP_FILE=str(prefix))
     try:
-        assert holder.stdout is not None and holder.stdout.readline() == b"\n"
         t0 = time.monotonic()
         r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--pid", str(holder.pid),
                             "--sample", "0", "--format", "json", "--snapshot"],

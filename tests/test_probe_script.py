@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import children_of, proc_state, run_probe_raw, wait_for
+from tests.helpers import children_of, proc_state, run_probe_raw, threaded_sleeper, wait_for
 from vastprobe.parsers.snapshot import build_snapshot
 from vastprobe.probe.render import ProbeParams, render_script, shell_quote
 from vastprobe.probe.sections import split_sections
@@ -113,13 +113,8 @@ def test_busybox_grep_puts_no_other_variable_of_an_environ_in_the_output(tmp_pat
     bindir.mkdir()
     for a in subprocess.run(["busybox", "--list"], capture_output=True, text=True).stdout.split():
         (bindir / a).symlink_to(shutil.which("busybox"))  # type: ignore[arg-type]
-    env = {"PATH": "/usr/bin:/bin", "NOTE": "hunter2-SECRET\nRANK=7", "WORLD_SIZE": "4"}
-    # a multi-threaded process (environs are read for those: ranks are)
-    rank = subprocess.Popen([sys.executable, "-c", "import threading, time\n"
-                             "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
-                             "print(flush=True); time.sleep(600)"], env=env, stdout=subprocess.PIPE)  # fmt: skip
+    rank = threaded_sleeper(NOTE="hunter2-SECRET\nRANK=7", WORLD_SIZE="4")
     try:
-        assert rank.stdout is not None and rank.stdout.readline() == b"\n"
         params = ProbeParams(sample=0)
         script = render_script(params).replace(
             "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH", f"PATH={bindir}"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import stat_fields, wait_for
+from tests.helpers import mount_fuse, stat_fields, threaded_sleeper, wait_for
 from tests.sshd import Sshd, start_sshd
 
 needs_root_unshare = pytest.mark.skipif(
@@ -233,14 +233,10 @@ def test_a_dump_flipped_to_a_link_is_never_read_through_it(tmp_path: Path) -> No
     os.chmod(home, 0o755)
     os.chown(home, 65534, 65534)
     prefix = home / "trace_rank_"
-    rank = subprocess.Popen([sys.executable, "-c", "import threading, time\n"
-                             "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
-                             "print(flush=True); time.sleep(600)"], stdout=subprocess.PIPE,
-                            env=dict(os.environ, TORCH_FR_DUMP_TEMP_FILE=str(prefix)))  # fmt: skip
+    rank = threaded_sleeper(TORCH_FR_DUMP_TEMP_FILE=str(prefix))
     flipper = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
                                 DUMP_FLIPPER, f"{prefix}0", str(canary)])  # fmt: skip
     try:
-        assert rank.stdout is not None and rank.stdout.readline() == b"\n"
         wait_for(lambda: Path(f"{prefix}0").exists(), what="the flipper under way")
         leaked = 0
         for _ in range(20):
@@ -281,16 +277,10 @@ def test_a_log_link_to_proc_kmsg_is_refused_unread(tmp_path: Path) -> None:
 
 @pytest.fixture
 def hung_fuse(reap: list[subprocess.Popen], tmp_path: Path):  # type: ignore[no-untyped-def]
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse") or shutil.which("unshare") is None:
-        pytest.skip("needs root, /dev/fuse and unshare")
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare (util-linux)")
     mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    server = subprocess.Popen([sys.executable, str(Path(__file__).parent / "fuse_server.py"), str(mnt)],
-                              stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
-    reap.append(server)
-    assert server.stdout is not None
-    if server.stdout.readline().strip() != "ready":
-        pytest.skip("could not mount a FUSE file system here")
+    server = mount_fuse(reap, mnt)
     yield server, mnt
     server.kill()  # its requests are aborted: whatever waited on it is released
     server.wait()

@@ -20,11 +20,10 @@ from pathlib import Path
 import pytest
 
 from tests.cgroup_lab import MemoryCgroup
-from tests.helpers import proc_state, proc_wchan, vastprobe_json, wait_for
+from tests.helpers import mount_fuse, proc_state, proc_wchan, vastprobe_json, wait_for
 from tests.sshd import free_ports, keygen, start_sshd
 
 LAB = Path(__file__).parents[1] / "rank_lab.py"
-FUSE = Path(__file__).parents[1] / "fuse_server.py"
 
 
 RECORDED_DUMPS = Path(__file__).parents[2] / "fixtures" / "flight-recorder" / "gloo-fifo"
@@ -119,16 +118,8 @@ def test_a_killed_rank_is_gone_and_holds_the_job(reap, tmp_path: Path) -> None:
 
 
 def test_a_rank_reading_a_dead_fuse_mount_holds_the_job(reap, tmp_path: Path) -> None:
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
-        pytest.skip("needs root and /dev/fuse")
     mnt = tmp_path / "datasets"
-    mnt.mkdir()
-    server = subprocess.Popen([sys.executable, str(FUSE), str(mnt)], stdout=subprocess.PIPE, text=True,
-                              start_new_session=True)  # fmt: skip
-    reap.append(server)
-    assert server.stdout is not None
-    if server.stdout.readline().strip() != "ready":
-        pytest.skip("could not mount a FUSE file system here")
+    mount_fuse(reap, mnt)
     try:
         pids = start_job(reap, tmp_path, "fuse", str(mnt / "shard-00001.tar"))
         waiting(pids)

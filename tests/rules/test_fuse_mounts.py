@@ -7,35 +7,19 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import descendants, proc_wchan, vastprobe_json, wait_for
-
-SERVER = Path(__file__).parents[1] / "fuse_server.py"
-
-
-def mount(reap: list, where: Path) -> subprocess.Popen:
-    where.mkdir()
-    server = subprocess.Popen([sys.executable, str(SERVER), str(where)], stdout=subprocess.PIPE, text=True,
-                              start_new_session=True)  # fmt: skip
-    reap.append(server)
-    assert server.stdout is not None
-    if server.stdout.readline().strip() != "ready":
-        pytest.skip("could not mount a FUSE file system here")
-    return server
+from tests.helpers import descendants, mount_fuse, proc_wchan, vastprobe_json, wait_for
 
 
 @pytest.fixture
 def two_mounts(reap, tmp_path: Path) -> Iterator[tuple[subprocess.Popen, Path, subprocess.Popen, Path]]:
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
-        pytest.skip("needs root and /dev/fuse")
     a, b = tmp_path / "datasets", tmp_path / "checkpoints"
-    server_a = mount(reap, a)
-    server_b = mount(reap, b)
+    server_a = mount_fuse(reap, a)
+    server_b = mount_fuse(reap, b)
     yield server_a, a, server_b, b
     for server in (server_a, server_b):
         os.kill(server.pid, signal.SIGCONT)

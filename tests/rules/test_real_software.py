@@ -22,6 +22,7 @@ from tests.helpers import (
     children_of,
     crossed_flocks,
     descendants,
+    mount_fuse,
     proc_state,
     proc_wchan,
     vastprobe_json,
@@ -669,16 +670,8 @@ def test_setsid_daemon_and_tail_f_under_waiting_shells_are_healthy(reap, tmp_pat
 @pytest.fixture
 def silent_fuse(reap, tmp_path: Path):
     """A FUSE mount on the real kernel interface whose server answers INIT and nothing else."""
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
-        pytest.skip("needs root and /dev/fuse")
     mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    server = subprocess.Popen([sys.executable, str(Path(__file__).parents[1] / "fuse_server.py"), str(mnt)],
-                              stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
-    reap.append(server)
-    assert server.stdout is not None
-    if server.stdout.readline().strip() != "ready":
-        pytest.skip("could not mount a FUSE file system here")
+    server = mount_fuse(reap, mnt)
     yield server, mnt
     subprocess.run(["umount", "-l", str(mnt)], check=False)
 
