@@ -37,9 +37,18 @@ def redact_text(text: str) -> str:
     return _KEYWORD.sub(rf"\1{MASK}", text)
 
 
+#: Every pattern above needs one of these (in any case) in the argument it masks: one look over the
+#: whole command line passes most of them untouched (each argument through the patterns cost ~8 us a
+#: process; an ignore-case regex over the line ~4 us; this ~1 us)
+_ANY_SECRET = ("pass", "pwd", "token", "secret", "key", "://")
+
+
 def redact_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
     """A command line with its secrets masked: URL passwords, keyword passwords, the value of a
     secret option (`--password X`, `--token=X`) and of a secret `NAME=value` argument."""
+    line = "\0".join(argv).casefold()  # folded as the patterns' ignore-case match folds (U+017F is s)
+    if not any(word in line for word in _ANY_SECRET):
+        return argv
     out: list[str] = []
     hide_next = False
     changed = False
