@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 from vastprobe.analysis.gpu import idle_gpus
 from vastprobe.analysis.waitgraph.edges import Chain, WaitEdge
+from vastprobe.analysis.waitgraph.locks import process_title
 from vastprobe.model import Evidence, Process
 
 if TYPE_CHECKING:
@@ -153,8 +154,6 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
     if kind == "file-lock":
         return f"{who} holds the lock and did nothing over {window}"
     if kind == "db-lock":
-        from vastprobe.analysis.waitgraph.locks import process_title
-
         idle_tx = [h for h in edge.holders if "idle in transaction" in process_title(ctx.tree.by_pid[h])]
         if idle_tx:
             return (
