@@ -15,35 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from vastprobe.model import Evidence, Finding, Process, Syscall
+from vastprobe.analysis.waitgraph.edges import private_untimed_wait
+from vastprobe.model import Evidence, Finding, Process
 from vastprobe.rules.base import Context, Rule, RuleMeta
 from vastprobe.rules.chains import is_python, stack_command
 
 META = RuleMeta(
     "fork-deadlock", "VP127", "error", "a single-threaded process waits on a lock no thread of its own can release"
 )
-
-FUTEX_PRIVATE_FLAG = 128
-FUTEX_CLOCK_REALTIME = 256
-#: futex ops that wait: FUTEX_WAIT, FUTEX_LOCK_PI, FUTEX_WAIT_BITSET, FUTEX_WAIT_REQUEUE_PI, FUTEX_LOCK_PI2
-WAIT_OPS = {
-    0: "FUTEX_WAIT",
-    6: "FUTEX_LOCK_PI",
-    9: "FUTEX_WAIT_BITSET",
-    11: "FUTEX_WAIT_REQUEUE_PI",
-    13: "FUTEX_LOCK_PI2",
-}
-
-
-def private_untimed_wait(sc: object) -> str | None:
-    """The futex op, in words, when `sc` is a wait on a private futex with no timeout; else None."""
-    if not isinstance(sc, Syscall) or sc.name != "futex" or len(sc.args) < 4:
-        return None
-    op = sc.args[1]
-    base = op & ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME)
-    if not op & FUTEX_PRIVATE_FLAG or base not in WAIT_OPS or sc.args[3] != 0:
-        return None
-    return f"futex({sc.args[0]:#x}, {WAIT_OPS[base]}|FUTEX_PRIVATE_FLAG, no timeout)"
 
 
 def _stuck(ctx: Context, p: Process) -> bool:

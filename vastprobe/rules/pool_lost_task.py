@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from vastprobe.analysis.waitgraph.edges import FUTEX_PRIVATE_FLAG, private_untimed_wait
 from vastprobe.analysis.wchan_families import wait_kind
 from vastprobe.model import Evidence, Finding, Process, Severity, Syscall
 from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
 from vastprobe.rules.chains import is_python, stack_command
-from vastprobe.rules.fork_deadlock import FUTEX_PRIVATE_FLAG, private_untimed_wait
 
 META = RuleMeta(
     "pool-lost-task", "VP128", "error", "a worker pool lost a task to a worker that died; the parent waits for ever"

@@ -95,3 +95,27 @@ def untimed_futex(sc: Syscall | Unavailable) -> bool:
     lock, a condition without a deadline). Python's Event.wait(5) and a heartbeat's timed wait
     pass a timeout (the 4th argument) and will wake by themselves."""
     return isinstance(sc, Syscall) and sc.name == "futex" and len(sc.args) > 3 and sc.args[3] == 0
+
+
+FUTEX_PRIVATE_FLAG = 128
+FUTEX_CLOCK_REALTIME = 256
+#: futex ops that wait: FUTEX_WAIT, FUTEX_LOCK_PI, FUTEX_WAIT_BITSET, FUTEX_WAIT_REQUEUE_PI, FUTEX_LOCK_PI2
+WAIT_OPS = {
+    0: "FUTEX_WAIT",
+    6: "FUTEX_LOCK_PI",
+    9: "FUTEX_WAIT_BITSET",
+    11: "FUTEX_WAIT_REQUEUE_PI",
+    13: "FUTEX_LOCK_PI2",
+}
+
+
+def private_untimed_wait(sc: Syscall | Unavailable) -> str | None:
+    """The futex op, in words, when `sc` is an untimed wait on a private futex (one no other process
+    can wake: only a thread of the waiter's own); else None."""
+    if not isinstance(sc, Syscall) or not untimed_futex(sc):
+        return None
+    op = sc.args[1]
+    base = op & ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME)
+    if not op & FUTEX_PRIVATE_FLAG or base not in WAIT_OPS:
+        return None
+    return f"futex({sc.args[0]:#x}, {WAIT_OPS[base]}|FUTEX_PRIVATE_FLAG, no timeout)"
