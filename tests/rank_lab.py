@@ -3,7 +3,8 @@ plain Python processes with the environment torchrun gives its workers (RANK, LO
 LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID). Each rank connects to every other
 (gloo's full mesh of TCP pairs on 127.0.0.1), then does what a rank in a collective does: its main
 thread waits for the collective's work (a futex with no timeout) while a communication thread polls
-the connections (epoll). One rank, the culprit, is elsewhere instead. tests/fixtures torch-gloo-fifo
+the connections (epoll), or, with LAB_SPIN, spins on its CPU as NCCL's ranks do (LAB_LOG: and appends to
+its log as a rank that trains does). One rank, the culprit, is elsewhere instead. tests/fixtures torch-gloo-fifo
 is the same shape recorded from real PyTorch.
 
     python tests/rank_lab.py launch PORTS RUN_ID CULPRIT HOW [FIFO_OR_PATH]    # PORTS: one per rank, a,b,c
@@ -67,8 +68,14 @@ def rank_main() -> None:
         elif how == "oom":
             _hog = bytearray(1 << 30)  # past the memory cgroup's limit
     if os.environ.get("LAB_SPIN"):  # NCCL's waiting ranks: the host thread polls the GPU, a CPU at full use
+        os.nice(19)  # a test's spinning ranks must not starve the machine's other work
+        log = open(f"{os.environ['LAB_LOG']}.{rank}", "a") if os.environ.get("LAB_LOG") else None  # noqa: SIM115
+        n = 0
         while True:
-            pass
+            n += 1
+            if log is not None and n % 100000 == 0:  # a rank that trains: its log grows as it goes
+                log.write(f"step {n}\n")
+                log.flush()
     threading.Event().wait()  # the collective's work never completes
 
 

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from vastprobe.analysis.hops import _address
+from vastprobe.analysis.hops import address
 from vastprobe.targets import TargetError, parse_target, split_scheme
 from vastprobe.transport.base import Transport, TransportSettings
 from vastprobe.transport.local import run_argv, run_argv_async
@@ -61,8 +61,8 @@ def test_properties_the_analysis_reads() -> None:
     assert SSH.own_processes == "sshd" and SSH.addressed and SSH.needs_ssh
     assert all(kind_named(n).own_processes == "none" for n in ("docker", "podman", "kubectl"))  # type: ignore[union-attr]
     assert kind_named("carrier-pigeon") is None  # a capture from a newer vastprobe: taken as ssh's
-    assert _address("docker://gpu01") is None and _address("local") is None
-    assert _address("gpu01") == ("gpu01", 22)
+    assert address("docker://gpu01") is None and address("local") is None
+    assert address("gpu01") == ("gpu01", 22)
 
 
 def test_the_runner_stops_when_take_refuses() -> None:

@@ -282,11 +282,12 @@ def _note(snap: HostSnapshot, note: str) -> HostSnapshot:
 def analyse_capture(capture: Capture, options: DiagnoseOptions, budget: _Budget | None = None) -> HostReport:
     """The report, raising when something in vastprobe breaks (report_from_capture never does)."""
     from vastprobe.analysis.context import Context
+    from vastprobe.analysis.endpoints import remote_waits, served
     from vastprobe.analysis.probe_findings import probe_findings
     from vastprobe.analysis.scope import compute_scope
     from vastprobe.analysis.tree import ProcessTree
-    from vastprobe.model import HostReport
-    from vastprobe.rules.engine import run_rules, verdict
+    from vastprobe.model import HostReport, verdict
+    from vastprobe.rules.engine import run_rules
 
     budget = budget or _Budget()
     timings = dict(capture.timings)
@@ -319,7 +320,8 @@ def analyse_capture(capture: Capture, options: DiagnoseOptions, budget: _Budget 
         if snap.probe.unfinished_sections:
             why = f"{why}; analysed what arrived, not finished: {', '.join(snap.probe.unfinished_sections)}"
     report = _told(HostReport(capture.target, capture.status, why, judged, findings, snap, timings, scope,
-                              jobs=_jobs_in_scope(ctx), last_words=_last_words(ctx, judged)), ctx)  # fmt: skip
+                              jobs=_jobs_in_scope(ctx), last_words=_last_words(ctx, judged),
+                              remote_waits=remote_waits(ctx), served=served(ctx)), ctx)  # fmt: skip
     timings["analysis"] = round(time.monotonic() - t0, 4)
     return report
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -113,8 +114,12 @@ def test_a_killed_rank_is_gone_and_holds_the_job(reap, tmp_path: Path) -> None:
     wait_for(lambda: proc_state(pids[1]) is None, what="rank 1 reaped by its launcher")
     rc, host = vastprobe_json("--match", pids.match, "--sample", "1")
     f = culprit_finding(host)
-    assert f["summary"].startswith("local rank 1 of job") and "gone" in f["summary"], f["summary"]
+    # the survivors' RANK and LOCAL_RANK number it: rank 1 of the job's 3, not "local rank 1"
+    assert f["summary"].startswith("rank 1 of 3 in job") and " is gone: " in f["summary"], f["summary"]
+    assert f["severity"] == "error" and host["verdict"] == "stalled"
     assert "2 other ranks (0, 2)" in f["summary"] and rc == 1
+    job = host["jobs"][0]
+    assert [(x["rank"], x["state"]) for x in job["ranks"]] == [(0, "collective"), (2, "collective"), (1, "gone")]
 
 
 def test_a_rank_reading_a_dead_fuse_mount_holds_the_job(reap, tmp_path: Path) -> None:
@@ -141,7 +146,12 @@ def test_an_oom_killed_rank_holds_the_job_and_the_kill_leads(reap, tmp_path: Pat
         rc, host = vastprobe_json("--match", pids.match, "--sample", "1")
         f = culprit_finding(host)
         assert "OOM-killed" in f["summary"] and f["caused_by"] == "oom-killed-child", f
+        # which rank died, when, and under which launcher: the kernel log's victim tied to the missing rank
+        assert f["summary"].startswith("rank 1 of 3 in job"), f["summary"]
+        assert re.search(r"is gone: OOM-killed at \d\d:\d\d:\d\d UTC \(host pid \d+, python3?, a child of launcher "
+                         r"python3? \(\d+\)\)", f["summary"]), f["summary"]  # fmt: skip
         assert host["incidents"][0]["root"]["rule"] == "oom-killed-child" and rc == 1
+        assert "rank 1 of 3" in host["headline"] and host["verdict"] == "stalled", host["headline"]
     finally:
         cg.remove()
 
@@ -196,12 +206,19 @@ def test_a_sweep_of_three_hosts_names_the_host_and_rank_that_hold_the_job(tmp_pa
         got = sweep()
         holder = next(f for f in got[b]["findings"] if f["rule"] == "culprit-rank")
         assert holder["summary"].startswith("rank 1 (pid") and "FIFO" in holder["summary"], holder["summary"]
-        assert any(e["source"] == "this run" and "2 rank(s) on other hosts" in e["detail"] for e in holder["evidence"])
+        assert "ranks 0, 2 on 2 other host(s) of this run wait on it" in holder["summary"], holder["summary"]
+        assert any(e["source"] == "this run" and e["detail"].startswith("ranks 0, 2 on other hosts of this run wait")
+                   for e in holder["evidence"])  # fmt: skip
+        pid1 = got[b]["jobs"][0]["culprit"]["pid"]
         for t in (a, c):
             f = next(f for f in got[t]["findings"] if f["rule"] == "culprit-rank")
-            assert f["remote"] == b and "is on another host" in f["summary"], f
+            assert f["remote"] == b and f["summary"].startswith(f"rank 1 (pid {pid1}, {b}) holds job"), f
+            assert f["severity"] == "error" and got[t]["verdict"] == "stalled", (f, got[t]["verdict"])
             joined = [e["detail"] for e in f["evidence"] if e["source"] == "this run"]
-            assert joined and joined[0].startswith(f"rank 1 on {b} holds the job: waits on a FIFO"), joined
+            assert joined and joined[0].startswith(
+                f"rank 1 (pid {pid1}, {b}) holds job torchelastic:{run}: waits on a FIFO"
+            ), joined
+            assert got[t]["jobs"][0]["culprit"]["host"] == b, got[t]["jobs"]
         job = got[b]["jobs"][0]
         assert job["world_size"] == 3 and job["culprit"]["rank"] == 1 and job["culprit"]["host"] == b
     finally:

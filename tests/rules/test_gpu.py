@@ -15,13 +15,13 @@ import pytest
 
 from tests.helpers import local_snapshot, proc_state, run_probe_raw, wait_for
 from vastprobe.analysis.scope import compute_scope
-from vastprobe.model import FdEntry, HostSnapshot
+from vastprobe.model import FdEntry, HostSnapshot, verdict
 from vastprobe.parsers import kmsg
 from vastprobe.parsers.snapshot import build_snapshot
 from vastprobe.probe.render import ProbeParams
 from vastprobe.probe.sections import split_sections
 from vastprobe.rules.base import RuleOptions
-from vastprobe.rules.engine import run_rules, verdict
+from vastprobe.rules.engine import run_rules
 
 STANDINS = Path(__file__).resolve().parent.parent / "standins"
 

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING
 
 from vastprobe.analysis.gpu import gpu_users
 from vastprobe.analysis.waitgraph.edges import untimed_futex
-from vastprobe.model import HOLDING, DistributedJob, JobRank, Process, RankState, Syscall
+from vastprobe.clock import utc_text
+from vastprobe.model import HOLDING, DistributedJob, JobRank, Process, ProcIO, RankState, Syscall
+from vastprobe.units import byte_size
 from vastprobe.untrusted.numbers import read_int
 
 if TYPE_CHECKING:
@@ -73,8 +75,39 @@ def find_jobs(ctx: SnapshotView, chains: Sequence[StalledChain]) -> list[Distrib
         # ranks holding the job count where someone waits on them: here, or the job's ranks elsewhere
         if not waiting and (world or 0) <= len(ranks):
             culprits = ()
-        jobs.append(DistributedJob(key, world, tuple(ranks), culprits, waiting))
+        jobs.append(DistributedJob(key, world, tuple(ranks), culprits, waiting, _progress(ctx, procs)))
     return jobs
+
+
+#: A GPU drawing at least this share of its power limit computes: a rank spinning in a hung collective
+#: shows 100% utilisation at low power (NCCL#968), a rank that trains draws near its limit.
+COMPUTING_POWER = 0.8
+
+
+def _progress(ctx: SnapshotView, procs: list[Process]) -> str | None:
+    """What says the ranks here move on, beyond a busy CPU (a rank spinning in a collective burns one
+    too): bytes written between the samples (a log line, a progress bar, a checkpoint: write(2)'s
+    count, since a log appended into a page already dirty adds nothing to write_bytes), or a rank's
+    GPU near its power limit in every sample. None: no such sign."""
+    for p in procs:
+        a, b = (p.samples[0].io, p.samples[-1].io) if len(p.samples) >= 2 else (None, None)
+        if isinstance(a, ProcIO) and isinstance(b, ProcIO) and b.wchar > a.wchar:
+            wrote = byte_size(b.wchar - a.wchar)
+            return f"{_rank_name(p)} (pid {p.pid}) wrote {wrote} between the samples"
+    users = gpu_users(ctx.snapshot, frozenset(p.pid for p in procs))
+    rows = [g for sample in ctx.snapshot.gpus.samples for g in sample]
+    for u in users:
+        mine = [g for g in rows if u.gpu_uuid and g.uuid == u.gpu_uuid]
+        if mine and all(
+            g.power_w is not None and g.power_limit_w and g.power_w >= COMPUTING_POWER * g.power_limit_w for g in mine
+        ):
+            g = mine[-1]
+            return f"the GPU of pid {u.pid} draws {g.power_w:.0f} W of its {g.power_limit_w:.0f} W limit"
+    return None
+
+
+def _rank_name(p: Process) -> str:
+    return f"rank {p.env_value('RANK')}"
 
 
 #: GPU utilisation (%) of a rank spinning in a collective (NCCL's kernels busy-wait), and of an idle one
@@ -114,7 +147,7 @@ def _classify(
     gpu = p.env_value("CUDA_VISIBLE_DEVICES")
 
     def r(state: RankState, why: str) -> JobRank:
-        return JobRank(rank, local, p.pid, state, why, gpu)
+        return JobRank(rank, local, p.pid, state, why, gpu, p.comm)
 
     if p.state in ("T", "t"):
         return r("stopped", f"{'traced and held by its tracer' if p.state == 't' else 'stopped'} ({p.state})")
@@ -139,7 +172,7 @@ def _classify(
             return r("elsewhere", f"runs on the CPU while its GPU idles ({util:.0f}%) and the other ranks' GPUs spin")
         if moved is False and peers:
             return r("collective", "spins without progress, connected to the other ranks")
-        return r("running", "runs" + (" and makes progress" if moved else ""))
+        return r("running", "runs (busy on its CPU)" if moved else "runs")
     # blocked on something: another rank (a collective by hand) or something else
     chain = next((s for s in chains if p.pid in s.chain.pids), None)
     if chain is not None and not set(chain.chain.pids[chain.chain.pids.index(p.pid) + 1 :]) & ranks:
@@ -162,12 +195,21 @@ def _classify(
 
 def _gone(ctx: SnapshotView, procs: list[Process]) -> list[JobRank]:
     """Local ranks the job should have here (LOCAL_WORLD_SIZE) that no process is: killed, or
-    OOM-killed (the kernel log names a victim of the ranks' program under their launcher)."""
+    OOM-killed (the kernel log names a victim of the ranks' program under their launcher). A gone
+    local rank gets its global number where the survivors agree on this host's first rank (torchrun
+    numbers a node's ranks RANK = first + LOCAL_RANK)."""
     local_world = max((read_int(p.env_value("LOCAL_WORLD_SIZE") or "") or 0 for p in procs), default=0)
     seen = {read_int(p.env_value("LOCAL_RANK") or "") for p in procs}
     missing = [n for n in range(local_world) if n not in seen]
     if not missing:
         return []
+    firsts = {
+        g - n
+        for p in procs
+        if (g := read_int(p.env_value("RANK") or "")) is not None
+        and (n := read_int(p.env_value("LOCAL_RANK") or "")) is not None
+    }
+    first = next(iter(firsts)) if len(firsts) == 1 else None
     launchers = {p.ppid for p in procs}
     comms = {p.comm for p in procs}
     oom = [
@@ -176,9 +218,25 @@ def _gone(ctx: SnapshotView, procs: list[Process]) -> list[JobRank]:
     out = []
     for i, n in enumerate(missing):
         if i < len(oom):
-            e = oom[i].event
-            why = f"gone: OOM-killed (host pid {e.pid}, {e.comm})"
+            e, loser = oom[i].event, oom[i].loser
+            under = ctx.tree.by_pid.get(loser) if loser is not None else None
+            when = utc_text(e.wall_time, "%H:%M:%S UTC", "") if e.wall_time else ""
+            why = (
+                f"gone: OOM-killed{' at ' + when if when else ''} (host pid {e.pid}, {e.comm}"
+                + (f", a child of launcher {under.comm} ({under.pid})" if under is not None else "")
+                + ")"
+            )
         else:
             why = "gone: no process is this local rank any more (killed, or exited)"
-        out.append(JobRank(None, n, None, "gone", why))
+        out.append(JobRank(first + n if first is not None and first >= 0 else None, n, None, "gone", why))
     return out
+
+
+def holder_words(job: DistributedJob, c: JobRank) -> str:
+    """The rank that holds the job, in words: `rank 2 (pid 4, python) of job J waits on …`, or `rank 1
+    of 3 in job J is gone: OOM-killed at …` (a gone rank numbered against the world size)."""
+    if c.state == "gone":
+        of_world = f" of {job.world_size}" if c.rank is not None and job.world_size else ""
+        return f"{c.name}{of_world} in job {job.words} is {c.why}"
+    who = c.name + (f" (pid {c.pid}" + (f", {c.comm})" if c.comm else ")") if c.pid else "")
+    return f"{who} of job {job.words} {c.why}"

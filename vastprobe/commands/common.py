@@ -88,15 +88,14 @@ def run_entries(
         from vastprobe.pipeline import warm_analysis
 
         warm_analysis()
-    from vastprobe.analysis.hops import join_jobs, join_remote
+    from vastprobe.analysis.joins import join_hosts
 
     try:
         eventloop.run(run_sweep(entries, options, concurrency, on_report, on_start, kept=done,
                                 keep_snapshots=keep_snapshots))  # fmt: skip
     except KeyboardInterrupt:
-        return join_jobs(join_remote(done)), True
-    # a job waiting on an ssh session to another host of the run; a distributed job's hosts
-    return join_jobs(join_remote(done)), False
+        return join_hosts(done), True
+    return join_hosts(done), False
 
 
 def say_interrupted(done: list, entries: list, unit: str = "hosts") -> None:

@@ -38,6 +38,7 @@ from vastprobe.model.process import EpollWatch, FdEntry, FdMode, Process, ProcIO
 from vastprobe.model.programs import Collective, FlightDump, FrameLocal, PythonStack, PyThread
 from vastprobe.model.report import (
     HOLDING,
+    ONE_SAMPLE,
     SEVERITY_ORDER,
     DistributedJob,
     Evidence,
@@ -49,16 +50,20 @@ from vastprobe.model.report import (
     LastWords,
     Outlier,
     RankState,
+    RemotePeer,
+    ServedSocket,
     Severity,
     Status,
     Verdict,
     WaitLink,
     WaitPicture,
+    verdict,
 )
 from vastprobe.model.unavailable import NotRead, Unavailable, available
 
 __all__ = [
     "HOLDING",
+    "ONE_SAMPLE",
     "SEVERITY_ORDER",
     "Artifact",
     "ArtifactListing",
@@ -102,6 +107,8 @@ __all__ = [
     "PyThread",
     "PythonStack",
     "RankState",
+    "RemotePeer",
+    "ServedSocket",
     "Severity",
     "Socket",
     "SocketProto",
@@ -114,4 +121,5 @@ __all__ = [
     "WaitLink",
     "WaitPicture",
     "available",
+    "verdict",
 ]

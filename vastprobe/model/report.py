@@ -14,12 +14,39 @@ Severity = Literal["info", "warning", "error", "critical"]
 SEVERITY_ORDER: dict[str, int] = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 Status = Literal["ok", "unreachable", "auth-failed", "host-key-rejected", "timeout", "probe-error", "skipped"]
 Verdict = Literal["healthy", "degraded", "stalled", "unknown"]
+#: Ends the summary of a finding that one sample (--sample 0) made a note or a warning: what it saw
+#: once, a second sample would confirm or clear.
+ONE_SAMPLE = " (seen in one sample)"
 
 
 @dataclass(frozen=True)
 class Evidence:
     source: str
     detail: str
+
+
+@dataclass(frozen=True)
+class RemotePeer:
+    """A TCP connection a process here waits on whose other end no process visible here holds: a
+    sweep looks for that end among its other hosts (analysis/connection_joins.py)."""
+
+    pid: int  # the waiter, on this host
+    comm: str
+    local: str  # "10.0.0.4:51234"
+    remote: str  # "10.0.0.5:6379"
+    listener: bool = False  # the connection sits in a listener's accept queue there (no socket holds it yet)
+
+
+@dataclass(frozen=True)
+class ServedSocket:
+    """A TCP socket a process here serves on: a listener, or a connection accepted on one of this
+    host's listening ports. A sweep finds here the other end of another host's wait."""
+
+    local: str  # "10.0.0.5:6379"
+    remote: str  # "" for a listener
+    pid: int
+    comm: str
+    state: str  # its holder's process state (T: stopped)
 
 
 @dataclass(frozen=True)
@@ -33,6 +60,7 @@ class Finding:
     hint: str | None
     caused_by: str | None = None  # rule slug of the finding this one follows from
     remote: str | None = None  # another host the finding points at, as a target (`user@host:port`)
+    peer: RemotePeer | None = None  # the connection it waits on, whose other end is not on this host
 
 
 @dataclass(frozen=True)
@@ -105,6 +133,7 @@ class JobRank:
     state: RankState
     why: str  # the state, in words
     gpu: str | None = None  # CUDA_VISIBLE_DEVICES as the rank sees it
+    comm: str | None = None  # its process's name
 
     @property
     def name(self) -> str:
@@ -122,6 +151,14 @@ class DistributedJob:
     ranks: tuple[JobRank, ...]  # the ranks on this host, by rank (gone ones last)
     culprits: tuple[JobRank, ...]  # the ranks holding the others; () when none here
     waiting: tuple[JobRank, ...]  # the ranks here waiting in a collective
+    progress: str | None = None  # what says the ranks here make progress (bytes written, a GPU near its power limit)
+    held_by: tuple[str, JobRank] | None = None  # a sweep's join: the rank on another host (target, rank) holding it
+
+    @property
+    def words(self) -> str:
+        """`lab-9 (torchelastic)`, `at 10.0.0.1:29500` (a rendezvous): the job, as a sentence names it."""
+        kind, _, name = self.key.partition(":")
+        return f"{name} ({kind})" if kind != "rendezvous" else f"at {name}"
 
     @property
     def elsewhere(self) -> bool:
@@ -157,3 +194,15 @@ class HostReport:
     outlier_of: Outlier | None = None  # set by `sweep --group-by` on hosts unlike their group
     jobs: tuple[DistributedJob, ...] = ()  # distributed jobs with ranks here, their culprits (analysis/ranks)
     last_words: LastWords | None = None  # the last lines of the log that matters (analysis/logs.last_words)
+    remote_waits: tuple[RemotePeer, ...] = ()  # waits on connections whose other end is off this host
+    served: tuple[ServedSocket, ...] = ()  # what this host serves on: where other hosts' waits may end
+
+
+def verdict(findings: tuple[Finding, ...]) -> Verdict:
+    """The host's verdict from its worst finding: an error stalls it, a warning degrades it."""
+    worst = max((SEVERITY_ORDER[f.severity] for f in findings), default=0)
+    if worst >= SEVERITY_ORDER["error"]:
+        return "stalled"
+    if worst == SEVERITY_ORDER["warning"]:
+        return "degraded"
+    return "healthy"

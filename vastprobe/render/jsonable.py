@@ -94,6 +94,8 @@ def _finding_dict(f: Finding) -> dict[str, Any]:
         d["caused_by"] = f.caused_by
     if f.remote:
         d["remote"] = f.remote
+    if f.peer is not None:  # a TCP connection whose other end is off this host
+        d["peer"] = {"pid": f.peer.pid, "local": f.peer.local, "remote": f.peer.remote}
     return d
 
 
@@ -149,6 +151,9 @@ def job_dict(j: DistributedJob, host: str) -> dict[str, Any]:
                 "why": r.why, "gpu": r.gpu}  # fmt: skip
 
     culprit = j.culprits[0] if j.culprits else None
+    where = host
+    if culprit is None and j.held_by is not None:  # named on another host of the sweep
+        where, culprit = j.held_by
     return {
         "id": j.key,
         "world_size": j.world_size,
@@ -156,7 +161,7 @@ def job_dict(j: DistributedJob, host: str) -> dict[str, Any]:
         "culprit": None
         if culprit is None
         else {
-            "host": host,
+            "host": where,
             "rank": culprit.rank,
             "local_rank": culprit.local_rank,
             "pid": culprit.pid,

@@ -29,6 +29,7 @@ from vastprobe.render.groups import (
     minute,
     why,
 )
+from vastprobe.render.job_block import held_jobs, job_block
 from vastprobe.render.layout import hanging
 from vastprobe.targets import natural_key
 from vastprobe.untrusted.safe import safe
@@ -102,6 +103,7 @@ def render_summary(
     for r in reports:
         by_status[r.status] += 1
         by_verdict[r.verdict].append(r)
+    verdicts = {r.target: r.verdict for r in reports}
     counts = ", ".join(f"{n} {k}" for k, n in sorted(by_status.items(), key=lambda kv: (-kv[1], kv[0])))
     took = f" ({elapsed:.1f}s)" if elapsed is not None else ""
     console.print(Text(f"{len(reports)} hosts: {counts}{took}", style="bold"))
@@ -112,7 +114,13 @@ def render_summary(
         head.append(f" ({len(hosts)}): ")
         hanging(console, "", head, Text(fold_hosts((r.target for r in hosts), limit)))
         if verdict in ("stalled", "degraded"):
-            ordered = sorted(hosts, key=lambda r: natural_key(r.target))
+            covered = set()
+            for job in held_jobs(reports):  # a job read across hosts: one block where its holder is
+                assert job.holder is not None
+                if verdicts[job.holder[0]] == verdict:
+                    job_block(console, job, verdicts, limit)
+                    covered |= {t for t, _j in job.parts}
+            ordered = sorted((r for r in hosts if r.target not in covered), key=lambda r: natural_key(r.target))
             if verbose:
                 _host_lines(console, ordered, marks, since)
             else:

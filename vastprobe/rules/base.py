@@ -6,14 +6,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from vastprobe.analysis.context import Context
-from vastprobe.model import Evidence, Finding, Severity
+from vastprobe.model import ONE_SAMPLE, Evidence, Finding, RemotePeer, Severity
 from vastprobe.options import RuleOptions
 
 __all__ = ["ONE_SAMPLE", "Context", "Rule", "RuleMeta", "RuleOptions"]
-
-#: Ends the summary of a finding that one sample (--sample 0) made a note or a warning: what it saw
-#: once, a second sample would confirm or clear.
-ONE_SAMPLE = " (seen in one sample)"
 
 
 @dataclass(frozen=True)
@@ -32,6 +28,7 @@ class RuleMeta:
         severity: Severity | None = None,
         caused_by: str | None = None,
         remote: str | None = None,
+        peer: RemotePeer | None = None,
     ) -> Finding:
         return Finding(
             rule=self.slug,
@@ -43,6 +40,7 @@ class RuleMeta:
             hint=hint,
             caused_by=caused_by,
             remote=remote,
+            peer=peer,
         )
 
 

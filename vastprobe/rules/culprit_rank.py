@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from vastprobe.analysis.flight import Stuck, compare, job_dumps
+from vastprobe.analysis.ranks import holder_words
 from vastprobe.model import DistributedJob, Evidence, Finding, FlightDump, JobRank, Severity
 from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
 from vastprobe.rules.chains import chain_evidence, resume_hint, stack_command, stack_evidence
@@ -82,16 +83,13 @@ def _from_dumps(st: Stuck) -> Finding:
 
 
 def _culprit(ctx: Context, job: DistributedJob, c: JobRank, waiting: str, stuck: list[Stuck]) -> Finding:
-    who = f"{c.name}" + (
-        f" (pid {c.pid}" + (f", {ctx.tree.by_pid[c.pid].comm})" if c.pid in ctx.tree.by_pid else ")") if c.pid else ""
-    )
     n = len(job.waiting)
     if n:
         others = f"{n} other rank{'s' if n != 1 else ''} ({waiting}) wait on it in a collective"
     else:  # its ranks here hold; the others are on other hosts
         away = (job.world_size or 0) - len(job.ranks)
         others = f"the job's {away} other rank(s) are on other hosts (a sweep of them says whether they wait on it)"
-    summary = f"{who} of job {_job_words(job)} {c.why}; {others}"
+    summary = f"{holder_words(job, c)}; {others}"
     ev = [
         Evidence("environ", f"job {job.key}, world size {job.world_size or '?'}, {len(job.ranks)} rank(s) on this host")
     ]
@@ -137,7 +135,7 @@ def _off_host(ctx: Context, job: DistributedJob, waiting: str) -> Finding:
     missing = [n for n in range(job.world_size or 0) if n not in here]
     shown = ", ".join(map(str, missing[:8])) + (" …" if len(missing) > 8 else "")
     summary = (
-        f"every rank of job {_job_words(job)} on this host ({waiting}) waits in a collective: the rank holding "
+        f"every rank of job {job.words} on this host ({waiting}) waits in a collective: the rank holding "
         f"them is on another host (ranks {shown})"
     )
     ev = [Evidence("rank", f"{r.name} (pid {r.pid}): {r.why}") for r in job.ranks[:16]]
@@ -148,11 +146,6 @@ def _off_host(ctx: Context, job: DistributedJob, waiting: str) -> Finding:
     sev: Severity = "warning" if ctx.two_samples else "info"
     return META.finding(summary + ("" if ctx.two_samples else ONE_SAMPLE), [r.pid for r in job.waiting if r.pid], ev,
                         hint, sev)  # fmt: skip
-
-
-def _job_words(job: DistributedJob) -> str:
-    kind, _, name = job.key.partition(":")
-    return f"{name} ({kind})" if kind != "rendezvous" else f"at {name}"
 
 
 def _recorder_words(ctx: Context, job: DistributedJob) -> str:

@@ -7,7 +7,7 @@ Severity policy: `error` and `critical` mean the job cannot finish by itself (st
 from __future__ import annotations
 
 from vastprobe.analysis.tree import ProcessTree
-from vastprobe.model import SEVERITY_ORDER, Evidence, Finding, HostSnapshot, Verdict
+from vastprobe.model import SEVERITY_ORDER, Evidence, Finding, HostSnapshot
 from vastprobe.rules import RULES
 from vastprobe.rules.base import Context, RuleOptions
 
@@ -35,12 +35,3 @@ def run_rules(
                 )
             )
     return tuple(sorted(findings, key=lambda f: (-SEVERITY_ORDER[f.severity], f.code)))
-
-
-def verdict(findings: tuple[Finding, ...]) -> Verdict:
-    worst = max((SEVERITY_ORDER[f.severity] for f in findings), default=0)
-    if worst >= SEVERITY_ORDER["error"]:
-        return "stalled"
-    if worst == SEVERITY_ORDER["warning"]:
-        return "degraded"
-    return "healthy"

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from vastprobe.analysis.ssh_clients import SSH_CLIENTS, SshDestination, ssh_destination
 from vastprobe.analysis.stalls import StalledChain
 from vastprobe.analysis.waitgraph.edges import WaitEdge
-from vastprobe.model import Evidence, Finding
+from vastprobe.model import Evidence, Finding, RemotePeer
 from vastprobe.rules.base import Context, Rule, RuleMeta
 from vastprobe.rules.chains import chain_evidence, marked, names, stack_command, stalled
 from vastprobe.units import byte_size
@@ -36,12 +36,17 @@ def check(ctx: Context) -> Iterator[Finding]:
         if incoming and not stall and not stopped:
             continue
         remote_ssh = _remote_ssh(ctx, s, edge) if not edge.holders else None
-        if not edge.holders and not stall and remote_ssh is None:
-            continue  # a remote peer, or one we cannot see: only other evidence makes it a stall
+        # a peer on another host, whose side this host cannot see: only other evidence makes it a stall,
+        # but a named job that did not move at all over the window is at least worth a warning
+        alone = not edge.holders and not stall and remote_ssh is None
+        if alone and not (ctx.options.explicit_scope and s.idle and edge.kind == "tcp" and not incoming):
+            continue
         # poll() over a connection with nothing pending either way: an idle keep-alive client, or a
         # request the server read and never answered; only a named job, still after two samples, is
         # worth a note (the server read the request and sleeps: a common hang that is otherwise unseen)
-        quiet = edge.inferred and not unread and not stall and not s.proof and not stopped and remote_ssh is None
+        quiet = (
+            edge.inferred and not unread and not stall and not s.proof and not stopped and remote_ssh is None
+        ) and not alone
         if quiet and not (ctx.options.explicit_scope and s.idle and edge.holders):
             continue
         waiter = ctx.tree.by_pid[s.waiter]
@@ -117,6 +122,14 @@ def check(ctx: Context) -> Iterator[Finding]:
                 "stuck remote process fills the session's window and stops this side); set ServerAliveInterval so a "
                 "dead link is noticed"
             )
+        elif alone:
+            remote = edge.socket.remote if edge.socket is not None else "its peer"
+            summary = (
+                f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}: nothing moved either way over the window "
+                f"and no process on this host holds the other end, {remote}"
+            )
+            hint = _off_host_hint(remote)
+            sev = "warning" if sev == "info" else sev
         else:
             remote = edge.socket.remote if edge.socket is not None else "its peer"
             summary = f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}: {remote} does not answer"
@@ -133,6 +146,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             sev,
             caused_by="oom-killed-child" if stall.oom else None,
             remote=remote_ssh.target(_port_of(edge.socket.remote if edge.socket else "")) if remote_ssh else None,
+            peer=_peer(ctx, edge) if not edge.holders and remote_ssh is None else None,
         )
 
 
@@ -147,6 +161,30 @@ def _remote_ssh(ctx: Context, s: StalledChain, edge: WaitEdge) -> SshDestination
         return None
     pushed = any(e.writes and not e.poll and edge.waiter in e.holders for e in s.chain.edges)
     return dest if pushed or (ctx.options.explicit_scope and s.idle is not False) else None
+
+
+def _peer(ctx: Context, edge: WaitEdge) -> RemotePeer | None:
+    """The connection, for a sweep to find its other end among its hosts (analysis/connection_joins)."""
+    if edge.kind != "tcp" or edge.socket is None or not edge.socket.remote:
+        return None
+    p = ctx.tree.by_pid.get(edge.waiter)
+    return RemotePeer(edge.waiter, p.comm if p else "?", edge.socket.local, edge.socket.remote)
+
+
+def _off_host_hint(remote: str) -> str:
+    """What to run for the other end of a connection that leaves this host."""
+    ip, _, port = remote.rpartition(":")
+    if ip.startswith("127.") or ip in ("[::1]", "::1"):
+        return (
+            f"{remote} is a loopback address whose holder this view cannot see (another container or PID namespace "
+            f"sharing this network): diagnose the host's namespace that listens on port {port}; give the client a "
+            "timeout"
+        )
+    return (
+        f"the other end is on another host: see what the process listening on port {port} there is doing "
+        f"(`vastprobe diagnose {ip}`, or sweep both hosts together so the run reads both ends of the connection "
+        "as one); give the client a timeout"
+    )
 
 
 def _port_of(address: str) -> int | None:

@@ -1,0 +1,228 @@
+"""A sweep is one story: hosts of one distributed job, and both ends of one connection, read together.
+
+Each "host" is a real OpenSSH sshd in a PID namespace of its own (unshare), started with the processes it
+runs; a sweep reaches them as a fleet's hosts. The job is tests/rank_lab.py's: ranks with torchrun's
+environment, a full mesh of TCP pairs to every rank (rank 0's store among them), spinning as NCCL's
+ranks do; the client/server pair is a real redis-server and redis-cli."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.cgroup_lab import MemoryCgroup
+from tests.helpers import proc_state, proc_wchan, wait_for
+from tests.sshd import Sshd, free_ports, keygen, start_sshd
+
+LAB = Path(__file__).parent / "rank_lab.py"
+
+pytestmark = pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")
+
+
+class Fleet:
+    """sshd hosts, each a PID namespace running `command` beside its sshd; swept together."""
+
+    def __init__(self, d: Path) -> None:
+        self.dir = d
+        self.key = keygen(d / "user")
+        self.hosts: list[Sshd] = []
+
+    def host(self, command: str) -> Sshd:
+        wrap = ["unshare", "--pid", "--kill-child", "--mount-proc", "--", "sh", "-c",
+                f'({command} </dev/null >/dev/null 2>&1 &) ; exec "$@"', "sh"]  # fmt: skip
+        h = start_sshd(self.dir / f"h{len(self.hosts)}", user_key=self.key, wrap=wrap)
+        self.hosts.append(h)
+        return h
+
+    def find(self, h: Sshd, name: str) -> int | None:
+        for c in psutil.Process(h.proc.pid).children(recursive=True):
+            try:
+                if c.name() == name:
+                    return c.pid
+            except psutil.NoSuchProcess:
+                continue
+        return None
+
+    def blocked_in(self, h: Sshd, wchan: str) -> bool:
+        return any(proc_wchan(c.pid) == wchan for c in psutil.Process(h.proc.pid).children(recursive=True))
+
+    def run(
+        self, command: str, *targets: str, fmt: str = "json", extra: tuple[str, ...] = ()
+    ) -> subprocess.CompletedProcess[str]:
+        kh = self.dir / "known_hosts"
+        kh.write_text("".join(h.known_hosts.read_text() for h in self.hosts))
+        return subprocess.run(
+            [sys.executable, "-m", "vastprobe", command, ",".join(targets) if command == "sweep" else targets[0],
+             "-i", str(self.key), "--known-hosts", str(kh), "--format", fmt, "--sample", "1",
+             *(("--no-history",) if command == "sweep" else ()), *extra],
+            capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "100"},
+        )  # fmt: skip
+
+    def sweep(self, *targets: str, extra: tuple[str, ...] = ()) -> tuple[int, dict[str, dict]]:
+        r = self.run("sweep", *targets, extra=extra)
+        assert r.stdout, r.stderr
+        return r.returncode, {h["target"]: h for h in json.loads(r.stdout)["hosts"]}
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Fleet]:
+    f = Fleet(tmp_path)
+    try:
+        yield f
+    finally:
+        for h in f.hosts:
+            h.stop()
+
+
+def start_job(
+    fleet: Fleet, how: str, path: str = "", env_a: str = "", cgroup_b: Path | None = None
+) -> tuple[Sshd, Sshd, str]:
+    """Ranks 0-1 on host A, 2-3 on host B, all spinning; rank 2 is the culprit (`how`)."""
+    ports = ",".join(map(str, free_ports(4)))
+    ready = fleet.dir / "ready"
+    run = f"lab-{uuid.uuid4().hex[:12]}"
+    lab = f"LAB_SPIN=1 LAB_READY={ready} {sys.executable} {LAB} launch {ports} {run} 2 {how} {path}"
+    a = fleet.host(f"LAB_LOCAL=0,1 {env_a} {lab}")
+    into = f"echo \\$\\$ > {cgroup_b}; exec " if cgroup_b is not None else ""
+    b = fleet.host(f'sh -c "{into}env LAB_LOCAL=2,3 {lab}"')
+    wait_for(lambda: all(Path(f"{ready}.{r}").exists() for r in range(4)), timeout=30, what="four ranks connected")
+    return a, b, run
+
+
+def culprit(host: dict) -> dict:
+    found = [f for f in host["findings"] if f["rule"] == "culprit-rank"]
+    assert found, [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    return found[0]
+
+
+def test_a_job_over_two_hosts_is_held_by_the_rank_blocked_on_the_other(fleet: Fleet) -> None:
+    """Ranks 0-1 on A spin as NCCL's ranks do in a collective (CPU busy, nothing else moves); rank 2 on B
+    reads a FIFO nobody writes. A alone looks busy; swept with B, it is held by B's rank 2."""
+    fifo = fleet.dir / "loader.fifo"
+    os.mkfifo(fifo)
+    a, b, run = start_job(fleet, "fifo", str(fifo))
+    wait_for(lambda: fleet.blocked_in(b, "wait_for_partner"), what="rank 2 blocked opening its FIFO")
+    rc, got = fleet.sweep(a.target, b.target)
+    assert rc == 1
+    holder = culprit(got[b.target])
+    assert holder["summary"].startswith("rank 2 (pid ") and "FIFO" in holder["summary"], holder["summary"]
+    assert f"ranks 0, 1 on 1 other host(s) of this run wait on it ({a.target})" in holder["summary"]
+    assert got[b.target]["verdict"] == "stalled"
+    told = culprit(got[a.target])
+    pid2 = got[b.target]["jobs"][0]["culprit"]["pid"]
+    assert told["summary"].startswith(
+        f"rank 2 (pid {pid2}, {b.target}) holds job {run} (torchelastic): waits on a FIFO"
+    )
+    assert told["summary"].endswith("ranks 0, 1 here cannot finish a collective without it"), told["summary"]
+    assert told["severity"] == "error" and told["remote"] == b.target
+    assert got[a.target]["verdict"] == "stalled" and got[a.target]["headline"] == told["summary"]
+    assert got[a.target]["jobs"][0]["culprit"]["host"] == b.target
+    assert any(e["source"] == "progress" for e in told["evidence"])
+
+    table = fleet.run("sweep", a.target, b.target, fmt="table")
+    assert table.returncode == 1, table.stderr
+    text = re.sub(r"\s+", " ", table.stdout)
+    # one block for the job: the culprit, why, the waiting hosts folded; neither host on a line of its own
+    assert f"job {run} (torchelastic), 4 rank(s) of 4 on 2 hosts of this run:" in text, table.stdout
+    assert f"held by: rank 2 (pid {pid2}, python" in text and f"on {b.target} (stalled): waits on a FIFO" in text
+    assert f"waiting: 2 rank(s) on [1: {a.target}]" in text, table.stdout
+    assert f"  {a.target}  " not in table.stdout and f"  {b.target}  " not in table.stdout, table.stdout
+
+    alone = fleet.run("diagnose", a.target)  # A on its own: busy ranks, nothing to hold them
+    assert alone.returncode == 0 and json.loads(alone.stdout)["hosts"][0]["verdict"] == "healthy", alone.stdout
+
+
+def test_ranks_whose_log_grows_are_not_called_held(fleet: Fleet) -> None:
+    """The same job, but A's ranks append to their log as ranks that train do: that is progress of
+    their own, so A is told about B's rank in a note and stays healthy."""
+    fifo = fleet.dir / "loader.fifo"
+    os.mkfifo(fifo)
+    a, b, _run = start_job(fleet, "fifo", str(fifo), env_a=f"LAB_LOG={fleet.dir / 'train.log'}")
+    wait_for(lambda: fleet.blocked_in(b, "wait_for_partner"), what="rank 2 blocked opening its FIFO")
+    rc, got = fleet.sweep(a.target, b.target)
+    told = culprit(got[a.target])
+    assert told["severity"] == "info" and "show progress" in told["summary"], told
+    assert re.search(r"rank [01] \(pid \d+\) wrote \d+ B? ?\S* between the samples", told["summary"]), told["summary"]
+    assert got[a.target]["verdict"] == "healthy" and got[b.target]["verdict"] == "stalled" and rc == 1
+
+
+def test_an_oom_killed_rank_is_named_by_number_on_both_hosts(fleet: Fleet) -> None:
+    """Rank 2 on B allocates past its memory cgroup's limit and the kernel kills it: B says rank 2 of 4
+    is gone, when, and under which launcher; A is told that rank holds the job."""
+    cg = MemoryCgroup(256 * 1024 * 1024)
+    try:
+        a, b, run = start_job(fleet, "oom", cgroup_b=cg.procs_file)
+        wait_for(lambda: cg.oom_kills() >= 1, timeout=30, what="rank 2 OOM-killed")
+        rc, got = fleet.sweep(a.target, b.target)
+        holder = culprit(got[b.target])
+        assert holder["summary"].startswith(f"rank 2 of 4 in job {run} (torchelastic) is gone: OOM-killed at "), holder
+        assert re.search(r"OOM-killed at \d\d:\d\d:\d\d UTC \(host pid \d+, python3?, a child of launcher python3? "
+                         r"\(\d+\)\)", holder["summary"]), holder["summary"]  # fmt: skip
+        assert got[b.target]["verdict"] == "stalled" and "rank 2 of 4" in got[b.target]["headline"]
+        told = culprit(got[a.target])
+        assert told["summary"].startswith(f"rank 2 ({b.target}) holds job {run} (torchelastic): is gone: OOM-killed")
+        assert told["severity"] == "error" and got[a.target]["verdict"] == "stalled" and rc == 1
+    finally:
+        cg.remove()
+
+
+def _redis(fleet: Fleet) -> tuple[Sshd, Sshd, int]:
+    """B runs redis-server, then stopped; A runs a redis-cli GET against it (accepted, never answered)."""
+    port = free_ports(1)[0]
+    b = fleet.host(f"redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no")
+    wait_for(lambda: fleet.find(b, "redis-server") is not None, what="redis-server")
+    up = ["redis-cli", "-p", str(port), "ping"]
+    wait_for(lambda: subprocess.run(up, capture_output=True).returncode == 0, what="redis-server answering")
+    server = fleet.find(b, "redis-server")
+    assert server is not None
+    os.kill(server, signal.SIGSTOP)
+    wait_for(lambda: proc_state(server) == "T", what="redis-server stopped")
+    a = fleet.host(f"redis-cli -p {port} GET somekey")
+    wait_for(lambda: fleet.find(a, "redis-cli") is not None, what="redis-cli")
+    cli = fleet.find(a, "redis-cli")
+    assert cli is not None
+    wait_for(lambda: proc_state(cli) == "S", what="redis-cli waiting")
+    return a, b, port
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server and redis-cli")
+def test_a_client_on_one_host_is_held_by_the_stopped_server_on_another(fleet: Fleet) -> None:
+    a, b, port = _redis(fleet)
+    rc, got = fleet.sweep(a.target, b.target)
+    waits = [f for f in got[a.target]["findings"] if f["rule"] == "socket-peer-wait"]
+    assert waits, got[a.target]["findings"]
+    f = waits[0]
+    assert re.match(rf"redis-cli \(\d+\) waits on TCP 127\.0\.0\.1:\d+ -> 127\.0\.0\.1:{port}, whose other end is "
+                    rf"redis-server \(\d+\) on {re.escape(b.target)}: stopped \(T\)", f["summary"]), f["summary"]  # fmt: skip
+    assert f["severity"] == "error" and f["remote"] == b.target and f["peer"]["remote"] == f"127.0.0.1:{port}"
+    assert "kill -CONT" in f["hint"] and got[a.target]["verdict"] == "stalled" and rc == 1
+    stopped = [g for g in got[b.target]["findings"] if any(e["source"] == "this run" for e in g["evidence"])]
+    assert stopped and "redis-server" in stopped[0]["summary"], got[b.target]["findings"]
+    line = next(e["detail"] for e in stopped[0]["evidence"] if e["source"] == "this run")
+    assert line.startswith(f"{a.target}: redis-cli (") and "waits on redis-server (" in line, line
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server and redis-cli")
+def test_one_host_alone_names_the_other_end_it_cannot_see(fleet: Fleet) -> None:
+    """A diagnosed alone, its named client waiting on a connection whose other end no process there holds
+    and nothing moving over the window: a warning that names the address and what to diagnose."""
+    a, _b, port = _redis(fleet)
+    r = fleet.run("diagnose", a.target, extra=("--match", "redis-cli"))
+    host = json.loads(r.stdout)["hosts"][0]
+    f = next(f for f in host["findings"] if f["rule"] == "socket-peer-wait")
+    assert f["severity"] == "warning" and host["verdict"] == "degraded" and r.returncode == 0, f
+    assert f"no process on this host holds the other end, 127.0.0.1:{port}" in f["summary"], f["summary"]
+    assert f"listens on port {port}" in f["hint"], f["hint"]
+    r = fleet.run("diagnose", a.target)  # the whole host: an idle connection is no one's stall alone
+    assert r.returncode == 0 and json.loads(r.stdout)["hosts"][0]["verdict"] == "healthy", r.stdout

@@ -1,0 +1,121 @@
+"""Both ends of one TCP connection read together across the hosts of a run. A host's report keeps the
+waits on connections whose other end no process there holds (RemotePeer) and the sockets its own
+processes serve on (ServedSocket). The other end of a wait is the host whose served socket is the
+connection's mirror image (its local address is the wait's remote, its remote the wait's local), or,
+for a connection not accepted yet, the host whose process listens on the wait's remote port at an
+address that host has (hosts behind one address differ by the port they listen on). Only one such
+host counts: an end that two hosts could hold is left unjoined.
+
+The waiting host's finding then names the host and the process that hold it, at the severity what
+holds it proves (a stopped holder: an error), and that host's report says who waits on it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from vastprobe.analysis.hops import address
+from vastprobe.analysis.report_edits import added, swap
+from vastprobe.model import SEVERITY_ORDER, Evidence, Finding, HostReport, RemotePeer, ServedSocket, Severity
+
+RULE, CODE = "socket-peer-wait", "VP112"  # the joined findings are socket-peer-wait's, read across hosts
+_ANY = ("0.0.0.0", "[::]", "::", "*", "")
+
+
+def _split(endpoint: str) -> tuple[str, str]:
+    ip, _, port = endpoint.rpartition(":")
+    return ip.lower(), port
+
+
+def _addresses(r: HostReport) -> set[str]:
+    """The addresses a host answers on: those its served sockets are bound to or accepted on, and
+    the address its target names."""
+    out = {_split(s.local)[0] for s in r.served} - set(_ANY)
+    a = address(r.target)
+    if a is not None:
+        out.add(a[0].strip("[]"))
+        out.add(a[0])
+    return out
+
+
+def _other_end(reports: Sequence[HostReport], i: int, w: RemotePeer) -> tuple[int, ServedSocket] | None:
+    exact = [(j, s) for j, r in enumerate(reports) if j != i for s in r.served if s.local == w.remote
+             and s.remote == w.local]  # fmt: skip
+    if exact:
+        return exact[0] if len({j for j, _s in exact}) == 1 else None
+    ip, port = _split(w.remote)
+    listening = []
+    for j, r in enumerate(reports):
+        if j == i or not r.served:
+            continue
+        if ip.strip("[]") not in _addresses(r) and ip not in _addresses(r):
+            continue
+        listening += [(j, s) for s in r.served if not s.remote and _split(s.local)[1] == port
+                      and _split(s.local)[0] in (ip, *_ANY)]  # fmt: skip
+    return listening[0] if len({j for j, _s in listening}) == 1 else None
+
+
+def join_connections(reports: Sequence[HostReport]) -> list[HostReport]:
+    """The reports, each wait on another host of the run joined to the process there that holds it."""
+    out = list(reports)
+    for i, r in enumerate(reports):
+        for w in r.remote_waits:
+            hit = _other_end(reports, i, w)
+            if hit is not None:
+                j, s = hit
+                out[i], out[j] = _joined(out[i], out[j], w, s)
+    return out
+
+
+def _holder_severity(holder_host: HostReport, s: ServedSocket) -> tuple[Severity | None, str]:
+    """How badly what holds the other end holds it, in words: stopped, in D state, or named by a
+    finding of its own host (its worst)."""
+    if s.state in ("T", "t"):
+        return "error", f"stopped ({s.state})"
+    theirs = [f for f in holder_host.findings if s.pid in f.pids]
+    if theirs:
+        worst = max(theirs, key=lambda f: SEVERITY_ORDER[f.severity])
+        if SEVERITY_ORDER[worst.severity] >= SEVERITY_ORDER["warning"]:
+            return worst.severity, f"its host says: {worst.summary}"
+    if s.state == "D":
+        return "warning", "in uninterruptible sleep (D)"
+    return None, f"in state {s.state}; {holder_host.target} reads {holder_host.verdict}"
+
+
+def _joined(a: HostReport, b: HostReport, w: RemotePeer, s: ServedSocket) -> tuple[HostReport, HostReport]:
+    sev, how = _holder_severity(b, s)
+    end = f"{s.comm} ({s.pid}) on {b.target}"
+    conn = f"TCP {w.local} -> {w.remote}"
+    held = "accepted it" if s.remote else f"listens on {s.local}, the connection in its queue"
+    ev = Evidence("this run", f"{b.target}: {s.comm} ({s.pid}) {held}: {how}"[:400])
+    own = next((f for f in a.findings if f.peer is not None and f.peer.pid == w.pid), None)
+    if sev is None:  # the other end is there and nothing says it is stuck: a fact, not a verdict
+        if own is not None:
+            a = swap(a, own, replace(own, evidence=(*own.evidence, ev), remote=b.target))
+        return a, b
+    summary = f"{w.comm} ({w.pid}) waits on {conn}, whose other end is {end}: {how}"
+    hint = (
+        f"the other end is on {b.target}: "
+        + (
+            f"resume {s.comm} there with `kill -CONT {s.pid}`, or find who stopped it"
+            if s.state in ("T", "t")
+            else f"see its report (`vastprobe diagnose {b.target} --pid {s.pid}`)"
+        )
+        + "; give the client a timeout"
+    )
+    if own is not None and SEVERITY_ORDER[own.severity] > SEVERITY_ORDER[sev]:
+        sev = own.severity
+    joined = Finding(RULE, CODE, sev, summary, (w.pid,), (ev, *(own.evidence if own else ())), hint,
+                     remote=b.target, peer=w)  # fmt: skip
+    a = swap(a, own, joined) if own is not None else added(a, joined)
+    line = f"{a.target}: {w.comm} ({w.pid}) waits on {s.comm} ({s.pid}) here over {conn}"
+    theirs = next((f for f in b.findings if s.pid in f.pids), None)
+    if theirs is not None:
+        return a, swap(b, theirs, replace(theirs, evidence=(*theirs.evidence, Evidence("this run", line[:400]))))
+    told = Finding(
+        RULE, CODE, sev, f"{s.comm} ({s.pid}) is {how} and {w.comm} ({w.pid}) on {a.target} waits on it over {conn}",
+        (s.pid,), (Evidence("this run", line[:400]),),
+        f"resume it with `kill -CONT {s.pid}`, or find who stopped it" if s.state in ("T", "t")
+        else f"look at what {s.comm} ({s.pid}) waits on", remote=a.target,
+    )  # fmt: skip
+    return a, added(b, told)

@@ -1,0 +1,151 @@
+"""A distributed job read once across the hosts of a run. Its hosts are grouped by the job's id (its
+ranks' environment, analysis/ranks.py). Where one host's rank holds the job (stopped, gone, blocked on
+something that is not another rank), every other host with ranks of the job is held too, whatever
+its ranks look like from there: a rank spinning in a collective burns its CPU and its GPU as a rank
+that computes does. So such a host is told "rank R (pid, host H) holds job J" at the holder's
+severity, and its verdict follows, unless its own ranks show progress (bytes written between the
+samples, a GPU near its power limit). The holding host is told who waits on it. A job whose
+rendezvous is a loopback address, or whose ranks all live on one host, is no multi-host job: hosts
+that each run their own single-node job with torchrun's defaults are not joined."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from vastprobe.analysis.ranks import holder_words
+from vastprobe.analysis.report_edits import added, swap
+from vastprobe.model import HOLDING, ONE_SAMPLE, DistributedJob, Evidence, Finding, HostReport, JobRank, Severity
+
+RULE, CODE = "culprit-rank", "VP119"  # the joined findings are the culprit-rank rule's, read across hosts
+_LOCAL_RENDEZVOUS = ("rendezvous:127.", "rendezvous:localhost:", "rendezvous:[::1]:", "rendezvous:::1:")
+
+
+@dataclass(frozen=True)
+class JobAcrossHosts:
+    """One job as the run saw it: its hosts' parts, the rank that holds it and where."""
+
+    key: str
+    parts: tuple[tuple[str, DistributedJob], ...]  # (target, the job as that host saw it)
+    holder: tuple[str, JobRank] | None  # (target, rank)
+    missing: tuple[int, ...]  # global ranks no host of the run has, alive or gone
+
+    @property
+    def world_size(self) -> int | None:
+        return max((j.world_size or 0 for _t, j in self.parts), default=0) or None
+
+
+def _multi_host(key: str, parts: list[tuple[str, DistributedJob]]) -> bool:
+    if key.startswith(_LOCAL_RENDEZVOUS):
+        return False
+    world = max((j.world_size or 0 for _t, j in parts), default=0)
+    return len(parts) >= 2 and all(world > len(j.ranks) for _t, j in parts)
+
+
+def jobs_across_hosts(reports: Sequence[HostReport]) -> list[JobAcrossHosts]:
+    """The multi-host jobs of the run with ranks on two or more of its hosts."""
+    by_key: dict[str, list[tuple[str, DistributedJob]]] = {}
+    for r in reports:
+        for j in r.jobs:
+            by_key.setdefault(j.key, []).append((r.target, j))
+    out = []
+    for key, parts in by_key.items():
+        if not _multi_host(key, parts):
+            continue
+        holding = [(t, c) for t, j in parts for c in j.culprits if c.state in HOLDING]
+        straggling = [(t, c) for t, j in parts for c in j.culprits if c.state not in HOLDING]
+        named = holding or straggling
+        holder = named[0] if named else None
+        seen = {r.rank for _t, j in parts for r in j.ranks if r.rank is not None}
+        world = max((j.world_size or 0 for _t, j in parts), default=0)
+        missing = tuple(n for n in range(world) if n not in seen)
+        out.append(JobAcrossHosts(key, tuple(parts), holder, missing))
+    return out
+
+
+def join_jobs(reports: Sequence[HostReport]) -> list[HostReport]:
+    """The reports, each multi-host job's holder joined to every other host of the job."""
+    out = list(reports)
+    index = {r.target: i for i, r in enumerate(out)}
+    for job in jobs_across_hosts(reports):
+        if job.holder is None:
+            continue
+        h_target, c = job.holder
+        h = index[h_target]
+        hjob = next(j for t, j in job.parts if t == h_target)
+        held = _culprit_finding(out[h], c)
+        severity: Severity = held.severity if held is not None else "warning"
+        waiting: list[tuple[str, DistributedJob]] = []
+        for target, part in job.parts:
+            if target == h_target or part.culprits:
+                continue  # the holder, or a host that names a culprit of its own
+            out[index[target]] = _told_holder(out[index[target]], part, job, c, h_target, severity)
+            if part.progress is None:
+                waiting.append((target, part))
+        if held is not None and waiting:
+            out[h] = swap(out[h], held, _holder_joined(held, hjob, c, waiting))
+    return out
+
+
+def _culprit_finding(r: HostReport, c: JobRank) -> Finding | None:
+    mine = [f for f in r.findings if f.rule == RULE and (c.pid is None or c.pid in f.pids)]
+    return mine[0] if mine else None
+
+
+def _ranks(ranks: Sequence[JobRank]) -> str:
+    nums = [str(r.rank) if r.rank is not None else f"local {r.local_rank}" for r in ranks[:8]]
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(nums) + (" …" if len(ranks) > 8 else "")
+
+
+def _told_holder(
+    r: HostReport, part: DistributedJob, job: JobAcrossHosts, c: JobRank, where: str, severity: Severity
+) -> HostReport:
+    """A host whose ranks are held by a rank on another host: its finding says so at the holder's
+    severity (its own off-host note replaced), or, where its ranks show progress, a note."""
+    who = c.name + (f" (pid {c.pid}, {where})" if c.pid else f" ({where})")
+    here = _ranks(part.ranks)
+    why = f"{c.why}" if c.state != "gone" else f"is {c.why}"
+    ev = [Evidence("this run", f"{who} holds job {job.key}: {c.why}"[:400])]
+    ev += [Evidence("rank", f"{x.name} (pid {x.pid if x.pid else '-'}): {x.why}") for x in part.ranks[:16]]
+    if part.progress is not None:
+        ev.append(Evidence("progress", part.progress))
+        summary = f"{who} holds job {part.words} ({why}), yet {here} here show progress: {part.progress}"
+        hint = (
+            f"the ranks here move on, so they may not have reached the collective {c.name} is missing yet; "
+            f"diagnose again, and see {c.name} on {where}"
+        )
+        sev: Severity = "info"
+    else:
+        ev.append(Evidence("progress", "no rank here wrote a byte between the samples or drew its GPU near its "
+                                       "power limit: a busy CPU or GPU alone is a collective's spin"))  # fmt: skip
+        summary = f"{who} holds job {part.words}: {why}; {here} here cannot finish a collective without it"
+        hint = (
+            f"fix {c.name} on {where} (its report shows what it waits on"
+            + (f": `vastprobe diagnose {where} --pid {c.pid}`" if c.pid else "")
+            + "); the ranks here go on once it rejoins, or fail when the collective times out (the process "
+            "group's timeout, TORCH_NCCL_TIMEOUT: 10 to 30 minutes by default)"
+        )
+        sev = severity
+    joined = Finding(RULE, CODE, sev, summary, tuple(x.pid for x in part.ranks if x.pid), tuple(ev), hint,
+                     remote=where)  # fmt: skip
+    r = replace(r, jobs=tuple(replace(j, held_by=(where, c)) if j is part else j for j in r.jobs))
+    own = next((f for f in r.findings if f.rule == RULE), None)
+    if own is not None:  # every rank here waits and it said the holder is elsewhere: now it is known
+        return swap(r, own, replace(joined, evidence=(*joined.evidence, *own.evidence)))
+    return added(r, joined)
+
+
+def _holder_joined(f: Finding, hjob: DistributedJob, c: JobRank, waiting: list[tuple[str, DistributedJob]]) -> Finding:
+    """The holder's finding, saying which ranks on which hosts of the run wait on it."""
+    waiting = sorted(waiting, key=lambda tj: min((x.rank for x in tj[1].ranks if x.rank is not None), default=0))
+    ranks = sorted((x for _t, j in waiting for x in j.ranks), key=lambda x: (x.rank is None, x.rank or 0))
+    hosts = ", ".join(t for t, _j in waiting[:8]) + (" …" if len(waiting) > 8 else "")
+    here = f"{len(hjob.waiting)} rank(s) here and " if hjob.waiting else ""
+    others = f"{here}{_ranks(ranks)} on {len(waiting)} other host(s) of this run wait on it ({hosts})"
+    one_sample = ONE_SAMPLE if f.summary.endswith(ONE_SAMPLE) else ""
+    line = f"{_ranks(ranks)} on other hosts of this run wait on it: {hosts}"
+    return replace(
+        f,
+        summary=f"{holder_words(hjob, c)}; {others}{one_sample}",
+        evidence=(*f.evidence, Evidence("this run", line[:400])),
+    )

@@ -1,0 +1,18 @@
+"""A run's hosts read as one story: every join across hosts, in the order they build on each other."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from vastprobe.analysis.connection_joins import join_connections
+from vastprobe.analysis.hops import join_remote
+from vastprobe.analysis.job_joins import join_jobs
+from vastprobe.model import HostReport
+
+
+def join_hosts(reports: Sequence[HostReport]) -> list[HostReport]:
+    """A job waiting on an ssh session to another host of the run; a wait on a connection another host
+    of the run holds; a distributed job's hosts. One host alone is left as it is."""
+    if len(reports) < 2:
+        return list(reports)
+    return join_jobs(join_connections(join_remote(reports)))

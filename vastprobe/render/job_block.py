@@ -1,0 +1,49 @@
+"""A distributed job in the sweep's summary, once: the rank that holds it and where, why, and the
+hosts that wait on it folded (`[3: gpu[01-03]]`). The hosts it covers are left out of their
+verdict's host lines, so a 64-host job reads as one block, not 64 lines saying the same thing."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from rich.console import Console
+from rich.text import Text
+
+from vastprobe.analysis.job_joins import JobAcrossHosts, jobs_across_hosts
+from vastprobe.model import HostReport
+from vastprobe.render.groups import fold_hosts
+from vastprobe.render.layout import hanging
+from vastprobe.untrusted.safe import safe
+
+
+def held_jobs(reports: Sequence[HostReport]) -> list[JobAcrossHosts]:
+    """The run's multi-host jobs that a rank on one of their hosts holds."""
+    return [j for j in jobs_across_hosts(reports) if j.holder is not None]
+
+
+def job_block(console: Console, job: JobAcrossHosts, verdict_of: Mapping[str, str], limit: int | None) -> None:
+    assert job.holder is not None
+    where, c = job.holder
+    hjob = next(j for t, j in job.parts if t == where)
+    waiting = [t for t, j in job.parts if t != where and not j.culprits and j.progress is None]
+    moving = [t for t, j in job.parts if t != where and not j.culprits and j.progress is not None]
+    ranks = sum(len(j.ranks) for _t, j in job.parts)
+    head = Text("  job ", style="bold")
+    head.append(safe(hjob.words, 160), style="bold")
+    world = f" of {job.world_size}" if job.world_size else ""
+    hanging(console, "", head, Text(f", {ranks} rank(s){world} on {len(job.parts)} hosts of this run:"))
+    pad = Text("    ")
+    who = c.name + (f" (pid {c.pid}" + (f", {c.comm})" if c.comm else ")") if c.pid else "")
+    hanging(console, "", pad + Text("held by: ", style="bold"),
+            Text(f"{safe(who, 200)} on {safe(where, 120)} ({verdict_of.get(where, '?')}): {safe(c.why, 500)}"))  # fmt: skip
+    if waiting:
+        n = sum(len(j.ranks) for t, j in job.parts if t in waiting) + len(hjob.waiting)
+        hanging(console, "", pad + Text("waiting: ", style="bold"),
+                Text(f"{n} rank(s) on [{len(waiting)}: {fold_hosts(waiting, limit)}]"))  # fmt: skip
+    if moving:
+        hanging(console, "", pad + Text("moving:  ", style="bold"),
+                Text(f"[{len(moving)}: {fold_hosts(moving, limit)}] (their ranks show progress)"))  # fmt: skip
+    if job.missing:
+        shown = ", ".join(map(str, job.missing[:16])) + (" …" if len(job.missing) > 16 else "")
+        hanging(console, "", pad + Text("missing: ", style="bold"),
+                Text(f"rank(s) {shown}: on no host of this run, alive or gone"))  # fmt: skip
