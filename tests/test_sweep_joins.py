@@ -212,6 +212,13 @@ def test_a_client_on_one_host_is_held_by_the_stopped_server_on_another(fleet: Fl
     line = next(e["detail"] for e in stopped[0]["evidence"] if e["source"] == "this run")
     assert line.startswith(f"{a.target}: redis-cli (") and "waits on redis-server (" in line, line
 
+    # NDJSON streams each host as it finishes, before the joins: a joined host is written again
+    r = fleet.run("sweep", a.target, b.target, fmt="ndjson")
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    last = {x["target"]: x for x in lines if "target" in x}
+    assert last[a.target]["verdict"] == "stalled" and lines[-1]["summary"]["verdict"]["stalled"] == 2, r.stdout
+    assert r.returncode == 1 and len(lines) >= 3
+
 
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server and redis-cli")
 def test_one_host_alone_names_the_other_end_it_cannot_see(fleet: Fleet) -> None:

@@ -322,10 +322,13 @@ def sweep(
     stream = chosen.stream if fleet.group_by is None else None  # outliers need the whole group first
     live = FleetDocument([], EXIT_OK, snapshot=snapshot)  # a host's line as it finishes needs no summary
 
+    sent: dict = {}  # target -> the findings its streamed line had
+
     def on_report(r) -> None:  # type: ignore[no-untyped-def]
         if stream is not None:
             sys.stdout.write(stream(live, r))
             sys.stdout.flush()
+            sent[r.target] = r.findings
         if progress is not None:
             progress.finished(r.status, probed=r.status != "skipped")
 
@@ -344,6 +347,10 @@ def sweep(
     code = interrupted_code() if interrupted else fleet.exit_code(exit_code(reports, fail_on))
     unfinished = len(entries) - len(reports)
     doc = FleetDocument(reports, code, unfinished, snapshot, verbose, memory=fleet.memory, elapsed=elapsed)
+    if stream is not None:  # a host another host's report changed (analysis/joins.py) goes out again, joined
+        again = [r for r in reports if r.target in sent and sent[r.target] is not r.findings
+                 and sent[r.target] != r.findings]  # fmt: skip
+        sys.stdout.write("".join(stream(live, r) for r in again))
     emit(doc, chosen, streamed=stream is not None)  # the hosts' lines went out as they finished
     if interrupted:
         say_interrupted(reports, entries)
