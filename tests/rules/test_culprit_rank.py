@@ -307,3 +307,10 @@ def test_on_gpus_the_rank_whose_gpu_idles_while_the_others_spin_holds_them(reap,
     assert "2 other ranks (0, 2) wait on it in a collective" in f["summary"]
     job = host["jobs"][0]
     assert [x["state"] for x in job["ranks"]] == ["collective", "elsewhere", "collective"], job
+    assert job["progress"] is None, job  # 100% busy at 71 W of 700 W: a collective's spin, not work
+    # the same ranks, rank 0's GPU drawing 512 W of 700 W: a GPU that computes is progress of the job's own
+    busy = {**env, "VASTPROBE_STANDIN_GPU": "busy", "VASTPROBE_STANDIN_APP_PID": str(pids[0])}
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", "--match",
+                        pids.match, "--sample", "1"], capture_output=True, text=True, env=busy, timeout=120)  # fmt: skip
+    job = json.loads(r.stdout)["hosts"][0]["jobs"][0]
+    assert job["progress"] == f"the GPU of pid {pids[0]} draws 512 W of its 700 W limit", job

@@ -4,7 +4,7 @@ something that is not another rank), every other host with ranks of the job is h
 its ranks look like from there: a rank spinning in a collective burns its CPU and its GPU as a rank
 that computes does. So such a host is told "rank R (pid, host H) holds job J" at the holder's
 severity, and its verdict follows, unless its own ranks show progress (bytes written between the
-samples, a GPU near its power limit). The holding host is told who waits on it. A job whose
+samples, a GPU drawing half its power limit or more). The holding host is told who waits on it. A job whose
 rendezvous is a loopback address, or whose ranks all live on one host, is no multi-host job: hosts
 that each run their own single-node job with torchrun's defaults are not joined."""
 

@@ -80,15 +80,15 @@ def find_jobs(ctx: SnapshotView, chains: Sequence[StalledChain]) -> list[Distrib
 
 
 #: A GPU drawing at least this share of its power limit computes: a rank spinning in a hung collective
-#: shows 100% utilisation at low power (NCCL#968), a rank that trains draws near its limit.
-COMPUTING_POWER = 0.8
+#: shows 100% utilisation at a tenth of it (71 W of 700 W, NCCL#968), a rank that trains draws most of it.
+COMPUTING_POWER = 0.5
 
 
 def _progress(ctx: SnapshotView, procs: list[Process]) -> str | None:
     """What says the ranks here move on, beyond a busy CPU (a rank spinning in a collective burns one
     too): bytes written between the samples (a log line, a progress bar, a checkpoint: write(2)'s
     count, since a log appended into a page already dirty adds nothing to write_bytes), or a rank's
-    GPU near its power limit in every sample. None: no such sign."""
+    GPU drawing at least half its power limit in every sample. None: no such sign."""
     for p in procs:
         a, b = (p.samples[0].io, p.samples[-1].io) if len(p.samples) >= 2 else (None, None)
         if isinstance(a, ProcIO) and isinstance(b, ProcIO) and b.wchar > a.wchar:

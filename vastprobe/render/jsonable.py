@@ -168,6 +168,7 @@ def job_dict(j: DistributedJob, host: str) -> dict[str, Any]:
             "why": culprit.why,
         },
         "waiting": [r.rank for r in j.waiting],
+        "progress": j.progress,
     }
 
 
