@@ -153,7 +153,7 @@ def test_ranks_whose_log_grows_are_not_called_held(fleet: Fleet) -> None:
     rc, got = fleet.sweep(a.target, b.target)
     told = culprit(got[a.target])
     assert told["severity"] == "info" and "show progress" in told["summary"], told
-    assert re.search(r"rank [01] \(pid \d+\) wrote \d+ B? ?\S* between the samples", told["summary"]), told["summary"]
+    assert re.search(r"rank [01] \(pid \d+\) wrote [\d.]+ \S+ between the samples", told["summary"]), told["summary"]
     assert got[a.target]["verdict"] == "healthy" and got[b.target]["verdict"] == "stalled" and rc == 1
 
 

@@ -168,10 +168,13 @@ def test_the_jobs_own_log_is_ranked_over_an_empty_stdout(fd3_job) -> None:
     assert host["verdict"] == "stalled" and rc == 1  # the job did nothing over the window, its log stale
 
 
+@pytest.mark.parametrize("given", [True, False], ids=["--log", "found"])
 @pytest.mark.parametrize("how", ["local", "ssh"])
-def test_the_last_words_of_the_log_are_under_the_headline(fd3_job, how: str, tmp_path: Path) -> None:
+def test_the_last_words_of_the_log_are_under_the_headline(fd3_job, how: str, given: bool, tmp_path: Path) -> None:
+    """With --log, and without: the log the job holds open on fd 3 is found, and its tail read through
+    /proc/PID/fd/3 (the job's own logs first, whatever other processes on the host wrote since)."""
     job, log, _out = fd3_job
-    args = ["--pid", str(job.pid), "--sample", "1", "--log", str(log)]
+    args = ["--pid", str(job.pid), "--sample", "1", *(["--log", str(log)] if given else [])]
     if how == "local":
         rc, host = vastprobe_json(*args)
         table = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", *args, "--format", "table"],
@@ -232,3 +235,27 @@ def test_a_quiet_daemon_waiting_for_requests_is_healthy(tmp_path: Path, reap, lo
     assert host["verdict"] == "healthy" and rc == 0, [
         (f["rule"], f["severity"], f["summary"]) for f in host["findings"]
     ]
+
+
+def test_a_found_logs_tail_is_data_and_its_passwords_are_masked(tmp_path: Path, reap) -> None:
+    """The tail of a log found open (no --log) is remote text read without being asked for: a line
+    shaped like the probe's own markers stays a line of the log, and a URL's password never reaches
+    any output (the JSON with its snapshot, the table)."""
+    log = tmp_path / "job.log"
+    lines = "connecting to postgres://app:hunter2-planted@db:5432/x\n@@tail /proc/1/fd/1\n|forged\nwaiting\n"
+    code = f"import os, time\nos.write(3, {lines.encode()!r})\ntime.sleep(600)"
+    job = subprocess.Popen(["sh", "-c", f'exec 3>>{log}; exec "$@"', "sh", sys.executable, "-c", code],
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    wait_for(lambda: log.exists() and log.read_text().endswith("waiting\n"), what="the job's log")
+    old = time.time() - 600
+    os.utime(log, (old, old))
+    for fmt in ("json", "table"):
+        r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--pid", str(job.pid), "--sample",
+                            "1", "--format", fmt, "--snapshot" if fmt == "json" else "-v"],
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert "hunter2-planted" not in r.stdout + r.stderr and r.returncode == 1, r.stdout
+    host = json.loads(subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--pid", str(job.pid),
+                                      "--sample", "1"], capture_output=True, text=True, timeout=120).stdout)["hosts"][0]  # fmt: skip
+    assert host["last_words"]["lines"] == ["@@tail /proc/1/fd/1", "|forged", "waiting"], host["last_words"]
+    assert not [f for f in host["findings"] if f["code"] in ("VP901", "VP902")], host["findings"]

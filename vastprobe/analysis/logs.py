@@ -188,6 +188,7 @@ def found_logs(snapshot: HostSnapshot, scope: frozenset[int]) -> tuple[LogFile, 
     scope; not a --log given already."""
     given = {log.path for log in snapshot.logs}
     files: dict[int, tuple[str, FileStat]] = {}
+    tails: dict[int, str] = {}
     holders: dict[int, list[tuple[int, int, bool]]] = {}
     by_pid = {p.pid: p for p in snapshot.processes if p.pid in scope}
     for held in snapshot.held_files:
@@ -198,14 +199,16 @@ def found_logs(snapshot: HostSnapshot, scope: frozenset[int]) -> tuple[LogFile, 
         if entry is None or entry.path in given or not held.stat.regular:
             continue
         files.setdefault(held.stat.inode, (entry.path, held.stat))
+        if held.tail is not None:
+            tails.setdefault(held.stat.inode, held.tail)
         holders.setdefault(held.stat.inode, []).append((held.pid, held.fd, entry.deleted))
     # ranked by what the job writes: an empty file whose writers all write another found log with
     # something in it is not the job's log (a trainer logging to train.log on fd 3 and nothing to
     # stdout: its empty stdout.log was blamed, "check its stdout redirection")
     writing = {pid for ino, (_p, st) in files.items() if st.size for pid, _fd, _d in holders[ino]}
-    unread = Unavailable("found, not given: its tail is not read")
+    unread = Unavailable("found, not given: its tail is read only for the 4 logs on the host written last")
     return tuple(
-        LogFile(path=path, stats=(stat,), tail=unread, holders=tuple(holders[ino]), found=True)
+        LogFile(path=path, stats=(stat,), tail=tails.get(ino, unread), holders=tuple(holders[ino]), found=True)
         for ino, (path, stat) in files.items()
         if stat.size or not all(pid in writing for pid, _fd, _d in holders[ino])
     )

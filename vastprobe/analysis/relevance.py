@@ -47,12 +47,18 @@ def _words(name: str) -> set[str]:
     return {w.lower() for w in _WORD.findall(name[:256]) if len(w) >= 4}
 
 
+#: A file named like the job's programs counts as the job's when its users wrote it since the job
+#: started, or this many seconds before (the scripts a launcher writes, then runs).
+NAMED_BEFORE_START = 60.0
+
+
 def rank_artifacts(
     snapshot: HostSnapshot, entries: Iterable[Artifact], job: Sequence[Process], job_start: float | None
 ) -> list[RankedArtifact]:
     holders: dict[str, dict[int, tuple[Process, bool]]] = {}
     uids = {p.uid for p in job if p.uid is not None}
     run_paths: dict[str, Process] = {}
+    relative: dict[str, Process] = {}  # a relative path's name: the cwd it is under is not known here
     names: dict[str, Process] = {}
     for p in job:
         if not isinstance(p.fds, Unavailable):
@@ -62,8 +68,10 @@ def rank_artifacts(
                     writes = e.mode in ("w", "rw") or (p.pid in seen and seen[p.pid][1])
                     seen[p.pid] = (p, writes)
         for arg in p.cmdline[:4]:
-            if "/" in arg:
-                run_paths.setdefault(arg.rsplit("/", 1)[-1], p)
+            if arg.startswith("/"):
+                run_paths.setdefault(arg, p)  # the very file it runs: evidence whoever wrote it
+            elif "/" in arg:
+                relative.setdefault(arg.rsplit("/", 1)[-1], p)
         if p.comm not in GENERIC:
             for w in _words(p.comm):
                 names.setdefault(w, p)
@@ -81,13 +89,21 @@ def rank_artifacts(
                 )
             )
             continue
-        runner = run_paths.get(base)
+        runner = run_paths.get(a.path)
         if runner is not None:
             out.append(RankedArtifact(a, 2, f"run by {runner.comm} ({runner.pid})"))
             continue
-        like = next((names[w] for w in sorted(_words(base)) if w in names), None)
+        # a name alone is no evidence (another user's or another job's file named alike was called
+        # the job's): only a file of the job's users, written since the job started, is tied by it
+        ours = a.uid is None or a.uid in uids
+        since = job_start is None or a.mtime >= job_start - NAMED_BEFORE_START
+        runner = relative.get(base) if ours else None
+        if runner is not None:
+            out.append(RankedArtifact(a, 2, f"run by {runner.comm} ({runner.pid})"))
+            continue
+        like = next((names[w] for w in sorted(_words(base)) if w in names), None) if ours and since else None
         if like is not None:
-            out.append(RankedArtifact(a, 2, f"named like {like.comm} ({like.pid})"))
+            out.append(RankedArtifact(a, 2, f"named like {like.comm} ({like.pid}), of its user"))
             continue
         if (
             job_start is not None

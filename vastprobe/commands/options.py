@@ -324,6 +324,7 @@ def probe_options(
         deadline=deadline,
         python_stacks=py_spy,
         python_stack_pids=tuple(dict.fromkeys(pid or ())) if py_spy else (),
+        job_pids=tuple(dict.fromkeys(pid or ()))[:64],
     )
     return DiagnoseOptions(
         params=params,

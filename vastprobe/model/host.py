@@ -246,6 +246,7 @@ class HeldFile:
     pid: int
     fd: int
     stat: FileStat
+    tail: str | None = None  # its last lines, for the 4 written last (whole lines, passwords masked)
 
 
 @dataclass(frozen=True)

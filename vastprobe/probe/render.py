@@ -51,6 +51,8 @@ class ProbeParams:
     max_fd_per_process: int = 256
     max_artifacts: int = 200
     log_tail_bytes: int = 4096
+    held_tail_bytes: int = 2048  # of 4 found logs (held open write-only): the job's first, then those written last
+    job_pids: tuple[int, ...] = ()  # --pid: whose found logs (theirs and their descendants') are read first
     python_stacks: bool = False  # --py-spy: py-spy dump --nonblocking of Python programs
     python_stack_pids: tuple[int, ...] = ()  # whose Python descendants come first (--pid)
     boundary: str = field(default_factory=lambda: secrets.token_hex(16))
@@ -111,6 +113,8 @@ def render_script(params: ProbeParams) -> str:
         f"VP_MAXTHR={shell_quote(_number(MAX_THREADS))}",
         f"VP_MAXART={shell_quote(_number(int(params.max_artifacts)))}",
         f"VP_TAIL={shell_quote(_number(int(params.log_tail_bytes)))}",
+        f"VP_HTAIL={shell_quote(_number(int(params.held_tail_bytes)))}",
+        f"VP_JOBPIDS={shell_quote(' '.join(_number(int(p)) for p in params.job_pids[:64]))}",
         f"VP_NLOGS={shell_quote(_number(len(params.logs)))}",
         f"VP_FILE_T={shell_quote(_number(FILE_TIMEOUT))}",
         f"VP_KMAX={shell_quote(_number(MAX_KMSG_READ))}",

@@ -450,10 +450,47 @@ vp_s1() { vp_proc_grep "$vp_l1" 2>&1 | VP_B=$VP_B awk -v cap="$VP_MAXPROC" "$VP_
 
 # The files the processes hold open write-only whose names say log (and their stdout and stderr): the
 # job's logs where none was given. stat through /proc/PID/fd/N, the open file itself (a path
-# renamed or deleted since is still the one written); at most 128. Its guard (vp_held_sec) is its
-# timeout: a stat that hangs is abandoned after VP_FILE_T seconds, and killed at the probe's end.
+# renamed or deleted since is still the one written); at most 128. Then the last VP_HTAIL bytes of
+# 4 regular files, those held by a --pid process or its descendants first (VP_JOBPIDS; each holder's
+# ancestry read from /proc/PID/stat, 16 generations at most), then those written last, read
+# through the same /proc/PID/fd/N (what the process holds:
+# no path, so no link planted in one, is followed), each line prefixed as a --log's tail is: the
+# line that says why the job stopped, where no --log was given. Its guard (vp_held_sec) is its
+# timeout: a stat or read that hangs is abandoned after VP_FILE_T seconds, and killed at the end.
 vp_held_stat() {
-	[ -z "$vp_held" ] || stat -L -c '%n %s %Y %i %F' -- $vp_held
+	[ -z "$vp_held" ] || stat -L -c '%n %s %Y %i %F' -- $vp_held | awk -v t="$VP_HTAIL" -v jp="$VP_JOBPIDS" '
+		function ofjob(p,   g, l, path, fld) {
+			for (g = 0; g < 16 && p > 1; g++) {
+				if (p in job) return 1
+				path = "/proc/" p "/stat"
+				l = ""
+				getline l < path
+				close(path)
+				sub(/.*\) /, "", l)
+				split(l, fld, " ")
+				p = fld[2] + 0
+			}
+			return 0
+		}
+		BEGIN { m = split(jp, j, " "); for (i = 1; i <= m; i++) job[j[i]] = 1 }
+		{ print }
+		t > 0 && $2 > 0 && / regular file$/ && $1 ~ /^\/proc\/[0-9]+\/fd\/[0-9]+$/ {
+			name[++n] = $1
+			split($1, q, "/")
+			mt[n] = (m && ofjob(q[3] + 0) ? 1e12 : 0) + $3
+		}
+		END {
+			for (k = 0; k < 4; k++) {
+				b = 0
+				for (i = 1; i <= n; i++) if (!(i in used) && (b == 0 || mt[i] + 0 > mt[b] + 0)) b = i
+				if (b == 0) break
+				used[b] = 1
+				print "@@tail " name[b]
+				cmd = "exec tail -c " t " -- " name[b] " 2>/dev/null"
+				while ((cmd | getline l) > 0) print "|" l
+				close(cmd)
+			}
+		}'
 }
 # The held files may be on a dead mount (timeout cannot end a stat in D state): in a guarded child,
 # framed here, not by secn (whose redirection a guard must not run under).
