@@ -73,6 +73,40 @@ def host_key_prompt(sshd: Sshd, reap, tmp_path: Path) -> tuple[int, int]:
     return bash, ssh_pid
 
 
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_a_prompt_in_a_tmux_pane_names_the_pane_to_attach(sshd: Sshd, reap, tmp_path: Path) -> None:
+    """ssh asking to trust a host key inside a detached tmux session on a socket of its own: the finding
+    names the pane, the session and the server, and the command that attaches to it; diagnosed as a
+    whole host (no scope), a read of /dev/tty unmoved over two samples is a warning, never only a note."""
+    kh = tmp_path / "known_hosts"
+    kh.touch()
+    sock = tmp_path / "tmux.sock"
+    name = f"vp-prompt-{os.getpid()}"
+    ssh = (f"ssh -o UserKnownHostsFile={kh} -o GlobalKnownHostsFile=/dev/null -o StrictHostKeyChecking=ask "
+           f"-i {sshd.user_key} -p {sshd.port} root@127.0.0.1 true")  # fmt: skip
+    subprocess.run(["tmux", "-S", str(sock), "new-session", "-d", "-s", name, f"bash -c {shlex.quote(ssh + '; sleep 600')}"],
+                   check=True, env={k: v for k, v in os.environ.items() if not k.startswith("TMUX")})  # fmt: skip
+    try:
+        server = int(subprocess.run(["tmux", "-S", str(sock), "display", "-p", "-t", name, "#{pid}"], capture_output=True,
+                                    text=True, check=True).stdout)  # fmt: skip
+        pane = subprocess.run(["tmux", "-S", str(sock), "display", "-p", "-t", name, "#{pane_id}"], capture_output=True,
+                              text=True, check=True).stdout.strip()  # fmt: skip
+        wait_for(lambda: (s := descendant(server, "ssh")) is not None and proc_wchan(s) in ("wait_woken", "n_tty_read"),
+                 timeout=20, what="ssh at its prompt in the pane")  # fmt: skip
+        ssh_pid = descendant(server, "ssh")
+        assert ssh_pid is not None
+        rc, host = vastprobe_json("--pid", str(ssh_pid), "--sample", "0.5")
+        [f] = prompts(host)
+        assert f"in tmux pane {pane} (session {name}, server {server})" in f["summary"], f["summary"]
+        assert f"(`tmux -S {sock} attach -t {pane}`)" in f["hint"], f["hint"]
+        assert f["severity"] == "error" and rc == 1
+        _rc, whole = vastprobe_json("--sample", "0.5")
+        [g] = [g for g in prompts(whole) if ssh_pid in g["pids"]]
+        assert g["severity"] == "warning" and f"tmux pane {pane}" in g["summary"], g
+    finally:
+        subprocess.run(["tmux", "-S", str(sock), "kill-server"], check=False)
+
+
 def prompts(host: dict) -> list[dict]:
     return [f for f in host["findings"] if f["rule"] == "terminal-prompt"]
 
@@ -98,6 +132,9 @@ def test_with_a_silent_log_it_is_the_stall(host_key_prompt, tmp_path: Path) -> N
     [f] = prompts(host)
     assert f["severity"] == "error" and rc == 1
     assert not [g for g in host["findings"] if g["rule"] == "do-wait-orphan"]  # said once, by its own rule
+    # the prompt is why the log went quiet: it leads, the stale log follows from it
+    assert host["incidents"][0]["root"]["rule"] == "terminal-prompt", [i["headline"] for i in host["incidents"]]
+    assert host["headline"].startswith(f["summary"]), host["headline"]
 
 
 def test_one_sample_is_a_note(host_key_prompt) -> None:

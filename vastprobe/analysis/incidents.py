@@ -31,7 +31,9 @@ STATE_RULES = frozenset({"stopped-child", "d-state"})
 #: What a stall looks like from outside; they follow the worst stall rather than stand alone.
 SYMPTOM_RULES = frozenset({"missing-logs", "idle-gpu", "gpu-busy-no-progress"})
 #: Roots a symptom may follow: the ones that stop a job.
-STALL_RULES = CHAIN_RULES | STATE_RULES | {"oom-killed-child", "deadlock", "culprit-rank", "no-progress"}
+STALL_RULES = (
+    CHAIN_RULES | STATE_RULES | {"oom-killed-child", "deadlock", "culprit-rank", "no-progress", "terminal-prompt"}
+)
 #: How the consequence's summary words a cause the arrow in the headline already says.
 CAUSE_SUFFIXES = {"oom-killed-child": " after an OOM kill in the job"}
 

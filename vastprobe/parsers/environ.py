@@ -1,4 +1,5 @@
-"""The distributed-training variables of multi-threaded processes' environments:
+"""The distributed-training variables of multi-threaded processes' environments, and the tmux pane or
+screen window of processes asleep on a terminal (TMUX, TMUX_PANE, STY, WINDOW):
 
     /proc/812/environ:RANK=3
     /proc/812/environ:MASTER_ADDR=10.0.0.1
@@ -14,11 +15,12 @@ import re
 
 from vastprobe.parsers.procfs_lines import group_by_pid
 
-#: The names that say who is who in a distributed job; nothing else of an environment is kept.
+#: The names that say who is who in a distributed job, and which terminal multiplexer pane a process
+#: is in; nothing else of an environment is kept.
 ALLOWED = re.compile(
     r"(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_RUN_ID"
     r"|SLURM_JOB_ID|SLURM_PROCID|CUDA_VISIBLE_DEVICES|NCCL_[A-Z0-9_]{1,64}|TORCH_NCCL_[A-Z0-9_]{1,64}"
-    r"|TORCH_FR_[A-Z0-9_]{1,64})",
+    r"|TORCH_FR_[A-Z0-9_]{1,64}|TMUX|TMUX_PANE|STY|WINDOW)",
     re.ASCII,
 )
 MAX_NAMES = 48

@@ -210,6 +210,9 @@ VP_USER_AWK='/^\/proc\/[0-9]+\/stat:/ {
 	u = u ":" p
 	if (f[1] == "Z" && nz++ < 64) print "z" p
 	if (f[18] > 1) mt[nt++ % 192] = "+" p
+	# single-threaded processes asleep on a terminal (the newest 32): their environ says which tmux
+	# pane or screen window the terminal is (TMUX_PANE, STY), for a prompt nobody answers
+	else if (f[5] != 0 && f[1] == "S") tt[ntt++ % 32] = "e" p
 	# with --py-spy: Python programs (by their comm) that are neither in D state nor zombies, nor
 	# the parent of the probe (a local run: vastprobe itself); with --pid, those under it (a child
 	# comes after its parent in /proc but where PIDs wrapped), else the newest
@@ -227,6 +230,7 @@ BEGIN { nw = split(want, w, " "); for (i = 1; i <= nw; i++) under[w[i]] = 1 }
 END {
 	print "u" substr(u, 2)
 	for (i = nt - 1; i >= 0 && i >= nt - 192; i--) print mt[i % 192]
+	for (i = ntt - 1; i >= 0 && i >= ntt - 32; i--) print tt[i % 32]
 	for (i = 0; i < nun; i++) print un[i]
 	for (i = npy - 1; nw == 0 && i >= 0 && i >= npy - 8; i--) print pyl[i % 8]
 }'
@@ -251,6 +255,7 @@ vp_lists() {
 	for vp_w in $(printf '%s\n' "$vp_st" | awk -v py="$VP_PYSPY" -v want="$VP_PYPIDS" -v me="${VP_PARENT:-0}" "$VP_USER_AWK"); do
 		case $vp_w in
 		+*) vp_threads "${vp_w#+}" ;;
+		e*) vp_lenv="$vp_lenv ${vp_w#e}/environ" ;;
 		z*) vp_lz="$vp_lz ${vp_w#z}/sched" ;;
 		y*) vp_lpy="$vp_lpy ${vp_w#y}" ;;
 		u*) vp_lusr=${vp_w#u} ;;
@@ -501,10 +506,11 @@ vp_held_sec() {
 }
 
 # Who is who in a distributed job: from the environ of the multi-threaded processes (ranks are), the
-# allow-listed names only (rank, world, rendezvous, job id, GPUs, NCCL and flight-recorder settings);
+# allow-listed names only (rank, world, rendezvous, job id, GPUs, NCCL and flight-recorder settings;
+# and, of processes asleep on a terminal, the tmux pane or screen window it is);
 # nothing else of an environment is ever printed: secrets live there. At most 48 names of 256 bytes
 # per process.
-VP_ENVPAT='^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_RUN_ID|SLURM_JOB_ID|SLURM_PROCID|CUDA_VISIBLE_DEVICES|NCCL_[A-Z0-9_]+|TORCH_NCCL_[A-Z0-9_]+|TORCH_FR_[A-Z0-9_]+)='
+VP_ENVPAT='^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|ROLE_RANK|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_RUN_ID|SLURM_JOB_ID|SLURM_PROCID|CUDA_VISIBLE_DEVICES|NCCL_[A-Z0-9_]+|TORCH_NCCL_[A-Z0-9_]+|TORCH_FR_[A-Z0-9_]+|TMUX|TMUX_PANE|STY|WINDOW)='
 vp_env() {
 	vp_frp=
 	[ -n "$vp_lenv" ] || return 0

@@ -6,14 +6,16 @@ Read from the process's own wait: its system call reads an fd that is a terminal
 /dev/tty*), or its wait channel is the terminal's read. An interactive shell at its own prompt (a
 login shell, -i, or one with neither script nor -c, reading the terminal on its stdin) is no finding. A prompt is an error (a
 stall) when --pid/--match named the job and two samples saw it unmoved, or with evidence that work
-should be happening (a silent log), and otherwise a note: on a whole host a REPL in someone's
-terminal waits for input by design."""
+should be happening (a silent log); on a whole host a warning when it reads /dev/tty (opened to ask:
+ssh, sudo, gpg), and otherwise a note: a REPL in someone's terminal waits for input by design. The
+finding names the tmux pane or screen window to attach (analysis/terminals.py), else the session."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 from vastprobe.analysis.stalls import stall_evidence
+from vastprobe.analysis.terminals import terminal_place
 from vastprobe.analysis.wchan_families import waited_fd
 from vastprobe.model import Evidence, Finding, Process, Severity, Unavailable
 from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
@@ -78,10 +80,16 @@ def check(ctx: Context) -> Iterator[Finding]:
         # nobody does on a batch host, so that is a stall from the first look (docs/evidence.md)
         proven = ctx.two_samples and ctx.options.explicit_scope
         sev: Severity = "error" if stall or proven else "info"
+        if sev == "info" and ctx.two_samples and tty == "/dev/tty":
+            # /dev/tty opened to ask (ssh's host key or password, sudo, gpg): a prompt, never a REPL's input
+            sev = "warning"
         where = tty or "its terminal"
         if tty in (None, "/dev/tty") and (pts := _controlling(p)):
             where = f"{where} ({pts})"
-        summary = f"{p.comm} ({p.pid}) waits for someone to type at {where}"
+        place = terminal_place(ctx, p)
+        summary = f"{p.comm} ({p.pid}) waits for someone to type at {where}" + (
+            f" {place.words}" if place.words else ""
+        )
         if sev == "info" and not ctx.two_samples:
             summary += ONE_SAMPLE
         ev = [Evidence("wait", link(ctx, p.pid))]
@@ -99,7 +107,9 @@ def check(ctx: Context) -> Iterator[Finding]:
             [p.pid],
             ev,
             f"a prompt (a password, a host-key question, an installer's yes/no) that nobody on a batch host answers: "
-            f"answer it at {where} (attach the tmux/screen session), or kill {p.pid} and make the step "
+            f"answer it at {where}"
+            + (f" (`{place.attach}`)" if place.attach else f" {place.words}" if place.words else "")
+            + f", or kill {p.pid} and make the step "
             "non-interactive (ssh -o BatchMode=yes with known_hosts set up, apt-get -y and "
             "DEBIAN_FRONTEND=noninteractive, GIT_TERMINAL_PROMPT=0, tokens from the environment)",
             sev,

@@ -1,0 +1,76 @@
+"""Where a terminal is, for someone who must type at it: the tmux pane or screen window it belongs to,
+else the terminal and its session's leader. Read from /proc, never by running tmux or screen on the
+target: a process in a tmux pane inherits TMUX (the server's socket, its pid, the session's number)
+and TMUX_PANE (`%3`); one in a screen window inherits STY (`12345.pts-0.host`) and WINDOW. The tmux
+server's own command line is the one that started it (`tmux new-session -s train …`): the first
+session's name. The probe reads these names only (docs/rules/terminal-prompt.md)."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from vastprobe.model import Process
+
+if TYPE_CHECKING:
+    from vastprobe.analysis.view import SnapshotView
+
+
+@dataclass(frozen=True)
+class TerminalPlace:
+    words: str  # "in tmux pane %3 (session train, server 812)"; "" when nothing more is known
+    attach: str | None  # the command that shows it: `tmux attach -t %3`
+
+
+def _inherited(ctx: SnapshotView, p: Process, name: str) -> tuple[Process, str] | None:
+    """The variable as `p` or its nearest ancestor (16 at most) holds it: the pane's shell has it
+    where a program started in it cleared its environment."""
+    q: Process | None = p
+    for _ in range(16):
+        if q is None:
+            return None
+        value = q.env_value(name)
+        if value:
+            return q, value
+        q = ctx.tree.by_pid.get(q.ppid)
+    return None
+
+
+def _session_name(server: Process | None) -> str | None:
+    """`-s NAME` of the command line that started a tmux server (`new-session`/`new`)."""
+    args = list(server.cmdline) if server is not None else []
+    for i, a in enumerate(args):
+        if a == "-s" and i + 1 < len(args):
+            return args[i + 1][:64]
+        if a.startswith("-s") and len(a) > 2 and not a.startswith("--"):
+            return a[2:66]
+    return None
+
+
+def terminal_place(ctx: SnapshotView, p: Process) -> TerminalPlace:
+    pane = _inherited(ctx, p, "TMUX_PANE")
+    if pane is not None and pane[1].startswith("%") and pane[1][1:].isdigit():
+        tmux = pane[0].env_value("TMUX") or ""
+        socket, _, rest = tmux.partition(",")
+        server_pid = rest.partition(",")[0]
+        server = ctx.tree.by_pid.get(int(server_pid)) if server_pid.isdigit() else None
+        name = _session_name(server)
+        bits = [f"session {name}" if name else None, f"server {server.pid}" if server is not None else None]
+        detail = ", ".join(b for b in bits if b)
+        default = socket.startswith("/tmp/tmux-") and socket.endswith("/default")
+        sock = "" if default or not socket.startswith("/") else f"-S {shlex.quote(socket[:200])} "
+        words = f"in tmux pane {pane[1]}" + (f" ({detail})" if detail else "")
+        return TerminalPlace(words, f"tmux {sock}attach -t {pane[1]}")
+    screen = _inherited(ctx, p, "STY")
+    if screen is not None:
+        window = screen[0].env_value("WINDOW")
+        sty = screen[1][:120]
+        words = f"in screen session {sty}" + (f", window {window}" if window else "")
+        return TerminalPlace(
+            words, f"screen -r {shlex.quote(sty)}" + (f" -p {shlex.quote(window[:8])}" if window else "")
+        )
+    leader = ctx.tree.by_pid.get(p.session)
+    if leader is not None and leader.pid != p.pid:
+        return TerminalPlace(f"in the terminal session of {leader.comm} ({leader.pid})", None)
+    return TerminalPlace("", None)
