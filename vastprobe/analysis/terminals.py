@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from vastprobe.model import Process
+from vastprobe.untrusted.numbers import read_int
 
 if TYPE_CHECKING:
     from vastprobe.analysis.view import SnapshotView
@@ -50,11 +51,12 @@ def _session_name(server: Process | None) -> str | None:
 
 def terminal_place(ctx: SnapshotView, p: Process) -> TerminalPlace:
     pane = _inherited(ctx, p, "TMUX_PANE")
-    if pane is not None and pane[1].startswith("%") and pane[1][1:].isdigit():
+    if pane is not None and pane[1].startswith("%") and read_int(pane[1][1:], 10) is not None:
         tmux = pane[0].env_value("TMUX") or ""
         socket, _, rest = tmux.partition(",")
         server_pid = rest.partition(",")[0]
-        server = ctx.tree.by_pid.get(int(server_pid)) if server_pid.isdigit() else None
+        spid = read_int(server_pid, 10)
+        server = ctx.tree.by_pid.get(spid) if spid is not None else None
         name = _session_name(server)
         bits = [f"session {name}" if name else None, f"server {server.pid}" if server is not None else None]
         detail = ", ".join(b for b in bits if b)
