@@ -5,7 +5,9 @@ started here as tests/pg_cluster.py does, or `--pg-url`).
 
 Per run: wall seconds until the last controller exits; controller CPU (user+sys of each sweep
 process, from wait4) per host; the peak RSS of the largest controller; rows by status; the history's
-hosts and observations afterwards (every host once).
+hosts and observations afterwards (every host once). After each one-controller run, the peer: a bare
+asyncssh fan-out over the same hosts with the same hosts in flight (bench/peers/bare_asyncssh.py),
+and the ratio on a line of its own: `controller CPU = N.NNx bare asyncssh`.
 
     .venv/bin/python bench/fleet_scale.py --hosts 1000,5000,20000 --shards 1,4,8
 """
@@ -103,6 +105,19 @@ def sweep(d: Path, shards: int, url: str, concurrency: int, timeout: float, conn
             "targets": [r["target"] for r in rows]}  # fmt: skip
 
 
+def bare(d: Path, concurrency: int, timeout: float) -> tuple[float, str]:
+    """The same fan-out with bare asyncssh (bench/peers/bare_asyncssh.py): its CPU seconds (wait4) and
+    its own line."""
+    cmd = [sys.executable, str(ROOT / "bench" / "peers" / "bare_asyncssh.py"), str(d / "fleet.txt"),
+           str(d / "known_hosts"), "--concurrency", str(concurrency), "--timeout", str(timeout),
+           "--log", "/tmp/vastprobe-golden/job.log"]  # fmt: skip
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd="/")
+    assert p.stdout is not None
+    line = p.stdout.read().strip()
+    _, _status, ru = os.wait4(p.pid, 0)
+    return ru.ru_utime + ru.ru_stime, line
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--hosts", default="1000,5000,20000")
@@ -117,6 +132,7 @@ def main() -> None:
     ap.add_argument("--connect-timeout", type=float, default=30)
     ap.add_argument("--pg-url", help="a PostgreSQL database to write (default: a private cluster started here)")
     ap.add_argument("--sim", default="--workers 2", help="fleet_sim options, e.g. '--workers 2 --latency 50'")
+    ap.add_argument("--no-peer", action="store_true", help="skip the bare asyncssh fan-out after each 1-controller run")
     args = ap.parse_args()
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -162,6 +178,11 @@ def main() -> None:
                               f"{r['rss_mib']:.0f} | {r['status']} {r['verdict']}{' DUPLICATES ' + str(dup) if dup else ''} | {hist} |",
                               flush=True)  # fmt: skip
                         print(f"  simulator CPU {r['sim_cpu']:.1f} s; load {os.getloadavg()[0]:.1f}", flush=True)
+                        if shards == 1 and not args.no_peer:  # the peer: the same hosts, the same hosts in flight
+                            peer_cpu, said = bare(d, per, args.timeout)
+                            print(f"  bare asyncssh: {peer_cpu:.1f} s CPU ({1000 * peer_cpu / n:.1f} ms/host; {said})",
+                                  flush=True)  # fmt: skip
+                            print(f"  controller CPU = {r['cpu'] / peer_cpu:.2f}x bare asyncssh", flush=True)
                         if r["errors"]:
                             print(f"  stderr: {r['errors']}", flush=True)
                 finally:
