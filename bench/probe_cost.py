@@ -11,7 +11,8 @@ alternating:
 - the vastprobe probe with one sample (--sample 0) and with the default two samples 1 s apart
   (the sleep costs no CPU; its second sample re-reads stat and io of every process);
 - a previous probe (--previous; bench/peers/probe-2026-12-02.sh is the script before the wait-for
-  graph's sources, probe-2026-12-04.sh the one before threads' and pollers' system calls), same
+  graph's sources, probe-2026-12-04.sh the one before threads' and pollers' system calls,
+  probe-2026-12-05.sh the one before found logs' tails and terminals' panes), same
   parameters, --sample 0 and 1;
 - the named peer, the loop people type by hand:
   `for p in /proc/[0-9]*; do cat $p/stat $p/status $p/wchan; ls -la $p/fd; done`;
