@@ -90,8 +90,15 @@ def test_map_after_a_worker_was_killed_waits_for_ever(reap, sample: str) -> None
     # killed a while into its task, as a worker dies mid-run (its replacement starts that much later)
     wait_for(lambda: age(victim) >= 1.0, what="the long task under way for a second")
     os.kill(victim, signal.SIGKILL)
-    wait_for(lambda: len(pool_workers(job.pid)) == 3 and victim not in pool_workers(job.pid), what="a new worker")
-    new = next(w for w in pool_workers(job.pid) if w not in first)
+    fresh: list[int] = []
+
+    def replaced() -> bool:  # one read per look: two reads of the children disagreed once in a full suite
+        now = pool_workers(job.pid)
+        fresh[:] = [w for w in now if w not in first]
+        return len(now) == 3 and victim not in now and len(fresh) == 1
+
+    wait_for(replaced, what="a new worker")
+    new = fresh[0]
     wait_for(lambda: all(proc_wchan(w).startswith(IDLE_WAITS) for w in pool_workers(job.pid)),
              what="every worker idle on the task queue")  # fmt: skip
     rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)

@@ -1118,9 +1118,14 @@ vp_gpu_sec() {
 # ---- the watchdog ----
 # It ends the probe at its deadline (which comes before the client gives up), and within a second
 # when the probe's shell is gone: killed, or left behind by a closed session (sshd exits, and the
-# shell is adopted by another parent). It ticks with `sleep 0.5` (two forks a second, however many
-# processes the target runs; GNU and BusyBox sleep take fractions, as the sample's sleep does), ignores SIGPIPE (a closed channel must not end it before it
-# kills), SIGHUP, SIGINT and SIGTERM, kills first and reports after. What it kills: every process
+# shell is adopted by another parent). The deadline is one `sleep` in a child of its own, whose end
+# arrives as SIGUSR2. While the client holds the probe's stdin open (vastprobe's transports do, until
+# they have read the output), the watchdog blocks reading it, with no fork: its end-of-file is the
+# client gone, or the session closed. Only then, or for a client that closed stdin after the script
+# (`ssh HOST sh -s < probe.sh`), does it tick with `sleep 0.5` (two forks a second; GNU and BusyBox
+# sleep take fractions, as the sample's sleep does) and look at the shell. It ignores SIGPIPE (a
+# closed channel must not end it before it kills), SIGHUP, SIGINT and SIGTERM, kills first and
+# reports after. What it kills: every process
 # of the probe's session (the shell leads it under sshd and under vastprobe's local run; commands
 # `timeout` put in process groups of their own stay in it), else of its process group, found by
 # reading /proc/*/stat with builtins; a process in D state on a dead mount cannot be killed by
@@ -1161,22 +1166,34 @@ vp_killall() {
 
 vp_watch() {
 	trap '' PIPE HUP INT TERM
-	# USR1 is the probe's end: take the tick's sleep along and reap it (`$!`, even one forked just
-	# before the trap ran), or it outlives us for up to half a second, adopted by the target's init, where the
-	# next probe reads it as a child of the job (a PID 1 entrypoint that waits on children).
-	trap 'kill -KILL $! 2>/dev/null; wait $!; exit 0' USR1
 	vp_me=
 	read -r vp_me vp_x </proc/self/stat 2>/dev/null
-	vp_secs
-	vp_end=$((vp_u + VP_DEADLINE))
 	vp_why=
+	vp_tick=
+	vp_dl=
+	# USR1 is the probe's end: take the deadline's sleeper and the tick's sleep along and reap them
+	# (`$!`, even one forked just before the trap ran), or they outlive us, adopted by the target's
+	# init, where the next probe reads them as children of the job (a PID 1 entrypoint that waits on
+	# children).
+	trap 'vp_reap; exit 0' USR1
+	trap 'vp_why=deadline; vp_end' USR2
+	if [ "$VP_DEADLINE" -gt 0 ]; then
+		# TERM (from vp_reap) takes its sleep along; the sleep's own end is the deadline
+		(
+			trap 'kill -KILL $vp_s 2>/dev/null; wait $vp_s; exit 0' TERM
+			sleep "$VP_DEADLINE" &
+			vp_s=$!
+			wait $vp_s && kill -USR2 "$vp_me" 2>/dev/null
+		) </dev/null >/dev/null 2>&1 &
+		vp_dl=$!
+	fi
+	# the client's stdin (fd 7): nothing comes on it, and its end is the client gone
+	while read -r vp_x <&7; do :; done 2>/dev/null
+	vp_tick=1
 	while [ -z "$vp_why" ]; do
 		sleep 0.5 </dev/null >/dev/null 2>&1 & # it must not hold the probe's stdout open after the end
-		wait $! # returns at once on USR1
-		vp_secs
-		if [ "$VP_DEADLINE" -gt 0 ] && [ "$vp_u" -ge "$vp_end" ]; then
-			vp_why=deadline
-		elif [ -n "$VP_SELF" ]; then
+		wait $! # returns at once on a signal
+		if [ -n "$VP_SELF" ]; then
 			vp_l=
 			if read -r vp_l <"/proc/$VP_SELF/stat" 2>/dev/null; then
 				set -- ${vp_l##*') '}
@@ -1186,6 +1203,24 @@ vp_watch() {
 			fi
 		fi
 	done
+	vp_end
+}
+
+# The watchdog's children, ended and reaped: the deadline's sleeper (TERM: it kills its sleep) and a tick.
+vp_reap() {
+	if [ -n "$vp_tick" ]; then
+		kill -KILL $! 2>/dev/null
+		wait $! 2>/dev/null
+	fi
+	if [ -n "$vp_dl" ]; then
+		kill -TERM "$vp_dl" 2>/dev/null
+		wait "$vp_dl" 2>/dev/null
+	fi
+}
+
+# The probe's deadline, or its shell gone: everything of the probe's session killed.
+vp_end() {
+	vp_reap
 	if [ -z "$VP_KF" ]; then
 		[ "$vp_why" != deadline ] || printf '\n@@%s@@ deadline\n' "$VP_B"
 		kill -KILL 0 2>/dev/null
@@ -1261,4 +1296,6 @@ vp_files() {
 vp_logtail_sec() { secn "log.$1" vp_logtail "$2"; }
 vp_glob_sec() { secn "art.$1" vp_glob "$2"; }
 
-vp_main </dev/null
+# fd 7: the client's stdin, for the watchdog; `exit` on the same line: the shell reads no further
+# script from a stdin the client still holds open
+vp_main 7<&0 </dev/null; exit

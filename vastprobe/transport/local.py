@@ -51,8 +51,10 @@ def run_argv(
         return TransportResult("probe-error", f"{what}: cannot run {argv[0]}: {exc.strerror or exc}", b"", None, False)
     assert proc.stdin is not None and proc.stdout is not None
     try:
-        proc.stdin.write(script.encode("utf-8", "surrogateescape"))  # a --log path's own bytes, not UTF-8 ones
-        proc.stdin.close()
+        # a --log path's own bytes, not UTF-8 ones; stdin stays open until the output is read: the
+        # probe's watchdog waits on it, and its end is this process gone (script.sh)
+        proc.stdin.write(script.encode("utf-8", "surrogateescape"))
+        proc.stdin.flush()
     except BrokenPipeError:
         pass
     chunks: list[bytes] = []
@@ -81,6 +83,8 @@ def run_argv(
                 break
     if timed_out or truncated:
         kill_session(proc.pid)
+    with contextlib.suppress(OSError):
+        proc.stdin.close()
     proc.stdout.close()
     try:
         # bounded too: a shell in D state (a dead mount) outlives SIGKILL, and an unbounded wait

@@ -14,6 +14,7 @@ policy), ssh_failures.py (statuses and sentences).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -151,11 +152,11 @@ async def run_ssh(
             t1 = time.monotonic()
             text = script(opts.timeout - (t1 - t0)) if callable(script) else script
             proc = await conn.create_process("sh -s", encoding=None, stderr=asyncssh.STDOUT)
-            try:
-                proc.stdin.write(text.encode("utf-8", "surrogateescape"))  # a --log path's own bytes, not UTF-8 ones
-                proc.stdin.write_eof()
-            except (asyncssh.Error, OSError):
-                pass  # the remote side closed its stdin early; what it printed still counts
+            # a --log path's own bytes, not UTF-8 ones. No EOF: the probe's watchdog waits on its stdin,
+            # whose end is the client gone (script.sh); the channel closes with the probe. A remote
+            # side that closed its stdin early: what it printed still counts
+            with contextlib.suppress(asyncssh.Error, OSError):
+                proc.stdin.write(text.encode("utf-8", "surrogateescape"))
             try:
                 truncated = await _read_capped(proc, cap, buf, take)
             except LostMidOutput as lost:
