@@ -129,6 +129,15 @@ def test_a_job_over_two_hosts_is_held_by_the_rank_blocked_on_the_other(fleet: Fl
     assert got[a.target]["verdict"] == "stalled" and got[a.target]["headline"] == told["summary"]
     assert got[a.target]["jobs"][0]["culprit"]["host"] == b.target
     assert any(e["source"] == "progress" for e in told["evidence"])
+    summary = json.loads(fleet.run("sweep", a.target, b.target).stdout)["summary"]
+    [job] = summary["jobs"]  # the job once, for tools: who holds it, where, who waits
+    assert (
+        job["id"] == f"torchelastic:{run}"
+        and job["world_size"] == 4
+        and sorted(job["hosts"]) == sorted([a.target, b.target])
+    )
+    assert job["holder"]["host"] == b.target and job["holder"]["rank"] == 2 and job["holder"]["state"] == "elsewhere"
+    assert job["waiting"] == [a.target] and job["moving"] == [] and job["missing"] == [], job
 
     table = fleet.run("sweep", a.target, b.target, fmt="table")
     assert table.returncode == 1, table.stderr

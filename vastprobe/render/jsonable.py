@@ -199,6 +199,34 @@ def summary_dict(
     from vastprobe.render.groups import summary_groups
 
     out["groups"] = summary_groups(reports, memory)
+    jobs = _jobs_across(reports)
+    if jobs:
+        out["jobs"] = jobs
+    return out
+
+
+def _jobs_across(reports: list[HostReport]) -> list[dict[str, Any]]:
+    """The run's multi-host jobs, each once (analysis/job_joins.py): its hosts, the rank that holds
+    it and where, the hosts that wait on it, and the ranks no host of the run has."""
+    from vastprobe.analysis.job_joins import jobs_across_hosts
+
+    out = []
+    for job in jobs_across_hosts(reports):
+        holder = None
+        if job.holder is not None:
+            where, c = job.holder
+            holder = {"host": where, "rank": c.rank, "local_rank": c.local_rank, "pid": c.pid, "state": c.state,
+                      "why": c.why}  # fmt: skip
+        others = [(t, j) for t, j in job.parts if holder is None or t != holder["host"]]
+        out.append({
+            "id": job.key,
+            "world_size": job.world_size,
+            "hosts": [t for t, _j in job.parts],
+            "holder": holder,
+            "waiting": [t for t, j in others if not j.culprits and j.progress is None] if holder else [],
+            "moving": [t for t, j in others if not j.culprits and j.progress is not None] if holder else [],
+            "missing": list(job.missing),
+        })  # fmt: skip
     return out
 
 
