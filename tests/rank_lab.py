@@ -70,10 +70,13 @@ def rank_main() -> None:
     if os.environ.get("LAB_SPIN"):  # NCCL's waiting ranks: the host thread polls the GPU, a CPU at full use
         os.nice(19)  # a test's spinning ranks must not starve the machine's other work
         log = open(f"{os.environ['LAB_LOG']}.{rank}", "a") if os.environ.get("LAB_LOG") else None  # noqa: SIM115
-        n = 0
+        n, last = 0, time.monotonic()
         while True:
             n += 1
-            if log is not None and n % 100000 == 0:  # a rank that trains: its log grows as it goes
+            # a rank that trains: its log grows as it goes, by the clock (a niced spin on a busy machine
+            # runs few iterations a second, and a probe's window is a second)
+            if log is not None and n % 1000 == 0 and time.monotonic() - last >= 0.05:
+                last = time.monotonic()
                 log.write(f"step {n}\n")
                 log.flush()
     threading.Event().wait()  # the collective's work never completes
