@@ -128,7 +128,12 @@ def test_a_server_that_read_the_request_and_hangs_is_a_note_for_a_named_job(reap
     wait_for(lambda: proc_wchan(srv.pid) == "hrtimer_nanosleep", what="the server read the request")
     wait_for(lambda: (c := find_desc(job.pid, "curl")) is not None and proc_wchan(c).startswith(("poll", "do_sys_poll")),
              what="curl waiting")  # fmt: skip
-    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
+    # curl wakes from its poll once a second; on a loaded machine such a wake is now and then charged a
+    # CPU tick inside the window, and a waiter that moved is no quiet connection: diagnose again then
+    for _ in range(3):
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
+        if any(f["rule"] == "socket-peer-wait" for f in host["findings"]):
+            break
     f = finding(host, "socket-peer-wait")
     assert f["severity"] == "info" and srv.pid in f["pids"] and "nothing in flight" in f["summary"]
     assert f"{srv.pid} (python" in f["summary"] and host["verdict"] == "healthy" and rc == 0
