@@ -180,7 +180,7 @@ def test_an_oom_killed_rank_is_named_by_number_on_both_hosts(fleet: Fleet) -> No
                          r"\(\d+\)\)", holder["summary"]), holder["summary"]  # fmt: skip
         assert got[b.target]["verdict"] == "stalled" and "rank 2 of 4" in got[b.target]["headline"]
         told = culprit(got[a.target])
-        assert told["summary"].startswith(f"rank 2 ({b.target}) holds job {run} (torchelastic): is gone: OOM-killed")
+        assert told["summary"].startswith(f"rank 2 ({b.target}) holds job {run} (torchelastic): it is gone: OOM-killed")
         assert told["severity"] == "error" and got[a.target]["verdict"] == "stalled" and rc == 1
     finally:
         cg.remove()

@@ -104,7 +104,7 @@ def _told_holder(
     severity (its own off-host note replaced), or, where its ranks show progress, a note."""
     who = c.name + (f" (pid {c.pid}, {where})" if c.pid else f" ({where})")
     here = _ranks(part.ranks)
-    why = f"{c.why}" if c.state != "gone" else f"is {c.why}"
+    why = c.why if c.state != "gone" else f"it is {c.why}"
     ev = [Evidence("this run", f"{who} holds job {job.key}: {c.why}"[:400])]
     ev += [Evidence("rank", f"{x.name} (pid {x.pid if x.pid else '-'}): {x.why}") for x in part.ranks[:16]]
     if part.progress is not None:
