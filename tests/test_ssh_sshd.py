@@ -238,8 +238,10 @@ def test_ssh_agent_when_present(sshd, tmp_path: Path) -> None:
     sock = tmp_path / "agent.sock"
     agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
     try:
-        wait_for(sock.exists, what="agent socket")
         env = {**os.environ, "SSH_AUTH_SOCK": str(sock), "HOME": str(tmp_path)}  # no ~/.ssh keys to fall back on
+        # the socket exists from its bind, before the agent listens: ask it (1: no keys yet; 2: no agent)
+        wait_for(lambda: subprocess.run(["ssh-add", "-l"], env=env, capture_output=True).returncode in (0, 1),
+                 what="the agent answering")  # fmt: skip
         subprocess.run(["ssh-add", "-q", str(sshd.user_key)], env=env, check=True, capture_output=True)
         _rc, host, _ = vp(sshd.target, "--known-hosts", str(sshd.known_hosts), "--sample", "0", env=env)
         assert host["status"] == "ok", host["error"]
