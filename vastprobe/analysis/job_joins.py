@@ -29,17 +29,24 @@ class JobAcrossHosts:
     parts: tuple[tuple[str, DistributedJob], ...]  # (target, the job as that host saw it)
     holder: tuple[str, JobRank] | None  # (target, rank)
     missing: tuple[int, ...]  # global ranks no host of the run has, alive or gone
+    world_size: int | None
 
     @property
-    def world_size(self) -> int | None:
-        return max((j.world_size or 0 for _t, j in self.parts), default=0) or None
+    def held(self) -> tuple[tuple[str, DistributedJob], ...]:
+        """The parts a holder on another host holds: not the holder's, and naming no culprit of their own."""
+        if self.holder is None:
+            return ()
+        return tuple((t, j) for t, j in self.parts if t != self.holder[0] and not j.culprits)
 
+    @property
+    def waiting(self) -> tuple[tuple[str, DistributedJob], ...]:
+        """The held parts whose ranks show no progress of their own: they wait on the holder."""
+        return tuple((t, j) for t, j in self.held if j.progress is None)
 
-def _multi_host(key: str, parts: list[tuple[str, DistributedJob]]) -> bool:
-    if key.startswith(_LOCAL_RENDEZVOUS):
-        return False
-    world = max((j.world_size or 0 for _t, j in parts), default=0)
-    return len(parts) >= 2 and all(world > len(j.ranks) for _t, j in parts)
+    @property
+    def moving(self) -> tuple[tuple[str, DistributedJob], ...]:
+        """The held parts whose ranks still show progress (bytes written, a GPU drawing power)."""
+        return tuple((t, j) for t, j in self.held if j.progress is not None)
 
 
 def jobs_across_hosts(reports: Sequence[HostReport]) -> list[JobAcrossHosts]:
@@ -50,16 +57,17 @@ def jobs_across_hosts(reports: Sequence[HostReport]) -> list[JobAcrossHosts]:
             by_key.setdefault(j.key, []).append((r.target, j))
     out = []
     for key, parts in by_key.items():
-        if not _multi_host(key, parts):
+        world = max((j.world_size or 0 for _t, j in parts), default=0)
+        # a loopback rendezvous, or a job one host holds whole, is a single-node job on each host
+        if key.startswith(_LOCAL_RENDEZVOUS) or len(parts) < 2 or any(world <= len(j.ranks) for _t, j in parts):
             continue
         holding = [(t, c) for t, j in parts for c in j.culprits if c.state in HOLDING]
         straggling = [(t, c) for t, j in parts for c in j.culprits if c.state not in HOLDING]
         named = holding or straggling
         holder = named[0] if named else None
         seen = {r.rank for _t, j in parts for r in j.ranks if r.rank is not None}
-        world = max((j.world_size or 0 for _t, j in parts), default=0)
         missing = tuple(n for n in range(world) if n not in seen)
-        out.append(JobAcrossHosts(key, tuple(parts), holder, missing))
+        out.append(JobAcrossHosts(key, tuple(parts), holder, missing, world or None))
     return out
 
 
@@ -75,15 +83,10 @@ def join_jobs(reports: Sequence[HostReport]) -> list[HostReport]:
         hjob = next(j for t, j in job.parts if t == h_target)
         held = _culprit_finding(out[h], c)
         severity: Severity = held.severity if held is not None else "warning"
-        waiting: list[tuple[str, DistributedJob]] = []
-        for target, part in job.parts:
-            if target == h_target or part.culprits:
-                continue  # the holder, or a host that names a culprit of its own
+        for target, part in job.held:  # not the holder's, nor a host that names a culprit of its own
             out[index[target]] = _told_holder(out[index[target]], part, job, c, h_target, severity)
-            if part.progress is None:
-                waiting.append((target, part))
-        if held is not None and waiting:
-            out[h] = swap(out[h], held, _holder_joined(held, hjob, c, waiting))
+        if held is not None and job.waiting:
+            out[h] = swap(out[h], held, _holder_joined(held, hjob, c, job.waiting))
     return out
 
 
@@ -116,7 +119,7 @@ def _told_holder(
         )
         sev: Severity = "info"
     else:
-        ev.append(Evidence("progress", "no rank here wrote a byte between the samples or drew its GPU near its "
+        ev.append(Evidence("progress", "no rank here wrote a byte between the samples or drew half its GPU's "
                                        "power limit: a busy CPU or GPU alone is a collective's spin"))  # fmt: skip
         summary = f"{who} holds job {part.words}: {why}; {here} here cannot finish a collective without it"
         hint = (
@@ -135,7 +138,9 @@ def _told_holder(
     return added(r, joined)
 
 
-def _holder_joined(f: Finding, hjob: DistributedJob, c: JobRank, waiting: list[tuple[str, DistributedJob]]) -> Finding:
+def _holder_joined(
+    f: Finding, hjob: DistributedJob, c: JobRank, waiting: Sequence[tuple[str, DistributedJob]]
+) -> Finding:
     """The holder's finding, saying which ranks on which hosts of the run wait on it."""
     waiting = sorted(waiting, key=lambda tj: min((x.rank for x in tj[1].ranks if x.rank is not None), default=0))
     ranks = sorted((x for _t, j in waiting for x in j.ranks), key=lambda x: (x.rank is None, x.rank or 0))

@@ -238,5 +238,4 @@ def holder_words(job: DistributedJob, c: JobRank) -> str:
     if c.state == "gone":
         of_world = f" of {job.world_size}" if c.rank is not None and job.world_size else ""
         return f"{c.name}{of_world} in job {job.words} is {c.why}"
-    who = c.name + (f" (pid {c.pid}" + (f", {c.comm})" if c.comm else ")") if c.pid else "")
-    return f"{who} of job {job.words} {c.why}"
+    return f"{c.label} of job {job.words} {c.why}"

@@ -141,6 +141,13 @@ class JobRank:
             return f"rank {self.rank}"
         return f"local rank {self.local_rank}"
 
+    @property
+    def label(self) -> str:
+        """`rank 2 (pid 4, python)`; a gone rank by its name alone."""
+        if not self.pid:
+            return self.name
+        return f"{self.name} (pid {self.pid}" + (f", {self.comm})" if self.comm else ")")
+
 
 @dataclass(frozen=True)
 class DistributedJob:

@@ -25,19 +25,18 @@ def job_block(console: Console, job: JobAcrossHosts, verdict_of: Mapping[str, st
     assert job.holder is not None
     where, c = job.holder
     hjob = next(j for t, j in job.parts if t == where)
-    waiting = [t for t, j in job.parts if t != where and not j.culprits and j.progress is None]
-    moving = [t for t, j in job.parts if t != where and not j.culprits and j.progress is not None]
+    waiting = [t for t, _j in job.waiting]
+    moving = [t for t, _j in job.moving]
     ranks = sum(len(j.ranks) for _t, j in job.parts)
     head = Text("  job ", style="bold")
     head.append(safe(hjob.words, 160), style="bold")
     world = f" of {job.world_size}" if job.world_size else ""
     hanging(console, "", head, Text(f", {ranks} rank(s){world} on {len(job.parts)} hosts of this run:"))
     pad = Text("    ")
-    who = c.name + (f" (pid {c.pid}" + (f", {c.comm})" if c.comm else ")") if c.pid else "")
     hanging(console, "", pad + Text("held by: ", style="bold"),
-            Text(f"{safe(who, 200)} on {safe(where, 120)} ({verdict_of.get(where, '?')}): {safe(c.why, 500)}"))  # fmt: skip
+            Text(f"{safe(c.label, 200)} on {safe(where, 120)} ({verdict_of.get(where, '?')}): {safe(c.why, 500)}"))  # fmt: skip
     if waiting:
-        n = sum(len(j.ranks) for t, j in job.parts if t in waiting) + len(hjob.waiting)
+        n = sum(len(j.ranks) for _t, j in job.waiting) + len(hjob.waiting)
         hanging(console, "", pad + Text("waiting: ", style="bold"),
                 Text(f"{n} rank(s) on [{len(waiting)}: {fold_hosts(waiting, limit)}]"))  # fmt: skip
     if moving:

@@ -217,14 +217,13 @@ def _jobs_across(reports: list[HostReport]) -> list[dict[str, Any]]:
             where, c = job.holder
             holder = {"host": where, "rank": c.rank, "local_rank": c.local_rank, "pid": c.pid, "state": c.state,
                       "why": c.why}  # fmt: skip
-        others = [(t, j) for t, j in job.parts if holder is None or t != holder["host"]]
         out.append({
             "id": job.key,
             "world_size": job.world_size,
             "hosts": [t for t, _j in job.parts],
             "holder": holder,
-            "waiting": [t for t, j in others if not j.culprits and j.progress is None] if holder else [],
-            "moving": [t for t, j in others if not j.culprits and j.progress is not None] if holder else [],
+            "waiting": [t for t, _j in job.waiting],
+            "moving": [t for t, _j in job.moving],
             "missing": list(job.missing),
         })  # fmt: skip
     return out

@@ -104,6 +104,7 @@ def render_summary(
         by_status[r.status] += 1
         by_verdict[r.verdict].append(r)
     verdicts = {r.target: r.verdict for r in reports}
+    jobs = held_jobs(reports)  # a job read across hosts: one block, under its holder's verdict
     counts = ", ".join(f"{n} {k}" for k, n in sorted(by_status.items(), key=lambda kv: (-kv[1], kv[0])))
     took = f" ({elapsed:.1f}s)" if elapsed is not None else ""
     console.print(Text(f"{len(reports)} hosts: {counts}{took}", style="bold"))
@@ -115,7 +116,7 @@ def render_summary(
         hanging(console, "", head, Text(fold_hosts((r.target for r in hosts), limit)))
         if verdict in ("stalled", "degraded"):
             covered = set()
-            for job in held_jobs(reports):  # a job read across hosts: one block where its holder is
+            for job in jobs:
                 assert job.holder is not None
                 if verdicts[job.holder[0]] == verdict:
                     job_block(console, job, verdicts, limit)
