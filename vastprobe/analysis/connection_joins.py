@@ -12,55 +12,69 @@ holds it proves (a stopped holder: an error), and that host's report says who wa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from vastprobe.analysis.hops import address
 from vastprobe.analysis.report_edits import added, swap
 from vastprobe.model import SEVERITY_ORDER, Evidence, Finding, HostReport, RemotePeer, ServedSocket, Severity
 
 RULE, CODE = "socket-peer-wait", "VP112"  # the joined findings are socket-peer-wait's, read across hosts
-_ANY = ("0.0.0.0", "[::]", "::", "*", "")
+_ANY = ("0.0.0.0", "::", "*", "")  # a listener's wildcard addresses, brackets stripped
 
 
 def _split(endpoint: str) -> tuple[str, str]:
+    """`[::1]:22` -> (`::1`, `22`): the address without brackets, lower case, and the port."""
     ip, _, port = endpoint.rpartition(":")
-    return ip.lower(), port
+    return ip.strip("[]").lower(), port
 
 
-def _addresses(r: HostReport) -> set[str]:
-    """The addresses a host answers on: those its served sockets are bound to or accepted on, and
-    the address its target names."""
-    out = {_split(s.local)[0] for s in r.served} - set(_ANY)
-    a = address(r.target)
-    if a is not None:
-        out.add(a[0].strip("[]"))
-        out.add(a[0])
-    return out
+@dataclass(frozen=True)
+class _Ends:
+    """The run's served sockets indexed once: by the connection they are (local, remote), listeners
+    by port, and the addresses each host answers on (its served sockets' own, and its target's)."""
+
+    mirror: dict[tuple[str, str], list[tuple[int, ServedSocket]]]
+    listeners: dict[str, list[tuple[int, ServedSocket]]]
+    addresses: list[set[str]]
 
 
-def _other_end(reports: Sequence[HostReport], i: int, w: RemotePeer) -> tuple[int, ServedSocket] | None:
-    exact = [(j, s) for j, r in enumerate(reports) if j != i for s in r.served if s.local == w.remote
-             and s.remote == w.local]  # fmt: skip
+def _ends(reports: Sequence[HostReport]) -> _Ends:
+    mirror: dict[tuple[str, str], list[tuple[int, ServedSocket]]] = {}
+    listeners: dict[str, list[tuple[int, ServedSocket]]] = {}
+    addresses = []
+    for j, r in enumerate(reports):
+        for s in r.served:
+            if s.remote:
+                mirror.setdefault((s.local, s.remote), []).append((j, s))
+            else:
+                listeners.setdefault(_split(s.local)[1], []).append((j, s))
+        own = {_split(s.local)[0] for s in r.served} - set(_ANY)
+        a = address(r.target)
+        if a is not None:
+            own.add(a[0].strip("[]"))
+        addresses.append(own)
+    return _Ends(mirror, listeners, addresses)
+
+
+def _other_end(ends: _Ends, i: int, w: RemotePeer) -> tuple[int, ServedSocket] | None:
+    exact = [(j, s) for j, s in ends.mirror.get((w.remote, w.local), []) if j != i]
     if exact:
         return exact[0] if len({j for j, _s in exact}) == 1 else None
     ip, port = _split(w.remote)
-    listening = []
-    for j, r in enumerate(reports):
-        if j == i or not r.served:
-            continue
-        if ip.strip("[]") not in _addresses(r) and ip not in _addresses(r):
-            continue
-        listening += [(j, s) for s in r.served if not s.remote and _split(s.local)[1] == port
-                      and _split(s.local)[0] in (ip, *_ANY)]  # fmt: skip
+    listening = [(j, s) for j, s in ends.listeners.get(port, [])
+                 if j != i and ip in ends.addresses[j] and _split(s.local)[0] in (ip, *_ANY)]  # fmt: skip
     return listening[0] if len({j for j, _s in listening}) == 1 else None
 
 
 def join_connections(reports: Sequence[HostReport]) -> list[HostReport]:
     """The reports, each wait on another host of the run joined to the process there that holds it."""
     out = list(reports)
+    if not any(r.remote_waits for r in reports):
+        return out
+    ends = _ends(reports)
     for i, r in enumerate(reports):
         for w in r.remote_waits:
-            hit = _other_end(reports, i, w)
+            hit = _other_end(ends, i, w)
             if hit is not None:
                 j, s = hit
                 out[i], out[j] = _joined(out[i], out[j], w, s)

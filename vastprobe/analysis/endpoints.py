@@ -7,32 +7,36 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vastprobe.model import RemotePeer, ServedSocket, SocketTable, Unavailable
+from vastprobe.model import RemotePeer, ServedSocket, SocketTable
 
 if TYPE_CHECKING:
     from vastprobe.analysis.context import Context
+    from vastprobe.analysis.tree import ProcessTree
+    from vastprobe.analysis.waitgraph.edges import WaitEdge
 
 MAX_WAITS = 32
 MAX_SERVED = 256
 
 
+def remote_peer(tree: ProcessTree, edge: WaitEdge) -> RemotePeer | None:
+    """The TCP connection a wait is on, when no process here holds its other end."""
+    if edge.kind != "tcp" or edge.holders or edge.socket is None or not edge.socket.remote:
+        return None
+    p = tree.by_pid.get(edge.waiter)
+    return RemotePeer(edge.waiter, p.comm if p else "?", edge.socket.local, edge.socket.remote)
+
+
 def remote_waits(ctx: Context) -> tuple[RemotePeer, ...]:
     """Waiters in scope blocked on a TCP connection whose peer is not on this host (no holder, no
     listener here queues it)."""
-    out: list[RemotePeer] = []
-    seen: set[int] = set()
+    out: dict[int, RemotePeer] = {}
     for s in ctx.stalled_chains:
-        e = s.edge
-        if e is None or e.kind != "tcp" or e.holders or e.socket is None or not e.socket.remote:
-            continue
-        if e.waiter in seen or e.waiter not in ctx.scope:
-            continue
-        seen.add(e.waiter)
-        p = ctx.tree.by_pid.get(e.waiter)
-        out.append(RemotePeer(e.waiter, p.comm if p else "?", e.socket.local, e.socket.remote))
-        if len(out) >= MAX_WAITS:
-            break
-    return tuple(out)
+        peer = remote_peer(ctx.tree, s.edge) if s.edge is not None else None
+        if peer is not None and peer.pid in ctx.scope and peer.pid not in out:
+            out[peer.pid] = peer
+            if len(out) >= MAX_WAITS:
+                break
+    return tuple(out.values())
 
 
 def served(ctx: Context) -> tuple[ServedSocket, ...]:
@@ -40,21 +44,14 @@ def served(ctx: Context) -> tuple[ServedSocket, ...]:
     table = ctx.snapshot.sockets
     if not isinstance(table, SocketTable):
         return ()
-    holders: dict[int, int] = {}
-    for p in ctx.snapshot.processes:
-        if isinstance(p.fds, Unavailable):
-            continue
-        for fd in p.fds:
-            inode = fd.socket_inode
-            if inode is not None:
-                holders.setdefault(inode, p.pid)
-    tcp = [s for s in table.sockets if s.proto.startswith("tcp") and s.inode in holders]
+    graph = ctx.graph
+    tcp = [s for s in table.sockets if s.proto.startswith("tcp") and graph.socket_holders(s.inode)]
     listening = [s for s in tcp if s.state == "LISTEN"]
     ports = {s.local.rpartition(":")[2] for s in listening}
     accepted = [s for s in tcp if s.state != "LISTEN" and s.remote and s.local.rpartition(":")[2] in ports]
     out = []
     for s in (*listening, *accepted)[:MAX_SERVED]:
-        holder = ctx.tree.by_pid.get(holders[s.inode])
+        holder = ctx.tree.by_pid.get(graph.socket_holders(s.inode)[0])
         if holder is not None:
             out.append(ServedSocket(s.local, s.remote if s.state != "LISTEN" else "", holder.pid, holder.comm,
                                     holder.state))  # fmt: skip

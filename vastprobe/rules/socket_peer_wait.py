@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from vastprobe.analysis.endpoints import remote_peer
 from vastprobe.analysis.ssh_clients import SSH_CLIENTS, SshDestination, ssh_destination
 from vastprobe.analysis.stalls import StalledChain
 from vastprobe.analysis.waitgraph.edges import WaitEdge
-from vastprobe.model import Evidence, Finding, RemotePeer
+from vastprobe.model import Evidence, Finding
 from vastprobe.rules.base import Context, Rule, RuleMeta
 from vastprobe.rules.chains import chain_evidence, marked, names, stack_command, stalled
 from vastprobe.units import byte_size
@@ -146,7 +147,8 @@ def check(ctx: Context) -> Iterator[Finding]:
             sev,
             caused_by="oom-killed-child" if stall.oom else None,
             remote=remote_ssh.target(_port_of(edge.socket.remote if edge.socket else "")) if remote_ssh else None,
-            peer=_peer(ctx, edge) if not edge.holders and remote_ssh is None else None,
+            # the connection, for a sweep to find its other end among its hosts (analysis/connection_joins)
+            peer=remote_peer(ctx.tree, edge) if remote_ssh is None else None,
         )
 
 
@@ -161,14 +163,6 @@ def _remote_ssh(ctx: Context, s: StalledChain, edge: WaitEdge) -> SshDestination
         return None
     pushed = any(e.writes and not e.poll and edge.waiter in e.holders for e in s.chain.edges)
     return dest if pushed or (ctx.options.explicit_scope and s.idle is not False) else None
-
-
-def _peer(ctx: Context, edge: WaitEdge) -> RemotePeer | None:
-    """The connection, for a sweep to find its other end among its hosts (analysis/connection_joins)."""
-    if edge.kind != "tcp" or edge.socket is None or not edge.socket.remote:
-        return None
-    p = ctx.tree.by_pid.get(edge.waiter)
-    return RemotePeer(edge.waiter, p.comm if p else "?", edge.socket.local, edge.socket.remote)
 
 
 def _off_host_hint(remote: str) -> str:

@@ -95,6 +95,10 @@ class WaitIndex:
 
     # ------------------------------------------------------------------ processes
 
+    def socket_holders(self, inode: int) -> list[int]:
+        """The processes here holding socket `inode` open, in the snapshot's order."""
+        return self._fds.sockets.get(inode, [])
+
     def process(self, pid: int) -> Process | None:
         return self.tree.by_pid.get(pid)
 
