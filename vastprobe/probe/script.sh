@@ -464,9 +464,12 @@ vp_s1() { vp_proc_grep "$vp_l1" 2>&1 | VP_B=$VP_B awk -v cap="$VP_MAXPROC" "$VP_
 # timeout: a stat or read that hangs is abandoned after VP_FILE_T seconds, and killed at the end.
 vp_held_stat() {
 	[ -z "$vp_held" ] || stat -L -c '%n %s %Y %i %F' -- $vp_held | awk -v t="$VP_HTAIL" -v jp="$VP_JOBPIDS" '
-		function ofjob(p,   g, l, path, fld) {
+		# a holder of many held files has its ancestry read once (known[]: 1 of the job, 0 not)
+		function ofjob(p,   g, l, path, fld, q) {
+			q = p
+			if (q in known) return known[q]
 			for (g = 0; g < 16 && p > 1; g++) {
-				if (p in job) return 1
+				if (p in job) return known[q] = 1
 				path = "/proc/" p "/stat"
 				l = ""
 				getline l < path
@@ -475,7 +478,7 @@ vp_held_stat() {
 				split(l, fld, " ")
 				p = fld[2] + 0
 			}
-			return 0
+			return known[q] = 0
 		}
 		BEGIN { m = split(jp, j, " "); for (i = 1; i <= m; i++) job[j[i]] = 1 }
 		{ print }
