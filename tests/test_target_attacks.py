@@ -106,6 +106,26 @@ def test_nvidia_smi_with_a_grandchild_holding_its_stdout_is_bounded_as_a_whole(t
 # ---------------------------------------------------------------- item 6: planted links
 
 
+def tenant_link(tmp_path: Path, name: str, target: Path) -> Path:
+    """`tmp_path/tenant/NAME`, a link to `target` that the tenant (uid 65534) planted in its own directory."""
+    home = tmp_path / "tenant"
+    home.mkdir(exist_ok=True)
+    os.chown(home, 65534, 65534)
+    link = home / name
+    link.symlink_to(target)
+    os.lchown(link, 65534, 65534)
+    return link
+
+
+def tenant_home() -> Path:
+    """A directory of the tenant's (uid 65534) under /tmp, which the tenant can reach (pytest's
+    tmp_path is root's alone)."""
+    home = Path(tempfile.mkdtemp(prefix="vastprobe-tenant-", dir="/tmp"))
+    os.chmod(home, 0o755)
+    os.chown(home, 65534, 65534)
+    return home
+
+
 def test_a_log_link_planted_to_etc_shadow_never_reaches_the_report(tmp_path: Path) -> None:
     """A tenant's --log path is their link to /etc/shadow (the probe runs as root): the first 4 KB
     of /etc/shadow were in logs[].tail. Now the link is resolved on the target and refused (its
@@ -113,12 +133,7 @@ def test_a_log_link_planted_to_etc_shadow_never_reaches_the_report(tmp_path: Pat
     shadow = Path("/etc/shadow")
     if os.geteuid() != 0 or not shadow.exists() or not shadow.read_bytes().strip():
         pytest.skip("needs root and a non-empty /etc/shadow")
-    home = tmp_path / "tenant"
-    home.mkdir()
-    os.chown(home, 65534, 65534)
-    link = home / "train.log"
-    link.symlink_to(shadow)
-    os.lchown(link, 65534, 65534)
+    link = tenant_link(tmp_path, "train.log", shadow)
     r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", "--snapshot", "--sample", "0",
                         "--log", str(link)], capture_output=True, text=True, timeout=120)  # fmt: skip
     secret_lines = [x for x in shadow.read_text().splitlines() if len(x) > 8]
@@ -141,12 +156,7 @@ def test_a_tenants_directory_link_leads_no_log_or_listing_into_a_root_only_direc
     secret.mkdir(mode=0o700)
     (secret / "train.log").write_text("CANARY-root-only-3f9a\n")
     (secret / "weights-CANARY-name.bin").write_text("x")
-    home = tmp_path / "tenant"
-    home.mkdir()
-    os.chown(home, 65534, 65534)
-    run = home / "run"
-    run.symlink_to(secret)
-    os.lchown(run, 65534, 65534)
+    run = tenant_link(tmp_path, "run", secret)
     trusted = tmp_path / "system-link"  # root's own link to root's directory: followed as before
     trusted.symlink_to(secret)
     r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", "--snapshot",
@@ -185,9 +195,7 @@ def test_a_log_flipped_to_a_link_during_the_probe_never_puts_the_link_target_in_
     secret.mkdir(mode=0o700)
     canary = secret / "secret.txt"
     canary.write_text("CANARY-raced-8d1c\n")
-    home = Path(tempfile.mkdtemp(prefix="vastprobe-tenant-", dir="/tmp"))  # the tenant can reach /tmp
-    os.chmod(home, 0o755)
-    os.chown(home, 65534, 65534)
+    home = tenant_home()
     log = home / "train.log"
     flipper = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
                                 FLIPPER, str(log), str(home / "f"), str(canary)])  # fmt: skip
@@ -229,9 +237,7 @@ def test_a_dump_flipped_to_a_link_is_never_read_through_it(tmp_path: Path) -> No
     secret.mkdir(mode=0o700)
     canary = secret / "secret.bin"
     canary.write_bytes(b"\x80CANARY-dump-raced-51e7" * 4)
-    home = Path(tempfile.mkdtemp(prefix="vastprobe-tenant-", dir="/tmp"))
-    os.chmod(home, 0o755)
-    os.chown(home, 65534, 65534)
+    home = tenant_home()
     prefix = home / "trace_rank_"
     rank = threaded_sleeper(TORCH_FR_DUMP_TEMP_FILE=str(prefix))
     flipper = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
