@@ -3,7 +3,7 @@
 Run by hand (not in CI), as root, with strace and a C compiler installed:
 
     .venv/bin/python bench/probe_cost.py [--runs 5] [--sizes 100,500,2000] [--threads 4]
-        [--previous bench/peers/probe-2026-12-04.sh]
+        [--previous bench/peers/probe-2026-12-04.sh | --previous git:REV]
 
 For each size it spawns that many extra `sleep` processes (with --threads N: a small compiled
 program with N threads, all asleep, as a host of Python and CUDA programs has), then measures,
@@ -11,8 +11,8 @@ alternating:
 - the vastprobe probe with one sample (--sample 0) and with the default two samples 1 s apart
   (the sleep costs no CPU; its second sample re-reads stat and io of every process);
 - a previous probe (--previous; bench/peers/probe-2026-12-02.sh is the script before the wait-for
-  graph's sources, probe-2026-12-04.sh the one before threads' and pollers' system calls,
-  probe-2026-12-05.sh the one before found logs' tails and terminals' panes), same
+  graph's sources, probe-2026-12-04.sh the one before threads' and pollers' system calls; or
+  `git:REV`, the probe as commit REV had it, e.g. `git:5a17113` before found logs' tails), same
   parameters, --sample 0 and 1;
 - the named peer, the loop people type by hand:
   `for p in /proc/[0-9]*; do cat $p/stat $p/status $p/wchan; ls -la $p/fd; done`;
@@ -35,9 +35,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
-from vastprobe.probe.render import ProbeParams, render_script
+from vastprobe.probe.render import ProbeParams, render_script  # noqa: E402
 
 PEER = "for p in /proc/[0-9]*; do cat $p/stat $p/status $p/wchan 2>/dev/null; ls -la $p/fd 2>/dev/null; done\n"
 FORK = re.compile(r"^(clone3?|fork|vfork)\(.*= (\d+)$")
@@ -65,13 +66,40 @@ int main(int argc, char **argv) {
 """
 
 
-def render_old(params: ProbeParams, template: Path) -> str:
+def previous_template(where: str) -> str:
+    """A previous probe's template: a file, or `git:REV` for the probe as that commit had it."""
+    if where.startswith("git:"):
+        return subprocess.run(["git", "show", f"{where[4:]}:vastprobe/probe/script.sh"], cwd=ROOT, check=True,
+                              capture_output=True, text=True).stdout  # fmt: skip
+    return Path(where).read_text()
+
+
+def render_old(params: ProbeParams, template: str) -> str:
     """A previous script with today's parameter block (it ignores the parameters it never had)."""
     new = render_script(params)
     start = new.index("# ---- parameters")
     end = new.index("# ---- end of parameters ----")
     block = new[new.index("\n", start) + 1 : end]
-    return template.read_text().replace("#@PARAMS@", block, 1)
+    return template.replace("#@PARAMS@", block, 1)
+
+
+def run_probe(argv: list[str], script: str, prefix: list[str] | None = None) -> bytes:
+    """`argv` with the script on its stdin as vastprobe's transports give it: a probe that ends its own
+    shell (`; exit`) has its stdin held open until its output ends (its watchdog waits on it); an
+    older one, which would read on for more script, gets stdin closed after the script."""
+    p = subprocess.Popen([*(prefix or []), *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    assert p.stdin is not None and p.stdout is not None
+    p.stdin.write(script.encode())
+    if not script.rstrip().endswith("; exit"):
+        p.stdin.close()
+    else:
+        p.stdin.flush()
+    out = p.stdout.read()
+    if not p.stdin.closed:
+        p.stdin.close()
+    p.wait()
+    return out
 
 
 FLOOR_NAME = "floor: compiled reader (proc_floor.c)"
@@ -80,7 +108,7 @@ FLOOR_NAME = "floor: compiled reader (proc_floor.c)"
 def measure(argv: list[str], script: str) -> tuple[float, float, int]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    out = subprocess.run(argv, input=script.encode(), capture_output=True, start_new_session=True).stdout
+    out = run_probe(argv, script)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -89,12 +117,7 @@ def measure(argv: list[str], script: str) -> tuple[float, float, int]:
 
 def forks(argv: list[str], script: str) -> int:
     with tempfile.TemporaryDirectory() as d:
-        subprocess.run(
-            ["strace", "-ff", "-qq", "-o", f"{d}/t", "-e", "trace=clone,clone3,fork,vfork", *argv],
-            input=script.encode(),
-            capture_output=True,
-            start_new_session=True,
-        )
+        run_probe(argv, script, ["strace", "-ff", "-qq", "-o", f"{d}/t", "-e", "trace=clone,clone3,fork,vfork"])
         n = 0
         for f in Path(d).iterdir():
             n += sum(1 for line in f.read_text().splitlines() if (m := FORK.search(line)) and int(m.group(2)) > 0)
@@ -126,23 +149,25 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--sizes", default="100,500,2000")
     ap.add_argument("--threads", type=int, default=1, help="threads per extra process (1: plain sleep)")
-    ap.add_argument("--previous", type=Path, default=Path(__file__).with_name("peers") / "probe-2026-12-04.sh")
+    ap.add_argument("--previous", default=str(Path(__file__).with_name("peers") / "probe-2026-12-04.sh"),
+                    help="a previous probe's template: a file, or git:REV")  # fmt: skip
     args = ap.parse_args()
     if shutil.which("strace") is None:
         sys.exit("needs strace")
+    previous = previous_template(args.previous)
     # name -> (argv, stdin script, sample sleep to take off the wall time)
     tools: dict[str, tuple[list[str], str, float]] = {
         "vastprobe probe, --sample 0": (["dash", "-s"], render_script(ProbeParams(sample=0)), 0.0),
         "vastprobe probe, --sample 1 (default)": (["dash", "-s"], render_script(ProbeParams(sample=1.0)), 1.0),
-        OLD_NAME: (["dash", "-s"], render_old(ProbeParams(sample=0), args.previous), 0.0),
-        OLD_NAME_1: (["dash", "-s"], render_old(ProbeParams(sample=1.0), args.previous), 1.0),
+        OLD_NAME: (["dash", "-s"], render_old(ProbeParams(sample=0), previous), 0.0),
+        OLD_NAME_1: (["dash", "-s"], render_old(ProbeParams(sample=1.0), previous), 1.0),
         PEER_NAME: (["dash", "-s"], PEER, 0.0),
     }
     with tempfile.TemporaryDirectory() as workdir:
         floor = build_floor(workdir)
         threaded = build_threaded(workdir) if args.threads > 1 else None
         print(
-            f"previous probe: {args.previous.name}; extra processes: "
+            f"previous probe: {Path(args.previous).name}; extra processes: "
             + (f"{args.threads} threads each" if threaded else "sleep")
         )
         if floor:
