@@ -352,8 +352,7 @@ def _verbose_logging(level: int) -> None:
     """-v: asyncssh's own log (connection, auth, channel) on stderr, escaped like everything else."""
     import logging
 
-    import asyncssh
-
+    from vastprobe.transport.asyncssh_lib import asyncssh  # imported as the transport imports it
     from vastprobe.untrusted.safe import safe
 
     class Escaped(logging.Formatter):

@@ -6,10 +6,17 @@ its settings are checked, so `local`, the container transports and the registry 
 
 from __future__ import annotations
 
+import warnings
+
+from cryptography.utils import CryptographyDeprecationWarning
+
 from vastprobe.transport.asyncssh_parts import import_asyncssh
 from vastprobe.transport.liboqs import skip_absent_liboqs_lookup
 
-with skip_absent_liboqs_lookup():  # no ldconfig/gcc/ld runs per start when there is no liboqs
+with skip_absent_liboqs_lookup(), warnings.catch_warnings():  # no ldconfig/gcc/ld runs per start without liboqs
+    # cryptography 51 deprecates DSA, whose key types asyncssh names as it is imported: eleven lines
+    # on stderr of every ssh run (and a failed CI), about keys vastprobe never offers or accepts
+    warnings.simplefilter("ignore", CryptographyDeprecationWarning)
     import_asyncssh()  # without the parts no OpenSSH server uses (asyncssh_parts.py)
     import asyncssh
     from asyncssh.config import SSHClientConfig, SSHConfig
