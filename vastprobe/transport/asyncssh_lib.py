@@ -14,7 +14,7 @@ from vastprobe.transport.asyncssh_parts import import_asyncssh
 from vastprobe.transport.liboqs import skip_absent_liboqs_lookup
 
 with skip_absent_liboqs_lookup(), warnings.catch_warnings():  # no ldconfig/gcc/ld runs per start without liboqs
-    # cryptography 51 deprecates DSA, whose key types asyncssh names as it is imported: eleven lines
+    # cryptography 51 deprecates DSA, whose key types asyncssh names as it is imported: ten lines
     # on stderr of every ssh run (and a failed CI), about keys vastprobe never offers or accepts
     warnings.simplefilter("ignore", CryptographyDeprecationWarning)
     import_asyncssh()  # without the parts no OpenSSH server uses (asyncssh_parts.py)
