@@ -106,7 +106,7 @@ def test_a_real_sweep_of_forty_vast_instances(tmp_path: Path, reap) -> None:
                 skip = re.match(r"\s*(info|warning|error|critical)\s+VP\d+ oom-killed-child:", line) is not None
             ours += [] if skip else [line]
         assert len(ours) < 15, out
-        assert f"VP105 stopped-child: sleep ({child}) is stopped (T) [30: root@127.0.0.[1-16]:{a.port}," in flat
+        assert f"VP105 stopped-child: sleep ({child}) is stopped (T) [30: root@127.0.0.[1-16]:{a.port}," in flat, out
         assert "skipped: vast.ai instance N is exited, not running  [6: root@127.0.0.[31-36]:" in out
         assert "unreachable: " in out and f"[4: root@127.0.0.[37-40]:{dead}]" in flat
         # what vast.ai says rides with the refused connection, and the surprise (running) comes first
