@@ -158,6 +158,8 @@ def stopped_child(reap: list) -> tuple[subprocess.Popen, int]:
     reap.append(p)
     wait_for(lambda: len(children_of(p.pid)) == 1, what="child started")
     child = children_of(p.pid)[0]
+    # the fork is the shell's until it execs sleep: stopped before that, it reads `sh (N) is stopped`
+    wait_for(lambda: Path(f"/proc/{child}/comm").read_text().strip() == "sleep", what="the child become sleep")
     os.kill(child, signal.SIGSTOP)
     wait_for(lambda: proc_state(child) == "T", what="child stopped")
     return p, child
