@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vastprobe import jsonnumbers
+from vastprobe.untrusted.numbers import read_int
 
 MAX_EXPANSION = 100_000
 MAX_TARGET_CHARS = 1024
 _RANGE = re.compile(r"\[([0-9,\-\s]{1,4096})\]")
 _RANGE_NUMBER_DIGITS = 9
 _FILE_SUFFIXES = (".txt", ".json", ".lst", ".list", ".hosts", ".csv", ".conf", ".yaml", ".yml", ".ini", ".inv")
-_PORT_DIGITS = re.compile(r"^[0-9]{1,5}$")
 _V6 = re.compile(r"^[0-9A-Fa-f:.]{2,45}(%[A-Za-z0-9_.\-]{1,32})?$")
 _BAD_HOST_CHARS = frozenset("@/[]\\,'\"`$;|&<>(){}*?!#")
 # what inet_aton takes for an IPv4 address: 1-4 parts, each decimal, octal (leading 0) or hex (0x)
@@ -102,6 +102,21 @@ def host_problem(host: str) -> str | None:
             return "a number, not a host; a second PID needs its own --pid"
         return "not an IPv4 address: want four decimal parts, 0-255, without leading zeros"
     return None
+
+
+def port_number(text: str) -> int | None:
+    """A port as written (spaces around it allowed): 1-65535, else None."""
+    n = read_int(text, 5)
+    return n if n is not None and 0 < n < 65536 else None
+
+
+def typed_host(target: str) -> str:
+    """The host a person types for a target: `user@host:port` -> host, `[::1]:22` -> ::1. Lenient:
+    any text gives a word, for looking recorded targets up by host name."""
+    t = target.rsplit("@", 1)[-1]
+    if t.startswith("["):
+        return t[1:].split("]", 1)[0]
+    return t.rsplit(":", 1)[0] if t.count(":") == 1 else t
 
 
 def _port(text: str, whole: str) -> int:
@@ -286,10 +301,7 @@ def _port_field(value: Any) -> int | None:
         return None
     if isinstance(value, int):
         return value if 0 < value < 65536 else None
-    if isinstance(value, str) and _PORT_DIGITS.match(value.strip()):
-        n = int(value.strip())
-        return n if 0 < n < 65536 else None
-    return None
+    return port_number(value) if isinstance(value, str) else None
 
 
 def vast_target(inst: dict[str, Any]) -> tuple[str | None, str | None]:

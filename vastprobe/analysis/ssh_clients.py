@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from vastprobe.untrusted.numbers import read_int
+from vastprobe.targets import port_number
 
 #: ssh(1) options that take an argument (OpenSSH 9)
 _WITH_ARG = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
@@ -63,7 +63,7 @@ def ssh_destination(argv: tuple[str, ...]) -> SshDestination | None:
                 if ch == "l":
                     user = value
                 elif ch == "p":
-                    port = _port(value)
+                    port = port_number(value)
                 elif ch == "i":
                     identity = value
                 elif ch == "J":
@@ -71,7 +71,7 @@ def ssh_destination(argv: tuple[str, ...]) -> SshDestination | None:
                 elif ch == "o":
                     key, _, val = value.replace("=", " ", 1).partition(" ")
                     if key.lower() == "port":
-                        port = _port(val.strip())
+                        port = port_number(val.strip())
                     elif key.lower() == "user":
                         user = val.strip()
                 break
@@ -84,16 +84,11 @@ def ssh_destination(argv: tuple[str, ...]) -> SshDestination | None:
         if "@" in dest:
             user, dest = dest.rsplit("@", 1)
         host, sep, p = dest.rpartition(":") if not dest.endswith("]") else (dest, "", "")
-        if sep and _port(p) is not None:
-            dest, port = host, _port(p)
+        if sep and port_number(p) is not None:
+            dest, port = host, port_number(p)
         return SshDestination(dest.strip("[]"), user, port, identity, jump)
     if "@" in dest:
         user, dest = dest.rsplit("@", 1)
     if not dest:
         return None
     return SshDestination(dest, user, port, identity, jump)
-
-
-def _port(text: str) -> int | None:
-    n = read_int(text, 5)
-    return n if n is not None and 0 < n < 65536 else None

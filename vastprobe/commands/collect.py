@@ -11,43 +11,28 @@ import typer
 
 from vastprobe.commands import checks
 from vastprobe.commands.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_UNPROBED, exit_code, usage_error
+from vastprobe.commands.option_groups import with_groups
 from vastprobe.commands.options import (
     P_OUTPUT,
+    PROBE,
+    REPORT,
+    RULES,
+    SSH,
     TARGET_HELP,
-    ArtOpt,
-    BriefOpt,
-    ConfigOpt,
-    ConnectTimeoutOpt,
-    ContextOpt,
-    FormatOpt,
-    GpuOpt,
-    GpusOpt,
-    HostKeyOpt,
-    IdentityOpt,
-    JsonOpt,
-    JumpOpt,
-    KnownHostsOpt,
-    LogOpt,
     LongOptionOpt,
-    MatchOpt,
-    PidOpt,
-    PortOpt,
-    PySpyOpt,
+    ProbeFlags,
+    ReportFlags,
     ReportVerboseOpt,
-    SampleOpt,
-    SnapshotOpt,
-    StaleOpt,
-    TimeoutOpt,
-    UserOpt,
+    RuleFlags,
+    SshFlags,
     VerboseOpt,
     complete_targets,
-    probe_options,
-    report_format,
-    ssh_options,
 )
+from vastprobe.commands.settings import probe_options, report_format, ssh_options
 from vastprobe.notices import say
 
 
+@with_groups(probe=PROBE, ssh=SSH.but(config_options=LongOptionOpt))
 def collect(
     target: Annotated[
         str,
@@ -64,23 +49,8 @@ def collect(
             help="Capture file to write ('-' for stdout; written atomically).",
         ),
     ],
-    sample: SampleOpt = 1.0,
-    pid: PidOpt = None,
-    match: MatchOpt = None,
-    log: LogOpt = None,
-    artifacts: ArtOpt = None,
-    py_spy: PySpyOpt = False,
-    context: ContextOpt = None,
-    timeout: TimeoutOpt = 60.0,
-    connect_timeout: ConnectTimeoutOpt = None,
-    port: PortOpt = None,
-    user: UserOpt = None,
-    identity: IdentityOpt = None,
-    ssh_config: ConfigOpt = None,
-    config_options: LongOptionOpt = None,
-    jump: JumpOpt = None,
-    known_hosts: KnownHostsOpt = None,
-    host_key_check: HostKeyOpt = None,
+    probe: ProbeFlags,
+    ssh: SshFlags,
     verbose: VerboseOpt = 0,
 ) -> None:
     """Probe and save the raw snapshot (no rules), for `analyze` later or elsewhere.
@@ -97,13 +67,10 @@ def collect(
     from vastprobe.pipeline import collect_target, parse_capture
     from vastprobe.render.jsonable import dumps
 
-    options = probe_options(sample=sample, pid=pid, match=match, log=log, artifacts=artifacts, timeout=timeout,
-                            py_spy=py_spy, context=context, targets=(target,))  # fmt: skip
-    ssh = ssh_options([target], port=port, user=user, identity=identity, ssh_config=ssh_config,
-                      known_hosts=known_hosts, host_key_check=host_key_check, connect_timeout=connect_timeout,
-                      timeout=timeout, config_options=config_options, jump=jump, verbose=verbose)  # fmt: skip
+    options = probe_options(probe, timeout=ssh.timeout, targets=(target,))
+    reached = ssh_options([target], ssh, verbose)
     try:
-        cap = collect_target(target, replace(options, ssh=ssh))
+        cap = collect_target(target, replace(options, ssh=reached))
     except KeyboardInterrupt:
         say("\nvastprobe: interrupted: nothing was collected or written")
         raise typer.Exit(EXIT_INTERRUPTED) from None
@@ -126,20 +93,14 @@ def collect(
     raise typer.Exit(EXIT_OK if cap.status == "ok" else EXIT_UNPROBED)
 
 
+@with_groups(scope=PROBE.only("pid", "match"), rules=RULES, report=REPORT.but(verbose=ReportVerboseOpt))
 def analyze(
     files: Annotated[
         list[Path], typer.Argument(metavar="FILE...", help="Capture files written by `collect` ('-' for stdin).")
     ],
-    pid: PidOpt = None,
-    match: MatchOpt = None,
-    stale_after: StaleOpt = 300.0,
-    expect_gpu: GpuOpt = None,
-    expect_gpus: GpusOpt = None,
-    fmt: FormatOpt = None,
-    json_flag: JsonOpt = False,
-    verbose: ReportVerboseOpt = 0,
-    brief: BriefOpt = False,
-    snapshot: SnapshotOpt = False,
+    scope: ProbeFlags,
+    rules: RuleFlags,
+    report: ReportFlags,
 ) -> None:
     """Run the rules on saved captures, offline.
 
@@ -160,10 +121,8 @@ def analyze(
 
     if sum(str(f) == "-" for f in files) > 1:
         usage_error("stdin ('-') can be read once")
-    chosen = report_format(fmt, json_flag, brief, snapshot)
-    base = probe_options(
-        sample=1.0, pid=pid, match=match, stale_after=stale_after, expect_gpu=expect_gpu, expect_gpus=expect_gpus
-    )
+    chosen = report_format(report)
+    base = probe_options(scope, rules)
     caps = []
     for f in files:
         try:
@@ -172,7 +131,7 @@ def analyze(
             usage_error(str(exc))
     reports = []
     for cap in caps:
-        scope_pids, scope_matches = (base.pids, base.matches) if (pid or match) else (cap.pids, cap.matches)
+        scope_pids, scope_matches = (base.pids, base.matches) if (scope.pid or scope.match) else (cap.pids, cap.matches)
         try:
             checks.regexes(list(scope_matches))
         except typer.BadParameter as exc:
@@ -180,5 +139,5 @@ def analyze(
         opts = replace(base, params=cap.params, pids=scope_pids, matches=scope_matches)
         reports.append(report_from_capture(cap, opts))
     code = exit_code(reports)
-    emit(ReportsDocument(reports, code, 0, snapshot, verbose, brief), chosen)
+    emit(ReportsDocument(reports, code, 0, report.snapshot, report.verbose, report.brief), chosen)
     raise typer.Exit(code)

@@ -11,7 +11,8 @@ import typer
 
 from vastprobe.commands.common import EXIT_OK, EXIT_USAGE, usage_error
 from vastprobe.commands.fleet import default_history, history_location
-from vastprobe.commands.options import P_HISTORY, FormatOpt, HistoryOpt, JsonOpt, complete_targets, output_format
+from vastprobe.commands.options import P_HISTORY, FormatOpt, HistoryOpt, JsonOpt, complete_targets
+from vastprobe.commands.settings import output_format
 from vastprobe.notices import say
 
 ExportOutputOpt = Annotated[

@@ -1,14 +1,16 @@
 """Every option the commands share, defined once with its check (commands/checks.py), its help
-panel and its completion; and what the commands build from them: the output format, the probe's
-options, the SSH options (ssh_config read and checked before the first connection).
+panel and its completion, and gathered in the groups the commands take (commands/option_groups.py):
+what the probe reads, how the rules judge, how the report is shown, how SSH connects, the fleet's
+history. What the commands build from them is commands/settings.py.
 
-A new option is an `Annotated` alias here, used by name in each command that takes it. Nothing
-here imports asyncssh or rich at import time: `vastprobe --help` and option errors stay light.
+A new shared option is an `Annotated` alias here and one field in its group: every command that
+takes the group offers it. Nothing here imports asyncssh or rich at import time: `vastprobe --help`
+and option errors stay light.
 """
 
 from __future__ import annotations
 
-import sys
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -16,9 +18,9 @@ from typing import Annotated, Optional
 import typer
 
 from vastprobe.commands import checks
-from vastprobe.commands.common import usage_error
-from vastprobe.notices import say
-from vastprobe.render.formats import FORMATS, Format, OutputFormat
+from vastprobe.commands.option_groups import OptionGroup
+from vastprobe.render.formats import OutputFormat
+from vastprobe.transport.registry import target_forms
 
 P_SCOPE = "What to look at"
 P_OUTPUT = "Output"
@@ -67,27 +69,6 @@ def complete_rules(incomplete: str) -> list[tuple[str, str]]:
     from vastprobe.completion import rule_names
 
     return rule_names(incomplete)
-
-
-def output_format(fmt: Optional[OutputFormat], json_flag: bool, snapshot: bool = False) -> Format:
-    """--json, else --format, else json for --snapshot (only JSON carries it), else table on a terminal, json otherwise."""
-    if json_flag:
-        return FORMATS["json"]
-    if fmt is not None:
-        return FORMATS[fmt.value]
-    if snapshot:  # only JSON carries it
-        return FORMATS["json"]
-    return FORMATS["table" if sys.stdout.isatty() else "json"]
-
-
-def report_format(fmt: Optional[OutputFormat], json_flag: bool, brief: bool, snapshot: bool) -> Format:
-    """The report's format, --brief and --snapshot checked against it and each other (usage errors)."""
-    if brief and snapshot:
-        usage_error("--brief leaves the snapshot out and --snapshot puts it in: give one of them")
-    chosen = output_format(fmt, json_flag, snapshot)
-    if snapshot and not chosen.shows_snapshot:
-        usage_error("--snapshot is for --format json or ndjson: the table never shows the snapshot")
-    return chosen
 
 
 # ---- options: each with its check (checks.py) and its help panel --------------------------------
@@ -147,9 +128,8 @@ FailOnOpt = Annotated[
     typer.Option("--fail-on", rich_help_panel=P_OUTPUT,
                  help="Exit 1 on a stalled target (the default), or on a degraded one too."),
 ]  # fmt: skip
-#: What a TARGET argument may be: every kind of transport (transport/registry.py).
-TARGET_HELP = ("`local`, \\[user@]host\\[:port], ssh://\\[user@]host\\[:port], docker://NAME, podman://NAME, "
-               "kubectl://\\[NS/]POD\\[/CONTAINER]")  # fmt: skip
+#: What a TARGET argument may be: every kind of transport (transport/registry.py), in its form.
+TARGET_HELP = target_forms()
 ContextOpt = Annotated[
     Optional[str],
     typer.Option("--context", metavar="NAME", callback=checks.kube_context, rich_help_panel=P_SCOPE,
@@ -282,167 +262,72 @@ ShardsOpt = Annotated[
 ]  # fmt: skip
 
 
-# ---- what the commands build from the options -----------------------------------------------------
+# ---- the groups: each command takes some of them (commands/option_groups.with_groups) ----------------
 
 
-def per_kind(context: Optional[str]) -> dict[str, dict[str, str]]:
-    """The transports' own options from the command line (base.TransportSettings.per_kind)."""
-    return {"kubectl": {"context": context}} if context else {}
+@dataclass(frozen=True)
+class ProbeFlags:
+    """What the probe reads on each target."""
+
+    sample: SampleOpt = 1.0
+    pid: PidOpt = None
+    match: MatchOpt = None
+    log: LogOpt = None
+    artifacts: ArtOpt = None
+    py_spy: PySpyOpt = False
+    context: ContextOpt = None
 
 
-def probe_options(
-    *,
-    sample: float,
-    pid: Optional[list[int]] = None,
-    match: Optional[list[str]] = None,
-    log: Optional[list[str]] = None,
-    artifacts: Optional[list[str]] = None,
-    stale_after: float = 300.0,
-    expect_gpu: Optional[bool] = None,
-    timeout: float = 60.0,
-    expect_gpus: Optional[int] = None,
-    py_spy: bool = False,
-    context: Optional[str] = None,
-    targets: tuple[str, ...] = (),
-):  # -> DiagnoseOptions
-    """The probe's and the rules' settings, built alike for every command that probes or analyses.
-    `targets`: what it will probe, to say so when an option of one kind of target reaches none."""
-    from vastprobe.options import RuleOptions
+@dataclass(frozen=True)
+class RuleFlags:
+    """How the rules judge what it read."""
 
-    if context and targets and not any(t.startswith("kubectl://") for t in targets):
-        say(
-            f"vastprobe: warning: --context {context} applies to kubectl:// targets only; none was given, so it is ignored"
-        )
-    from vastprobe.pipeline import DiagnoseOptions, remote_deadline
-    from vastprobe.probe.render import DEFAULT_ARTIFACTS, ProbeParams
-
-    deadline = remote_deadline(timeout)  # SSH runs set it again from the time left once connected
-    params = ProbeParams(
-        sample=sample,
-        logs=tuple(log or ()),
-        artifacts=tuple(artifacts or DEFAULT_ARTIFACTS),
-        deadline=deadline,
-        python_stacks=py_spy,
-        python_stack_pids=tuple(dict.fromkeys(pid or ())) if py_spy else (),
-        job_pids=tuple(dict.fromkeys(pid or ()))[:64],
-    )
-    return DiagnoseOptions(
-        params=params,
-        timeout=timeout,
-        pids=tuple(dict.fromkeys(pid or ())),
-        matches=tuple(dict.fromkeys(match or ())),
-        rules=RuleOptions(stale_after=stale_after, expect_gpu=expect_gpu, expect_gpus=expect_gpus),
-        transport_options=per_kind(context),
-    )
+    stale_after: StaleOpt = 300.0
+    expect_gpu: GpuOpt = None
+    expect_gpus: GpusOpt = None
 
 
-def check_targets(targets: list[str]) -> None:
-    """Each target well formed for its transport (the registry's kinds), or one usage error."""
-    from vastprobe.targets import TargetError
-    from vastprobe.transport.registry import check_target
+@dataclass(frozen=True)
+class ReportFlags:
+    """How the report is shown."""
 
-    for t in targets:
-        try:
-            check_target(t)
-        except TargetError as exc:
-            usage_error(str(exc))
-
-
-def _verbose_logging(level: int) -> None:
-    """-v: asyncssh's own log (connection, auth, channel) on stderr, escaped like everything else."""
-    import logging
-
-    from vastprobe.transport.asyncssh_lib import asyncssh  # imported as the transport imports it
-    from vastprobe.untrusted.safe import safe
-
-    class Escaped(logging.Formatter):
-        def format(self, record: logging.LogRecord) -> str:
-            return safe(f"vastprobe: ssh: {super().format(record)}")
-
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(Escaped("%(message)s"))
-    logger = logging.getLogger("asyncssh")
-    logger.addHandler(handler)
-    asyncssh.set_log_level(logging.INFO if level == 1 else logging.DEBUG)
-    if level >= 2:
-        asyncssh.set_debug_level(min(level - 1, 3))
+    fmt: FormatOpt = None
+    json_flag: JsonOpt = False
+    verbose: VerboseOpt = 0
+    brief: BriefOpt = False
+    snapshot: SnapshotOpt = False
 
 
-def ssh_options(
-    targets: list[str],
-    *,
-    port: Optional[int],
-    user: Optional[str],
-    identity: Optional[list[Path]],
-    ssh_config: Optional[Path],
-    known_hosts: Optional[Path],
-    host_key_check: Optional[HostKeyCheck],
-    connect_timeout: Optional[float],
-    timeout: float,
-    config_options: Optional[list[str]] = None,
-    jump: Optional[str] = None,
-    verbose: int = 0,
-):  # -> SshOptions, or None when no target is reached over SSH
-    """Every SSH setting checked before the first connection, ssh_config included (a syntax
-    error there is one usage error, not one failure per host)."""
-    from vastprobe.transport.registry import needs_ssh
+@dataclass(frozen=True)
+class SshFlags:
+    """How each target is reached over SSH, and the bound on its whole probe."""
 
-    check_targets(targets)
-    if not any(needs_ssh(t) for t in targets):
-        return None
-    from vastprobe.transport.ssh_config import load_config
-    from vastprobe.transport.sshopts import SshOptions, parse_config_option
-
-    opts = SshOptions(
-        port=port,
-        user=user,
-        identities=tuple(str(p.expanduser()) for p in identity or ()),
-        ssh_config=str(ssh_config.expanduser()) if ssh_config else None,
-        known_hosts=str(known_hosts.expanduser()) if known_hosts else None,
-        host_key_check=host_key_check.value if host_key_check else None,  # type: ignore[arg-type]
-        connect_timeout=connect_timeout,
-        timeout=timeout,
-        jump=jump,
-        config_options=tuple(parse_config_option(o) for o in config_options or ()),
-        verbose=verbose,
-    )
-    try:
-        load_config(opts, "vastprobe-config-check")
-    except OSError as exc:
-        usage_error(f"{ssh_config or '~/.ssh/config'}: {exc.strerror or exc}")
-    except ValueError as exc:  # asyncssh's ConfigParseError names the file and line
-        usage_error(f"ssh_config: {exc}")
-    _say_overridden(targets, opts)
-    if verbose:
-        _verbose_logging(verbose)
-    return opts
+    timeout: TimeoutOpt = 60.0
+    connect_timeout: ConnectTimeoutOpt = None
+    port: PortOpt = None
+    user: UserOpt = None
+    identity: IdentityOpt = None
+    ssh_config: ConfigOpt = None
+    config_options: OptionOpt = None
+    jump: JumpOpt = None
+    known_hosts: KnownHostsOpt = None
+    host_key_check: HostKeyOpt = None
 
 
-def _say_overridden(targets: list[str], opts) -> None:  # type: ignore[no-untyped-def]
-    """-p/-l (or -o Port/User) win over a port or user written in a target, as ssh's do over
-    ssh://user@host:port: one warning line each, before anything is contacted, naming the targets
-    whose own port or user is not the one used."""
-    from vastprobe.targets import parse_target
-    from vastprobe.transport.registry import needs_ssh
+@dataclass(frozen=True)
+class FleetFlags:
+    """The fleet's memory: where the history lives, how long it keeps, how hosts are grouped and sharded."""
 
-    port = opts.port or opts.option("Port")
-    user = opts.user or opts.option("User")
-    if port is None and user is None:
-        return
-    parsed = [(t, parse_target(t)) for t in targets if needs_ssh(t)]
-    if port is not None:
-        flag = "-p" if opts.port else "-o Port"
-        theirs = [t for t, st in parsed if st.port is not None and str(st.port) != str(port)]
-        if theirs:
-            say(f"vastprobe: warning: {flag} {port} wins over the port in {_some(theirs)}, as ssh -p does over "
-                f"ssh://host:port: connecting to port {port}")  # fmt: skip
-    if user is not None:
-        flag = "-l" if opts.user else "-o User"
-        theirs = [t for t, st in parsed if st.user is not None and st.user != user]
-        if theirs:
-            say(f"vastprobe: warning: {flag} {user} wins over the user in {_some(theirs)}, as ssh -l does over "
-                f"user@host: logging in as {user}")  # fmt: skip
+    history: HistoryOpt = None
+    no_history: NoHistoryOpt = False
+    keep: KeepOpt = "30d"
+    group_by: GroupByOpt = None
+    shard: ShardOpt = None
+    shards: ShardsOpt = None
 
 
-def _some(items: list[str], shown: int = 5) -> str:
-    return ", ".join(items[:shown]) + (f" (+{len(items) - shown} more)" if len(items) > shown else "")
+PROBE = OptionGroup(ProbeFlags)
+RULES = OptionGroup(RuleFlags)
+REPORT = OptionGroup(ReportFlags)
+SSH = OptionGroup(SshFlags)
+FLEET = OptionGroup(FleetFlags)

@@ -10,17 +10,9 @@ from typing import Annotated, Optional
 import typer
 
 from vastprobe.commands.common import usage_error
-from vastprobe.commands.options import (
-    ArtOpt,
-    FormatOpt,
-    JsonOpt,
-    LogOpt,
-    PySpyOpt,
-    SampleOpt,
-    complete_rules,
-    output_format,
-    probe_options,
-)
+from vastprobe.commands.option_groups import with_groups
+from vastprobe.commands.options import PROBE, FormatOpt, JsonOpt, ProbeFlags, complete_rules
+from vastprobe.commands.settings import output_format, probe_options
 
 
 def rules(
@@ -78,19 +70,15 @@ def _rule_page(slug: str) -> str | None:
         return None
 
 
-def probe_script(
-    sample: SampleOpt = 1.0,
-    log: LogOpt = None,
-    artifacts: ArtOpt = None,
-    py_spy: PySpyOpt = False,
-) -> None:
+@with_groups(probe=PROBE.only("sample", "log", "artifacts", "py_spy"))
+def probe_script(probe: ProbeFlags) -> None:
     """Print the exact script that runs on targets, for audit.
 
     [b]Examples[/b]
       vastprobe probe-script
       vastprobe probe-script --log /workspace/run.log | less
     """
-    options = probe_options(sample=sample, log=log, artifacts=artifacts, py_spy=py_spy)
+    options = probe_options(probe)
     from vastprobe.probe.render import render_script
 
     sys.stdout.write(render_script(options.params))

@@ -9,34 +9,32 @@ from typing import Annotated, Optional
 import typer
 
 from vastprobe.commands import checks
-from vastprobe.commands.common import EXIT_INTERRUPTED, EXIT_TERMINATED, exit_code, terminated
+from vastprobe.commands.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_STALLED,
+    EXIT_TERMINATED,
+    EXIT_UNPROBED,
+    EXIT_USAGE,
+    exit_code,
+    terminated,
+)
+from vastprobe.commands.option_groups import with_groups
 from vastprobe.commands.options import (
     P_OUTPUT,
     P_SCOPE,
+    PROBE,
+    RULES,
+    SSH,
     TARGET_HELP,
-    ConfigOpt,
-    ConnectTimeoutOpt,
-    ContextOpt,
-    GpuOpt,
-    GpusOpt,
-    HostKeyOpt,
-    IdentityOpt,
-    JumpOpt,
-    KnownHostsOpt,
-    LogOpt,
-    MatchOpt,
-    OptionOpt,
-    PidOpt,
-    PortOpt,
-    SampleOpt,
-    StaleOpt,
-    TimeoutOpt,
-    UserOpt,
+    ProbeFlags,
+    RuleFlags,
+    SshFlags,
     VerboseOpt,
     complete_targets,
-    probe_options,
-    ssh_options,
 )
+from vastprobe.commands.settings import probe_options, ssh_options
 from vastprobe.notices import say
 
 IntervalOpt = Annotated[
@@ -63,12 +61,13 @@ StreamFormatOpt = Annotated[
 ]  # fmt: skip
 #: A watch ends on Ctrl-C by design: its exit code is what the last round saw.
 EXIT_EPILOG = (
-    "[b]Exit codes[/b]: the last round's, as diagnose gives them (0 nothing stalled, 1 stalled, 3 not probed or "
-    "not diagnosed), also on Ctrl-C; 2 usage error; 4 vastprobe itself failed; 130 Ctrl-C before any round "
-    "finished; 143 SIGTERM."
+    f"[b]Exit codes[/b]: the last round's, as diagnose gives them ({EXIT_OK} nothing stalled, {EXIT_STALLED} stalled, "
+    f"{EXIT_UNPROBED} not probed or not diagnosed), also on Ctrl-C; {EXIT_USAGE} usage error; {EXIT_FAILED} vastprobe "
+    f"itself failed; {EXIT_INTERRUPTED} Ctrl-C before any round finished; {EXIT_TERMINATED} SIGTERM."
 )
 
 
+@with_groups(probe=PROBE.without("artifacts", "py_spy"), rules=RULES, ssh=SSH)
 def watch(
     target: Annotated[
         str,
@@ -80,25 +79,11 @@ def watch(
     ],
     interval: IntervalOpt = 10.0,
     rounds: RoundsOpt = None,
-    sample: SampleOpt = 1.0,
-    pid: PidOpt = None,
-    match: MatchOpt = None,
-    log: LogOpt = None,
-    stale_after: StaleOpt = 300.0,
-    expect_gpu: GpuOpt = None,
-    expect_gpus: GpusOpt = None,
-    context: ContextOpt = None,
+    *,
+    probe: ProbeFlags,
+    rules: RuleFlags,
     fmt: StreamFormatOpt = None,
-    timeout: TimeoutOpt = 60.0,
-    connect_timeout: ConnectTimeoutOpt = None,
-    port: PortOpt = None,
-    user: UserOpt = None,
-    identity: IdentityOpt = None,
-    ssh_config: ConfigOpt = None,
-    config_options: OptionOpt = None,
-    jump: JumpOpt = None,
-    known_hosts: KnownHostsOpt = None,
-    host_key_check: HostKeyOpt = None,
+    ssh: SshFlags,
     verbose: VerboseOpt = 0,
 ) -> None:
     """Probe one target every --interval seconds and show what moves: CPU, I/O and log growth per
@@ -114,16 +99,13 @@ def watch(
     from dataclasses import replace
 
     streamed = fmt is StreamFormat.ndjson if fmt is not None else not sys.stdout.isatty()
+    sample = probe.sample
     if sample > interval:
         say(f"vastprobe: warning: --sample {sample:g} is longer than --interval {interval:g}: a round takes "
             f"{sample:g} s or more, so rounds come that often")  # fmt: skip
-    options = probe_options(sample=sample, pid=pid, match=match, log=log, stale_after=stale_after,
-                            expect_gpu=expect_gpu, timeout=timeout, expect_gpus=expect_gpus,
-                            context=context, targets=(target,))  # fmt: skip
-    ssh = ssh_options([target], port=port, user=user, identity=identity, ssh_config=ssh_config,
-                      known_hosts=known_hosts, host_key_check=host_key_check, connect_timeout=connect_timeout,
-                      timeout=timeout, config_options=config_options, jump=jump, verbose=verbose)  # fmt: skip
-    raise typer.Exit(_run(target, replace(options, ssh=ssh), interval, rounds, streamed, verbose > 0))
+    options = probe_options(probe, rules, timeout=ssh.timeout, targets=(target,))
+    reached = ssh_options([target], ssh, verbose)
+    raise typer.Exit(_run(target, replace(options, ssh=reached), interval, rounds, streamed, verbose > 0))
 
 
 def _run(target: str, options, interval: float, rounds: int | None, streamed: bool, verbose: bool) -> int:  # type: ignore[no-untyped-def]

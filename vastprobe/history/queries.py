@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from vastprobe.history.engine import Database, reason
 from vastprobe.history.store import HistoryError
-from vastprobe.targets import natural_key
+from vastprobe.targets import natural_key, typed_host
 
 FLAPPING_CHANGES = 3  # verdict changes within the window that make a host "flapping"
 
@@ -66,26 +66,18 @@ def _state(row: tuple[str, str, str]) -> State:
     return State(row[0], row[1], tuple(r for r in row[2].split(",") if r))
 
 
-def _host_part(target: str) -> str:
-    """`user@host:port` -> host, `[::1]:22` -> ::1: what people type for a host."""
-    t = target.rsplit("@", 1)[-1]
-    if t.startswith("["):
-        return t[1:].split("]", 1)[0]
-    return t.rsplit(":", 1)[0] if t.count(":") == 1 else t
-
-
 def select_targets(known: Sequence[str], words: Sequence[str]) -> tuple[list[str], list[str]]:
     """The recorded targets named by `words` (exactly, or by host name), and the words that named none."""
     if not words:
         return sorted(known, key=natural_key), []
     by_host: dict[str, list[str]] = {}
     for t in known:
-        by_host.setdefault(_host_part(t), []).append(t)
+        by_host.setdefault(typed_host(t), []).append(t)
     known_set = set(known)
     chosen: dict[str, None] = {}
     missing = []
     for w in words:
-        hits = [w] if w in known_set else by_host.get(w, []) or by_host.get(_host_part(w), [])
+        hits = [w] if w in known_set else by_host.get(w, []) or by_host.get(typed_host(w), [])
         if not hits:
             missing.append(w)
         chosen.update(dict.fromkeys(sorted(hits, key=natural_key)))

@@ -12,12 +12,11 @@ from rich.text import Text
 from vastprobe.clock import utc_text
 from vastprobe.model import SEVERITY_ORDER, Finding, HostReport, HostSnapshot, Incident, Instant, WaitPicture
 from vastprobe.render.layout import cropped, hanging
+from vastprobe.render.styles import SEVERITY_STYLE, VERDICT_STYLE
 from vastprobe.render.tree import draw_picture
 from vastprobe.units import processes
 from vastprobe.untrusted.safe import safe
 
-VERDICT_STYLE = {"healthy": "bold green", "degraded": "bold yellow", "stalled": "bold red", "unknown": "bold magenta"}
-SEVERITY_STYLE = {"info": "cyan", "warning": "yellow", "error": "red", "critical": "bold red"}
 #: Evidence a drawn chain already shows (the non-verbose report leaves it out).
 DRAWN_SOURCES = frozenset({"wait chain", "wait cycle", "/proc/fd", "blocker"})
 MAX_EVIDENCE = 6

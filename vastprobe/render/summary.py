@@ -31,14 +31,13 @@ from vastprobe.render.groups import (
 )
 from vastprobe.render.job_block import held_jobs, job_block
 from vastprobe.render.layout import hanging
+from vastprobe.render.styles import SEVERITY_STYLE, VERDICT_STYLE
 from vastprobe.targets import natural_key
 from vastprobe.untrusted.safe import safe
 
 if TYPE_CHECKING:
     from vastprobe.history.store import HostMemory
 
-VERDICT_STYLE = {"healthy": "bold green", "degraded": "bold yellow", "stalled": "bold red", "unknown": "bold magenta"}
-SEVERITY_STYLE = {"info": "cyan", "warning": "yellow", "error": "red", "critical": "bold red"}
 LIMIT = 12
 
 

@@ -11,8 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 from vastprobe.clock import utc_text
-from vastprobe.render.incidents import SEVERITY_STYLE, VERDICT_STYLE
 from vastprobe.render.jsonable import dumps
+from vastprobe.render.styles import SEVERITY_STYLE, VERDICT_STYLE
 from vastprobe.units import byte_size
 from vastprobe.untrusted.safe import safe
 from vastprobe.watch.loop import WatchLog

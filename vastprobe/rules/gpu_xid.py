@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from vastprobe.analysis.gpu import has_gpu, match_host_pid
 from vastprobe.analysis.xid import RECOVERY_SEVERITY, catalogue_text, lookup, recovery_action
-from vastprobe.model import Evidence, Finding, KernelEvent, Severity
+from vastprobe.model import SEVERITY_ORDER, Evidence, Finding, KernelEvent, Severity
 from vastprobe.rules.base import Context, Rule, RuleMeta
 
 META = RuleMeta("gpu-xid", "VP107", "error", "the NVIDIA driver logged Xid errors")
@@ -45,9 +45,6 @@ def before(ctx: Context, e: KernelEvent) -> bool | None:
         if e.local_time - ZONE_SLACK > earliest:
             return False
     return None
-
-
-ORDER: dict[Severity, int] = {"info": 0, "warning": 1, "error": 2, "critical": 3}
 
 
 def _severity(xid: int, evs: list[KernelEvent]) -> tuple[Severity, str | None]:
@@ -93,7 +90,7 @@ def check(ctx: Context) -> Iterator[Finding]:
                 ev.append(Evidence("pid", f"Xid pid={host_pid} is not a watched process: {how}"))
             else:
                 ev.append(Evidence("pid", how))
-        if outside and not pids and info.origin == "application" and ORDER[sev] > ORDER["info"]:
+        if outside and not pids and info.origin == "application" and SEVERITY_ORDER[sev] > SEVERITY_ORDER["info"]:
             sev = "info"  # another user's kernel faulted; the GPU stays healthy for this job
         what = f"Xid {xid} on GPU {pci} ({info.meaning}{'; ' + note if note else ''}), {len(evs)} time(s)"
         hint = info.response if xid != 154 or not note else f"the driver asks for: {note}"

@@ -129,3 +129,9 @@ def list_targets(spec: str, settings: TransportSettings) -> list[str]:
 def words() -> list[str]:
     """The targets that are a whole word (`local`), as completion offers them."""
     return [k.word for k in KINDS if k.word is not None]
+
+
+def target_forms() -> str:
+    """Every kind's form, for a TARGET argument's help (rich markup: `[` escaped)."""
+    forms = [f"`{k.word}`" if k.word else k.form + (f", {k.scheme}://{k.form}" if k is SSH else "") for k in KINDS]
+    return ", ".join(forms).replace("[", "\\[")
