@@ -1,12 +1,12 @@
-"""analysis/connection_joins.py's matching of a wait to the host holding its other end, on reports
+"""report/connection_joins.py's matching of a wait to the host holding its other end, on reports
 built by hand: the mirror-image connection, a listener at an address the host has, two hosts behind
 one address told apart by the port they listen on, and an end two hosts could hold left unjoined.
 The real-software case (redis on two PID-namespace sshd hosts) is tests/test_sweep_joins.py."""
 
 from __future__ import annotations
 
-from vastprobe.analysis.connection_joins import join_connections
 from vastprobe.model import Finding, HostReport, RemotePeer, ServedSocket
+from vastprobe.report.connection_joins import join_connections
 
 WAIT = RemotePeer(812, "redis-cli", "10.0.0.4:51234", "10.0.0.5:6379")
 

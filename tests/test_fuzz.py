@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from tests.hostile_captures import MUTATIONS, load_corpus, mutate
 from vastprobe.capture import Capture
 from vastprobe.model import HostReport
-from vastprobe.pipeline import DiagnoseOptions, analyse_capture, report_from_capture
+from vastprobe.pipeline import DiagnoseOptions, report_of, report_or_raise
 from vastprobe.probe.render import MAX_TOTAL_OUTPUT, ProbeParams
 
 CORPUS = load_corpus()
@@ -111,7 +111,7 @@ def assert_total(r: HostReport) -> None:
 def run_case(raw: bytes, params: ProbeParams, target: str = "gpu-01", truncated: bool = False) -> HostReport:
     cap = Capture(target, "ssh", "ok", None, raw, truncated, params)
     t0 = time.monotonic()
-    r = analyse_capture(cap, DiagnoseOptions(params=params))  # no safety net: an exception fails the case
+    r = report_or_raise(cap, DiagnoseOptions(params=params))  # no safety net: an exception fails the case
     outputs = render_everything(r)
     took = time.monotonic() - t0
     assert took < CASE_SECONDS, f"{took:.1f}s for {len(raw)} bytes"
@@ -181,7 +181,7 @@ def test_the_safety_nets_hold_when_a_parser_breaks(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(fd, "read_digits", broken)
     cap = Capture("t", "ssh", "ok", None, seed.raw, False, seed.params)
-    r = report_from_capture(cap, DiagnoseOptions(params=seed.params))
+    r = report_of(cap, DiagnoseOptions(params=seed.params))
     assert r.status == "ok" and r.verdict != "healthy"
     assert r.snapshot is not None and r.snapshot.probe.unreadable_sections == (
         ("fd", "ValueError: boom in the fd parser"),
@@ -194,7 +194,7 @@ def test_the_safety_nets_hold_when_a_parser_breaks(monkeypatch: pytest.MonkeyPat
         raise RuntimeError("boom outside any section")
 
     monkeypatch.setattr(snapshot, "_excluded", broken_host)
-    r = report_from_capture(cap, DiagnoseOptions(params=seed.params))
+    r = report_of(cap, DiagnoseOptions(params=seed.params))
     assert r.status == "probe-error" and r.verdict == "unknown"
     assert "could not be analysed (RuntimeError: boom outside any section)" in (r.error or "")
 
@@ -204,7 +204,7 @@ import resource, sys, time
 sys.path.insert(0, {root!r})
 from tests.hostile_captures import many_processes
 from vastprobe.capture import Capture
-from vastprobe.pipeline import DiagnoseOptions, analyse_capture
+from vastprobe.pipeline import DiagnoseOptions, report_or_raise
 from vastprobe.probe.render import MAX_TOTAL_OUTPUT, ProbeParams
 from vastprobe.render.jsonable import dumps, host_report_dict
 from vastprobe.render.prometheus import render_prometheus
@@ -213,7 +213,7 @@ p = ProbeParams(sample=1.0, artifacts=(), boundary="cd" * 16)
 for loops in (False, True):
     raw = many_processes(100_000, p.boundary, loops=loops)[:MAX_TOTAL_OUTPUT]
     t0 = time.monotonic()
-    r = analyse_capture(Capture("big", "ssh", "ok", None, raw, True, p), DiagnoseOptions(params=p))
+    r = report_or_raise(Capture("big", "ssh", "ok", None, raw, True, p), DiagnoseOptions(params=p))
     # NDJSON and Prometheus; the terminal table draws a row per process in scope (rich: ~20 s for 50k)
     out = {{"ndjson": dumps(host_report_dict(r, snapshot=True)) + "\\n", "prometheus": render_prometheus([r], now=0.0)}}
     took = time.monotonic() - t0

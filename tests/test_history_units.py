@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from fixtures.procfs.record import parse_fixture
-from vastprobe.analysis.outliers import GroupByError, features, group_key, mark_outliers
 from vastprobe.history.shard import ShardError, in_shard, parse_shard, shard_of
 from vastprobe.history.store import HostMemory
 from vastprobe.history.timespec import TimeSpecError, parse_duration, parse_since, span
 from vastprobe.model import Finding, HostReport
 from vastprobe.render.prometheus import render_prometheus
 from vastprobe.render.summary import summary_lines
+from vastprobe.report.outliers import GroupByError, features, group_key, mark_outliers
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "procfs"
 

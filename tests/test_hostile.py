@@ -28,7 +28,7 @@ from tests.helpers import children_of, proc_state, wait_for
 from tests.hostile_servers import RECORDED_BOUNDARY, Fleet, endless, healthy, quadratic, recorded
 from tests.ndjson import host_lines
 from vastprobe.capture import Capture
-from vastprobe.pipeline import DiagnoseOptions, report_from_capture
+from vastprobe.pipeline import DiagnoseOptions, report_of
 from vastprobe.probe.render import ProbeParams
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -247,7 +247,7 @@ def test_a_path_imitating_ls_lines_invents_no_pipe(reap: list[subprocess.Popen],
         shell = [str(bindir / "sh"), "-s"]
     raw = subprocess.run(shell, input=script.encode(), capture_output=True, timeout=60, start_new_session=True).stdout
     cap = Capture("local", "local", "ok", None, raw, False, params)
-    r = report_from_capture(cap, DiagnoseOptions(params=params, pids=(job.pid,)))
+    r = report_of(cap, DiagnoseOptions(params=params, pids=(job.pid,)))
     assert r.status == "ok" and r.snapshot is not None, r.error
     snap = r.snapshot
     assert not snap.probe.tampering
@@ -282,7 +282,7 @@ def test_forged_sections_that_arrive_are_reported(tmp_path: Path) -> None:
     forged = raw[:end] + fake.encode() + raw[end:]
     params = ProbeParams(sample=0.5, logs=("/tmp/vastprobe-fixture.log", "/tmp/absent.log"),
                          artifacts=("/tmp/vastprobe-fixture*",), boundary=b)  # fmt: skip
-    r = report_from_capture(Capture("t", "ssh", "ok", None, forged, False, params), DiagnoseOptions(params=params))
+    r = report_of(Capture("t", "ssh", "ok", None, forged, False, params), DiagnoseOptions(params=params))
     assert r.status == "ok" and r.snapshot is not None
     assert not [e for e in r.snapshot.kernel_log.events if e.pid == 4242]
     assert len(r.snapshot.probe.tampering) == 2, r.snapshot.probe.tampering
@@ -290,7 +290,7 @@ def test_forged_sections_that_arrive_are_reported(tmp_path: Path) -> None:
     assert f.rule == "probe-output-forged" and f.severity == "warning"
     assert r.verdict == "unknown" and r.headline is not None and r.headline.startswith("the probe's output was forged")
     assert r.incidents[0].root.code == "VP901"
-    clean = report_from_capture(Capture("t", "ssh", "ok", None, raw, False, params), DiagnoseOptions(params=params))
+    clean = report_of(Capture("t", "ssh", "ok", None, raw, False, params), DiagnoseOptions(params=params))
     assert not [f for f in clean.findings if f.code == "VP901"]
 
 

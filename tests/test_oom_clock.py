@@ -13,14 +13,14 @@ from vastprobe.analysis.oom import match_oom_kills, start_wall
 from vastprobe.analysis.tree import ProcessTree
 from vastprobe.analysis.waitgraph.graph import WaitGraph
 from vastprobe.capture import load_captures
-from vastprobe.pipeline import parse_capture
+from vastprobe.pipeline import snapshot_of
 
 
 def test_a_kill_stamped_just_before_its_parents_start_is_the_parents_loss(tmp_path: Path) -> None:
     path = tmp_path / "seed-inside.json"
     path.write_bytes(read_capture("seed-inside"))
     [capture] = load_captures(path)
-    snap, err = parse_capture(capture)
+    snap, err = snapshot_of(capture)
     assert snap is not None and err is None
     bench = next(p for p in snap.processes if p.comm == "benchmark.sh")
     started = start_wall(snap, bench)

@@ -238,7 +238,7 @@ def test_a_failing_parser_names_its_section_and_only_it(monkeypatch) -> None:  #
     from tests.hostile_captures import load_corpus
     from vastprobe.capture import Capture
     from vastprobe.parsers import kmsg, wchan
-    from vastprobe.pipeline import parse_capture
+    from vastprobe.pipeline import snapshot_of
 
     seed = next(s for s in load_corpus() if s.name == "waits-host")
     cap = Capture("t", "ssh", "ok", None, seed.raw, False, seed.params)
@@ -253,13 +253,13 @@ def test_a_failing_parser_names_its_section_and_only_it(monkeypatch) -> None:  #
 
     with monkeypatch.context() as m:
         m.setattr(wchan, "parse_wchan_section", breaking(wchan.parse_wchan_section))
-        snap, err = parse_capture(cap)
+        snap, err = snapshot_of(cap)
         assert err is None and snap is not None
         assert snap.probe.unreadable_sections == (("s0.proc", "ValueError: boom"),)
         assert not snap.processes  # the process section read as absent
     with monkeypatch.context() as m:
         m.setattr(kmsg, "parse_kmsg_sections", breaking(kmsg.parse_kmsg_sections))
-        snap, err = parse_capture(cap)
+        snap, err = snapshot_of(cap)
         assert err is None and snap is not None
         assert snap.probe.unreadable_sections == (("kmsg", "ValueError: boom"),)
         assert snap.processes

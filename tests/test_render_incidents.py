@@ -1,11 +1,11 @@
-"""Grouping findings by cause (vastprobe/analysis/incidents.py): what follows from what, in which
+"""Grouping findings by cause (vastprobe/report/incidents.py): what follows from what, in which
 order incidents are read, and the headline of each. The findings here are values; the recorded
 cases (tests/test_render_golden.py) and the live seed container check the same on real processes."""
 
 from __future__ import annotations
 
-from vastprobe.analysis.incidents import build_incidents, group_findings, host_headline
 from vastprobe.model import Finding
+from vastprobe.report.incidents import build_incidents, group_findings, host_headline
 
 
 def finding(rule: str, severity: str = "error", pids: tuple[int, ...] = (), caused_by: str | None = None,

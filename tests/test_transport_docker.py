@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from vastprobe.pipeline import DiagnoseOptions, collect_target, diagnose_targets
+from vastprobe.pipeline import DiagnoseOptions, collect_target, probe_and_report
 from vastprobe.probe.render import ProbeParams
 from vastprobe.targets import TargetError
 from vastprobe.transport.registry import check_target, kind_for, kind_named, needs_ssh, transport_for
@@ -59,7 +59,7 @@ def test_a_malformed_target_is_one_line(target: str, why: str, docker: Path) -> 
 
 
 def test_a_running_container_is_probed_and_the_probe_leaves_itself_out(docker: Path) -> None:
-    [r] = diagnose_targets(["docker://job"], OPTIONS)
+    [r] = probe_and_report(["docker://job"], OPTIONS)
     assert (r.target, r.status, r.error) == ("docker://job", "ok", None)
     snap = r.snapshot
     assert snap is not None and snap.probe.transport == "docker" and snap.probe.complete
@@ -89,7 +89,7 @@ def test_a_running_container_is_probed_and_the_probe_leaves_itself_out(docker: P
 def test_the_runtimes_refusal_is_the_hosts_one_line(
     name: str, status: str, words: str, said: str, docker: Path
 ) -> None:
-    [r] = diagnose_targets([f"docker://{name}"], OPTIONS)
+    [r] = probe_and_report([f"docker://{name}"], OPTIONS)
     assert r.status == status and r.verdict == "unknown" and r.snapshot is None
     assert r.error is not None and "\n" not in r.error
     assert r.error.startswith(f"docker://{name}: {words} (docker said: ") and said in r.error

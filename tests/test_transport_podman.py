@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from vastprobe.pipeline import DiagnoseOptions, diagnose_targets
+from vastprobe.pipeline import DiagnoseOptions, probe_and_report
 from vastprobe.probe.render import ProbeParams
 
 OPTIONS = DiagnoseOptions(params=ProbeParams(sample=0), timeout=60)
@@ -96,7 +96,7 @@ def containers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
 
 
 def test_a_real_container_is_probed(containers: dict[str, str]) -> None:
-    [r] = diagnose_targets([f"podman://{containers['job']}"], OPTIONS)
+    [r] = probe_and_report([f"podman://{containers['job']}"], OPTIONS)
     assert (r.status, r.error) == ("ok", None), r.error
     snap = r.snapshot
     assert snap is not None and snap.probe.transport == "podman" and snap.probe.complete
@@ -125,7 +125,7 @@ def test_a_real_container_is_probed(containers: dict[str, str]) -> None:
 )  # fmt: skip
 def test_a_real_refusal_is_one_line(containers: dict[str, str], which: str, status: str, words: str) -> None:
     name = containers.get(which, f"vastprobe-test-{os.getpid()}-nosuch")
-    [r] = diagnose_targets([f"podman://{name}"], OPTIONS)
+    [r] = probe_and_report([f"podman://{name}"], OPTIONS)
     assert r.status == status and r.error is not None and "\n" not in r.error
     assert r.error.startswith(f"podman://{name}: {words}"), r.error
 

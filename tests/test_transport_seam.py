@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from vastprobe.analysis.hops import address
+from vastprobe.report.hops import address
 from vastprobe.targets import TargetError, parse_target, split_scheme
 from vastprobe.transport.base import Transport, TransportSettings
 from vastprobe.transport.local import run_argv, run_argv_async

@@ -20,8 +20,7 @@ from vastprobe.transport.base import TransportResult
 from vastprobe.workers import Workers
 
 if TYPE_CHECKING:
-    from vastprobe.analysis.context import Context
-    from vastprobe.model import DistributedJob, HostReport, HostSnapshot, LastWords, Verdict
+    from vastprobe.model import HostReport, HostSnapshot
     from vastprobe.transport.base import Transport
 
 #: What turns raw output into a report. Imported lazily: while SSH probes wait on the network, a
@@ -29,7 +28,7 @@ if TYPE_CHECKING:
 ANALYSIS_MODULES = (
     "vastprobe.parsers.snapshot",
     "vastprobe.analysis.scope",
-    "vastprobe.rules.engine",
+    "vastprobe.report.host",
     "vastprobe.render.jsonable",
 )
 
@@ -260,7 +259,7 @@ def _unframed(capture: Capture) -> str:
     return f"the target's output is not the probe's framing ({how}{twice}; first bytes: {head!r})"
 
 
-def parse_capture(capture: Capture) -> tuple[HostSnapshot | None, str | None]:
+def snapshot_of(capture: Capture) -> tuple[HostSnapshot | None, str | None]:
     """The snapshot, or why the output is not a probe's output or could not be read at all."""
     try:
         return _parse(capture, _Budget())
@@ -279,65 +278,36 @@ def _note(snap: HostSnapshot, note: str) -> HostSnapshot:
     return replace(snap, notes=(*snap.notes, note))
 
 
-def analyse_capture(capture: Capture, options: DiagnoseOptions, budget: _Budget | None = None) -> HostReport:
-    """The report, raising when something in vastprobe breaks (report_from_capture never does)."""
+def report_or_raise(capture: Capture, options: DiagnoseOptions, budget: _Budget | None = None) -> HostReport:
+    """The report, raising when something in vastprobe breaks (report_of never does)."""
     from vastprobe.analysis.context import Context
-    from vastprobe.analysis.endpoints import remote_waits, served
-    from vastprobe.analysis.probe_findings import probe_findings
     from vastprobe.analysis.scope import compute_scope
     from vastprobe.analysis.tree import ProcessTree
-    from vastprobe.model import HostReport, verdict
-    from vastprobe.rules.engine import run_rules
+    from vastprobe.report.host import host_report, nothing_matched, unanalysed
 
     budget = budget or _Budget()
     timings = dict(capture.timings)
     if capture.status != "ok" and not _partial(capture):
-        return _told(HostReport(capture.target, capture.status, capture.error, "unknown", (), None, timings))
+        return unanalysed(capture.target, capture.status, capture.error, timings)
     t0 = time.monotonic()
     snap, err = _parse(capture, budget)
     if snap is None:
         if capture.status != "ok":  # a timeout or lost connection before the first section: as it ended
-            return _told(HostReport(capture.target, capture.status, capture.error, "unknown", (), None, timings))
-        return _told(HostReport(capture.target, "probe-error", err, "unknown", (), None, timings))
+            return unanalysed(capture.target, capture.status, capture.error, timings)
+        return unanalysed(capture.target, "probe-error", err, timings)
     snap = _printable_params(snap)
     budget.check("the process tree")
     tree = ProcessTree(snap)
     scope = compute_scope(snap, options.pids, options.matches, tree, budget.check)
     if (options.pids or options.matches) and not scope:  # nothing to diagnose: say so, never "healthy"
-        return _told(HostReport(
-            capture.target, "ok", _no_process_matches(options, _others(snap)), "unknown",
-            probe_findings(snap), snap, timings, scope,
-        ))  # fmt: skip
+        asked = [f"--pid {p}" for p in options.pids] + [f"--match {printable(m)!r}" for m in options.matches]
+        return nothing_matched(capture.target, snap, asked, timings, scope)
     budget.check("the rules")
     rule_options = replace(options.rules, explicit_scope=bool(options.pids or options.matches))
     ctx = Context(snap, scope, rule_options, tree)
-    findings = run_rules(snap, scope, rule_options, tree, context=ctx)
-    findings = (*findings, *probe_findings(snap))
-    judged, why = _judge(verdict(findings), snap)
-    if capture.status != "ok":  # the transport's own words, and what did not finish; a stall it saw stands
-        judged = "stalled" if judged == "stalled" else "unknown"
-        why = capture.error or why
-        if snap.probe.unfinished_sections:
-            why = f"{why}; analysed what arrived, not finished: {', '.join(snap.probe.unfinished_sections)}"
-    report = _told(HostReport(capture.target, capture.status, why, judged, findings, snap, timings, scope,
-                              jobs=_jobs_in_scope(ctx), last_words=_last_words(ctx, judged),
-                              remote_waits=remote_waits(ctx), served=served(ctx)), ctx)  # fmt: skip
+    report = host_report(capture.target, capture.status, capture.error, ctx, timings, scope)
     timings["analysis"] = round(time.monotonic() - t0, 4)
     return report
-
-
-def _last_words(ctx: Context, judged: Verdict) -> LastWords | None:
-    """The last lines of the log that matters, for a host that is not healthy (a healthy one's
-    log says nothing the report needs)."""
-    from vastprobe.analysis.logs import last_words
-
-    return last_words(ctx.log_healths) if judged in ("stalled", "degraded", "unknown") else None
-
-
-def _jobs_in_scope(ctx: Context) -> tuple[DistributedJob, ...]:
-    """The distributed jobs with a rank among the watched processes (another test's or tenant's job on
-    the host is not this report's)."""
-    return tuple(j for j in ctx.jobs if any(r.pid in ctx.scope for r in j.ranks if r.pid is not None))
 
 
 def _partial(capture: Capture) -> bool:
@@ -345,40 +315,7 @@ def _partial(capture: Capture) -> bool:
     return bool(capture.output) and capture.status in ("timeout", "probe-error")
 
 
-def _judge(found: Verdict, snap: HostSnapshot) -> tuple[Verdict, str | None]:
-    """The verdict a snapshot can carry, and why the host is not diagnosed when it is not: output
-    someone forged is never believed (`unknown`, whatever it shows), and a probe that did not
-    finish is never `healthy` or `degraded` (what did not arrive may be the stall); a stall it did
-    see is still a stall."""
-    p = snap.probe
-    if p.tampering:
-        return "unknown", (
-            f"the probe's output was forged on the target ({len(p.tampering)} section(s) not written by the probe, "
-            "dropped: see probe-output-forged): not diagnosed"
-        )
-    from vastprobe.analysis.probe_findings import incomplete
-
-    why = incomplete(snap)
-    if why is None or found == "stalled":
-        return found, None
-    return "unknown", f"{why}: not diagnosed (a host whose probe did not finish is never reported healthy)"
-
-
-def _told(r: HostReport, ctx: Context | None = None) -> HostReport:
-    """The report with its findings grouped into incidents, its headline and, for a stall, its timeline."""
-    from vastprobe.analysis.incidents import build_incidents, host_headline
-    from vastprobe.analysis.timeline import build_timeline
-
-    incidents = build_incidents(r.findings, ctx)
-    forged = tuple(i for i in incidents if i.root.code == "VP901")
-    if forged:  # forged output leads: nothing resting on it comes before the forgery itself
-        incidents = (*forged, *(i for i in incidents if i.root.code != "VP901"))
-    timeline = build_timeline(ctx, incidents) if ctx is not None and r.verdict in ("stalled", "degraded") else ()
-    headline = host_headline(r.verdict, incidents, len(r.scope), r.error)
-    return replace(r, headline=headline, incidents=incidents, timeline=timeline)
-
-
-def report_from_capture(
+def report_of(
     capture: Capture,
     options: DiagnoseOptions,
     budget_s: float | None = None,
@@ -389,7 +326,7 @@ def report_from_capture(
 
     budget = _Budget(time.monotonic() + budget_s if budget_s is not None else None, cancelled)
     try:
-        return analyse_capture(capture, options, budget)
+        return report_or_raise(capture, options, budget)
     except AnalysisBudgetExceeded:
         return _over_budget(capture, budget_s)
     except Exception as exc:
@@ -400,10 +337,11 @@ def _failed(capture: Capture, error: str) -> HostReport:
     """A host whose output was not analysed: a probe-error with the reason (and, when that much
     works, its headline)."""
     from vastprobe.model import HostReport
+    from vastprobe.report.story import with_story
 
     r = HostReport(capture.target, "probe-error", error, "unknown", (), None, dict(capture.timings))
     try:
-        return _told(r)
+        return with_story(r)
     except Exception:
         return r
 
@@ -422,15 +360,15 @@ _gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] 
 _workers = Workers(ANALYSIS_WORKERS)
 
 
-async def report_off_loop(capture: Capture, options: DiagnoseOptions, budget_s: float | None = None) -> HostReport:
-    """report_from_capture, in a worker thread for output over INLINE_ANALYSIS_MAX, so the event
+async def report_in_worker(capture: Capture, options: DiagnoseOptions, budget_s: float | None = None) -> HostReport:
+    """report_of, in a worker thread for output over INLINE_ANALYSIS_MAX, so the event
     loop keeps serving every other host's connection while a large output is parsed; past
     `budget_s` the host gets its probe-error and the worker is told to stop at its next checkpoint."""
     if capture.status != "ok" and not _partial(capture):
-        return report_from_capture(capture, options)
+        return report_of(capture, options)
     budget_s = ANALYSIS_BUDGET_S if budget_s is None else budget_s
     if len(capture.output) <= INLINE_ANALYSIS_MAX:
-        return report_from_capture(capture, options, budget_s)
+        return report_of(capture, options, budget_s)
     loop = asyncio.get_running_loop()
     gate = _gates.get(loop)
     if gate is None:
@@ -444,7 +382,7 @@ async def report_off_loop(capture: Capture, options: DiagnoseOptions, budget_s: 
                 done.set_result(r)
 
         def work() -> None:
-            r = report_from_capture(capture, options, budget_s, cancelled)
+            r = report_of(capture, options, budget_s, cancelled)
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (Ctrl-C): nobody waits
                 loop.call_soon_threadsafe(settle, r)
 
@@ -477,23 +415,9 @@ def _printable_params(snap: HostSnapshot) -> HostSnapshot:
     return replace(snap, logs=logs, artifacts=arts)
 
 
-def _others(snap: HostSnapshot) -> int:
-    """How many processes the probe saw that are not its own (nor its transport's)."""
-    own = set(snap.excluded_pids)
-    return sum(1 for p in snap.processes if p.pid not in own)
-
-
-def _no_process_matches(options: DiagnoseOptions, n_processes: int) -> str:
-    asked = [f"--pid {p}" for p in options.pids] + [f"--match {printable(m)!r}" for m in options.matches]
-    return (
-        f"no process on the target matches {' '.join(asked)} ({n_processes} processes seen): "
-        "nothing to diagnose; check the PID or pattern (`vastprobe diagnose TARGET` without them lists every process)"
-    )
-
-
 async def _diagnose_all(targets: Sequence[str], options: DiagnoseOptions) -> list[HostReport]:
     async def one(target: str) -> HostReport:
-        return await report_off_loop(await probe_any(target, options), options)
+        return await report_in_worker(await probe_any(target, options), options)
 
     return list(await asyncio.gather(*(one(t) for t in targets)))
 
@@ -510,7 +434,7 @@ def _this_machine(target: str) -> bool:
         return False
 
 
-def diagnose_targets(targets: Sequence[str], options: DiagnoseOptions) -> list[HostReport]:
+def probe_and_report(targets: Sequence[str], options: DiagnoseOptions) -> list[HostReport]:
     """Every target at once; one failing target never affects another."""
     if not all(_this_machine(t) for t in targets):
         warm_analysis()

@@ -3,7 +3,7 @@
 Wall time is bounded by about ceil(N / concurrency) x --timeout, since every host, however
 broken, ends at its own deadline. Memory is bounded too, whatever the hosts send: the output held
 at once across all hosts has a budget (ByteBudget), and each host is analysed with a time budget
-(pipeline.report_off_loop): on the event loop when its output is small (milliseconds), off it when
+(pipeline.report_in_worker): on the event loop when its output is small (milliseconds), off it when
 large, so one host never delays another's connection by more than that."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vastprobe.model import HostReport
-from vastprobe.pipeline import DiagnoseOptions, probe_any, report_off_loop
+from vastprobe.pipeline import DiagnoseOptions, probe_any, report_in_worker
 from vastprobe.probe.render import MAX_TOTAL_OUTPUT
 from vastprobe.targets import InventoryEntry, unique_entries, vast_words
 
@@ -174,7 +174,7 @@ async def sweep(
                 held = bytes_budget.account()
                 try:
                     cap = await probe_any(entry.target, options, held.take)
-                    r = await report_off_loop(cap, options)
+                    r = await report_in_worker(cap, options)
                     size = len(cap.output)
                     ordinary = size <= ORDINARY_OUTPUT and not cap.truncated
                     del cap

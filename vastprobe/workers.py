@@ -1,4 +1,4 @@
-"""Threads kept between jobs, for the analysis a sweep runs off its event loop (pipeline.report_off_loop).
+"""Threads kept between jobs, for the analysis a sweep runs off its event loop (pipeline.report_in_worker).
 
 A sweep started one thread per host, and the event loop waited in Thread.start() for each to be
 scheduled, behind the GIL another analysis held. Here a job goes to an idle thread, else to a new

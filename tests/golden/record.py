@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 from tests.helpers import children_of, proc_state, proc_wchan, wait_for  # noqa: E402
 from vastprobe.capture import capture_from_dict  # noqa: E402
 from vastprobe.model import HostReport  # noqa: E402
-from vastprobe.pipeline import DiagnoseOptions, report_from_capture  # noqa: E402
+from vastprobe.pipeline import DiagnoseOptions, report_of  # noqa: E402
 from vastprobe.render.summary import render_summary  # noqa: E402
 from vastprobe.sweep import skipped_report  # noqa: E402
 from vastprobe.targets import InventoryEntry  # noqa: E402
@@ -246,7 +246,7 @@ def fleet_of_forty() -> list[HostReport]:
                           error=f"{target}: connection refused on port 22; is sshd running there?")  # fmt: skip
         else:
             cap = replace(caps[cases.get(i, "healthy")], target=target)
-        r = report_from_capture(cap, DiagnoseOptions(pids=cap.pids, matches=cap.matches))
+        r = report_of(cap, DiagnoseOptions(pids=cap.pids, matches=cap.matches))
         out.append(replace(r, labels=labels))
     return out
 

@@ -240,7 +240,7 @@ def shard(value: str | None) -> str | None:
 
 def group_by(value: str | None) -> str | None:
     if value is not None:
-        from vastprobe.analysis.outliers import GroupByError, group_key
+        from vastprobe.report.outliers import GroupByError, group_key
 
         try:
             group_key(value)

@@ -64,7 +64,7 @@ def collect(
     from dataclasses import replace
 
     from vastprobe.capture import capture_to_dict
-    from vastprobe.pipeline import collect_target, parse_capture
+    from vastprobe.pipeline import collect_target, snapshot_of
     from vastprobe.render.jsonable import dumps
 
     options = probe_options(probe, timeout=ssh.timeout, targets=(target,))
@@ -77,7 +77,7 @@ def collect(
     cap = replace(cap, pids=options.pids, matches=options.matches)
     if cap.status != "ok":
         say(f"vastprobe: {cap.error or cap.status}")
-    snap = parse_capture(cap)[0] if cap.status == "ok" else None
+    snap = snapshot_of(cap)[0] if cap.status == "ok" else None
     text = dumps(capture_to_dict(cap, snap), indent=1) + "\n"
     if str(output) == "-":
         sys.stdout.write(text)
@@ -115,7 +115,7 @@ def analyze(
     from dataclasses import replace
 
     from vastprobe.capture import CaptureError, load_captures
-    from vastprobe.pipeline import report_from_capture
+    from vastprobe.pipeline import report_of
     from vastprobe.render.documents import ReportsDocument
     from vastprobe.render.formats import emit
 
@@ -137,7 +137,7 @@ def analyze(
         except typer.BadParameter as exc:
             usage_error(f"capture of {cap.target}: scope {exc.format_message()}")
         opts = replace(base, params=cap.params, pids=scope_pids, matches=scope_matches)
-        reports.append(report_from_capture(cap, opts))
+        reports.append(report_of(cap, opts))
     code = exit_code(reports)
     emit(ReportsDocument(reports, code, 0, report.snapshot, report.verbose, report.brief), chosen)
     raise typer.Exit(code)

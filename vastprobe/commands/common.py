@@ -88,7 +88,7 @@ def run_entries(
         from vastprobe.pipeline import warm_analysis
 
         warm_analysis()
-    from vastprobe.analysis.joins import join_hosts
+    from vastprobe.report.joins import join_hosts
 
     try:
         eventloop.run(run_sweep(entries, options, concurrency, on_report, on_start, kept=done,

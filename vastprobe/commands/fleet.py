@@ -101,7 +101,7 @@ class FleetMemory:
         is one line."""
         feats = texts = None
         if self.group_by is not None:
-            from vastprobe.analysis.outliers import features, features_text
+            from vastprobe.report.outliers import features, features_text
 
             feats = {r.target: features(r) for r in reports if r.status != "skipped"}
             texts = {t: features_text(f) for t, f in feats.items()}
@@ -115,7 +115,7 @@ class FleetMemory:
                                    peers_since=self.started_at - GROUP_WINDOW if feats is not None else None,
                                    peers_out=peers)  # fmt: skip
         if self.group_by is not None:
-            from vastprobe.analysis.outliers import Peer, features_from_text, mark_outliers
+            from vastprobe.report.outliers import Peer, features_from_text, mark_outliers
 
             others = []
             for target, labels, text in peers:

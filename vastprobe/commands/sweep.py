@@ -132,7 +132,7 @@ def sweep(
 
 class _Lines:
     """Each host's line written as it finishes; at the end, again each host whose report another
-    host's changed (analysis/joins.py)."""
+    host's changed (report/joins.py)."""
 
     def __init__(self, stream, snapshot: bool) -> None:  # type: ignore[no-untyped-def]
         from vastprobe.render.documents import FleetDocument

@@ -28,7 +28,7 @@ class Evidence:
 @dataclass(frozen=True)
 class RemotePeer:
     """A TCP connection a process here waits on whose other end no process visible here holds: a
-    sweep looks for that end among its other hosts (analysis/connection_joins.py)."""
+    sweep looks for that end among its other hosts (report/connection_joins.py)."""
 
     pid: int  # the waiter, on this host
     comm: str

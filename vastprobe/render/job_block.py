@@ -9,10 +9,10 @@ from collections.abc import Mapping, Sequence
 from rich.console import Console
 from rich.text import Text
 
-from vastprobe.analysis.job_joins import JobAcrossHosts, jobs_across_hosts
 from vastprobe.model import HostReport
 from vastprobe.render.groups import fold_hosts
 from vastprobe.render.layout import hanging
+from vastprobe.report.job_joins import JobAcrossHosts, jobs_across_hosts
 from vastprobe.untrusted.safe import safe
 
 

@@ -206,9 +206,9 @@ def summary_dict(
 
 
 def _jobs_across(reports: list[HostReport]) -> list[dict[str, Any]]:
-    """The run's multi-host jobs, each once (analysis/job_joins.py): its hosts, the rank that holds
+    """The run's multi-host jobs, each once (report/job_joins.py): its hosts, the rank that holds
     it and where, the hosts that wait on it, and the ranks no host of the run has."""
-    from vastprobe.analysis.job_joins import jobs_across_hosts
+    from vastprobe.report.job_joins import jobs_across_hosts
 
     out = []
     for job in jobs_across_hosts(reports):

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from vastprobe.capture import Capture
-from vastprobe.pipeline import DiagnoseOptions, report_off_loop
+from vastprobe.pipeline import DiagnoseOptions, report_in_worker
 from vastprobe.watch.motion import Round, VerdictChange, next_round
 
 #: Runs one probe of the watched target: the same session every round where the transport keeps one.
@@ -48,7 +48,7 @@ async def watch(
     number = 0
     while rounds is None or number < rounds:
         t0 = time.monotonic()
-        report = await report_off_loop(await probe(options), options)
+        report = await report_in_worker(await probe(options), options)
         number += 1
         current = next_round(number, time.time(), report, previous, bool(options.pids or options.matches))
         log.add(current)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from vastprobe.analysis.connection_joins import join_connections
-from vastprobe.analysis.hops import join_remote
-from vastprobe.analysis.job_joins import join_jobs
 from vastprobe.model import HostReport
+from vastprobe.report.connection_joins import join_connections
+from vastprobe.report.hops import join_remote
+from vastprobe.report.job_joins import join_jobs
 
 
 def join_hosts(reports: Sequence[HostReport]) -> list[HostReport]:

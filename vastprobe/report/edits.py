@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from vastprobe.analysis.incidents import host_headline
 from vastprobe.model import SEVERITY_ORDER, Evidence, Finding, HostReport, Incident, verdict
+from vastprobe.report.incidents import host_headline
 
 
 def swap(r: HostReport, old: Finding, new: Finding) -> HostReport:
@@ -38,7 +38,7 @@ def added(r: HostReport, f: Finding) -> HostReport:
     return rejudged(replace(r, findings=(*r.findings, f), incidents=(*r.incidents, Incident(f.summary, f))))
 
 
-def told(r: HostReport, line: str) -> HostReport:
+def note_on_worst(r: HostReport, line: str) -> HostReport:
     """The host's worst finding, with a line of what another host of the run says about it."""
     if not r.findings:
         return r

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from vastprobe.analysis.hops import address
-from vastprobe.analysis.report_edits import added, swap
 from vastprobe.model import SEVERITY_ORDER, Evidence, Finding, HostReport, RemotePeer, ServedSocket, Severity
+from vastprobe.report.edits import added, swap
+from vastprobe.report.hops import address
 
 RULE, CODE = "socket-peer-wait", "VP112"  # the joined findings are socket-peer-wait's, read across hosts
 _ANY = ("0.0.0.0", "::", "*", "")  # a listener's wildcard addresses, brackets stripped

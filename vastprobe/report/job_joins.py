@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from vastprobe.analysis.ranks import holder_words
-from vastprobe.analysis.report_edits import added, swap
 from vastprobe.model import HOLDING, ONE_SAMPLE, DistributedJob, Evidence, Finding, HostReport, JobRank, Severity
+from vastprobe.report.edits import added, swap
 
 RULE, CODE = "culprit-rank", "VP119"  # the joined findings are the culprit-rank rule's, read across hosts
 _LOCAL_RENDEZVOUS = ("rendezvous:127.", "rendezvous:localhost:", "rendezvous:[::1]:", "rendezvous:::1:")

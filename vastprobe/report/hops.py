@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from vastprobe.analysis.report_edits import swap, told
 from vastprobe.model import Evidence, HostReport
+from vastprobe.report.edits import note_on_worst, swap
 from vastprobe.targets import TargetError, parse_target
 from vastprobe.transport.registry import kind_for
 
@@ -44,5 +44,5 @@ def join_remote(reports: Sequence[HostReport]) -> list[HostReport]:
                 f": {other.headline}" if other.headline else ""
             )
             out[i] = swap(out[i], cur, replace(cur, evidence=(*cur.evidence, Evidence("this run", said[:400]))))
-            out[j] = told(other, f"{r.target} waits on this host: {f.summary}"[:400])
+            out[j] = note_on_worst(other, f"{r.target} waits on this host: {f.summary}"[:400])
     return out
