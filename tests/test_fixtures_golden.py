@@ -134,7 +134,7 @@ def test_torch_gloo_culprit_recorded() -> None:
     all_reduce: the job, the ranks and the culprit from /proc alone, and no planted secret anywhere."""
     from vastprobe.analysis.context import Context
     from vastprobe.analysis.tree import ProcessTree
-    from vastprobe.options import RuleOptions
+    from vastprobe.rule_options import RuleOptions
     from vastprobe.rules.engine import run_rules
 
     folder = FIXTURES / "torch-gloo-fifo"
@@ -165,7 +165,7 @@ def test_mariadb_row_lock_recorded() -> None:
 
     from vastprobe.analysis.context import Context
     from vastprobe.analysis.tree import ProcessTree
-    from vastprobe.options import RuleOptions
+    from vastprobe.rule_options import RuleOptions
     from vastprobe.rules.engine import run_rules
 
     snap = parse_fixture(FIXTURES / "mariadb-row-lock")

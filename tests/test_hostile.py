@@ -343,8 +343,8 @@ async def test_bytes_in_flight_stay_within_the_sweep_budget(tmp_path: Path, monk
     reports kept for the end hold snapshots of at most 2 MiB of the cut hosts' output (and the
     healthy host's, an ordinary one); the streamed reports are whole."""
     from vastprobe import sweep as sweep_module
+    from vastprobe.fanout import ByteBudget, sweep
     from vastprobe.model import HostReport
-    from vastprobe.sweep import ByteBudget, sweep
 
     monkeypatch.setattr(sweep_module, "SWEEP_KEPT_OUTPUT", 2 << 20)
     from vastprobe.targets import InventoryEntry
@@ -385,7 +385,7 @@ async def test_bytes_in_flight_stay_within_the_sweep_budget(tmp_path: Path, monk
 def test_the_budget_arithmetic() -> None:
     """Shares of the hosts in flight plus the pool never exceed the total; a host under its share
     never waits on the pool; what one host gives back another can use."""
-    from vastprobe.sweep import ByteBudget
+    from vastprobe.fanout import ByteBudget
 
     b = ByteBudget(1000, concurrency=5)
     assert b.share == 100 and b.pool == 500
@@ -407,9 +407,9 @@ async def test_a_slow_analysis_runs_off_the_loop_within_its_budget(
     ends at its time budget as a probe-error saying so. (Output up to INLINE_ANALYSIS_MAX is
     analysed on the loop: linear parsers over capped sections take milliseconds there.)"""
     from vastprobe import pipeline
+    from vastprobe.fanout import sweep
     from vastprobe.model import HostReport
     from vastprobe.parsers import kmsg
-    from vastprobe.sweep import sweep
     from vastprobe.targets import InventoryEntry
     from vastprobe.transport.sshopts import SshOptions
 

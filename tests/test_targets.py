@@ -167,7 +167,7 @@ def test_a_byte_order_mark_is_no_part_of_the_first_target() -> None:
 
 def test_vast_state_rides_with_the_instance_and_words_a_skip() -> None:
     """What vast.ai says of an instance (actual, intended, status_msg) travels in its labels: a skipped
-    one says it, and an unreachable one's error gets it (sweep.py); rows sort by it."""
+    one says it, and an unreachable one's error gets it (fanout.py); rows sort by it."""
     from vastprobe.targets import parse_vast, vast_order, vast_words
 
     data = [

@@ -17,8 +17,8 @@ from tests.helpers import children_of, proc_state, wait_for
 from tests.sshd import start_sshd
 from vastprobe.pipeline import DiagnoseOptions, probe_any
 from vastprobe.probe.render import ProbeParams
-from vastprobe.watch.loop import WatchLog, watch
-from vastprobe.watch.motion import Round
+from vastprobe.rounds.loop import WatchLog, watch
+from vastprobe.rounds.motion import Round
 
 
 def start_job(reap: list, log: Path) -> tuple[subprocess.Popen, int]:
@@ -96,7 +96,7 @@ def test_watch_writes_a_record_a_round_and_a_summary(reap, tmp_path: Path) -> No
     lines = [json.loads(line) for line in r.stdout.splitlines()]
     assert r.returncode == 0, r.stderr
     assert [rec.get("round") for rec in lines[:3]] == [1, 2, 3] and all(
-        rec["schema"] == "vastprobe.watch/1" for rec in lines
+        rec["schema"] == "vastprobe.rounds/1" for rec in lines
     )
     assert all(rec["verdict"] == "healthy" for rec in lines[:3])
     assert any(p["pid"] == busy and p["cpu_percent"] > 1 for p in lines[2]["processes"]), lines[2]["processes"]

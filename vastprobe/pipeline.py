@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from vastprobe import eventloop
 from vastprobe.capture import Capture
-from vastprobe.options import RuleOptions
 from vastprobe.probe.render import MAX_TOTAL_OUTPUT, ProbeParams, render_script
 from vastprobe.probe.sections import ProbeOutput, RawSection, split_sections
+from vastprobe.rule_options import RuleOptions
 from vastprobe.transport.base import TransportResult
 from vastprobe.workers import Workers
 
@@ -232,7 +232,7 @@ def _parse(capture: Capture, budget: _Budget) -> tuple[HostSnapshot | None, str 
         snap = _note(snap, note)
     if capture.truncated and len(capture.output) >= MAX_TOTAL_OUTPUT:
         snap = _note(snap, f"output cap of {MAX_TOTAL_OUTPUT} bytes reached; reading stopped")
-    elif capture.truncated:  # sweep.py: the budget for bytes in flight across all hosts
+    elif capture.truncated:  # fanout.py: the budget for bytes in flight across all hosts
         snap = _note(
             snap,
             f"reading stopped at {len(capture.output)} bytes: the sweep's budget for output held across "

@@ -32,10 +32,10 @@ sys.path.insert(0, str(REPO))
 
 from tests.helpers import children_of, proc_state, proc_wchan, wait_for  # noqa: E402
 from vastprobe.capture import capture_from_dict  # noqa: E402
+from vastprobe.fanout import skipped_report  # noqa: E402
 from vastprobe.model import HostReport  # noqa: E402
 from vastprobe.pipeline import DiagnoseOptions, report_of  # noqa: E402
 from vastprobe.render.summary import render_summary  # noqa: E402
-from vastprobe.sweep import skipped_report  # noqa: E402
 from vastprobe.targets import InventoryEntry  # noqa: E402
 
 BASE = Path("/tmp/vastprobe-golden")

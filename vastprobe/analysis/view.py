@@ -18,8 +18,8 @@ from vastprobe.analysis.progress import Progress, progress
 from vastprobe.analysis.tree import ProcessTree
 from vastprobe.analysis.waitgraph.graph import WaitGraph
 from vastprobe.model import HostSnapshot, LogFile, Process, available
-from vastprobe.options import RuleOptions
 from vastprobe.probe.sources import PROC
+from vastprobe.rule_options import RuleOptions
 
 
 class SnapshotView:

@@ -78,7 +78,7 @@ def run_entries(
     """Probe every entry; returns (reports in completion order, interrupted). Ctrl-C stops the run
     and keeps what finished."""
     from vastprobe import eventloop
-    from vastprobe.sweep import sweep as run_sweep
+    from vastprobe.fanout import sweep as run_sweep
 
     done: list = []  # filled by the sweep as hosts finish (snapshots within its budget)
 

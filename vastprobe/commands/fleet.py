@@ -105,7 +105,7 @@ class FleetMemory:
 
             feats = {r.target: features(r) for r in reports if r.status != "skipped"}
             texts = {t: features_text(f) for t, f in feats.items()}
-        from vastprobe.sweep import remember
+        from vastprobe.fanout import remember
 
         shard = f"{self.shard[0]}/{self.shard[1]}" if self.shard else None
         errors: list = []

@@ -51,7 +51,7 @@ def probe_options(
 ):  # -> DiagnoseOptions
     """The probe's and the rules' settings, built alike for every command that probes or analyses.
     `targets`: what it will probe, to say so when an option of one kind of target reaches none."""
-    from vastprobe.options import RuleOptions
+    from vastprobe.rule_options import RuleOptions
 
     rules = rules or RuleFlags()
     sample, pid, match, py_spy, context = probe.sample, probe.pid, probe.match, probe.py_spy, probe.context

@@ -85,9 +85,9 @@ def sweep(
     import time
     from dataclasses import replace
 
+    from vastprobe.fanout import plan
     from vastprobe.render.documents import FleetDocument
     from vastprobe.render.formats import emit
-    from vastprobe.sweep import plan
 
     chosen = report_format(report)
     entries = inventory_entries(inventory, where, probe.context)

@@ -110,9 +110,9 @@ def watch(
 
 def _run(target: str, options, interval: float, rounds: int | None, streamed: bool, verbose: bool) -> int:  # type: ignore[no-untyped-def]
     from vastprobe import eventloop
-    from vastprobe.render import watch as shown
-    from vastprobe.watch.loop import WatchLog, watch
-    from vastprobe.watch.session import probe_session
+    from vastprobe.render import watch_screen as shown
+    from vastprobe.rounds.loop import WatchLog, watch
+    from vastprobe.rounds.session import probe_session
 
     log = WatchLog(target=target)
     ended = f"--rounds {rounds}" if rounds is not None else "its end"

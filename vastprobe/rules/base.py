@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from vastprobe.analysis.context import Context
 from vastprobe.model import ONE_SAMPLE, Evidence, Finding, RemotePeer, Severity
-from vastprobe.options import RuleOptions
+from vastprobe.rule_options import RuleOptions
 
 __all__ = ["ONE_SAMPLE", "Context", "Rule", "RuleMeta", "RuleOptions"]
 

@@ -1,5 +1,5 @@
 """A watch, shown: on a terminal one screen redrawn each round (rich's Live); elsewhere one NDJSON
-record per round (`vastprobe.watch/1`), then a summary record when the watch ends. Remote strings
+record per round (`vastprobe.rounds/1`), then a summary record when the watch ends. Remote strings
 go through `safe()` into Text objects, as in the report."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from rich.text import Text
 from vastprobe.clock import utc_text
 from vastprobe.render.jsonable import dumps
 from vastprobe.render.styles import SEVERITY_STYLE, VERDICT_STYLE
+from vastprobe.rounds.loop import WatchLog
+from vastprobe.rounds.motion import Round, VerdictChange
 from vastprobe.units import byte_size
 from vastprobe.untrusted.safe import safe
-from vastprobe.watch.loop import WatchLog
-from vastprobe.watch.motion import Round, VerdictChange
 
-SCHEMA = "vastprobe.watch/1"
+SCHEMA = "vastprobe.rounds/1"
 
 
 def _rate(value: float | None) -> str:

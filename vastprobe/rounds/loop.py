@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from vastprobe.capture import Capture
 from vastprobe.pipeline import DiagnoseOptions, report_in_worker
-from vastprobe.watch.motion import Round, VerdictChange, next_round
+from vastprobe.rounds.motion import Round, VerdictChange, next_round
 
 #: Runs one probe of the watched target: the same session every round where the transport keeps one.
 Prober = Callable[[DiagnoseOptions], Awaitable[Capture]]

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 from vastprobe.capture import Capture
 from vastprobe.pipeline import DiagnoseOptions, probe_with, transport_of
-from vastprobe.watch.loop import Prober
+from vastprobe.rounds.loop import Prober
 
 
 @contextlib.asynccontextmanager
