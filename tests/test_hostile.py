@@ -342,7 +342,7 @@ async def test_bytes_in_flight_stay_within_the_sweep_budget(tmp_path: Path, monk
     bytes held at once never above the budget; a healthy host in the same sweep is whole. The
     reports kept for the end hold snapshots of at most 2 MiB of the cut hosts' output (and the
     healthy host's, an ordinary one); the streamed reports are whole."""
-    from vastprobe import sweep as sweep_module
+    from vastprobe import fanout as sweep_module
     from vastprobe.fanout import ByteBudget, sweep
     from vastprobe.model import HostReport
 

@@ -1,8 +1,10 @@
 """The package's layers point down: no module imports one that imports it back, directly or
 around a loop, and no package (analysis, rules, render, ...) does either. Every import counts,
 also those inside functions and under TYPE_CHECKING: a lazy import is still a dependency. No
-module is over 600 lines but the probe script. This is the import graph issue 25 asked for, read
-with the standard library: `python -m pytest tests/test_layers.py -q`."""
+module is over 600 lines but the probe script, and no function over 100. LAYERS is the order of the
+packages, top to bottom: each imports only from the layers below its own, so a new package (or a
+new import that points up) fails here until its place is decided. This is the import graph issue 25
+asked for, read with the standard library: `python -m pytest tests/test_layers.py -q`."""
 
 from __future__ import annotations
 
@@ -12,6 +14,27 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "vastprobe"
 MAX_LINES = 600
+MAX_FUNCTION_LINES = 100
+
+#: The packages (and top-level modules), top to bottom. A layer imports only from layers below it.
+LAYERS: tuple[frozenset[str], ...] = tuple(
+    frozenset(f"vastprobe.{name}" for name in layer.split())
+    for layer in (
+        "__main__",
+        "cli",
+        "commands",
+        "render completion",  # what a command shows; shell completion, imported only when a shell asks
+        "fanout rounds",  # the fan-out over a fleet; a watch's rounds
+        "pipeline",  # target -> capture -> snapshot -> report
+        "report",  # the stage after the rules: a host's report, a run's reports read together
+        "rules",
+        "analysis",
+        "parsers",
+        "capture history transport",
+        "model probe targets notices",
+        "clock eventloop fileio jsonnumbers rule_options units untrusted workers",  # the leaves
+    )
+)
 
 
 def module_name(path: Path) -> str:
@@ -98,6 +121,41 @@ def test_no_module_imports_around_a_loop() -> None:
 def test_no_package_imports_around_a_loop() -> None:
     edges = [(package_of(a), package_of(b)) for a, b in module_edges()]
     assert cycles(graph_of(edges)) == []
+
+
+def layer_of(package: str) -> int | None:
+    return next((i for i, layer in enumerate(LAYERS) if package in layer), None)
+
+
+def test_every_package_has_its_layer() -> None:
+    packages = {package_of(m) for m in modules()} - {"vastprobe"}
+    assert sorted(p for p in packages if layer_of(p) is None) == []
+
+
+def test_each_layer_imports_only_from_below() -> None:
+    up = sorted(
+        f"{a} -> {b}"
+        for a, b in module_edges()
+        if package_of(a) != package_of(b) and (layer_of(package_of(a)) or 0) >= (layer_of(package_of(b)) or 0)
+    )
+    assert up == []
+
+
+def test_the_layer_check_can_fail() -> None:
+    assert layer_of("vastprobe.report") is not None and layer_of("vastprobe.rules") is not None
+    assert layer_of("vastprobe.report") < layer_of("vastprobe.rules")  # type: ignore[operator]
+    assert layer_of("vastprobe.nowhere") is None
+
+
+def test_no_function_is_over_100_lines() -> None:
+    long = {
+        f"{module_name(p)}:{node.lineno} {node.name}": n
+        for p in ROOT.rglob("*.py")
+        for node in ast.walk(ast.parse(p.read_text(), str(p)))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and (n := (node.end_lineno or node.lineno) - node.lineno + 1) > MAX_FUNCTION_LINES
+    }
+    assert long == {}
 
 
 def test_no_module_is_over_600_lines() -> None:
