@@ -1,14 +1,14 @@
 """SSH targets over asyncssh: one connection (through the jump hosts, each connected here), one
 exec channel, the script on stdin, the framed output read back under a cap. Every way a run can
-end is a status with a sentence (ssh_failures.py), never a hang or a traceback. A watch session
+end is a status with a sentence (failures.py), never a hang or a traceback. A watch session
 keeps its connection across runs (`kept`).
 
 asyncssh's sharp edges handled here (its issue numbers in brackets): its timeouts do not cover
 channel open [#626], so the whole host is wrapped in one deadline; `run()` buffers everything
 [#754], so output is read in chunks up to the cap; ProxyJump hops from ssh_config would not get
 our keys or known_hosts [#698], so jump hosts are connected here. The rest lives beside it:
-ssh_config.py (resolution), ssh_keys.py (keys and agent), ssh_hostkeys.py (known_hosts and the
-policy), ssh_failures.py (statuses and sentences).
+config.py (resolution), keys.py (keys and agent), hostkeys.py (known_hosts and the policy),
+failures.py (statuses and sentences).
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from typing import Any
 
 from vastprobe.notices import say
 from vastprobe.targets import TargetError, parse_target
-from vastprobe.transport.asyncssh_lib import asyncssh
 from vastprobe.transport.base import TransportResult
-from vastprobe.transport.ssh_config import Resolved, hop_options, resolve
-from vastprobe.transport.ssh_failures import Attempt, describe
-from vastprobe.transport.ssh_hostkeys import HostKeyClient, known_hosts_for, warn_if_off
-from vastprobe.transport.ssh_keys import client_keys
-from vastprobe.transport.sshopts import SshOptions
+from vastprobe.transport.ssh.asyncssh_lib import asyncssh
+from vastprobe.transport.ssh.config import Resolved, hop_options, resolve
+from vastprobe.transport.ssh.failures import Attempt, describe
+from vastprobe.transport.ssh.hostkeys import HostKeyClient, known_hosts_for, warn_if_off
+from vastprobe.transport.ssh.keys import client_keys
+from vastprobe.transport.ssh.settings import SshOptions
 
 __all__ = ["run_ssh"]
 
@@ -107,7 +107,7 @@ async def run_ssh(
     """`script` may be a function of the seconds left once connected (the probe's own deadline
     must come before this side gives up). What arrived before a timeout or a lost connection is
     kept in the result, with the status that says how the run ended. `kept`: a session's
-    connections (sshtransport.SshTransport.session): used when alive, filled by a run that
+    connections (transport.SshTransport.session): used when alive, filled by a run that
     connects, emptied by one that fails."""
     t0 = time.monotonic()
     timings: dict[str, float] = {}
