@@ -63,7 +63,7 @@ KINDS: tuple[Kind, ...] = (
     LOCAL,
     SSH,
     Kind("docker", "vastprobe.transport.docker", "docker://NAME", scheme="docker"),
-    Kind("podman", "vastprobe.transport.container", "podman://NAME", scheme="podman"),
+    Kind("podman", "vastprobe.transport.podman", "podman://NAME", scheme="podman"),
     Kind("kubectl", "vastprobe.transport.kubectl", "kubectl://[NAMESPACE/]POD[/CONTAINER]", scheme="kubectl"),
 )
 
