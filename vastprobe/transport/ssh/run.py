@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from vastprobe.notices import say
@@ -96,6 +97,27 @@ async def _read_capped(
     return True
 
 
+@dataclass
+class _Run:
+    """One run so far: what a failure's sentence names (where it was, whose settings, the phase,
+    what the connection offered, the bytes that arrived) and what its end closes or keeps."""
+
+    target_text: str
+    opts: SshOptions
+    r: Resolved
+    here: str  # the target as the messages name it
+    t0: float
+    timings: dict[str, float]
+    where: str  # here, or a jump host's words while it is connected
+    hop_r: Resolved  # whose settings a failure is told with: r, or a jump host's while it is connected
+    buf: bytearray = field(default_factory=bytearray)
+    conns: list[Any] = field(default_factory=list)
+    agents: list[Any] = field(default_factory=list)
+    att: Attempt = field(default_factory=Attempt)
+    phase: str = "connect"
+    finished: bool = False
+
+
 async def run_ssh(
     target_text: str,
     script: str | Callable[[float], str],
@@ -111,97 +133,117 @@ async def run_ssh(
     connects, emptied by one that fails."""
     t0 = time.monotonic()
     timings: dict[str, float] = {}
-    buf = bytearray()
     try:
         r = resolve(parse_target(target_text), opts)
     except (TargetError, OSError, ValueError) as exc:
         return TransportResult("probe-error", f"{target_text}: {exc}", b"", None, False, timings)
     warn_if_off(r, target_text)
-    conns: list[Any] = []
-    agents: list[Any] = []
-    att = Attempt()
-    phase = "connect"
     # the resolved user@host:port only where ssh_config or the defaults changed what was typed
-    where = here = target_text if r.display == target_text else f"{target_text} ({r.display})"
-    hop_r = r
+    here = target_text if r.display == target_text else f"{target_text} ({r.display})"
+    run = _Run(target_text, opts, r, here, t0, timings, where=here, hop_r=r)
     reuse = kept is not None and bool(kept) and not kept[-1].is_closed()
-    finished = False
     try:
         async with asyncio.timeout(opts.timeout):
-            if reuse:
-                assert kept is not None
-                conn = kept[-1]
-            tunnel = None
-            for hop in r.proxy_jump.split(",") if r.proxy_jump and not reuse else []:
-                hop_r = resolve(parse_target(hop.strip()), hop_options(opts))
-                where = f"{target_text} via jump host {hop.strip()} ({hop_r.display})"
-                warn_if_off(hop_r, hop.strip())
-                tunnel = await _connect(hop_r, opts, tunnel, att, agents)
-                conns.append(tunnel)
-                att = Attempt()
-            hop_r = r
-            where = here
-            if not reuse:
-                conn = await _connect(r, opts, tunnel, att, agents)
-                conns.append(conn)
-            for a in agents:
-                a.close()
-            agents.clear()
-            timings["connect"] = round(time.monotonic() - t0, 4)
-            phase = "probe"
-            t1 = time.monotonic()
-            text = script(opts.timeout - (t1 - t0)) if callable(script) else script
-            proc = await conn.create_process("sh -s", encoding=None, stderr=asyncssh.STDOUT)
-            # a --log path's own bytes, not UTF-8 ones. No EOF: the probe's watchdog waits on its stdin,
-            # whose end is the client gone (script.sh); the channel closes with the probe. A remote
-            # side that closed its stdin early: what it printed still counts
-            with contextlib.suppress(asyncssh.Error, OSError):
-                proc.stdin.write(text.encode("utf-8", "surrogateescape"))
-            try:
-                truncated = await _read_capped(proc, cap, buf, take)
-            except LostMidOutput as lost:
-                timings["probe"] = round(time.monotonic() - t1, 4)
-                return TransportResult(
-                    "probe-error",
-                    f"{where}: the connection was lost before the probe finished ({len(buf)} bytes arrived: {lost})",
-                    bytes(buf), None, False, timings,
-                )  # fmt: skip
-            output = bytes(buf)
-            if truncated:
-                proc.close()
-                exit_status = None
-            else:
-                await proc.wait_closed()
-                exit_status = proc.exit_status
-            timings["probe"] = round(time.monotonic() - t1, 4)
-            signal_name = proc.exit_signal[0] if not truncated and proc.exit_signal else None
-            if exit_status is None and not truncated and signal_name is None:
-                return TransportResult(
-                    "probe-error",
-                    f"{where}: the connection was lost before the probe finished ({len(output)} bytes arrived)",
-                    output, None, False, timings,
-                )  # fmt: skip
-            if exit_status is not None and exit_status < 0:  # asyncssh's -1: ended by a signal
-                exit_status = None
-            finished = True
-            return TransportResult("ok", None, output, exit_status, truncated, timings, signal_name)
+            conn = await _connected(run, kept[-1] if reuse and kept is not None else None)
+            return await _probe(run, conn, script, cap, take)
     except BaseException as exc:
         if isinstance(exc, (KeyboardInterrupt, SystemExit, asyncio.CancelledError)):
             raise
-        if isinstance(exc, (TargetError, ValueError)) and phase == "connect" and not isinstance(exc, asyncssh.Error):
-            return TransportResult("probe-error", f"{where}: {exc}", b"", None, False, timings)
-        f = describe(exc, where, hop_r, opts, phase, att, len(buf))
-        if phase == "probe" and buf:  # what arrived before the deadline is analysed, and the report says so
-            timings["probe"] = round(time.monotonic() - t0 - timings.get("connect", 0.0), 4)
-            return TransportResult(f.status, f.message, bytes(buf), None, False, timings)
-        return TransportResult(f.status, f.message, b"", None, False, timings)
+        return _failed(run, exc)
     finally:
-        for a in agents:
-            a.close()
-        drop = [] if kept is not None and finished else list(conns)
-        if kept is not None and not finished:  # a session's connection failed: its next run connects afresh
-            drop, kept[:] = [*kept, *drop], []
-        elif kept is not None and not reuse:  # this run's connection is the session's now
-            drop, kept[:] = list(kept), conns
-        for c in reversed(drop):
-            c.abort()
+        _release(run, kept, reuse)
+
+
+async def _connected(run: _Run, reused: Any) -> Any:
+    """The target's connection: `reused` (a session's, alive), else a new one, through each jump
+    host in turn (each connected here, with the target's keys and known_hosts)."""
+    r, opts = run.r, run.opts
+    tunnel = None
+    for hop in r.proxy_jump.split(",") if r.proxy_jump and reused is None else []:
+        run.hop_r = hop_r = resolve(parse_target(hop.strip()), hop_options(opts))
+        run.where = f"{run.target_text} via jump host {hop.strip()} ({hop_r.display})"
+        warn_if_off(hop_r, hop.strip())
+        tunnel = await _connect(hop_r, opts, tunnel, run.att, run.agents)
+        run.conns.append(tunnel)
+        run.att = Attempt()
+    run.hop_r = r
+    run.where = run.here
+    conn = reused
+    if reused is None:
+        conn = await _connect(r, opts, tunnel, run.att, run.agents)
+        run.conns.append(conn)
+    for a in run.agents:
+        a.close()
+    run.agents.clear()
+    run.timings["connect"] = round(time.monotonic() - run.t0, 4)
+    return conn
+
+
+async def _probe(
+    run: _Run, conn: Any, script: str | Callable[[float], str], cap: int, take: Callable[[int], bool] | None
+) -> TransportResult:
+    """`sh -s` on one exec channel, the script on stdin, the output read up to the cap."""
+    run.phase = "probe"
+    where, timings, buf = run.where, run.timings, run.buf
+    t1 = time.monotonic()
+    text = script(run.opts.timeout - (t1 - run.t0)) if callable(script) else script
+    proc = await conn.create_process("sh -s", encoding=None, stderr=asyncssh.STDOUT)
+    # a --log path's own bytes, not UTF-8 ones. No EOF: the probe's watchdog waits on its stdin,
+    # whose end is the client gone (script.sh); the channel closes with the probe. A remote
+    # side that closed its stdin early: what it printed still counts
+    with contextlib.suppress(asyncssh.Error, OSError):
+        proc.stdin.write(text.encode("utf-8", "surrogateescape"))
+    try:
+        truncated = await _read_capped(proc, cap, buf, take)
+    except LostMidOutput as lost:
+        timings["probe"] = round(time.monotonic() - t1, 4)
+        return TransportResult(
+            "probe-error",
+            f"{where}: the connection was lost before the probe finished ({len(buf)} bytes arrived: {lost})",
+            bytes(buf), None, False, timings,
+        )  # fmt: skip
+    output = bytes(buf)
+    if truncated:
+        proc.close()
+        exit_status = None
+    else:
+        await proc.wait_closed()
+        exit_status = proc.exit_status
+    timings["probe"] = round(time.monotonic() - t1, 4)
+    signal_name = proc.exit_signal[0] if not truncated and proc.exit_signal else None
+    if exit_status is None and not truncated and signal_name is None:
+        return TransportResult(
+            "probe-error",
+            f"{where}: the connection was lost before the probe finished ({len(output)} bytes arrived)",
+            output, None, False, timings,
+        )  # fmt: skip
+    if exit_status is not None and exit_status < 0:  # asyncssh's -1: ended by a signal
+        exit_status = None
+    run.finished = True
+    return TransportResult("ok", None, output, exit_status, truncated, timings, signal_name)
+
+
+def _failed(run: _Run, exc: BaseException) -> TransportResult:
+    """How the run failed, as a status and a sentence (failures.describe); what arrived before the
+    deadline is analysed, and the report says so."""
+    if isinstance(exc, (TargetError, ValueError)) and run.phase == "connect" and not isinstance(exc, asyncssh.Error):
+        return TransportResult("probe-error", f"{run.where}: {exc}", b"", None, False, run.timings)
+    f = describe(exc, run.where, run.hop_r, run.opts, run.phase, run.att, len(run.buf))
+    if run.phase == "probe" and run.buf:
+        run.timings["probe"] = round(time.monotonic() - run.t0 - run.timings.get("connect", 0.0), 4)
+        return TransportResult(f.status, f.message, bytes(run.buf), None, False, run.timings)
+    return TransportResult(f.status, f.message, b"", None, False, run.timings)
+
+
+def _release(run: _Run, kept: list[Any] | None, reuse: bool) -> None:
+    """The agents closed; the run's connections kept for the session when it finished, else
+    dropped with the session's (its next run connects afresh)."""
+    for a in run.agents:
+        a.close()
+    drop = [] if kept is not None and run.finished else list(run.conns)
+    if kept is not None and not run.finished:  # a session's connection failed: its next run connects afresh
+        drop, kept[:] = [*kept, *drop], []
+    elif kept is not None and not reuse:  # this run's connection is the session's now
+        drop, kept[:] = list(kept), run.conns
+    for c in reversed(drop):
+        c.abort()
