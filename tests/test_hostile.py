@@ -348,7 +348,7 @@ async def test_bytes_in_flight_stay_within_the_sweep_budget(tmp_path: Path, monk
 
     monkeypatch.setattr(sweep_module, "SWEEP_KEPT_OUTPUT", 2 << 20)
     from vastprobe.targets import InventoryEntry
-    from vastprobe.transport.sshopts import SshOptions
+    from vastprobe.transport.ssh.settings import SshOptions
 
     fleet = Fleet([endless() for _ in range(6)] + [healthy()]).start(tmp_path)
     try:
@@ -411,7 +411,7 @@ async def test_a_slow_analysis_runs_off_the_loop_within_its_budget(
     from vastprobe.model import HostReport
     from vastprobe.parsers import kmsg
     from vastprobe.targets import InventoryEntry
-    from vastprobe.transport.sshopts import SshOptions
+    from vastprobe.transport.ssh.settings import SshOptions
 
     real = kmsg.parse_kmsg_sections
 

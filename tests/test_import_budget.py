@@ -47,10 +47,10 @@ def test_the_measurement_can_see_rich() -> None:
 def test_ssh_path_spawns_nothing_for_an_absent_liboqs(tmp_path: Path) -> None:
     """asyncssh's import asks ctypes for liboqs under two names; each miss runs `ldconfig -p`, then
     gcc and ld when they exist. With no liboqs where the loader looks, vastprobe answers for it.
-    asyncssh's lookup of nettle (UMAC) is skipped with the module (asyncssh_parts.py)."""
+    asyncssh's lookup of nettle (UMAC) is skipped with the module (ssh/asyncssh_parts.py)."""
     import shutil
 
-    from vastprobe.transport.liboqs import liboqs_may_be_installed
+    from vastprobe.transport.ssh.liboqs import liboqs_may_be_installed
 
     if shutil.which("strace") is None:
         pytest.skip("strace is not installed")
@@ -59,7 +59,7 @@ def test_ssh_path_spawns_nothing_for_an_absent_liboqs(tmp_path: Path) -> None:
     trace = tmp_path / "trace"
     subprocess.run(
         ["strace", "-f", "-qq", "-o", str(trace), "-e", "trace=execve", sys.executable, "-c",
-         "import vastprobe.transport.ssh"],
+         "import vastprobe.transport.ssh.run"],
         check=True,
         capture_output=True,
     )  # fmt: skip
@@ -71,7 +71,7 @@ def test_ssh_path_spawns_nothing_for_an_absent_liboqs(tmp_path: Path) -> None:
 def test_liboqs_lookup_is_left_alone_when_a_liboqs_exists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import ctypes.util
 
-    from vastprobe.transport.liboqs import liboqs_may_be_installed, skip_absent_liboqs_lookup
+    from vastprobe.transport.ssh.liboqs import liboqs_may_be_installed, skip_absent_liboqs_lookup
 
     real = ctypes.util.find_library
     monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))
@@ -88,7 +88,7 @@ def test_liboqs_lookup_is_left_alone_when_a_liboqs_exists(tmp_path: Path, monkey
 
 def test_asyncssh_starts_without_the_parts_no_openssh_server_uses() -> None:
     code = (
-        "import sys, vastprobe.transport.ssh as s, asyncssh.mac as mac; "
+        "import sys, vastprobe.transport.ssh.run as s, asyncssh.mac as mac; "
         "print(sorted(n for n in ('cryptography.x509', 'asyncssh.crypto.x509', 'asyncssh.crypto.umac') "
         "if n in sys.modules), b'hmac-sha2-256-etm@openssh.com' in mac.get_mac_algs(), "
         "sys.modules.get('asyncssh.crypto.x509', 0) is None)"
@@ -100,7 +100,7 @@ def test_asyncssh_starts_without_the_parts_no_openssh_server_uses() -> None:
 def test_asyncssh_is_imported_whole_when_it_needs_a_part_left_out() -> None:
     """A future asyncssh that needs a part left out must still start: the import is retried whole."""
     code = (
-        "import sys, vastprobe.transport.asyncssh_parts as p; "
+        "import sys, vastprobe.transport.ssh.asyncssh_parts as p; "
         "p.UNUSED = (*p.UNUSED, 'asyncssh.connection'); p.import_asyncssh(); "
         "import asyncssh; print(asyncssh.connect.__module__, 'asyncssh.crypto.umac' in sys.modules)"
     )

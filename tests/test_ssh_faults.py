@@ -10,8 +10,8 @@ from collections.abc import Awaitable, Callable
 import asyncssh
 import pytest
 
-from vastprobe.transport.ssh import run_ssh
-from vastprobe.transport.sshopts import SshOptions
+from vastprobe.transport.ssh.run import run_ssh
+from vastprobe.transport.ssh.settings import SshOptions
 
 Handler = Callable[[asyncssh.SSHServerProcess], Awaitable[None]]
 

@@ -346,7 +346,7 @@ def test_a_name_that_is_no_alias_in_the_ssh_config_says_so(tmp_path: Path) -> No
 
 def _recorded_line_by_line(path: Path, host: str, addr: str, port: int) -> list[int]:
     """What recorded_keys answered when it read every line for every host (its first version)."""
-    from vastprobe.transport.asyncssh_lib import asyncssh
+    from vastprobe.transport.ssh.asyncssh_lib import asyncssh
 
     out = []
     for n, line in enumerate(path.read_text().splitlines(), 1):
@@ -365,7 +365,7 @@ def _recorded_line_by_line(path: Path, host: str, addr: str, port: int) -> list[
 
 
 def test_recorded_keys_find_what_reading_every_line_finds(tmp_path: Path) -> None:
-    """The lines a changed key is compared with (ssh_hostkeys.recorded_keys, which indexes a file
+    """The lines a changed key is compared with (ssh.hostkeys.recorded_keys, which indexes a file
     once per version of it): the same as reading every line, for a host whose name is part of
     others' (127.0.0.1 in 127.0.0.10), bracketed ports, hashed and wildcard entries, comments,
     markers and a broken line; a line added later is seen."""
@@ -373,8 +373,8 @@ def test_recorded_keys_find_what_reading_every_line_finds(tmp_path: Path) -> Non
     import hashlib
     import hmac
 
-    from vastprobe.transport.asyncssh_lib import asyncssh
-    from vastprobe.transport.ssh_hostkeys import recorded_keys
+    from vastprobe.transport.ssh.asyncssh_lib import asyncssh
+    from vastprobe.transport.ssh.hostkeys import recorded_keys
 
     key = asyncssh.generate_private_key("ssh-ed25519").export_public_key("openssh").decode().strip()
     salt = b"s" * 20

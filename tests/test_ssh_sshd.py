@@ -163,8 +163,8 @@ def test_huge_output_is_capped_and_marked(tmp_path: Path) -> None:
     """A target that never stops talking: reading stops at the cap and the report says so."""
     import asyncio
 
-    from vastprobe.transport.ssh import run_ssh
-    from vastprobe.transport.sshopts import SshOptions
+    from vastprobe.transport.ssh.run import run_ssh
+    from vastprobe.transport.ssh.settings import SshOptions
 
     s = start_sshd(tmp_path / "huge", force_command="cat /dev/zero")
     try:

@@ -50,7 +50,7 @@ class DiagnoseOptions:
     pids: tuple[int, ...] = ()
     matches: tuple[str, ...] = ()
     rules: RuleOptions = field(default_factory=RuleOptions)
-    ssh: Any = None  # transport.ssh.SshOptions; typed loosely so `local` never imports asyncssh
+    ssh: Any = None  # transport.ssh.settings.SshOptions; typed loosely so `local` never imports asyncssh
     #: options of other transports, by kind name ({"kubectl": {"context": "prod"}}): base.TransportSettings
     transport_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 

@@ -186,7 +186,7 @@ def output_file(value: Path | None) -> Path | None:
 
 def config_options(values: list[str] | None) -> list[str] | None:
     """`-o Key=Value`: keys vastprobe honours, values of the right kind."""
-    from vastprobe.transport.sshopts import parse_config_option
+    from vastprobe.transport.ssh.settings import parse_config_option
 
     for v in values or ():
         try:

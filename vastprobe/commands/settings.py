@@ -98,7 +98,7 @@ def _verbose_logging(level: int) -> None:
     """-v: asyncssh's own log (connection, auth, channel) on stderr, escaped like everything else."""
     import logging
 
-    from vastprobe.transport.asyncssh_lib import asyncssh  # imported as the transport imports it
+    from vastprobe.transport.ssh.asyncssh_lib import asyncssh  # imported as the transport imports it
     from vastprobe.untrusted.safe import safe
 
     class Escaped(logging.Formatter):
@@ -122,8 +122,8 @@ def ssh_options(targets: list[str], ssh: SshFlags, verbose: int = 0):  # -> SshO
     check_targets(targets)
     if not any(needs_ssh(t) for t in targets):
         return None
-    from vastprobe.transport.ssh_config import load_config
-    from vastprobe.transport.sshopts import SshOptions, parse_config_option
+    from vastprobe.transport.ssh.config import load_config
+    from vastprobe.transport.ssh.settings import SshOptions, parse_config_option
 
     ssh_config = ssh.ssh_config
     opts = SshOptions(

@@ -16,7 +16,6 @@ META = RuleMeta("missing-logs", "VP104", "error", "an expected log is missing, s
 def _finding(ctx: Context, h: LogHealth) -> Finding | None:
     path = h.log.path
     ev: list[Evidence] = []
-    sev: Severity
     if h.log.found:
         if h.state not in ("stale", "empty", "deleted-open"):
             return None  # found open: it exists, and a rotation or a fatal tail needs its --log
@@ -26,31 +25,60 @@ def _finding(ctx: Context, h: LogHealth) -> Finding | None:
         ev.append(Evidence("/proc/fd", f"held open for writing by {who} (found: no --log named it)"))
         path = f"{path} (the job's log, found open)"
     if h.state == "ok":
-        if not h.fatal_lines:
-            return None
-        ev += [Evidence(f"tail of {path}", line) for line in h.fatal_lines]
-        return META.finding(f"{path} is being written but ends in fatal-looking lines", h.writers, ev,
-                            "read the log's tail; the job may be retrying or about to exit", "warning")  # fmt: skip
+        return _fatal_tail(h, path, ev)
     if h.state in ("refused", "unanswered"):
-        why = next(x for x in (*reversed(h.log.stats), h.log.tail) if isinstance(x, NotRead))
-        ev.append(Evidence("probe", f"{path}: {why.reason}"))
-        if h.state == "refused":
-            summary = f"{path} was not read ({why.reason.removeprefix('not read: ')})"
-            hint = (
-                "a --log that is a link to another user's file, or to a kernel or device file, is never read (a link "
-                "planted there would put that file's content in the report): name the job's own log file"
-            )
-        else:
-            fuse = "FUSE" in why.reason
-            summary = (
-                f"{path} is on an unresponsive FUSE mount: not touched" if fuse
-                else f"{path} did not answer: its file system may be dead (a hung mount)"
-            )  # fmt: skip
-            hint = (
-                "a mount that does not answer hangs whoever touches it (the job too): see fuse-no-answer for its "
-                "server; `umount -l` or `fusermount -u -z` it, or restart the server"
-            )
-        return META.finding(summary, h.writers, ev, hint, "warning")
+        return _not_read(h, path, ev)
+    words = _state_words(ctx, h, path, ev)
+    if words is None:
+        return None
+    sev, summary, hint = _judged(ctx, h, *words, ev)
+    if h.age is not None:
+        window = (
+            f"; {'grew' if h.grew else 'size unchanged'} over the {ctx.snapshot.sample_window:.1f}s between samples"
+            if ctx.two_samples
+            else ""
+        )
+        ev.append(Evidence("stat", f"last written {h.age:.0f}s before the probe{window}"))
+    ev += [Evidence(f"tail of {path}", line) for line in h.fatal_lines]
+    return META.finding(summary, h.writers or tuple(pid for pid, _fd, _p in h.rotated_writers), ev, hint, sev)
+
+
+def _fatal_tail(h: LogHealth, path: str, ev: list[Evidence]) -> Finding | None:
+    """A log being written: a finding only when its tail reads fatal."""
+    if not h.fatal_lines:
+        return None
+    ev += [Evidence(f"tail of {path}", line) for line in h.fatal_lines]
+    return META.finding(f"{path} is being written but ends in fatal-looking lines", h.writers, ev,
+                        "read the log's tail; the job may be retrying or about to exit", "warning")  # fmt: skip
+
+
+def _not_read(h: LogHealth, path: str, ev: list[Evidence]) -> Finding:
+    """A log the probe refused to read (a link to someone else's file), or whose mount did not answer."""
+    why = next(x for x in (*reversed(h.log.stats), h.log.tail) if isinstance(x, NotRead))
+    ev.append(Evidence("probe", f"{path}: {why.reason}"))
+    if h.state == "refused":
+        summary = f"{path} was not read ({why.reason.removeprefix('not read: ')})"
+        hint = (
+            "a --log that is a link to another user's file, or to a kernel or device file, is never read (a link "
+            "planted there would put that file's content in the report): name the job's own log file"
+        )
+    else:
+        fuse = "FUSE" in why.reason
+        summary = (
+            f"{path} is on an unresponsive FUSE mount: not touched" if fuse
+            else f"{path} did not answer: its file system may be dead (a hung mount)"
+        )  # fmt: skip
+        hint = (
+            "a mount that does not answer hangs whoever touches it (the job too): see fuse-no-answer for its "
+            "server; `umount -l` or `fusermount -u -z` it, or restart the server"
+        )
+    return META.finding(summary, h.writers, ev, hint, "warning")
+
+
+def _state_words(ctx: Context, h: LogHealth, path: str, ev: list[Evidence]) -> tuple[Severity, str, str] | None:
+    """The severity, summary and hint for what is wrong with the log (None: nothing is), its evidence
+    added to `ev`."""
+    sev: Severity
     if h.state == "absent":
         sev, summary = "warning", f"{path} does not exist"
         hint = "check the path; if the job should have created it by now, it never started or writes elsewhere"
@@ -92,6 +120,14 @@ def _finding(ctx: Context, h: LogHealth) -> Finding | None:
         hint = "the job stopped logging: see the other findings for why it stopped"
     else:
         return None
+    return sev, summary, hint
+
+
+def _judged(
+    ctx: Context, h: LogHealth, sev: Severity, summary: str, hint: str, ev: list[Evidence]
+) -> tuple[Severity, str, str]:
+    """A quiet log is evidence, not a verdict: an error only while the job is seen not to move, and
+    a warning while it computes or does I/O (its evidence added to `ev`)."""
     job = h.writers or (tuple(sorted(ctx.scope)) if ctx.bounded else ())
     busy = _busy(ctx, job) if sev == "error" else []
     if sev == "error" and not busy and not _still(ctx, job):
@@ -109,15 +145,7 @@ def _finding(ctx: Context, h: LogHealth) -> Finding | None:
             "gdb -p, perf top)"
         )
         sev = "warning"
-    if h.age is not None:
-        window = (
-            f"; {'grew' if h.grew else 'size unchanged'} over the {ctx.snapshot.sample_window:.1f}s between samples"
-            if ctx.two_samples
-            else ""
-        )
-        ev.append(Evidence("stat", f"last written {h.age:.0f}s before the probe{window}"))
-    ev += [Evidence(f"tail of {path}", line) for line in h.fatal_lines]
-    return META.finding(summary, h.writers or tuple(pid for pid, _fd, _p in h.rotated_writers), ev, hint, sev)
+    return sev, summary, hint
 
 
 def _serving(ctx: Context, pid: int) -> bool:

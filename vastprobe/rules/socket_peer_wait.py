@@ -11,12 +11,13 @@ only reported when other evidence says the job should be moving.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from vastprobe.analysis.endpoints import remote_peer
 from vastprobe.analysis.ssh_clients import SSH_CLIENTS, SshDestination, ssh_destination
-from vastprobe.analysis.stalls import StalledChain
+from vastprobe.analysis.stalls import StalledChain, StallEvidence
 from vastprobe.analysis.waitgraph.edges import WaitEdge
-from vastprobe.model import Evidence, Finding
+from vastprobe.model import Evidence, Finding, Process, Severity
 from vastprobe.rules.base import Context, Rule, RuleMeta
 from vastprobe.rules.chains import chain_evidence, marked, names, stack_command, stalled
 from vastprobe.units import byte_size
@@ -25,131 +26,187 @@ from vastprobe.untrusted.numbers import read_int
 META = RuleMeta("socket-peer-wait", "VP112", "error", "a process waits on a connection whose peer does not answer")
 
 
+@dataclass(frozen=True)
+class _Wait:
+    """A stalled wait on a connection that is worth a finding, and what its words are made of."""
+
+    s: StalledChain
+    edge: WaitEdge
+    unread: int  # bytes in the peer's receive queue: the request it has not read
+    stopped: list[int]  # the holders of the other end that are stopped
+    remote_ssh: SshDestination | None  # an ssh session off this host that holds the job
+    alone: bool  # a peer on another host, and nothing else says the job is stalled
+    quiet: bool  # poll() with nothing in flight either way, and nothing else says so
+    waiter: Process
+    via: str  # the process in between, when the chain's waiter waits through another
+    peer: str  # the holders of the other end, named
+    state: str  # their states and wait channels
+
+
 def check(ctx: Context) -> Iterator[Finding]:
     for s, edge, stall, sev in stalled(ctx, "tcp", "unix-socket"):  # a peer that works is left out
-        unread = edge.peer.recv_queue if edge.peer is not None and edge.peer.recv_queue else 0
-        # bytes on their way to the waiter (queued in its receive buffer, or in the peer's send
-        # queue): it reads slowly (curl --limit-rate), the peer is not the one holding it up
-        incoming = (edge.socket.recv_queue or 0 if edge.socket is not None else 0) + (
-            edge.peer.send_queue or 0 if edge.peer is not None else 0
-        )
-        stopped = [h for h in edge.holders if ctx.tree.by_pid[h].state in ("T", "t")]
-        if incoming and not stall and not stopped:
+        w = _reported(ctx, s, edge, stall)
+        if w is None:
             continue
-        remote_ssh = _remote_ssh(ctx, s, edge) if not edge.holders else None
-        # a peer on another host, whose side this host cannot see: only other evidence makes it a stall,
-        # but a named job that did not move at all over the window is at least worth a warning
-        alone = not edge.holders and not stall and remote_ssh is None
-        if alone and not (ctx.options.explicit_scope and s.idle and edge.kind == "tcp" and not incoming):
-            continue
-        # poll() over a connection with nothing pending either way: an idle keep-alive client, or a
-        # request the server read and never answered; only a named job, still after two samples, is
-        # worth a note (the server read the request and sleeps: a common hang that is otherwise unseen)
-        quiet = (
-            edge.inferred and not unread and not stall and not s.proof and not stopped and remote_ssh is None
-        ) and not alone
-        if quiet and not (ctx.options.explicit_scope and s.idle and edge.holders):
-            continue
-        waiter = ctx.tree.by_pid[s.waiter]
-        via = f", through {ctx.proc_label(edge.waiter)}," if edge.waiter != s.waiter else ""
-        peer = names(ctx, edge.holders)
-        state = ", ".join(f"{ctx.tree.by_pid[h].state} {ctx.tree.by_pid[h].wchan}" for h in edge.holders[:2])
-        if quiet:
-            summary = (
-                f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what} with nothing in flight either way; "
-                f"its peer {peer} ({state}) sent nothing over the window"
-            )
-            hint = (
-                f"a connection kept open between requests idles like this; if {waiter.comm} expects an answer, {peer} "
-                "read the request and is not answering: look at what it is blocked on; give clients a timeout"
-            ) + _database_words(ctx, edge.holders)
-            sev = "info"
+        if w.quiet:
+            summary, hint, sev = _quiet_words(ctx, w)
         elif edge.holders:
-            tail = f", {byte_size(unread)} it has not read" if unread else ""
-            summary = f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}, whose peer {peer} ({state}) does not answer{tail}"
-            gathering = _gathering(ctx, edge.waiter, edge.holders)
-            if gathering and not stopped and not unread:
-                words, hint = gathering
-                summary = f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}, whose {words}"
-            elif stopped:
-                sev = "error"  # stopped: it will not answer until someone resumes it
-                hint = (
-                    f"{names(ctx, tuple(stopped))} is stopped (SIGSTOP, Ctrl-Z or a debugger) and holds the other end: "
-                    f"resume it with `kill -CONT {' '.join(map(str, stopped))}`, or find who stopped it; "
-                    "give clients a timeout"
-                )
-            elif edge.listener is not None:  # the kernel took the connection, the server has not
-                queued = edge.listener.recv_queue or 0
-                summary = (
-                    f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}: its peer {peer} ({state}) has not "
-                    f"accepted the connection ({queued} queued on {edge.listener.local})"
-                )
-                hint = (
-                    f"{peer} holds the listening socket {edge.listener.local} and accepts nothing (its accept loop "
-                    f"is blocked on something else, or it serves one client at a time and is stuck on one): see where "
-                    f"it waits ({stack_command(ctx, edge.holders[0])}), then restart it; give clients a connect timeout"
-                )
-            elif (
-                threaded := next((a for h in edge.holders if (a := ctx.graph.acts_elsewhere(h))), None)
-            ) and not unread:
-                # the main thread's wait says little: another thread may be serving this connection slowly
-                first = edge.holders[0]
-                hint = (
-                    f"{peer} holds the other end and has not answered; {threaded}: the thread serving this connection "
-                    f"may be waiting on something slow. Look at its threads ({stack_command(ctx, first)}, "
-                    f"/proc/{first}/task/*/wchan) before restarting it; give clients a timeout"
-                )
-            else:
-                hint = (
-                    f"{peer} holds the other end and is not serving it"
-                    + (f" (it has not even read the {byte_size(unread)} sent)" if unread else "")
-                    + ": look at what it is blocked on, then restart it; give clients a timeout"
-                )
-        elif edge.kind == "unix-socket":
-            summary = f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}, whose peer is unknown"
-            hint = (
-                "the peer of a Unix socket is named by ss, which this target lacks (iproute2): find who holds the "
-                "other end, and give the client a timeout"
-            )
-        elif remote_ssh is not None:
-            remote = edge.socket.remote if edge.socket is not None else "its peer"
-            cmd = remote_ssh.command(_port_of(remote))
-            summary = (
-                f"{waiter.comm} ({waiter.pid}){via} waits on the ssh session to {remote_ssh.target(_port_of(remote))} "
-                f"({remote}), whose other end took nothing over the window"
-            )
-            hint = (
-                f"the other end is on another host: see what the command there is doing with `{cmd}` (a stopped or "
-                "stuck remote process fills the session's window and stops this side); set ServerAliveInterval so a "
-                "dead link is noticed"
-            )
-        elif alone:
-            remote = edge.socket.remote if edge.socket is not None else "its peer"
-            summary = (
-                f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}: nothing moved either way over the window "
-                f"and no process on this host holds the other end, {remote}"
-            )
-            hint = _off_host_hint(remote)
-            sev = "warning" if sev == "info" else sev
+            summary, hint, sev = _held_words(ctx, w, sev)
         else:
-            remote = edge.socket.remote if edge.socket is not None else "its peer"
-            summary = f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}: {remote} does not answer"
-            hint = f"the peer {remote} is not on this host (or not visible): check that service, and give the client a timeout"
-        ev = chain_evidence(ctx, s)
-        if unread:
-            exact = f" ({unread} B)" if unread >= 1024 else ""
-            ev.append(Evidence("unread", f"{byte_size(unread)}{exact} wait in the peer's receive queue"))
-        yield META.finding(
-            marked(summary, s, sev),
-            (*s.chain.pids, *[h for h in edge.holders if h not in s.chain.pids]),
-            [*ev, *stall.evidence],
-            hint,
-            sev,
-            caused_by="oom-killed-child" if stall.oom else None,
-            remote=remote_ssh.target(_port_of(edge.socket.remote if edge.socket else "")) if remote_ssh else None,
-            # the connection, for a sweep to find its other end among its hosts (analysis/connection_joins)
-            peer=remote_peer(ctx.tree, edge) if remote_ssh is None else None,
+            summary, hint, sev = _unheld_words(w, sev)
+        yield _finding(ctx, w, stall, summary, hint, sev)
+
+
+def _reported(ctx: Context, s: StalledChain, edge: WaitEdge, stall: StallEvidence) -> _Wait | None:
+    """The wait, when it is worth a finding: not a reader that is merely slow, not an idle
+    connection or a peer off this host that nothing else says is stalled."""
+    unread = edge.peer.recv_queue if edge.peer is not None and edge.peer.recv_queue else 0
+    # bytes on their way to the waiter (queued in its receive buffer, or in the peer's send
+    # queue): it reads slowly (curl --limit-rate), the peer is not the one holding it up
+    incoming = (edge.socket.recv_queue or 0 if edge.socket is not None else 0) + (
+        edge.peer.send_queue or 0 if edge.peer is not None else 0
+    )
+    stopped = [h for h in edge.holders if ctx.tree.by_pid[h].state in ("T", "t")]
+    if incoming and not stall and not stopped:
+        return None
+    remote_ssh = _remote_ssh(ctx, s, edge) if not edge.holders else None
+    # a peer on another host, whose side this host cannot see: only other evidence makes it a stall,
+    # but a named job that did not move at all over the window is at least worth a warning
+    alone = not edge.holders and not stall and remote_ssh is None
+    if alone and not (ctx.options.explicit_scope and s.idle and edge.kind == "tcp" and not incoming):
+        return None
+    # poll() over a connection with nothing pending either way: an idle keep-alive client, or a
+    # request the server read and never answered; only a named job, still after two samples, is
+    # worth a note (the server read the request and sleeps: a common hang that is otherwise unseen)
+    quiet = (
+        edge.inferred and not unread and not stall and not s.proof and not stopped and remote_ssh is None
+    ) and not alone
+    if quiet and not (ctx.options.explicit_scope and s.idle and edge.holders):
+        return None
+    waiter = ctx.tree.by_pid[s.waiter]
+    via = f", through {ctx.proc_label(edge.waiter)}," if edge.waiter != s.waiter else ""
+    peer = names(ctx, edge.holders)
+    state = ", ".join(f"{ctx.tree.by_pid[h].state} {ctx.tree.by_pid[h].wchan}" for h in edge.holders[:2])
+    return _Wait(s, edge, unread, stopped, remote_ssh, alone, quiet, waiter, via, peer, state)
+
+
+def _quiet_words(ctx: Context, w: _Wait) -> tuple[str, str, Severity]:
+    """Nothing in flight either way: an idle connection, or a request read and never answered (a note)."""
+    waiter, via, edge, peer, state = w.waiter, w.via, w.edge, w.peer, w.state
+    summary = (
+        f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what} with nothing in flight either way; "
+        f"its peer {peer} ({state}) sent nothing over the window"
+    )
+    hint = (
+        f"a connection kept open between requests idles like this; if {waiter.comm} expects an answer, {peer} "
+        "read the request and is not answering: look at what it is blocked on; give clients a timeout"
+    ) + _database_words(ctx, edge.holders)
+    return summary, hint, "info"
+
+
+def _held_words(ctx: Context, w: _Wait, sev: Severity) -> tuple[str, str, Severity]:
+    """A peer on this host that does not answer: gathering others, stopped, not accepting, slow in
+    another thread, or not serving the connection at all."""
+    waiter, via, edge, peer, state, unread, stopped = w.waiter, w.via, w.edge, w.peer, w.state, w.unread, w.stopped
+    tail = f", {byte_size(unread)} it has not read" if unread else ""
+    summary = (
+        f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}, whose peer {peer} ({state}) does not answer{tail}"
+    )
+    gathering = _gathering(ctx, edge.waiter, edge.holders)
+    if gathering and not stopped and not unread:
+        words, hint = gathering
+        summary = f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}, whose {words}"
+    elif stopped:
+        sev = "error"  # stopped: it will not answer until someone resumes it
+        hint = (
+            f"{names(ctx, tuple(stopped))} is stopped (SIGSTOP, Ctrl-Z or a debugger) and holds the other end: "
+            f"resume it with `kill -CONT {' '.join(map(str, stopped))}`, or find who stopped it; "
+            "give clients a timeout"
         )
+    elif edge.listener is not None:  # the kernel took the connection, the server has not
+        queued = edge.listener.recv_queue or 0
+        summary = (
+            f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}: its peer {peer} ({state}) has not "
+            f"accepted the connection ({queued} queued on {edge.listener.local})"
+        )
+        hint = (
+            f"{peer} holds the listening socket {edge.listener.local} and accepts nothing (its accept loop "
+            f"is blocked on something else, or it serves one client at a time and is stuck on one): see where "
+            f"it waits ({stack_command(ctx, edge.holders[0])}), then restart it; give clients a connect timeout"
+        )
+    elif (threaded := next((a for h in edge.holders if (a := ctx.graph.acts_elsewhere(h))), None)) and not unread:
+        # the main thread's wait says little: another thread may be serving this connection slowly
+        first = edge.holders[0]
+        hint = (
+            f"{peer} holds the other end and has not answered; {threaded}: the thread serving this connection "
+            f"may be waiting on something slow. Look at its threads ({stack_command(ctx, first)}, "
+            f"/proc/{first}/task/*/wchan) before restarting it; give clients a timeout"
+        )
+    else:
+        hint = (
+            f"{peer} holds the other end and is not serving it"
+            + (f" (it has not even read the {byte_size(unread)} sent)" if unread else "")
+            + ": look at what it is blocked on, then restart it; give clients a timeout"
+        )
+    return summary, hint, sev
+
+
+def _unheld_words(w: _Wait, sev: Severity) -> tuple[str, str, Severity]:
+    """No process on this host holds the other end: a Unix socket without ss, an ssh session to
+    another host, a peer off this host that did not move, or one that does not answer."""
+    waiter, via, edge, remote_ssh = w.waiter, w.via, w.edge, w.remote_ssh
+    if edge.kind == "unix-socket":
+        summary = f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}, whose peer is unknown"
+        hint = (
+            "the peer of a Unix socket is named by ss, which this target lacks (iproute2): find who holds the "
+            "other end, and give the client a timeout"
+        )
+    elif remote_ssh is not None:
+        remote = edge.socket.remote if edge.socket is not None else "its peer"
+        cmd = remote_ssh.command(_port_of(remote))
+        summary = (
+            f"{waiter.comm} ({waiter.pid}){via} waits on the ssh session to {remote_ssh.target(_port_of(remote))} "
+            f"({remote}), whose other end took nothing over the window"
+        )
+        hint = (
+            f"the other end is on another host: see what the command there is doing with `{cmd}` (a stopped or "
+            "stuck remote process fills the session's window and stops this side); set ServerAliveInterval so a "
+            "dead link is noticed"
+        )
+    elif w.alone:
+        remote = edge.socket.remote if edge.socket is not None else "its peer"
+        summary = (
+            f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}: nothing moved either way over the window "
+            f"and no process on this host holds the other end, {remote}"
+        )
+        hint = _off_host_hint(remote)
+        sev = "warning" if sev == "info" else sev
+    else:
+        remote = edge.socket.remote if edge.socket is not None else "its peer"
+        summary = f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}: {remote} does not answer"
+        hint = (
+            f"the peer {remote} is not on this host (or not visible): check that service, and give the client a timeout"
+        )
+    return summary, hint, sev
+
+
+def _finding(ctx: Context, w: _Wait, stall: StallEvidence, summary: str, hint: str, sev: Severity) -> Finding:
+    s, edge, unread, remote_ssh = w.s, w.edge, w.unread, w.remote_ssh
+    ev = chain_evidence(ctx, s)
+    if unread:
+        exact = f" ({unread} B)" if unread >= 1024 else ""
+        ev.append(Evidence("unread", f"{byte_size(unread)}{exact} wait in the peer's receive queue"))
+    return META.finding(
+        marked(summary, s, sev),
+        (*s.chain.pids, *[h for h in edge.holders if h not in s.chain.pids]),
+        [*ev, *stall.evidence],
+        hint,
+        sev,
+        caused_by="oom-killed-child" if stall.oom else None,
+        remote=remote_ssh.target(_port_of(edge.socket.remote if edge.socket else "")) if remote_ssh else None,
+        # the connection, for a sweep to find its other end among its hosts (analysis/connection_joins)
+        peer=remote_peer(ctx.tree, edge) if remote_ssh is None else None,
+    )
 
 
 def _remote_ssh(ctx: Context, s: StalledChain, edge: WaitEdge) -> SshDestination | None:

@@ -50,7 +50,7 @@ OwnProcesses = Literal["caller", "sshd", "none"]
 @dataclass(frozen=True)
 class TransportSettings:
     """What the command line says to every transport: the --timeout, the SSH settings (an
-    sshopts.SshOptions, None when no target needs SSH), and per-kind options by kind name
+    ssh.settings.SshOptions, None when no target needs SSH), and per-kind options by kind name
     (`{"kubectl": {"context": "prod"}}`): a new kind's options need no new field here."""
 
     timeout: float = 60.0

@@ -1,6 +1,8 @@
 """Containers as targets: the same read-only probe, run by `sh -s` inside a running container
 through its runtime's CLI (`podman exec -i NAME sh -s`, the script on stdin), with local.py's
-bounded runner (cap, deadline, the CLI's whole session killed past either).
+bounded runner (cap, deadline, the CLI's whole session killed past either). This is what the
+runtimes share (the run, a failed exec's classification, the listing, `SCHEME://NAME`); each
+runtime's module (docker.py, podman.py, kubectl.py) declares only its CLI, argv and messages.
 
 Why the runtime's CLI and not its API: the CLI is what the operator already uses and has
 configured (its socket, context, credentials, rootless or not), and it relays stdin and output
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from vastprobe.targets import TargetError, split_scheme, text_problem
-from vastprobe.transport.base import KeepsNothing, Render, Take, TransportResult, TransportSettings
+from vastprobe.transport.base import KeepsNothing, Render, Take, TransportResult
 from vastprobe.transport.local import run_argv, run_argv_async
 
 if TYPE_CHECKING:
@@ -170,35 +172,13 @@ def container_name(target: str, scheme: str) -> str:
     return name
 
 
-class PodmanTransport(ExecTransport):
-    """`podman://NAME`: `podman exec -i NAME sh -s`. Messages from podman 4 (libpod's errors: seen
-    here with podman 4.3.1 and runc; tests/test_transport_podman.py runs them for real)."""
-
-    name = "podman"
-    cli = "podman"
-    errors = (
-        rule(r"no container with name or ID .* found|no such container", "unreachable", "no such container"),
-        rule(r"can only create exec sessions on running containers|container state improper", "unreachable",
-             "the container is not running"),
-        rule(r"cannot connect to podman|unable to connect to podman", "unreachable",
-             "podman's service cannot be reached"),
-    )  # fmt: skip
+class ContainerTransport(ExecTransport):
+    """`SCHEME://NAME` for a runtime whose exec is `CLI exec -i NAME sh -s` (docker, podman): the
+    kind's name is its scheme; subclasses give the name, the CLI and the runtime's messages."""
 
     def __init__(self, target: str, timeout: float = 60.0) -> None:
         super().__init__(target, timeout)
-        self.container = container_name(target, "podman")
+        self.container = container_name(target, self.name)
 
     def argv(self, exe: str) -> list[str]:
         return [exe, "exec", "-i", self.container, "sh", "-s"]
-
-
-def check_target(target: str) -> None:
-    container_name(target, "podman")
-
-
-def open_transport(target: str, settings: TransportSettings) -> PodmanTransport:
-    return PodmanTransport(target, settings.timeout)
-
-
-def list_targets(query: str, settings: TransportSettings) -> list[str]:
-    return list_running("podman", "podman", query)

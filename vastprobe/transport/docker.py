@@ -12,10 +12,10 @@ and `permission denied while trying to connect to the Docker daemon socket at ..
 from __future__ import annotations
 
 from vastprobe.transport.base import TransportSettings
-from vastprobe.transport.container import ExecTransport, container_name, list_running, rule
+from vastprobe.transport.container import ContainerTransport, container_name, list_running, rule
 
 
-class DockerTransport(ExecTransport):
+class DockerTransport(ContainerTransport):
     name = "docker"
     cli = "docker"
     errors = (
@@ -26,13 +26,6 @@ class DockerTransport(ExecTransport):
         rule(r"permission denied while trying to connect to the docker daemon", "auth-failed",
              "permission denied by the docker daemon's socket (is this user in the docker group?)"),
     )  # fmt: skip
-
-    def __init__(self, target: str, timeout: float = 60.0) -> None:
-        super().__init__(target, timeout)
-        self.container = container_name(target, "docker")
-
-    def argv(self, exe: str) -> list[str]:
-        return [exe, "exec", "-i", self.container, "sh", "-s"]
 
 
 def check_target(target: str) -> None:

@@ -54,7 +54,7 @@ class Kind:
 
 LOCAL = Kind("local", "vastprobe.transport.local", "local", word="local", own_processes="caller", this_machine=True)
 SSH = Kind(
-    "ssh", "vastprobe.transport.sshtransport", "[user@]host[:port]", scheme="ssh", own_processes="sshd",
+    "ssh", "vastprobe.transport.ssh.transport", "[user@]host[:port]", scheme="ssh", own_processes="sshd",
     needs_ssh=True, addressed=True,
 )  # fmt: skip
 
@@ -63,7 +63,7 @@ KINDS: tuple[Kind, ...] = (
     LOCAL,
     SSH,
     Kind("docker", "vastprobe.transport.docker", "docker://NAME", scheme="docker"),
-    Kind("podman", "vastprobe.transport.container", "podman://NAME", scheme="podman"),
+    Kind("podman", "vastprobe.transport.podman", "podman://NAME", scheme="podman"),
     Kind("kubectl", "vastprobe.transport.kubectl", "kubectl://[NAMESPACE/]POD[/CONTAINER]", scheme="kubectl"),
 )
 

@@ -1,5 +1,5 @@
 """`ssh` as a Transport: the target string and the command line's SSH settings, and run_ssh
-(ssh.py) to run the probe. Kept apart from ssh.py so that the registry can check and name an ssh
+(run.py) to run the probe. Kept apart from run.py so that the registry can check and name an ssh
 target without importing asyncssh (it is imported on the first run)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ class SshTransport:
 
     name = "ssh"
 
-    def __init__(self, target: str, options: Any, kept: list[Any] | None = None) -> None:  # sshopts.SshOptions
+    def __init__(self, target: str, options: Any, kept: list[Any] | None = None) -> None:  # settings.SshOptions
         self.target = target
         self.options = options
         self.timeout: float = options.timeout
@@ -38,7 +38,7 @@ class SshTransport:
 
     async def run(self, script: Render, cap: int, timeout: float, take: Take | None = None) -> TransportResult:
         """Within `timeout` (a second try gets what the first left, its connect timeout too)."""
-        from vastprobe.transport.ssh import run_ssh
+        from vastprobe.transport.ssh.run import run_ssh
 
         opts = self.options
         if timeout < opts.timeout:
@@ -51,6 +51,6 @@ def check_target(target: str) -> None:
 
 
 def open_transport(target: str, settings: TransportSettings) -> SshTransport:
-    from vastprobe.transport.sshopts import SshOptions
+    from vastprobe.transport.ssh.settings import SshOptions
 
     return SshTransport(target, settings.ssh or SshOptions(timeout=settings.timeout))

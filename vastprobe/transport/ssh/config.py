@@ -5,7 +5,7 @@ UserKnownHostsFile, HashKnownHosts, IdentitiesOnly, IdentityAgent and ConnectTim
 ssh_config or `-o`, and the command line wins. asyncssh's reader is extended with the keywords it
 skips that vastprobe honours (StrictHostKeyChecking, HashKnownHosts) and with which `Host` lines
 named the host, so that "cannot resolve" can say a name is no alias in the file. ProxyJump hops
-get the target's keys, known_hosts and policy (hop_options) and are connected by ssh.py, since
+get the target's keys, known_hosts and policy (hop_options) and are connected by run.py, since
 asyncssh's own hops would not get them [asyncssh #698].
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import cast
 
 from vastprobe.targets import SshTarget
-from vastprobe.transport.asyncssh_lib import SSHClientConfig, SSHConfig
-from vastprobe.transport.sshopts import (
+from vastprobe.transport.ssh.asyncssh_lib import SSHClientConfig, SSHConfig
+from vastprobe.transport.ssh.settings import (
     DEFAULT_CONNECT_TIMEOUT,
     HostKeyPolicy,
     SshOptions,

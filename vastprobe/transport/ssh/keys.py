@@ -16,9 +16,9 @@ from functools import lru_cache
 from typing import Any
 
 from vastprobe.notices import say, say_once
-from vastprobe.transport.asyncssh_lib import asyncssh
-from vastprobe.transport.ssh_config import Resolved
-from vastprobe.transport.ssh_failures import Attempt
+from vastprobe.transport.ssh.asyncssh_lib import asyncssh
+from vastprobe.transport.ssh.config import Resolved
+from vastprobe.transport.ssh.failures import Attempt
 
 MAX_KEY_FILE = 1 << 20
 

@@ -2,7 +2,7 @@
 happened, what to try), never a traceback. asyncssh's `connect_timeout` raises the *builtin*
 TimeoutError and OS errors are not asyncssh.Error [asyncssh #558], so both are classified here
 too. Attempt collects, while one connection is made, what the sentence needs: the keys offered
-and skipped (ssh_keys.py), the agent's trouble, and the host-key verdict (ssh_hostkeys.py).
+and skipped (keys.py), the agent's trouble, and the host-key verdict (hostkeys.py).
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from vastprobe.transport.asyncssh_lib import asyncssh
-from vastprobe.transport.ssh_config import Resolved
-from vastprobe.transport.sshopts import SshOptions
+from vastprobe.transport.ssh.asyncssh_lib import asyncssh
+from vastprobe.transport.ssh.config import Resolved
+from vastprobe.transport.ssh.settings import SshOptions
 
 if TYPE_CHECKING:
     from vastprobe.model import Status

@@ -20,9 +20,9 @@ from typing import Any
 
 from vastprobe.fileio import append_line
 from vastprobe.notices import say, say_once
-from vastprobe.transport.asyncssh_lib import asyncssh
-from vastprobe.transport.ssh_config import Resolved
-from vastprobe.transport.ssh_failures import Attempt
+from vastprobe.transport.ssh.asyncssh_lib import asyncssh
+from vastprobe.transport.ssh.config import Resolved
+from vastprobe.transport.ssh.failures import Attempt
 
 MAX_KNOWN_HOSTS = 64 << 20
 _KEY_NAMES = {"ssh-ed25519": "ED25519", "ssh-rsa": "RSA", "ssh-dss": "DSA", "sk-ssh-ed25519@openssh.com": "ED25519-SK"}
