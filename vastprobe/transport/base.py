@@ -65,7 +65,7 @@ class Transport(Protocol):
     and error (one line naming the target), like an unreachable host's."""
 
     #: The `transport` a capture and a snapshot carry ("local", "ssh", "docker"...): what
-    #: parsers/snapshot.py and analysis/hops.py look its other properties up by (registry.kind_named).
+    #: parsers/snapshot.py and report/hops.py look its other properties up by (registry.kind_named).
     name: str
     #: The target as it was typed: the report's `target`, and the first words of each error line.
     target: str
