@@ -5,8 +5,8 @@ Each host is an asyncssh in-process server on its own address and port in 127.0.
 and up, `--per-address` ports each). It reads the probe script the controller sends, takes the
 run's boundary from it (`VP_B='…'`), and answers with a recorded capture of a real host re-framed
 with that boundary: the probe's output as the real host gave it. The captures are
-tests/golden/captures/*.json (recorded by tests/golden/record.py on real process trees on the
-development VM, 2026-12-03; see tests/golden/NOTE.md): `healthy` (a worker computing and writing its
+fixtures/reports/captures/*.json (recorded by fixtures/reports/record.py on real process trees on the
+development VM, 2026-12-03; see fixtures/reports/NOTE.md): `healthy` (a worker computing and writing its
 log), `stalled` (`stopped-child`: a trainer stopped with SIGSTOP, or `orphan-pipe`: a server holding
 tee's pipe), `oom` (`seed-inside`: a benchmark OOM-killed in a 64 MiB memory cgroup, its parent
 waiting forever). There is no recorded capture of a GPU host here, so none is busy on a GPU.
@@ -51,7 +51,7 @@ from pathlib import Path
 import asyncssh
 
 ROOT = Path(__file__).resolve().parent.parent
-CAPTURES = ROOT / "tests" / "golden" / "captures"
+CAPTURES = ROOT / "fixtures" / "reports" / "captures"
 KINDS = {"healthy": ["healthy"], "stalled": ["stopped-child", "orphan-pipe"], "oom": ["seed-inside"]}
 _VP_B = re.compile(rb"VP_B='([0-9a-f]{16,64})'")
 MAX_SCRIPT = 1 << 20  # the probe script is ~60 KB; read no more than this before answering

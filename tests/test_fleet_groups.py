@@ -1,5 +1,5 @@
 """`sweep --group-by` across shards: with one history, a group spans the whole fleet. Nine hosts of
-one job (in-process SSH servers answering with real captures, tests/golden/captures: eight
+one job (in-process SSH servers answering with real captures, fixtures/reports/captures: eight
 `healthy`, one `stopped-child`) are split by `--shard K/2`; the stuck host is the odd one out of all
 nine, whichever shard swept it, once the other shard has recorded its hosts."""
 
@@ -20,7 +20,7 @@ from tests.hostile_servers import RECORDED_BOUNDARY, Fleet, healthy
 from vastprobe.history.shard import shard_of
 
 pytestmark = pytest.mark.slow  # sweeps of in-process SSH hosts, four per test
-CAPTURES = Path(__file__).resolve().parent / "golden" / "captures"
+CAPTURES = Path(__file__).resolve().parent.parent / "fixtures" / "reports" / "captures"
 # the recordings were made with one --log each: a probe given none that sends a log section is forged
 LOG = ("--log", "/tmp/vastprobe-golden/job.log")
 

@@ -1,6 +1,6 @@
 """The kernel log's clock runs behind process start times (0.049 s on this project's VM): a
 victim killed within that of its parent's start is still its parent's loss. The recorded seed case
-(tests/golden/captures/seed-inside: cuzk-bench OOM-killed 0.24 s after benchmark.sh started), with
+(fixtures/reports/captures/seed-inside: cuzk-bench OOM-killed 0.24 s after benchmark.sh started), with
 the kill's stamp moved to 0.05 s before benchmark.sh's start, as a lagging log clock would write it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from tests.golden.record import read_capture
+from fixtures.reports.record import read_capture
 from vastprobe.analysis.oom import match_oom_kills, start_wall
 from vastprobe.analysis.tree import ProcessTree
 from vastprobe.analysis.waitgraph.graph import WaitGraph

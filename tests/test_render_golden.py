@@ -1,10 +1,10 @@
 """Golden tests of the terminal report, rendered by the real CLI (`vastprobe analyze`) from captures
-recorded on real processes (tests/golden/NOTE.md): the seed case from inside its container and
+recorded on real processes (fixtures/reports/NOTE.md): the seed case from inside its container and
 from the host, an orphan holding a pipe, a stopped child, a healthy host. Recorded snapshots make
 them exact on a shared host: PIDs, times and neighbours are the ones of the recording.
 
 After a deliberate change to the report, rewrite the expected files with
-`.venv/bin/python tests/golden/record.py --render-only` and review the diff."""
+`.venv/bin/python fixtures/reports/record.py --render-only` and review the diff."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.golden.record import REPO, WIDTHS, golden_path, read_capture, render
+from fixtures.reports.record import REPO, WIDTHS, golden_path, read_capture, render
 
 CASES = [(case, w) for case, widths in WIDTHS.items() for w in widths]
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.golden.record import SWEEP_GOLDEN as GOLDEN
-from tests.golden.record import fleet_of_forty, summary
+from fixtures.reports.record import SWEEP_GOLDEN as GOLDEN
+from fixtures.reports.record import fleet_of_forty, summary
 from tests.helpers import stopped_child, wait_for
 from tests.sshd import dead_port, keygen, start_sshd
 from vastprobe.render.summary import fold_hosts
@@ -28,7 +28,7 @@ from vastprobe.render.summary import fold_hosts
 
 def test_forty_hosts_fold_into_ranges_with_their_instances() -> None:
     text = summary(fleet_of_forty())
-    assert text == GOLDEN.read_text(), "differs from tests/golden/sweep-40.100.txt (record.py --render-only)"
+    assert text == GOLDEN.read_text(), "differs from fixtures/reports/sweep-40.100.txt (record.py --render-only)"
     lines = text.splitlines()
     assert lines[0] == "40 hosts: 36 ok, 2 skipped, 2 unreachable"
     assert "STALLED (5): gpu[03,09,17,22,31]" in lines

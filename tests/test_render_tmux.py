@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.golden.record import REPO, golden_path, read_capture
+from fixtures.reports.record import REPO, golden_path, read_capture
 from tests.helpers import wait_for
 
 
