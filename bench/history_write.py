@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests import pg_cluster  # noqa: E402
-from tests.test_history_store import report  # noqa: E402
+from tests.history.test_store import report  # noqa: E402
 from vastprobe.history.store import HistoryStore  # noqa: E402
 
 

@@ -1,5 +1,5 @@
 """Real probe captures and the ways a hostile or broken target can mangle them, for the fuzz test
-(tests/test_fuzz.py) and the hostile-input tests.
+(tests/test_pipeline_fuzz.py) and the hostile-input tests.
 
 The corpus is what fixtures/ holds: every recorded probe output under fixtures/procfs, and
 `host-vm-kthreads-stat-only` with its kernel-log and nvidia-smi sections replaced by the published

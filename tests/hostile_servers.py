@@ -1,5 +1,5 @@
 """SSH targets that send what they like, from asyncssh's in-process server on 127.0.0.1: for the
-isolation tests (tests/test_hostile.py) and bench/hostile_sweep.py.
+isolation tests (tests/test_pipeline_hostile.py) and bench/hostile_sweep.py.
 
 Each server reads the probe script from stdin, takes the run's boundary from it (`VP_B='…'`) and
 answers with a recorded real capture re-framed with that boundary — as a target whose own sshd or

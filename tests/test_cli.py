@@ -54,7 +54,7 @@ def test_piped_json_leaves_the_snapshot_out() -> None:
         "verdict": {v: int(v == doc["hosts"][0]["verdict"]) for v in ("healthy", "degraded", "stalled", "unknown")},
         "exit_code": r.returncode,
         "complete": True,
-        "groups": doc["summary"]["groups"],  # (this machine's own state: checked in test_render_summary.py)
+        "groups": doc["summary"]["groups"],  # (this machine's own state: checked in tests/render/test_summary.py)
     }  # fmt: skip
     assert all(g["hosts"] == "local" for g in doc["summary"]["groups"])
     full = run("diagnose", "local", "--sample", "0", "--snapshot")

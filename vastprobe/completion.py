@@ -2,7 +2,7 @@
 completing besides commands and options (rule slugs and codes; ssh_config Host aliases as targets).
 
 Imported only when a shell asks (`_VASTPROBE_COMPLETE` set) or for --show-completion and
---install-completion: a plain run imports none of it (tests/test_import_budget.py).
+--install-completion: a plain run imports none of it (tests/test_cli_imports.py).
 
 typer's own completion (`add_completion=True`) has been off since the first version, with no reason
 written down; it costs little (typer imports its completion modules on every start anyway), but:

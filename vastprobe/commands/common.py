@@ -12,7 +12,7 @@ from vastprobe.notices import say
 EXIT_OK, EXIT_STALLED, EXIT_USAGE, EXIT_UNPROBED, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 EXIT_PIPE = 141  # stdout's reader went away (`| head`): what a tool killed by SIGPIPE reports
 EXIT_TERMINATED = 143  # SIGTERM (`timeout`, systemd, a scheduler): stops as Ctrl-C does, 128 + 15 as a shell says
-#: Documented in docs/output.md and in every command's help; tests/test_cli_errors.py holds every run to them.
+#: Documented in docs/output.md and in every command's help; tests/commands/test_checks.py holds every run to them.
 EXIT_CODES = {
     EXIT_OK: "every target probed and diagnosed, none stalled",
     EXIT_STALLED: "a target is stalled (--fail-on degraded: or degraded)",

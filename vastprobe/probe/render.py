@@ -26,7 +26,7 @@ MAX_KMSG_READ = 64 * 1024 * 1024
 MAX_TOTAL_OUTPUT = 32 * 1024 * 1024
 DEFAULT_ARTIFACTS = ("/tmp/*",)
 #: The longest bound script.sh writes as a number for a command it runs under `timeout` (`tmo 20`,
-#: `VP_FILE_T=16`; tests/test_probe_script.py checks it); nvidia-smi's is a parameter.
+#: `VP_FILE_T=16`; tests/probe/test_script.py checks it); nvidia-smi's is a parameter.
 LONGEST_LITERAL_BOUND = 20
 
 _NUMBER = re.compile(r"^[0-9]+(\.[0-9]+)?$")

@@ -1,6 +1,6 @@
 """`podman://NAME`: the probe in a running container, through `podman exec -i NAME sh -s`
 (container.py's runner and classification). Messages from podman 4 (libpod's errors: seen here
-with podman 4.3.1 and runc; tests/test_transport_podman.py runs them for real)."""
+with podman 4.3.1 and runc; tests/transport/test_podman.py runs them for real)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Grouping findings by cause (vastprobe/report/incidents.py): what follows from what, in which
 order incidents are read, and the headline of each. The findings here are values; the recorded
-cases (tests/test_render_golden.py) and the live seed container check the same on real processes."""
+cases (tests/render/test_table.py) and the live seed container check the same on real processes."""
 
 from __future__ import annotations
 

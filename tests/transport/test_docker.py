@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.paths import TESTS
 from vastprobe.pipeline import DiagnoseOptions, collect_target, probe_and_report
 from vastprobe.probe.render import ProbeParams
 from vastprobe.targets import TargetError
 from vastprobe.transport.registry import check_target, kind_for, kind_named, needs_ssh, transport_for
 
-STANDIN = Path(__file__).parent / "standins" / "docker"
+STANDIN = TESTS / "standins" / "docker"
 OPTIONS = DiagnoseOptions(params=ProbeParams(sample=0), timeout=30)
 
 

@@ -1,7 +1,7 @@
 """A probe that did not finish is never a healthy host (issue 21): cut by a tenant who kills its
 session, ending with no output at all, or cut by the client's --timeout. SSH targets here are
 asyncssh's in-process servers (tests/hostile_servers.py) answering with a real recorded capture
-cut where the case needs it; the real attacks on a real sshd are in tests/test_target_attacks.py."""
+cut where the case needs it; the real attacks on a real sshd are in tests/probe/test_script_attacks.py."""
 
 from __future__ import annotations
 

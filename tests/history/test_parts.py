@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from fixtures.procfs.record import parse_fixture
+from tests.paths import REPO
 from vastprobe.history.shard import ShardError, in_shard, parse_shard, shard_of
 from vastprobe.history.store import HostMemory
 from vastprobe.history.timespec import TimeSpecError, parse_duration, parse_since, span
@@ -18,7 +18,7 @@ from vastprobe.render.prometheus import render_prometheus
 from vastprobe.render.summary import summary_lines
 from vastprobe.report.outliers import GroupByError, features, group_key, mark_outliers
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "procfs"
+FIXTURES = REPO / "fixtures" / "procfs"
 
 
 def test_durations_and_times() -> None:

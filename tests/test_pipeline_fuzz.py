@@ -9,7 +9,7 @@ sweep summary, JSON, NDJSON or the Prometheus textfile.
 
 CI runs a fixed set of examples (derandomized, seconds). A hand run explores more:
 
-    VASTPROBE_FUZZ_EXAMPLES=5000 .venv/bin/python -m pytest -q tests/test_fuzz.py -k mutated \\
+    VASTPROBE_FUZZ_EXAMPLES=5000 .venv/bin/python -m pytest -q tests/test_pipeline_fuzz.py -k mutated \\
         --hypothesis-show-statistics
 """
 
@@ -30,6 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.hostile_captures import MUTATIONS, load_corpus, mutate
+from tests.paths import REPO
 from vastprobe.capture import Capture
 from vastprobe.model import HostReport
 from vastprobe.pipeline import DiagnoseOptions, report_of, report_or_raise
@@ -208,7 +209,7 @@ from vastprobe.pipeline import DiagnoseOptions, report_or_raise
 from vastprobe.probe.render import MAX_TOTAL_OUTPUT, ProbeParams
 from vastprobe.render.jsonable import dumps, host_report_dict
 from vastprobe.render.prometheus import render_prometheus
-from tests.test_fuzz import assert_outputs_safe, assert_total
+from tests.test_pipeline_fuzz import assert_outputs_safe, assert_total
 p = ProbeParams(sample=1.0, artifacts=(), boundary="cd" * 16)
 for loops in (False, True):
     raw = many_processes(100_000, p.boundary, loops=loops)[:MAX_TOTAL_OUTPUT]
@@ -230,9 +231,8 @@ def test_a_hundred_thousand_processes() -> None:
     """100k processes, as a tree and as one parent cycle through all of them (records cut at the
     32 MiB output cap, then at the client's section caps): bounded time and memory, in a process
     of its own so that its peak RSS is its own."""
-    from pathlib import Path
 
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(REPO)
     r = subprocess.run([sys.executable, "-c", _BIG.format(root=root)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     for line in r.stdout.splitlines():
@@ -252,9 +252,8 @@ def test_parsers_read_numbers_through_numbers_py() -> None:
     `²`) on text from a target, and every parser regex with \\d or \\w is ASCII-only."""
     import ast
     import importlib
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent / "vastprobe"
+    root = REPO / "vastprobe"
     for path in sorted((root / "parsers").glob("*.py")):
         if path.name in ("numbers.py", "__init__.py"):
             continue

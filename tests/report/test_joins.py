@@ -23,9 +23,10 @@ import pytest
 
 from tests.cgroup_lab import MemoryCgroup
 from tests.helpers import proc_state, proc_wchan, wait_for
+from tests.paths import TESTS
 from tests.sshd import Sshd, free_ports, keygen, start_sshd
 
-LAB = Path(__file__).parent / "rank_lab.py"
+LAB = TESTS / "rank_lab.py"
 
 pytestmark = pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")
 

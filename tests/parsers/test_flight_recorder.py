@@ -21,11 +21,12 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import mount_fuse, threaded_sleeper
+from tests.paths import REPO
 from tests.sshd import keygen, start_sshd
 from vastprobe.analysis.flight import compare
 from vastprobe.parsers.flight_recorder import Refused, load_plain, parse_fr_section, read_dump
 
-RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "flight-recorder" / "gloo-fifo"
+RECORDED = REPO / "fixtures" / "flight-recorder" / "gloo-fifo"
 
 
 def dumps() -> dict[int, bytes]:
@@ -184,7 +185,7 @@ def test_the_probe_reads_dumps_but_no_link_and_no_file_that_is_not_a_pickle(tmp_
 
 def test_the_reader_holds_no_pickle_import() -> None:
     """Static guard: the reader module never imports pickle (the interpreter is its own)."""
-    src = (Path(__file__).resolve().parent.parent / "vastprobe" / "parsers" / "flight_recorder.py").read_text()
+    src = (REPO / "vastprobe" / "parsers" / "flight_recorder.py").read_text()
     assert "import pickle" not in src and "pickle.load" not in src
 
 

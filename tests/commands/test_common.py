@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import interruptible, stat_fields, wait_for
+from tests.paths import REPO
 from tests.sshd import Sshd, dead_port, start_sshd
 
 
@@ -57,7 +58,7 @@ def test_ctrl_c_in_a_terminal_sweep_exits_130(hang: Sshd, tmp_path: Path) -> Non
     status = tmp_path / "status"
     cmd = (f"{sys.executable} -m vastprobe sweep -w {dead},{hang.target} -i {hang.user_key} "
            f"--known-hosts {hang.known_hosts} --timeout 120 --format table; echo EXIT=$? > {status}; sleep 60")  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     subprocess.run(["tmux", "-S", str(sock), "new-session", "-d", "-x", "200", "-y", "50", "-s", "vp", cmd],
                    check=True, env=env)  # fmt: skip
     try:

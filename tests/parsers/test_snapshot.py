@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from fixtures.procfs.record import parse_fixture
+from tests.paths import REPO
 from vastprobe.render.jsonable import to_jsonable
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "procfs"
+FIXTURES = REPO / "fixtures" / "procfs"
 CASES = sorted(p.name for p in FIXTURES.iterdir() if (p / "probe.out").exists())
 
 

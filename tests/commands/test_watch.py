@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from tests.helpers import children_of, proc_state, wait_for
+from tests.paths import TESTS
 from tests.sshd import start_sshd
 from vastprobe.pipeline import DiagnoseOptions, probe_any
 from vastprobe.probe.render import ProbeParams
@@ -182,7 +183,7 @@ def test_a_job_that_exits_between_rounds_is_said_gone(reap, tmp_path: Path) -> N
 def test_gpu_memory_is_the_compute_apps_of_the_job(reap) -> None:
     """The nvidia-smi stand-in (tests/standins: no GPU here) names the job as a compute app: its
     memory is the job's in every round, and the GPU's use is in the record."""
-    standins = Path(__file__).resolve().parent / "standins"
+    standins = TESTS / "standins"
     job = subprocess.Popen(["sleep", "300"])
     reap.append(job)
     env = {**os.environ, "PATH": f"{standins}:{os.environ['PATH']}", "VASTPROBE_STANDIN_GPU": "hung",

@@ -1,7 +1,7 @@
 """report/connection_joins.py's matching of a wait to the host holding its other end, on reports
 built by hand: the mirror-image connection, a listener at an address the host has, two hosts behind
 one address told apart by the port they listen on, and an end two hosts could hold left unjoined.
-The real-software case (redis on two PID-namespace sshd hosts) is tests/test_sweep_joins.py."""
+The real-software case (redis on two PID-namespace sshd hosts) is tests/report/test_joins.py."""
 
 from __future__ import annotations
 

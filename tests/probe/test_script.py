@@ -55,7 +55,7 @@ def test_script_runs_under_each_shell(name: str, tmp_path: Path) -> None:
     assert out.complete, raw[-500:]
     assert set(out.sections) >= EXPECTED, EXPECTED - set(out.sections)
     # `fr` lists the dump prefixes any process on the machine names: another test's holder of a prefix
-    # with 20,000 files under it (tests/test_flight_recorder.py) cuts it by design, whatever this test does
+    # with 20,000 files under it (tests/parsers/test_flight_recorder.py) cuts it by design, whatever this test does
     assert not [n for n, s in out.sections.items() if s.truncated and n != "fr"]
     snap = build_snapshot(out, params, "local", "local", len(raw))
     assert len(snap.processes) > 3

@@ -30,6 +30,7 @@ import pytest
 
 from fixtures.procfs.record import parse_fixture
 from tests.helpers import wait_for
+from tests.paths import REPO
 from vastprobe.analysis.scope import compute_scope
 from vastprobe.analysis.waitgraph.pylocks import POLLING_LOCKS, polling_lock
 from vastprobe.model import FrameLocal, PyThread
@@ -38,7 +39,6 @@ from vastprobe.probe.render import ProbeParams, render_script, script_template
 from vastprobe.rules.base import RuleOptions
 from vastprobe.rules.engine import run_rules
 
-REPO = Path(__file__).resolve().parent.parent
 SPY_FIXTURES = REPO / "fixtures" / "py-spy"
 PROCFS = REPO / "fixtures" / "procfs"
 SECRET = "hf_plantedtoken"

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests import pg_cluster
+from tests.history.test_store import PLAN, STEP, T0, five_sweeps, report
 from tests.sshd import free_port
-from tests.test_history_store import PLAN, STEP, T0, five_sweeps, report
 from vastprobe.history import schema
 from vastprobe.history.queries import host_histories
 from vastprobe.history.shard import shard_of

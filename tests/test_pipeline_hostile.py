@@ -27,11 +27,12 @@ import pytest
 from tests.helpers import children_of, proc_state, wait_for
 from tests.hostile_servers import RECORDED_BOUNDARY, Fleet, endless, healthy, quadratic, recorded
 from tests.ndjson import host_lines
+from tests.paths import REPO
 from vastprobe.capture import Capture
 from vastprobe.pipeline import DiagnoseOptions, report_of
 from vastprobe.probe.render import ProbeParams
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 
 needs_root_setpriv = pytest.mark.skipif(

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-STANDIN = Path(__file__).parent / "standins" / "docker"
+from tests.paths import TESTS
+
+STANDIN = TESTS / "standins" / "docker"
 
 
 @pytest.fixture

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.paths import REPO
 from vastprobe.parsers.pystack import parse_pystack_section
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "py-spy"
+FIXTURES = REPO / "fixtures" / "py-spy"
 
 
 def framed(pid: int, name: str) -> str:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from fixtures.kmsg.replay import filter_like_probe
 from tests.helpers import proc_wchan, wait_for
+from tests.probe.test_script_attacks import fake_bin, kill_marked, needs_root_unshare
 from tests.rules.test_pool_lost_task import IDLE_WAITS, MAP, age, pool_workers
-from tests.test_target_attacks import fake_bin, kill_marked, needs_root_unshare
 from vastprobe.model import KernelLog
 from vastprobe.parsers.kmsg import parse_kmsg_sections
 
@@ -71,7 +71,7 @@ NO_OOM = re.compile(r"\b(no|zero|0) OOM", re.IGNORECASE)
 
 
 def diagnose_with_hanging_dmesg(tmp_path: Path, *args: str) -> tuple[float, int, dict]:
-    """tests/test_target_attacks.py's `in_namespace`, with /var/log emptied too (a tmpfs over it in
+    """tests/probe/test_script_attacks.py's `in_namespace`, with /var/log emptied too (a tmpfs over it in
     the private namespace): a kern.log on the machine running the tests would answer in dmesg's
     place. (seconds, exit code, host report)"""
     fakes = tmp_path / "bin"

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location(
-    "nvidia_smi_expected", Path(__file__).resolve().parent.parent / "fixtures" / "nvidia-smi" / "expected.py"
-)
+from tests.paths import REPO
+
+_spec = importlib.util.spec_from_file_location("nvidia_smi_expected", REPO / "fixtures" / "nvidia-smi" / "expected.py")
 assert _spec and _spec.loader
 _mod = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_mod)

@@ -3,7 +3,7 @@ with an sshd-like daemon in a session of its own beside the job, while other pro
 host are OOM-killed. Diagnosed from inside the container and from the host (--pid), it reads as
 the story: the OOM kill first, the chain that waits on the idle daemon under it, nothing about
 sshd, the tree entrypoint.sh -> benchmark.sh -> cuzk-daemon. PIDs and times differ from run to
-run; these tests check the structure (tests/test_render_golden.py checks the exact text)."""
+run; these tests check the structure (tests/render/test_table.py checks the exact text)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def check_story(seed: SeedContainer, where: str) -> None:
     assert first["consequences"][0]["pids"] == [entry, bench, daemon]
     findings = json.dumps(host["findings"])
     assert "sshd" not in findings and f"({sshd['pid']})" not in findings and f" {sshd['pid']} " not in findings
-    # (the size of --brief is checked on the recorded seed case, tests/test_render_golden.py: here the
+    # (the size of --brief is checked on the recorded seed case, tests/render/test_table.py: here the
     # neighbours' kills may add findings of their own)
     brief = json.loads(diagnose(seed, where, "--format", "json", "--brief").stdout)["hosts"][0]
     assert "snapshot" not in brief and brief["incidents"][0]["root"]["rule"] == "oom-killed-child"

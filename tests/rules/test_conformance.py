@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
+from tests.paths import REPO
 from vastprobe.rules import RESERVED, RETIRED, RULES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 CONTRACT_SLUGS = {"do-wait-orphan", "oom-killed-child", "idle-gpu", "missing-logs", "stopped-child", "zombie-child",
                   "gpu-xid", "gpu-driver-error"}  # fmt: skip
 TEST_TEXT = "\n".join(p.read_text() for p in (ROOT / "tests").rglob("test_*.py"))

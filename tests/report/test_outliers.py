@@ -17,10 +17,11 @@ import pytest
 
 from tests import pg_cluster
 from tests.hostile_servers import RECORDED_BOUNDARY, Fleet, healthy
+from tests.paths import REPO
 from vastprobe.history.shard import shard_of
 
 pytestmark = pytest.mark.slow  # sweeps of in-process SSH hosts, four per test
-CAPTURES = Path(__file__).resolve().parent.parent / "fixtures" / "reports" / "captures"
+CAPTURES = REPO / "fixtures" / "reports" / "captures"
 # the recordings were made with one --log each: a probe given none that sends a log section is forged
 LOG = ("--log", "/tmp/vastprobe-golden/job.log")
 
