@@ -10,12 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from vastprobe.model import (
-    ArtifactListing,
-    FileLock,
-    FuseMount,
-    GpuApp,
-    GpuSample,
-    GpuState,
     HostFacts,
     HostSnapshot,
     LogFile,
@@ -24,7 +18,6 @@ from vastprobe.model import (
     Process,
     ProcIO,
     ProcSample,
-    SocketTable,
     Syscall,
     Unavailable,
     available,
@@ -33,105 +26,24 @@ from vastprobe.parsers import (
     cgroup,
     files,
     host,
+    locks,
+    mounts,
+    net,
     nvidia_smi,
     proc_io,
     proc_stat,
     proc_status,
+    pystack,
     sched,
     syscall,
     threads,
     wchan,
 )
-from vastprobe.parsers.reading import Sections
+from vastprobe.parsers.reading import NOT_READ, Sections
 from vastprobe.probe import sources as src
 from vastprobe.probe.render import FILE_TIMEOUT, ProbeParams, longest_command_bound
 from vastprobe.probe.sections import ProbeOutput, RawSection
 from vastprobe.untrusted.numbers import read_digits, read_int
-
-_NOT_READ = "not read by this probe version"
-
-
-def _missing(out: ProbeOutput, name: str) -> str:
-    s = out.get(name)
-    if s is None:
-        return f"the probe produced no {name} section"
-    if s.truncated:
-        return f"the {name} section was cut short"
-    return f"{name} failed"
-
-
-def _device_nodes(text: str) -> tuple[tuple[str, ...] | None, str]:
-    """`@@dev /dev/nvidia0` lines (and `@@devs N`) ahead of the compute-apps output; older
-    probes wrote none (None: not looked at)."""
-    nodes: list[str] = []
-    seen = False
-    rest = text
-    while rest.startswith("@@dev"):
-        line, _, rest = rest.partition("\n")
-        seen = True
-        if line.startswith("@@dev "):
-            nodes.append(line[6:200])
-    return (tuple(nodes) if seen else None), rest
-
-
-def _gpu(sections: Sections) -> GpuState:
-    samples: list[tuple[GpuSample, ...]] = []
-    errors: list[str] = []
-    unreachable: list[str] = []
-    exit_code: int | None = None
-    present = True
-    for n in src.SAMPLES:
-        sec = sections.get(src.GPU, n)
-        if sec is None:
-            continue
-        if sec.text.startswith("@@absent"):
-            present = False
-            break
-        if sec.text.startswith("@@skipped"):
-            errors.append("nvidia-smi skipped: " + sec.text[10:].strip())
-            continue
-        rows, other = sections.read(src.GPU, sec.text, n=n)
-        lost = sections.read(src.GPU, other, n=n, parser=nvidia_smi.unreachable_gpus)
-        unreachable.extend(x for x in lost if x not in unreachable)
-        if sec.rc not in (0, None) and not (rows and lost):  # some GPUs answered: gpu-missing names the rest
-            exit_code = sec.rc
-            timed_out = sec.rc in (124, 137)
-            text = " ".join(other) or "no output"
-            errors.append(f"nvidia-smi {'timed out' if timed_out else f'exited {sec.rc}'}: {text}")
-        elif sec.rc is None:
-            errors.append("nvidia-smi output was cut short")
-        if rows:
-            samples.append(tuple(rows))
-    apps: tuple[GpuApp, ...] | Unavailable = Unavailable("nvidia-smi not run")
-    sec = sections.get(src.GPUAPPS)
-    nodes, apps_text = sections.read(src.GPUAPPS, sec.text, parser=_device_nodes) if sec is not None else (None, "")
-    if present and sec is not None:
-        if apps_text.startswith("@@"):
-            apps = Unavailable(apps_text[2:].strip())
-        elif sec.rc == 0:
-            apps = tuple(sections.read(src.GPUAPPS, apps_text)[0])
-        else:
-            apps = Unavailable(f"nvidia-smi --query-compute-apps exited {sec.rc}")
-    if not present:
-        return GpuState(
-            present=False,
-            error=None,
-            exit_code=None,
-            samples=(),
-            apps=Unavailable("no nvidia-smi on the target"),
-            device_nodes=nodes,
-        )
-    error = errors[0] if errors else None
-    return GpuState(
-        present=True,
-        error=error,
-        exit_code=exit_code,
-        samples=tuple(samples),
-        apps=apps,
-        unreachable=tuple(unreachable),
-        device_nodes=nodes,
-    )
-
 
 #: Commands the probe runs under BusyBox `timeout`, whose watcher process lives in a session of its own.
 _PROBE_TIMEOUT_ARGV = (("-s", "KILL"), ("1", "true"), ("-t", "1", "true"))
@@ -385,7 +297,7 @@ def build_snapshot(
         elif pid in fd_table.denied and not fds:
             fd_value = Unavailable(fd_table.denied[pid])
         elif fds is None:
-            fd_value = Unavailable(_missing(out, src.FD.name) if not fd_ok else "process gone before its fds were read")
+            fd_value = Unavailable(sections.missing(src.FD) if not fd_ok else "process gone before its fds were read")
         else:
             fd_value = tuple(fds)
         w = wchans.get(pid)
@@ -416,7 +328,7 @@ def build_snapshot(
                     if kernel_thread
                     else "wchan not readable"
                     if wchan_ok
-                    else _missing(out, src.PROC.section(0))
+                    else sections.missing(src.PROC, 0)
                 ),
                 fds=fd_value,
                 fds_truncated=pid in fd_table.truncated,
@@ -468,16 +380,7 @@ def build_snapshot(
             )
         )
 
-    listings = []
-    for i, pattern in enumerate(params.artifacts):
-        sec: RawSection | None = sections.get(src.ARTIFACTS, i)
-        if sec is None:
-            listings.append(
-                ArtifactListing(pattern=pattern, matched=0, entries=(), error=_missing(out, src.ARTIFACTS.section(i)))
-            )
-            continue
-        count, entries, err = sections.read(src.ARTIFACTS, sec.text, n=i)
-        listings.append(ArtifactListing(pattern=pattern, matched=count, entries=tuple(entries), error=err))
+    listings = files.build_artifacts(sections, params)
 
     uptimes = tuple(
         u for u in (sections.read(src.NOW, sections.text(src.NOW, n), n=n) for n in src.SAMPLES) if u is not None
@@ -506,11 +409,7 @@ def build_snapshot(
         now=btime + facts.uptime if btime is not None else None,  # syslog stamps have no year
         also=[src.KMSG_FALLBACK],
     )
-    stacks, stacks_note = sections.read(src.PYSTACK, sections.text(src.PYSTACK))
-    if src.PYSTACK.name in out.abandoned:
-        stacks_note = "py-spy did not answer within the probe's 16 s and was abandoned"
-    elif params.python_stacks and out.get(src.PYSTACK.name) is None and fmt >= 2:
-        stacks_note = "the probe took no Python stack (its section is missing)"
+    stacks, stacks_note = pystack.build_python_stacks(sections, params, fmt)
     return HostSnapshot(
         target=target,
         host=facts,
@@ -518,16 +417,14 @@ def build_snapshot(
         processes=tuple(processes),
         excluded_pids=tuple(sorted(excluded)),
         kernel_log=kernel_log,
-        cgroups=tuple(
-            sections.read(src.CGMEM, sections.text(src.CGMEM), sections.read(src.CGMAP, sections.text(src.CGMAP)))
-        ),
-        gpus=_gpu(sections),
+        cgroups=cgroup.build_cgroups(sections),
+        gpus=nvidia_smi.build_gpus(sections),
         logs=tuple(logs),
-        artifacts=tuple(listings),
+        artifacts=listings,
         disks=tuple(sections.read(src.DF, sections.text(src.DF))),
-        locks=_locks(sections, fmt),
-        sockets=_sockets(sections, fmt),
-        fuse_mounts=_fuse_mounts(sections, fmt),
+        locks=locks.build_locks(sections, fmt),
+        sockets=net.build_sockets(sections, fmt),
+        fuse_mounts=mounts.build_fuse_mounts(sections, fmt),
         flight_dumps=sections.read(src.FR, sections.text(src.FR)),
         held_files=sections.read(src.HELD, sections.text(src.HELD)),
         python_stacks=stacks,
@@ -549,32 +446,10 @@ def _process_syscall(
     pid: int, kernel_thread: bool, fmt: int, calls: dict[int, Syscall], errors: dict[int, str]
 ) -> Syscall | Unavailable:
     if fmt < 2:
-        return Unavailable(_NOT_READ)
+        return Unavailable(NOT_READ)
     if kernel_thread:
         return Unavailable("not read for kernel threads")
     found = calls.get(pid)
     if found is not None:
         return found
     return Unavailable(errors.get(pid, "not read: running, or its wait channel says what it waits on"))
-
-
-def _locks(sections: Sections, fmt: int) -> tuple[FileLock, ...] | Unavailable:
-    sec = sections.get(src.LOCKS)
-    if sec is None:
-        return Unavailable(_NOT_READ if fmt < 2 else _missing(sections.out, src.LOCKS.name))
-    return tuple(sections.read(src.LOCKS, sec.text))
-
-
-def _sockets(sections: Sections, fmt: int) -> SocketTable | Unavailable:
-    sec = sections.get(src.NET)
-    if sec is None:
-        return Unavailable(_NOT_READ if fmt < 2 else _missing(sections.out, src.NET.name))
-    table: SocketTable = sections.read(src.NET, sec.text, truncated=sec.truncated)
-    return table
-
-
-def _fuse_mounts(sections: Sections, fmt: int) -> tuple[FuseMount, ...] | Unavailable:
-    sec = sections.get(src.MOUNTS)
-    if sec is None:
-        return Unavailable(_NOT_READ if fmt < 2 else _missing(sections.out, src.MOUNTS.name))
-    return tuple(sections.read(src.MOUNTS, sec.text))
