@@ -181,7 +181,7 @@ LOGTAIL = Source(
     "vp_logtail",
     None,
     "per-log",
-    "vastprobe.parsers.snapshot:log_tail",
+    "vastprobe.parsers.logs:log_tail",
     "tail -c of each --log that is a regular file",
 )
 DF = Source(
