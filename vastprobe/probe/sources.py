@@ -2,14 +2,16 @@
 its size bound, the parser that reads it, and what it is for; and, by its place in SOURCES, when
 the probe writes it (ORDER, the order the section splitter checks, is derived from SOURCES).
 
-A new source is one entry in SOURCES, in the place vp_main (script.sh) writes it, its shell
-function in script.sh, and its parser (a function in a vastprobe.parsers module, named here as
-"module:function": this package sits below the parsers and imports none of them). parsers/reading.py
-calls it: `Sections.read(source, ...)` resolves the name when it calls the parser and, when the
-parser raises, names this source's section as unreadable; parsers/snapshot.py reads the new
-section with it where its facts land in the model. tests/test_probe_sources.py checks that the
-script and this table agree and that every parser named here resolves and is the one called, and
-the section splitter reports any section not declared here as tampering.
+A new source is its shell function in script.sh; its parser (a function in a vastprobe.parsers
+module, named here as "module:function": this package sits below the parsers and imports none of
+them); its builder, beside its parser, which reads the section with `sections.read(src.NEW, ...)`
+and returns the part of the snapshot it fills; and one entry in SOURCES, in the place vp_main
+(script.sh) writes it (and in OPTIONAL too when the probe may leave it out). parsers/snapshot.py
+calls the builder, in one line. parsers/reading.py calls the parser: `Sections.read(source, ...)`
+resolves the name when it calls it and, when it raises, names this source's section as
+unreadable. tests/test_probe_sources.py checks that the script and this table agree and that every
+parser named here resolves and is the one called, and the section splitter reports any section
+not declared here as tampering.
 """
 
 from __future__ import annotations
