@@ -173,7 +173,7 @@ def test_issue_cases_in_artifact_listings(text: str) -> None:
 def test_the_safety_nets_hold_when_a_parser_breaks(monkeypatch: pytest.MonkeyPatch) -> None:
     """A parser that raises costs its section (VP902, a warning), not the host; a failure no
     section explains costs the host (probe-error with the reason), never an exception."""
-    from vastprobe.parsers import fd, snapshot
+    from vastprobe.parsers import fd, own_processes
 
     seed = CORPUS[0]
 
@@ -194,7 +194,7 @@ def test_the_safety_nets_hold_when_a_parser_breaks(monkeypatch: pytest.MonkeyPat
     def broken_host(*args: object, **kwargs: object) -> None:
         raise RuntimeError("boom outside any section")
 
-    monkeypatch.setattr(snapshot, "_excluded", broken_host)
+    monkeypatch.setattr(own_processes, "_excluded", broken_host)
     r = report_of(cap, DiagnoseOptions(params=seed.params))
     assert r.status == "probe-error" and r.verdict == "unknown"
     assert "could not be analysed (RuntimeError: boom outside any section)" in (r.error or "")

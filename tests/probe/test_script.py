@@ -307,7 +307,7 @@ def test_a_finished_probe_leaves_no_process_behind(name: str) -> None:
 
 
 def test_no_literal_bound_is_longer_than_the_parser_assumes() -> None:
-    """parsers/snapshot.py tells an earlier probe's BusyBox `timeout` watchers (whose arguments were
+    """parsers/own_processes.py tells an earlier probe's BusyBox `timeout` watchers (whose arguments were
     gone) by LONGEST_LITERAL_BOUND: no `tmo N` or `VP_FILE_T=N` in the script may be longer."""
     import re
 

@@ -109,7 +109,7 @@ def test_a_real_container_is_probed(containers: dict[str, str]) -> None:
     shell = snap.probe.shell_pid
     assert shell is not None and shell in snap.excluded_pids
     # what is left out is the exec'd shell's session and BusyBox `timeout`'s watchers (a session
-    # each, parsers/snapshot.py), never the container's own processes
+    # each, parsers/own_processes.py), never the container's own processes
     own = [procs[p] for p in snap.excluded_pids if p in procs]
     assert all(p.session == procs[shell].session or p.comm == "timeout" for p in own)
 

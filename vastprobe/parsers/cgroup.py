@@ -4,12 +4,20 @@
 /proc/42/cgroup:0::/system.slice/x     (v2)
 M<TAB>v1<TAB>/vpt<TAB>/sys/fs/cgroup/memory/vpt
 /sys/fs/cgroup/memory/vpt/memory.oom_control:oom_kill 1
+
+`build_cgroups` gives the snapshot its `cgroups`: the cgmap section's cgroups with their counters.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from vastprobe.model import CgroupMemory
 from vastprobe.parsers.procfs_lines import group_by_pid, to_int
+from vastprobe.probe import sources as src
+
+if TYPE_CHECKING:
+    from vastprobe.parsers.reading import Sections
 
 #: cgroup v1 reports "no limit" as LONG_MAX rounded down to the page size.
 _V1_UNLIMITED = 2**62
@@ -108,3 +116,7 @@ def parse_cgmem_section(counters_text: str, cgmap: list[tuple[str, str, str]]) -
                 )
             )
     return out
+
+
+def build_cgroups(sections: Sections) -> tuple[CgroupMemory, ...]:
+    return tuple(sections.read(src.CGMEM, sections.text(src.CGMEM), sections.read(src.CGMAP, sections.text(src.CGMAP))))

@@ -1,13 +1,21 @@
 """Log stat lines (`@@log N` then `<size> <mtime> <inode> [<type>]` or stat's complaint) and artifact
 listings (`@@count N` then `<size> <mtime> <type>|<name>`; `@@unlisted N`: names holding a newline,
-which the probe counts instead of printing)."""
+which the probe counts instead of printing); and `build_artifacts`, the snapshot's listing of each
+`--artifacts` glob."""
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from vastprobe.model import Artifact, FileStat, NotRead, Unavailable
+from vastprobe.model import Artifact, ArtifactListing, FileStat, NotRead, Unavailable
+from vastprobe.probe import sources as src
 from vastprobe.untrusted.numbers import read_int
+
+if TYPE_CHECKING:
+    from vastprobe.parsers.reading import Sections
+    from vastprobe.probe.render import ProbeParams
+    from vastprobe.probe.sections import RawSection
 
 _STAT = re.compile(r"^([0-9]{1,20}) (-?[0-9]{1,20}) ([0-9]{1,20})(?: ([a-z][a-z ]{0,40}))?$", re.ASCII)
 # size, mtime, the owner's uid (since probe format 3: older captures have none), type | name
@@ -76,3 +84,18 @@ def parse_artifacts(text: str) -> tuple[int, list[Artifact], str | None]:
         elif line.strip():
             errors.append(line.strip())
     return count, entries, "; ".join(errors) or None
+
+
+def build_artifacts(sections: Sections, params: ProbeParams) -> tuple[ArtifactListing, ...]:
+    """One listing per `--artifacts` glob, in their order (art.N)."""
+    listings = []
+    for i, pattern in enumerate(params.artifacts):
+        sec: RawSection | None = sections.get(src.ARTIFACTS, i)
+        if sec is None:
+            listings.append(
+                ArtifactListing(pattern=pattern, matched=0, entries=(), error=sections.missing(src.ARTIFACTS, i))
+            )
+            continue
+        count, entries, err = sections.read(src.ARTIFACTS, sec.text, n=i)
+        listings.append(ArtifactListing(pattern=pattern, matched=count, entries=tuple(entries), error=err))
+    return tuple(listings)

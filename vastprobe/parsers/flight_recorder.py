@@ -22,6 +22,7 @@ import binascii
 import dataclasses
 import re
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from vastprobe.model import Collective, FlightDump
@@ -45,172 +46,220 @@ def load_plain(data: bytes) -> Any:
     """The value a pickle of plain data builds; Refused for anything else."""
     if len(data) > MAX_BYTES:
         raise Refused(f"{len(data)} bytes, over {MAX_BYTES}")
-    stack: list[Any] = []
-    memo: dict[int, Any] = {}
-    pos = 0
-    items = 0
-    depth = 0
-    # each container's nesting depth, by id (with the container, so the id stays its own), and the
-    # containers fetched from the memo: shared, so never added to again (no cycle, no stale depth)
-    depths: dict[int, tuple[Any, int]] = {}
-    shared: set[int] = set()
+    return _Interpreter(data).run()
 
-    def depth_of(v: Any) -> int:
-        got = depths.get(id(v))
-        return got[1] if got is not None and got[0] is v else 0
 
-    def built(container: Any, members: Any) -> Any:
-        d = 1 + max((depth_of(m) for m in members), default=0)
-        if d > MAX_DEPTH:
-            raise Refused(f"nested deeper than {MAX_DEPTH}")
-        depths[id(container)] = (container, d)
-        return container
+#: The opcodes that name a global, call, build an object or load a persistent id, by name: refused.
+_NOT_PLAIN = {0x63: "GLOBAL", 0x93: "STACK_GLOBAL", 0x52: "REDUCE", 0x62: "BUILD", 0x69: "INST",
+              0x6F: "OBJ", 0x81: "NEWOBJ", 0x92: "NEWOBJ_EX", 0x50: "PERSID", 0x51: "BINPERSID"}  # fmt: skip
 
-    def grow(container: Any, members: list[Any]) -> None:
-        """`container` (the stack's top) takes `members`: its depth follows them."""
-        if id(container) in shared:
-            raise Refused("a value taken from the memo is added to: a value that could contain itself")
-        d = max(depth_of(container), 1 + max((depth_of(m) for m in members), default=0))
-        if d > MAX_DEPTH:
-            raise Refused(f"nested deeper than {MAX_DEPTH}")
-        depths[id(container)] = (container, d)
 
-    def take(n: int) -> bytes:
-        nonlocal pos
-        if n < 0 or pos + n > len(data):
-            raise Refused(f"a length of {n} runs past the end ({len(data)} bytes)")
-        out = data[pos : pos + n]
-        pos += n
+class _Interpreter:
+    """One pickle being read: the input and where in it, the stack, the memo, and what bounds them
+    (the items pushed, the MARKs open, each container's nesting depth). Each opcode is run by the
+    step `_STEPS` names for it; one it does not name is refused."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+        self.stack: list[Any] = []
+        self.memo: dict[int, Any] = {}
+        self.items = 0
+        self.depth = 0
+        # each container's nesting depth, by id (with the container, so the id stays its own), and the
+        # containers fetched from the memo: shared, so never added to again (no cycle, no stale depth)
+        self.depths: dict[int, tuple[Any, int]] = {}
+        self.shared: set[int] = set()
+
+    def run(self) -> Any:
+        while True:
+            op = self.take(1)[0]
+            if op == 0x2E:  # STOP
+                if len(self.stack) != 1:
+                    raise Refused("the pickle does not end with one value")
+                return self.stack[0]
+            step = _STEPS.get(op)
+            if step is None:
+                name = _NOT_PLAIN.get(op)
+                raise Refused(f"opcode {name or hex(op)} at byte {self.pos - 1}: not plain data, never run")
+            step(self, op)
+
+    # ---- the input, the stack and the bounds
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise Refused(f"a length of {n} runs past the end ({len(self.data)} bytes)")
+        out = self.data[self.pos : self.pos + n]
+        self.pos += n
         return out
 
-    def unpack(fmt: str) -> int:
-        v: int = struct.unpack(fmt, take(struct.calcsize(fmt)))[0]  # an integer format: an int, not text
+    def unpack(self, fmt: str) -> int:
+        v: int = struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]  # an integer format: an int, not text
         return v
 
-    def pop_mark() -> list[Any]:
-        nonlocal depth
+    def push(self, v: Any) -> None:
+        self.items += 1
+        if self.items > MAX_ITEMS:
+            raise Refused(f"more than {MAX_ITEMS} items")
+        if len(self.stack) >= MAX_STACK:
+            raise Refused(f"nested deeper than {MAX_STACK}")
+        self.stack.append(v)
+
+    def pop_mark(self) -> list[Any]:
+        stack = self.stack
         for i in range(len(stack) - 1, -1, -1):
             if stack[i] is _MARK:
                 items_ = stack[i + 1 :]
                 del stack[i:]
-                depth -= 1
+                self.depth -= 1
                 return items_
         raise Refused("no mark")
 
-    def push(v: Any) -> None:
-        nonlocal items
-        items += 1
-        if items > MAX_ITEMS:
-            raise Refused(f"more than {MAX_ITEMS} items")
-        if len(stack) >= MAX_STACK:
-            raise Refused(f"nested deeper than {MAX_STACK}")
-        stack.append(v)
+    def depth_of(self, v: Any) -> int:
+        got = self.depths.get(id(v))
+        return got[1] if got is not None and got[0] is v else 0
 
-    while True:
-        op = take(1)[0]
+    def built(self, container: Any, members: Any) -> Any:
+        d = 1 + max((self.depth_of(m) for m in members), default=0)
+        if d > MAX_DEPTH:
+            raise Refused(f"nested deeper than {MAX_DEPTH}")
+        self.depths[id(container)] = (container, d)
+        return container
+
+    def grow(self, container: Any, members: list[Any]) -> None:
+        """`container` (the stack's top) takes `members`: its depth follows them."""
+        if id(container) in self.shared:
+            raise Refused("a value taken from the memo is added to: a value that could contain itself")
+        d = max(self.depth_of(container), 1 + max((self.depth_of(m) for m in members), default=0))
+        if d > MAX_DEPTH:
+            raise Refused(f"nested deeper than {MAX_DEPTH}")
+        self.depths[id(container)] = (container, d)
+
+    # ---- the opcodes, by kind
+
+    def framing(self, op: int) -> None:
         if op == 0x80:  # PROTO
-            take(1)
+            self.take(1)
         elif op == 0x95:  # FRAME
-            take(8)
-        elif op == 0x2E:  # STOP
-            if len(stack) != 1:
-                raise Refused("the pickle does not end with one value")
-            return stack[0]
+            self.take(8)
         elif op == 0x28:  # MARK
-            depth += 1
-            if depth > MAX_DEPTH:
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
                 raise Refused(f"nested deeper than {MAX_DEPTH}")
-            stack.append(_MARK)
-        elif op == 0x7D:  # EMPTY_DICT
-            push(built({}, ()))
+            self.stack.append(_MARK)
+
+    def scalar(self, op: int) -> None:
+        """An empty container, a constant, a number."""
+        if op == 0x7D:  # EMPTY_DICT
+            self.push(self.built({}, ()))
         elif op == 0x5D:  # EMPTY_LIST
-            push(built([], ()))
+            self.push(self.built([], ()))
         elif op == 0x29:  # EMPTY_TUPLE
-            push(())
+            self.push(())
         elif op == 0x4E:  # NONE
-            push(None)
+            self.push(None)
         elif op == 0x88:  # NEWTRUE
-            push(True)
+            self.push(True)
         elif op == 0x89:  # NEWFALSE
-            push(False)
+            self.push(False)
         elif op == 0x4B:  # BININT1
-            push(take(1)[0])
+            self.push(self.take(1)[0])
         elif op == 0x4D:  # BININT2
-            push(unpack("<H"))
+            self.push(self.unpack("<H"))
         elif op == 0x4A:  # BININT
-            push(unpack("<i"))
+            self.push(self.unpack("<i"))
         elif op == 0x8A:  # LONG1
-            n = take(1)[0]
-            push(int.from_bytes(take(n), "little", signed=True))
+            n = self.take(1)[0]
+            self.push(int.from_bytes(self.take(n), "little", signed=True))
         elif op == 0x47:  # BINFLOAT
-            (f,) = struct.unpack(">d", take(8))
-            push(f)
-        elif op == 0x8C:  # SHORT_BINUNICODE
-            push(take(take(1)[0]).decode("utf-8", "replace"))
+            (f,) = struct.unpack(">d", self.take(8))
+            self.push(f)
+
+    def text(self, op: int) -> None:
+        """A str or bytes of the length that comes first."""
+        if op == 0x8C:  # SHORT_BINUNICODE
+            self.push(self.take(self.take(1)[0]).decode("utf-8", "replace"))
         elif op == 0x58:  # BINUNICODE
-            push(take(unpack("<I")).decode("utf-8", "replace"))
+            self.push(self.take(self.unpack("<I")).decode("utf-8", "replace"))
         elif op == 0x8D:  # BINUNICODE8
-            push(take(unpack("<Q")).decode("utf-8", "replace"))
+            self.push(self.take(self.unpack("<Q")).decode("utf-8", "replace"))
         elif op == 0x43:  # SHORT_BINBYTES
-            push(take(take(1)[0]))
+            self.push(self.take(self.take(1)[0]))
         elif op == 0x42:  # BINBYTES
-            push(take(unpack("<I")))
-        elif op == 0x94:  # MEMOIZE
+            self.push(self.take(self.unpack("<I")))
+
+    def memo_step(self, op: int) -> None:
+        stack, memo = self.stack, self.memo
+        if op == 0x94:  # MEMOIZE
             if not stack or len(memo) >= MAX_MEMO:
                 raise Refused("memo")
             memo[len(memo)] = stack[-1]
         elif op in (0x71, 0x72):  # BINPUT, LONG_BINPUT
-            key = take(1)[0] if op == 0x71 else unpack("<I")
+            key = self.take(1)[0] if op == 0x71 else self.unpack("<I")
             if not stack or len(memo) >= MAX_MEMO:
                 raise Refused("memo")
             memo[key] = stack[-1]
         elif op in (0x68, 0x6A):  # BINGET, LONG_BINGET
-            key = take(1)[0] if op == 0x68 else unpack("<I")
+            key = self.take(1)[0] if op == 0x68 else self.unpack("<I")
             if key not in memo:
                 raise Refused(f"memo key {key} was never put")
             if isinstance(memo[key], (list, dict)):
-                shared.add(id(memo[key]))
-            push(memo[key])
-        elif op in (0x85, 0x86, 0x87):  # TUPLE1, TUPLE2, TUPLE3
+                self.shared.add(id(memo[key]))
+            self.push(memo[key])
+
+    def build(self, op: int) -> None:
+        """A tuple, list or dict of the items on the stack."""
+        stack = self.stack
+        if op in (0x85, 0x86, 0x87):  # TUPLE1, TUPLE2, TUPLE3
             n = op - 0x84
             if len(stack) < n or any(v is _MARK for v in stack[-n:]):
                 raise Refused("tuple of missing items")
             got = tuple(stack[-n:])
             del stack[-n:]
-            stack.append(built(got, got))
+            stack.append(self.built(got, got))
         elif op == 0x74:  # TUPLE
-            got = tuple(pop_mark())
-            stack.append(built(got, got))
+            got = tuple(self.pop_mark())
+            stack.append(self.built(got, got))
         elif op == 0x6C:  # LIST
-            vals = pop_mark()
-            stack.append(built(vals, vals))
+            vals = self.pop_mark()
+            stack.append(self.built(vals, vals))
         elif op == 0x64:  # DICT
-            vals = pop_mark()
-            stack.append(_pairs(built({}, vals), vals))
-        elif op == 0x61:  # APPEND
+            vals = self.pop_mark()
+            stack.append(_pairs(self.built({}, vals), vals))
+
+    def add(self, op: int) -> None:
+        """Items added to the list or dict below them."""
+        stack = self.stack
+        if op == 0x61:  # APPEND
             if len(stack) < 2:
                 raise Refused("no list to add to")
             v = stack.pop()
-            grow(_target(stack, list), [v])
+            self.grow(_target(stack, list), [v])
             stack[-1].append(v)
         elif op == 0x65:  # APPENDS
-            vals = pop_mark()
-            grow(_target(stack, list), vals)
+            vals = self.pop_mark()
+            self.grow(_target(stack, list), vals)
             stack[-1].extend(vals)
         elif op == 0x73:  # SETITEM
             if len(stack) < 3:
                 raise Refused("no dict to add to")
             v, k = stack.pop(), stack.pop()
-            grow(_target(stack, dict), [k, v])
+            self.grow(_target(stack, dict), [k, v])
             _pairs(stack[-1], [k, v])
         elif op == 0x75:  # SETITEMS
-            vals = pop_mark()
-            grow(_target(stack, dict), vals)
+            vals = self.pop_mark()
+            self.grow(_target(stack, dict), vals)
             _pairs(stack[-1], vals)
-        else:
-            name = {0x63: "GLOBAL", 0x93: "STACK_GLOBAL", 0x52: "REDUCE", 0x62: "BUILD", 0x69: "INST",
-                    0x6F: "OBJ", 0x81: "NEWOBJ", 0x92: "NEWOBJ_EX", 0x50: "PERSID", 0x51: "BINPERSID"}.get(op)  # fmt: skip
-            raise Refused(f"opcode {name or hex(op)} at byte {pos - 1}: not plain data, never run")
+
+
+_STEPS: dict[int, Callable[[_Interpreter, int], None]] = {
+    **dict.fromkeys((0x80, 0x95, 0x28), _Interpreter.framing),
+    **dict.fromkeys((0x7D, 0x5D, 0x29, 0x4E, 0x88, 0x89, 0x4B, 0x4D, 0x4A, 0x8A, 0x47), _Interpreter.scalar),
+    **dict.fromkeys((0x8C, 0x58, 0x8D, 0x43, 0x42), _Interpreter.text),
+    **dict.fromkeys((0x94, 0x71, 0x72, 0x68, 0x6A), _Interpreter.memo_step),
+    **dict.fromkeys((0x85, 0x86, 0x87, 0x74, 0x6C, 0x64), _Interpreter.build),
+    **dict.fromkeys((0x61, 0x65, 0x73, 0x75), _Interpreter.add),
+}
 
 
 def _target(stack: list[Any], kind: type) -> Any:

@@ -10,9 +10,14 @@ the device is `major:minor` in hex, then the inode in decimal.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from vastprobe.model import FileLock
+from vastprobe.model import FileLock, Unavailable
+from vastprobe.probe import sources as src
 from vastprobe.untrusted.numbers import read_int
+
+if TYPE_CHECKING:
+    from vastprobe.parsers.reading import Sections
 
 _LINE = re.compile(
     r"^([0-9]{1,9}): (-> )?([A-Z]{1,12}) +([A-Z*]{1,12}) +([A-Z]{1,12}) +(-?[0-9]{1,10}) "
@@ -43,3 +48,10 @@ def parse_locks(text: str) -> list[FileLock]:
             )
         )
     return out
+
+
+def build_locks(sections: Sections, fmt: int) -> tuple[FileLock, ...] | Unavailable:
+    sec = sections.get(src.LOCKS)
+    if sec is None:
+        return Unavailable(sections.absent(src.LOCKS, fmt))
+    return tuple(sections.read(src.LOCKS, sec.text))

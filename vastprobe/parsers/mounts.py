@@ -5,9 +5,14 @@ have none). The kernel escapes spaces and newlines in mount points as octal (`\\
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from vastprobe.model import FuseMount
+from vastprobe.model import FuseMount, Unavailable
+from vastprobe.probe import sources as src
 from vastprobe.untrusted.numbers import read_int
+
+if TYPE_CHECKING:
+    from vastprobe.parsers.reading import Sections
 
 _LINE = re.compile(r"^([0-9]{1,10}:[0-9]{1,10}) (\S+) (fuse\S*) (\S*?)(?: w=([0-9]{1,10}))?$", re.ASCII)
 _OCTAL = re.compile(r"\\([0-7]{3})")
@@ -28,3 +33,10 @@ def parse_fuse_mounts(text: str) -> list[FuseMount]:
                 FuseMount(m.group(1), unescape_mount(m.group(2)), m.group(3), unescape_mount(m.group(4)), waiting)
             )
     return out
+
+
+def build_fuse_mounts(sections: Sections, fmt: int) -> tuple[FuseMount, ...] | Unavailable:
+    sec = sections.get(src.MOUNTS)
+    if sec is None:
+        return Unavailable(sections.absent(src.MOUNTS, fmt))
+    return tuple(sections.read(src.MOUNTS, sec.text))

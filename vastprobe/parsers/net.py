@@ -14,9 +14,14 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from typing import TYPE_CHECKING
 
-from vastprobe.model import Socket, SocketProto, SocketTable
+from vastprobe.model import Socket, SocketProto, SocketTable, Unavailable
+from vastprobe.probe import sources as src
 from vastprobe.untrusted.numbers import read_hex, read_int
+
+if TYPE_CHECKING:
+    from vastprobe.parsers.reading import Sections
 
 TCP_STATES = {
     "01": "ESTABLISHED",
@@ -135,3 +140,11 @@ def _unix(body: str, netns: int | None) -> Socket | None:
     if inode is None:
         return None
     return Socket(inode, "unix", netns, (m.group(5) or "").strip(), "", state, None, None)
+
+
+def build_sockets(sections: Sections, fmt: int) -> SocketTable | Unavailable:
+    sec = sections.get(src.NET)
+    if sec is None:
+        return Unavailable(sections.absent(src.NET, fmt))
+    table: SocketTable = sections.read(src.NET, sec.text, truncated=sec.truncated)
+    return table

@@ -9,16 +9,22 @@ field list a caller names. Placeholders (`[N/A]`, `[Not Supported]`, `N/A`, `[Un
 
     index, uuid, name, pci.bus_id, utilization.gpu [%], ..., clocks_event_reasons.active
     0, GPU-5e2c..., NVIDIA H200, 00000000:18:00.0, 0, ..., 0x0000000000000001
+
+`build_gpus` gives the snapshot its `gpus` from every sample's query and the gpuapps section.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vastprobe.model import GpuApp, GpuSample
+from vastprobe.model import GpuApp, GpuSample, GpuState, Unavailable
+from vastprobe.probe import sources as src
 from vastprobe.untrusted.numbers import read_float, read_hex, read_int
+
+if TYPE_CHECKING:
+    from vastprobe.parsers.reading import Sections
 
 #: The probe's first query set (before it asked with a header): captures made then are read by position.
 LEGACY_GPU_FIELDS = (
@@ -213,3 +219,78 @@ def pci_short(bus_id: str) -> str:
         if domain is not None:
             return f"{domain:04x}:{parts[1]}:{parts[2]}"
     return b
+
+
+def _device_nodes(text: str) -> tuple[tuple[str, ...] | None, str]:
+    """`@@dev /dev/nvidia0` lines (and `@@devs N`) ahead of the compute-apps output; older
+    probes wrote none (None: not looked at)."""
+    nodes: list[str] = []
+    seen = False
+    rest = text
+    while rest.startswith("@@dev"):
+        line, _, rest = rest.partition("\n")
+        seen = True
+        if line.startswith("@@dev "):
+            nodes.append(line[6:200])
+    return (tuple(nodes) if seen else None), rest
+
+
+def build_gpus(sections: Sections) -> GpuState:
+    """Each sample's nvidia-smi query, the device nodes and the compute apps; `present` False where
+    the target has no nvidia-smi."""
+    samples: list[tuple[GpuSample, ...]] = []
+    errors: list[str] = []
+    unreachable: list[str] = []
+    exit_code: int | None = None
+    present = True
+    for n in src.SAMPLES:
+        sec = sections.get(src.GPU, n)
+        if sec is None:
+            continue
+        if sec.text.startswith("@@absent"):
+            present = False
+            break
+        if sec.text.startswith("@@skipped"):
+            errors.append("nvidia-smi skipped: " + sec.text[10:].strip())
+            continue
+        rows, other = sections.read(src.GPU, sec.text, n=n)
+        lost = sections.read(src.GPU, other, n=n, parser=unreachable_gpus)
+        unreachable.extend(x for x in lost if x not in unreachable)
+        if sec.rc not in (0, None) and not (rows and lost):  # some GPUs answered: gpu-missing names the rest
+            exit_code = sec.rc
+            timed_out = sec.rc in (124, 137)
+            text = " ".join(other) or "no output"
+            errors.append(f"nvidia-smi {'timed out' if timed_out else f'exited {sec.rc}'}: {text}")
+        elif sec.rc is None:
+            errors.append("nvidia-smi output was cut short")
+        if rows:
+            samples.append(tuple(rows))
+    apps: tuple[GpuApp, ...] | Unavailable = Unavailable("nvidia-smi not run")
+    sec = sections.get(src.GPUAPPS)
+    nodes, apps_text = sections.read(src.GPUAPPS, sec.text, parser=_device_nodes) if sec is not None else (None, "")
+    if present and sec is not None:
+        if apps_text.startswith("@@"):
+            apps = Unavailable(apps_text[2:].strip())
+        elif sec.rc == 0:
+            apps = tuple(sections.read(src.GPUAPPS, apps_text)[0])
+        else:
+            apps = Unavailable(f"nvidia-smi --query-compute-apps exited {sec.rc}")
+    if not present:
+        return GpuState(
+            present=False,
+            error=None,
+            exit_code=None,
+            samples=(),
+            apps=Unavailable("no nvidia-smi on the target"),
+            device_nodes=nodes,
+        )
+    error = errors[0] if errors else None
+    return GpuState(
+        present=True,
+        error=error,
+        exit_code=exit_code,
+        samples=tuple(samples),
+        apps=apps,
+        unreachable=tuple(unreachable),
+        device_nodes=nodes,
+    )

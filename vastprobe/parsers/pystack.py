@@ -24,14 +24,23 @@ puts another variable in a snapshot. py-spy writes a str between double quotes, 
 `\\n` and a single quote as `\\"`; other characters as they are (a path holding those is not
 decoded, and so matches no open file). A value py-spy cut (`..."`, past 128 characters) or the
 probe cut is no str: its text is not known.
+
+`build_python_stacks` gives the snapshot its `python_stacks` and `python_stacks_note`: the note
+also says when the probe abandoned py-spy or wrote no pystack section it was asked for.
 """
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from vastprobe.model import FrameLocal, PythonStack, PyThread
+from vastprobe.probe import sources as src
 from vastprobe.untrusted.numbers import read_int
+
+if TYPE_CHECKING:
+    from vastprobe.parsers.reading import Sections
+    from vastprobe.probe.render import ProbeParams
 
 MAX_PROGRAMS = 8
 MAX_THREADS = 64
@@ -87,6 +96,18 @@ def parse_pystack_section(text: str) -> tuple[tuple[PythonStack, ...], str | Non
             note = "the probe's 12 s for py-spy ran out: the oldest Python programs have no stack"
     flush()
     return tuple(stacks), note
+
+
+def build_python_stacks(
+    sections: Sections, params: ProbeParams, fmt: int
+) -> tuple[tuple[PythonStack, ...], str | None]:
+    """The stacks, and why some or all were not taken (None when nothing needs saying)."""
+    stacks, note = sections.read(src.PYSTACK, sections.text(src.PYSTACK))
+    if src.PYSTACK.name in sections.out.abandoned:
+        note = "py-spy did not answer within the probe's 16 s and was abandoned"
+    elif params.python_stacks and sections.out.get(src.PYSTACK.name) is None and fmt >= 2:
+        note = "the probe took no Python stack (its section is missing)"
+    return stacks, note
 
 
 def _one(pid: int, lines: list[str], cut: bool) -> PythonStack:

@@ -9,9 +9,10 @@ capture again without it (a section whose parser failed is read as absent) and t
 so (`probe-section-unreadable`, VP902). A failure outside every `read` is not a section's: it is
 the host's.
 
-A new source is: its shell function in probe/script.sh, its parser in a module here, and its
-entry in probe/sources.py naming both; snapshot.build_snapshot reads it with
-`sections.read(src.NEW, ...)` where its facts land in the model.
+A new source is: its shell function in probe/script.sh, its parser in a module here, its entry in
+probe/sources.py naming both, and its builder beside its parser, which reads it with
+`sections.read(src.NEW, ...)` and which snapshot.build_snapshot calls for the part of the model
+it fills.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from vastprobe.probe.sections import ProbeOutput, RawSection
 from vastprobe.probe.sources import LEGACY, SOURCES, Source
 
 T = TypeVar("T")
+
+#: Why a part of the snapshot is empty when a format 1 probe, which did not read it, wrote the capture.
+NOT_READ = "not read by this probe version"
 
 
 class SectionUnreadable(Exception):
@@ -59,6 +63,20 @@ class Sections:
     def text(self, source: Source, n: int = 0) -> str:
         sec = self.get(source, n)
         return sec.text if sec else ""
+
+    def missing(self, source: Source, n: int = 0) -> str:
+        """Why the section `source.section(n)` gave nothing: absent, cut short, or its command failed."""
+        name = source.section(n)
+        s = self.out.get(name)
+        if s is None:
+            return f"the probe produced no {name} section"
+        if s.truncated:
+            return f"the {name} section was cut short"
+        return f"{name} failed"
+
+    def absent(self, source: Source, fmt: int) -> str:
+        """Why the section of a source format 2 added is absent: a format 1 probe never read it."""
+        return NOT_READ if fmt < 2 else self.missing(source)
 
     @overload
     def read(
@@ -96,7 +114,7 @@ class Sections:
 
 #: Every parser module a source names, loaded with this one, so that importing the snapshot (as
 #: the analysis warm-up does, pipeline.warm_analysis) loads every parser before the first capture.
-#: Last in this file: snapshot.py, one of them, imports Sections from here.
+#: Last in this file, so that a parser module that imports from this one finds it whole.
 PARSER_MODULES = tuple(sorted({s.parser.partition(":")[0] for s in (*SOURCES, *LEGACY)}))
 for _module in PARSER_MODULES:
     importlib.import_module(_module)

@@ -1,14 +1,17 @@
 """Every section the probe writes, declared once: its name, the script function that writes it,
-its size bound, the parser that reads it, and what it is for.
+its size bound, the parser that reads it, and what it is for; and, by its place in SOURCES, when
+the probe writes it (ORDER, the order the section splitter checks, is derived from SOURCES).
 
-A new source is one entry here, its shell function in script.sh, and its parser (a function in a
-vastprobe.parsers module, named here as "module:function": this package sits below the parsers
-and imports none of them). parsers/reading.py calls it: `Sections.read(source, ...)` resolves
-the name when it calls the parser and, when the parser raises, names this source's section as
-unreadable; parsers/snapshot.py reads the new section with it where its facts land in the model.
-tests/test_probe_sources.py checks that the script and this table agree and that every parser
-named here resolves and is the one called, and the section splitter reports any section not
-declared here as tampering.
+A new source is its shell function in script.sh; its parser (a function in a vastprobe.parsers
+module, named here as "module:function": this package sits below the parsers and imports none of
+them); its builder, beside its parser, which reads the section with `sections.read(src.NEW, ...)`
+and returns the part of the snapshot it fills; and one entry in SOURCES, in the place vp_main
+(script.sh) writes it (and in OPTIONAL too when the probe may leave it out). parsers/snapshot.py
+calls the builder, in one line. parsers/reading.py calls the parser: `Sections.read(source, ...)`
+resolves the name when it calls it and, when it raises, names this source's section as
+unreadable. tests/test_probe_sources.py checks that the script and this table agree and that every
+parser named here resolves and is the one called, and the section splitter reports any section
+not declared here as tampering.
 """
 
 from __future__ import annotations
@@ -180,7 +183,7 @@ LOGTAIL = Source(
     "vp_logtail",
     None,
     "per-log",
-    "vastprobe.parsers.snapshot:log_tail",
+    "vastprobe.parsers.logs:log_tail",
     "tail -c of each --log that is a regular file",
 )
 DF = Source(
@@ -200,21 +203,30 @@ LEGACY_CLK = Source(
     "clk", "vp_clk", None, "once", "vastprobe.parsers.host:parse_meta", "CLK_TCK (first probe revision)"
 )
 
+#: Every source, in the order in which this version's probe writes it (vp_main in script.sh): a
+#: per-sample source at its first sample's place; TIMES, written by the probe's own shell, last.
 SOURCES: tuple[Source, ...] = (
-    META, HOST, NOW, PROC, CGMAP, CGMEM, SYSCALL, MOUNTS, LOCKS, GPU, LOGSTAT, CMDLINE, ENV, FR, PYSTACK, FD, NET, HELD,
+    META, HOST, NOW, PROC, CGMAP, CGMEM, MOUNTS, LOCKS, SYSCALL, GPU, LOGSTAT, CMDLINE, ENV, FR, PYSTACK, FD, NET, HELD,
     KMSG, KMSG_FALLBACK, GPUAPPS, LOGTAIL, DF, ARTIFACTS, TIMES,
 )  # fmt: skip
 LEGACY: tuple[Source, ...] = (LEGACY_CLK,)
 SAMPLES = (0, 1)
 
-#: The order in which this version's probe writes its sections (vp_main in script.sh): a section
+
+def _write_order(sources: tuple[Source, ...]) -> tuple[str, ...]:
+    """The sections' names in the order the probe writes them: every source in turn (the first
+    sample's sections in their place), then the second sample's in the same order, then the last
+    source (times), which closes the run."""
+    *body, closing = sources
+    first = tuple(s.section(0) if s.phase == "per-sample" else s.name for s in body)
+    second = tuple(s.section(1) for s in body if s.phase == "per-sample")
+    return (*first, *second, closing.name)
+
+
+#: The order in which this version's probe writes its sections (derived from SOURCES): a section
 #: that arrives out of it was not written by the probe in turn. Per-item sections (log.N, art.N)
 #: come in their index order; s1.* only with a second sample; kmsg.fallback only when dmesg failed.
-ORDER: tuple[str, ...] = (
-    "meta", "host", "s0.now", "s0.proc", "cgmap", "cgmem", "mounts", "locks", "syscall", "s0.gpu",
-    "s0.logs", "cmdline", "env", "fr", "pystack", "fd", "net", "held", "kmsg", "kmsg.fallback", "gpuapps", "log.{index}", "df",
-    "art.{index}", "s1.now", "s1.proc", "s1.gpu", "s1.logs", "times",
-)  # fmt: skip
+ORDER: tuple[str, ...] = _write_order(SOURCES)
 #: Sections the probe writes only sometimes (kmsg.fallback), or that captures of the same format
 #: made before them lack (env, fr, held), or that only an option asks for (pystack): never missed
 #: when absent.

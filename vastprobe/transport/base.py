@@ -40,7 +40,7 @@ Render = Callable[[float], str]
 Take = Callable[[int], bool]
 
 #: Which processes above the probe's shell the snapshot leaves out as the transport's own (its
-#: session and descendants are always left out, parsers/snapshot.py):
+#: session and descendants are always left out, parsers/own_processes.py):
 #: - "caller": vastprobe and what ran it (the probe runs on this machine, as vastprobe's child);
 #: - "sshd": the sshd session processes that serve the probe's channel;
 #: - "none": nothing (a container's exec'd shell: its parent is outside the container).
@@ -65,7 +65,7 @@ class Transport(Protocol):
     and error (one line naming the target), like an unreachable host's."""
 
     #: The `transport` a capture and a snapshot carry ("local", "ssh", "docker"...): what
-    #: parsers/snapshot.py and report/hops.py look its other properties up by (registry.kind_named).
+    #: parsers/own_processes.py and report/hops.py look its other properties up by (registry.kind_named).
     name: str
     #: The target as it was typed: the report's `target`, and the first words of each error line.
     target: str
