@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from vastprobe.probe.render import ProbeParams, render_script  # noqa: E402
+from vastprobe.probe.script import ProbeParams, render_script  # noqa: E402
 
 PEER = "for p in /proc/[0-9]*; do cat $p/stat $p/status $p/wchan 2>/dev/null; ls -la $p/fd 2>/dev/null; done\n"
 FORK = re.compile(r"^(clone3?|fork|vfork)\(.*= (\d+)$")

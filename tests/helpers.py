@@ -13,7 +13,7 @@ from pathlib import Path
 
 from vastprobe.model import HostSnapshot
 from vastprobe.parsers.snapshot import build_snapshot
-from vastprobe.probe.render import ProbeParams, render_script
+from vastprobe.probe.script import ProbeParams, render_script
 from vastprobe.probe.sections import split_sections
 
 REPO = Path(__file__).resolve().parent.parent

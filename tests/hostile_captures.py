@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from vastprobe.probe.render import ProbeParams
+from vastprobe.probe.script import ProbeParams
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 

@@ -34,7 +34,7 @@ from tests.paths import REPO
 from vastprobe.capture import Capture
 from vastprobe.model import HostReport
 from vastprobe.pipeline import DiagnoseOptions, report_of, report_or_raise
-from vastprobe.probe.render import MAX_TOTAL_OUTPUT, ProbeParams
+from vastprobe.probe.script import MAX_TOTAL_OUTPUT, ProbeParams
 
 CORPUS = load_corpus()
 EXAMPLES = int(os.environ.get("VASTPROBE_FUZZ_EXAMPLES", "0"))
@@ -206,7 +206,7 @@ sys.path.insert(0, {root!r})
 from tests.hostile_captures import many_processes
 from vastprobe.capture import Capture
 from vastprobe.pipeline import DiagnoseOptions, report_or_raise
-from vastprobe.probe.render import MAX_TOTAL_OUTPUT, ProbeParams
+from vastprobe.probe.script import MAX_TOTAL_OUTPUT, ProbeParams
 from vastprobe.render.jsonable import dumps, host_report_dict
 from vastprobe.render.prometheus import render_prometheus
 from tests.test_pipeline_fuzz import assert_outputs_safe, assert_total

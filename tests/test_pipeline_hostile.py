@@ -30,7 +30,7 @@ from tests.ndjson import host_lines
 from tests.paths import REPO
 from vastprobe.capture import Capture
 from vastprobe.pipeline import DiagnoseOptions, report_of
-from vastprobe.probe.render import ProbeParams
+from vastprobe.probe.script import ProbeParams
 
 ROOT = REPO
 AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
@@ -237,7 +237,7 @@ def test_a_path_imitating_ls_lines_invents_no_pipe(reap: list[subprocess.Popen],
     assert opener.stdout is not None and opener.stdout.readline().strip() == "ok"
 
     params = ProbeParams(sample=0.3)
-    from vastprobe.probe.render import render_script
+    from vastprobe.probe.script import render_script
 
     script = render_script(params)
     shell = ["/bin/sh", "-s"]

@@ -22,7 +22,7 @@ from vastprobe import __version__, jsonnumbers
 
 if TYPE_CHECKING:
     from vastprobe.model import Status
-from vastprobe.probe.render import ProbeParams
+from vastprobe.probe.script import ProbeParams
 
 CAPTURE_SCHEMA = "vastprobe.capture/1"
 #: Largest capture file `analyze` reads: 32 MiB of raw output is ~43 MiB of base64, plus the snapshot.

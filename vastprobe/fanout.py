@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from vastprobe.model import HostReport
 from vastprobe.pipeline import DiagnoseOptions, probe_any, report_in_worker
-from vastprobe.probe.render import MAX_TOTAL_OUTPUT
+from vastprobe.probe.script import MAX_TOTAL_OUTPUT
 from vastprobe.targets import InventoryEntry, unique_entries, vast_words
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from vastprobe import eventloop
 from vastprobe.capture import Capture
-from vastprobe.probe.render import MAX_TOTAL_OUTPUT, ProbeParams, render_script
+from vastprobe.probe.script import MAX_TOTAL_OUTPUT, ProbeParams, render_script
 from vastprobe.probe.sections import ProbeOutput, RawSection, split_sections
 from vastprobe.rule_options import RuleOptions
 from vastprobe.transport.base import TransportResult

@@ -23,7 +23,7 @@ import asyncssh
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from vastprobe.probe.render import ProbeParams, render_script  # noqa: E402
+from vastprobe.probe.script import ProbeParams, render_script  # noqa: E402
 
 
 def split(target: str) -> tuple[str, str, int]:

@@ -35,7 +35,7 @@ from vastprobe.analysis.scope import compute_scope
 from vastprobe.analysis.waitgraph.pylocks import POLLING_LOCKS, polling_lock
 from vastprobe.model import FrameLocal, PyThread
 from vastprobe.parsers.pystack import ALLOWED_LOCALS, parse_pystack_section
-from vastprobe.probe.render import ProbeParams, render_script, script_template
+from vastprobe.probe.script import ProbeParams, render_script, script_template
 from vastprobe.rules.base import RuleOptions
 from vastprobe.rules.engine import run_rules
 

@@ -17,7 +17,7 @@ from tests.helpers import children_of, proc_state, wait_for
 from tests.paths import TESTS
 from tests.sshd import start_sshd
 from vastprobe.pipeline import DiagnoseOptions, probe_any
-from vastprobe.probe.render import ProbeParams
+from vastprobe.probe.script import ProbeParams
 from vastprobe.rounds.loop import WatchLog, watch
 from vastprobe.rounds.motion import Round
 

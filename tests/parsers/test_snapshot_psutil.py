@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers import local_snapshot, proc_state, wait_for
 from vastprobe.model import Unavailable
-from vastprobe.probe.render import ProbeParams
+from vastprobe.probe.script import ProbeParams
 
 STATE = {"sleeping": "S", "running": "R", "stopped": "T", "zombie": "Z", "disk-sleep": "D", "idle": "I"}
 

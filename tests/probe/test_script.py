@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import children_of, proc_state, run_probe_raw, threaded_sleeper, wait_for
 from vastprobe.parsers.snapshot import build_snapshot
-from vastprobe.probe.render import ProbeParams, render_script, shell_quote
+from vastprobe.probe.script import ProbeParams, render_script, shell_quote
 from vastprobe.probe.sections import split_sections
 
 EXPECTED = {
@@ -311,7 +311,7 @@ def test_no_literal_bound_is_longer_than_the_parser_assumes() -> None:
     gone) by LONGEST_LITERAL_BOUND: no `tmo N` or `VP_FILE_T=N` in the script may be longer."""
     import re
 
-    from vastprobe.probe.render import LONGEST_LITERAL_BOUND, script_template
+    from vastprobe.probe.script import LONGEST_LITERAL_BOUND, script_template
 
     text = script_template()
     bounds = [int(n) for n in re.findall(r"\btmo (\d+) ", text) + re.findall(r"\bVP_FILE_T=(\d+)", text)]
@@ -321,7 +321,7 @@ def test_no_literal_bound_is_longer_than_the_parser_assumes() -> None:
 
 def test_the_script_is_read_once_per_run() -> None:
     """A sweep renders the script per host: script.sh is read from disk once, not once a host."""
-    from vastprobe.probe.render import script_template
+    from vastprobe.probe.script import script_template
 
     assert script_template() is script_template()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from vastprobe.probe.render import ProbeParams, render_script
+from vastprobe.probe.script import ProbeParams, render_script
 
 FORK = re.compile(r"^(clone3?|fork|vfork)\(.*= (\d+)$")
 

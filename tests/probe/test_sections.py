@@ -75,7 +75,7 @@ def test_sections_after_the_end_marker_and_a_second_end_are_tampering() -> None:
 
 
 def test_sections_the_probe_was_not_asked_for_are_tampering() -> None:
-    from vastprobe.probe.render import ProbeParams
+    from vastprobe.probe.script import ProbeParams
 
     params = ProbeParams(sample=0, logs=("/a",), artifacts=("/tmp/*",), boundary=B)
     text = frame("meta", "x") + frame("log.0", "|a") + frame("log.1", "|b") + frame("art.0", "") + frame("s1.now", "1")

@@ -15,7 +15,7 @@ from vastprobe.parsers.net import inet_address, parse_net_section
 from vastprobe.parsers.syscall import parse_syscall, parse_syscall_section
 from vastprobe.parsers.threads import parse_threads_section
 from vastprobe.probe import sources
-from vastprobe.probe.render import ProbeParams
+from vastprobe.probe.script import ProbeParams
 from vastprobe.probe.sections import split_sections
 
 SCRIPT = (Path(sources.__file__).with_name("script.sh")).read_text()
@@ -147,7 +147,7 @@ def test_twenty_thousand_sockets_stay_within_the_caps(reap) -> None:
     import time
 
     from tests.helpers import wait_for
-    from vastprobe.probe.render import MAX_NET_SECTION, MAX_PROC_SECTION
+    from vastprobe.probe.script import MAX_NET_SECTION, MAX_PROC_SECTION
     from vastprobe.probe.sources import NET
 
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -184,7 +184,7 @@ def test_twenty_thousand_sockets_stay_within_the_caps(reap) -> None:
 def test_the_socket_section_is_cut_at_its_cap(monkeypatch) -> None:
     import socket
 
-    import vastprobe.probe.render as render
+    import vastprobe.probe.script as render
 
     pairs = [socket.socketpair() for _ in range(20)]  # held by this test process: listed by the probe
     monkeypatch.setattr(render, "MAX_NET_SECTION", 300)

@@ -18,7 +18,7 @@ from vastprobe.analysis.scope import compute_scope
 from vastprobe.model import FdEntry, HostSnapshot, verdict
 from vastprobe.parsers import kmsg
 from vastprobe.parsers.snapshot import build_snapshot
-from vastprobe.probe.render import ProbeParams
+from vastprobe.probe.script import ProbeParams
 from vastprobe.probe.sections import split_sections
 from vastprobe.rules.base import RuleOptions
 from vastprobe.rules.engine import run_rules

@@ -205,7 +205,7 @@ def test_d_state_that_moves_is_slow_not_stuck() -> None:
 
     from tests.helpers import local_snapshot
     from vastprobe.model import ProcIO
-    from vastprobe.probe.render import ProbeParams
+    from vastprobe.probe.script import ProbeParams
     from vastprobe.rules.base import RuleOptions
     from vastprobe.rules.engine import run_rules
 

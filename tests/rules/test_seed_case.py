@@ -83,7 +83,7 @@ def test_seed_case_seen_from_inside_the_container(seed) -> None:
     from vastprobe.analysis.scope import compute_scope
     from vastprobe.model import verdict
     from vastprobe.parsers.snapshot import build_snapshot
-    from vastprobe.probe.render import ProbeParams
+    from vastprobe.probe.script import ProbeParams
     from vastprobe.probe.sections import split_sections
     from vastprobe.rules.base import RuleOptions
     from vastprobe.rules.engine import run_rules

@@ -12,7 +12,7 @@ import pytest
 
 from tests.paths import TESTS
 from vastprobe.pipeline import DiagnoseOptions, collect_target, probe_and_report
-from vastprobe.probe.render import ProbeParams
+from vastprobe.probe.script import ProbeParams
 from vastprobe.targets import TargetError
 from vastprobe.transport.registry import check_target, kind_for, kind_named, needs_ssh, transport_for
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from vastprobe.pipeline import DiagnoseOptions, collect_target
-from vastprobe.probe.render import ProbeParams
+from vastprobe.probe.script import ProbeParams
 from vastprobe.targets import TargetError
 from vastprobe.transport.base import TransportResult, TransportSettings
 from vastprobe.transport.kubectl import KubectlTransport, parse_pod

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from vastprobe.pipeline import DiagnoseOptions, probe_and_report
-from vastprobe.probe.render import ProbeParams
+from vastprobe.probe.script import ProbeParams
 
 OPTIONS = DiagnoseOptions(params=ProbeParams(sample=0), timeout=60)
 TAG = f"localhost/vastprobe-test-busybox:{os.getpid()}"

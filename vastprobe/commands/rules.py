@@ -79,6 +79,6 @@ def probe_script(probe: ProbeFlags) -> None:
       vastprobe probe-script --log /workspace/run.log | less
     """
     options = probe_options(probe)
-    from vastprobe.probe.render import render_script
+    from vastprobe.probe.script import render_script
 
     sys.stdout.write(render_script(options.params))

@@ -60,7 +60,7 @@ def probe_options(
             f"vastprobe: warning: --context {context} applies to kubectl:// targets only; none was given, so it is ignored"
         )
     from vastprobe.pipeline import DiagnoseOptions, remote_deadline
-    from vastprobe.probe.render import DEFAULT_ARTIFACTS, ProbeParams
+    from vastprobe.probe.script import DEFAULT_ARTIFACTS, ProbeParams
 
     deadline = remote_deadline(timeout)  # SSH runs set it again from the time left once connected
     params = ProbeParams(

@@ -14,7 +14,7 @@ from vastprobe.untrusted.numbers import read_int
 
 if TYPE_CHECKING:
     from vastprobe.parsers.reading import Sections
-    from vastprobe.probe.render import ProbeParams
+    from vastprobe.probe.script import ProbeParams
     from vastprobe.probe.sections import RawSection
 
 _STAT = re.compile(r"^([0-9]{1,20}) (-?[0-9]{1,20}) ([0-9]{1,20})(?: ([a-z][a-z ]{0,40}))?$", re.ASCII)

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 from vastprobe.model import LogFile, NotRead, Process, Unavailable
 from vastprobe.parsers import files
 from vastprobe.probe import sources as src
-from vastprobe.probe.render import FILE_TIMEOUT
+from vastprobe.probe.script import FILE_TIMEOUT
 
 if TYPE_CHECKING:
     from vastprobe.parsers.reading import Sections
-    from vastprobe.probe.render import ProbeParams
+    from vastprobe.probe.script import ProbeParams
     from vastprobe.probe.sections import RawSection
 
 

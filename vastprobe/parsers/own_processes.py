@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from vastprobe.parsers import proc_stat
-from vastprobe.probe.render import ProbeParams, longest_command_bound
+from vastprobe.probe.script import ProbeParams, longest_command_bound
 from vastprobe.untrusted.numbers import read_digits
 
 

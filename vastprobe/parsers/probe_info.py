@@ -13,7 +13,7 @@ from vastprobe.probe import sources as src
 
 if TYPE_CHECKING:
     from vastprobe.parsers.reading import Sections
-    from vastprobe.probe.render import ProbeParams
+    from vastprobe.probe.script import ProbeParams
     from vastprobe.probe.sections import ProbeOutput
 
 

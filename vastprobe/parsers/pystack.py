@@ -40,7 +40,7 @@ from vastprobe.untrusted.numbers import read_int
 
 if TYPE_CHECKING:
     from vastprobe.parsers.reading import Sections
-    from vastprobe.probe.render import ProbeParams
+    from vastprobe.probe.script import ProbeParams
 
 MAX_PROGRAMS = 8
 MAX_THREADS = 64

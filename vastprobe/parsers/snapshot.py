@@ -33,7 +33,7 @@ from vastprobe.parsers import (
 )
 from vastprobe.parsers.reading import Sections
 from vastprobe.probe import sources as src
-from vastprobe.probe.render import ProbeParams
+from vastprobe.probe.script import ProbeParams
 from vastprobe.probe.sections import ProbeOutput
 from vastprobe.untrusted.numbers import read_int
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from vastprobe.probe.render import ProbeParams
+    from vastprobe.probe.script import ProbeParams
 
 _RC = re.compile(r"\n@@rc=(-?[0-9]{1,5})\n?$")
 _FORMAT = re.compile(r"^format=([0-9]{1,3})$", re.MULTILINE | re.ASCII)

@@ -6,10 +6,10 @@ A new source is its shell function in script.sh; its parser (a function in a vas
 module, named here as "module:function": this package sits below the parsers and imports none of
 them); its builder, beside its parser, which reads the section with `sections.read(src.NEW, ...)`
 and returns the part of the snapshot it fills; and one entry in SOURCES, in the place vp_main
-(script.sh) writes it (and in OPTIONAL too when the probe may leave it out). parsers/snapshot.py
+(script.sh) writes it (marked `optional` when the probe may leave it out). parsers/snapshot.py
 calls the builder, in one line. parsers/reading.py calls the parser: `Sections.read(source, ...)`
 resolves the name when it calls it and, when it raises, names this source's section as
-unreadable. tests/test_probe_sources.py checks that the script and this table agree and that every
+unreadable. tests/probe/test_sources.py checks that the script and this table agree and that every
 parser named here resolves and is the one called, and the section splitter reports any section
 not declared here as tampering.
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
 
-from vastprobe.probe.render import MAX_NET_SECTION, MAX_PROC_SECTION
+from vastprobe.probe.script import MAX_NET_SECTION, MAX_PROC_SECTION
 from vastprobe.untrusted.numbers import read_digits
 
 Phase = Literal["once", "per-sample", "per-log", "per-artifact"]
@@ -36,6 +36,9 @@ class Source:
     phase: Phase
     parser: str  # "module:function" that reads it, called by parsers/reading.py (Sections.read)
     about: str
+    #: Written only sometimes (kmsg.fallback), missing from captures of the same format made before
+    #: it (env, fr, held), or asked for by an option (pystack): never missed when absent.
+    optional: bool = False
 
     def section(self, n: int = 0) -> str:
         return self.name.replace("{sample}", str(n)).replace("{index}", str(n))
@@ -113,6 +116,7 @@ ENV = Source(
     "once",
     "vastprobe.parsers.environ:parse_env_section",
     "distributed-training variables (RANK, WORLD_SIZE, MASTER_ADDR, NCCL_*, ...) of multi-threaded processes",
+    optional=True,
 )
 HELD = Source(
     "held",
@@ -121,6 +125,7 @@ HELD = Source(
     "once",
     "vastprobe.parsers.held:parse_held_section",
     "stat of files held open write-only named like logs, and of stdout/stderr files (at most 128)",
+    optional=True,
 )
 FR = Source(
     "fr",
@@ -129,6 +134,7 @@ FR = Source(
     "once",
     "vastprobe.parsers.flight_recorder:parse_fr_section",
     "PyTorch flight recorder dumps (at most 8, 1 MiB each, base64), read without running pickle",
+    optional=True,
 )
 PYSTACK = Source(
     "pystack",
@@ -137,6 +143,7 @@ PYSTACK = Source(
     "once",
     "vastprobe.parsers.pystack:parse_pystack_section",
     "with --py-spy: py-spy dump --nonblocking of the newest Python programs (at most 8, 64 KiB each)",
+    optional=True,
 )
 FD = Source(
     "fd",
@@ -169,6 +176,7 @@ KMSG_FALLBACK = Source(
     "once",
     "vastprobe.parsers.kmsg:parse_kmsg_sections",
     "journalctl -k, kern.log, messages",
+    optional=True,
 )
 GPUAPPS = Source(
     "gpuapps",
@@ -227,10 +235,8 @@ def _write_order(sources: tuple[Source, ...]) -> tuple[str, ...]:
 #: that arrives out of it was not written by the probe in turn. Per-item sections (log.N, art.N)
 #: come in their index order; s1.* only with a second sample; kmsg.fallback only when dmesg failed.
 ORDER: tuple[str, ...] = _write_order(SOURCES)
-#: Sections the probe writes only sometimes (kmsg.fallback), or that captures of the same format
-#: made before them lack (env, fr, held), or that only an option asks for (pystack): never missed
-#: when absent.
-OPTIONAL = frozenset({"kmsg.fallback", "env", "fr", "held", "pystack"})
+#: The sections never missed when absent (Source.optional), in the probe's order.
+OPTIONAL: tuple[str, ...] = tuple(s.name for s in SOURCES if s.optional)
 
 
 #: Section names up to this long are remembered by `declared` and `source_of` (the probe's own are
