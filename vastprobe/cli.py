@@ -1,6 +1,6 @@
 """The command line: the typer app, its commands registered from vastprobe/commands/ (one module
-each; the options they share are defined once in commands/options.py, each with its check from
-commands/checks.py), and the process around them. Nothing else.
+each; the options they share are defined once in commands/options.py, in the groups the commands
+take, each with its check from commands/checks.py), and the process around them. Nothing else.
 
 Every option is checked while the command line is parsed and every cross-option check runs before
 the first connection: bad input is one line on stderr and exit 2. vastprobe's own failure is one

@@ -4,7 +4,7 @@ Each check takes the parsed value and returns it (possibly normalised) or raises
 `typer.BadParameter` with a sentence; click names the option ("Invalid value for '--sample': …")
 and `cli.run` prints that as one line and exits 2. A new option is defined in commands/options.py
 with its check, `typer.Option(..., callback=checks.X)`; a check that needs another option's value
-belongs in the command body, before the first connection (see options.ssh_options).
+belongs in the command body, before the first connection (see settings.ssh_options).
 
 Nothing here imports asyncssh or rich; the history's checks import vastprobe.history only when
 their option is given (`diagnose` without --history imports none of it).
