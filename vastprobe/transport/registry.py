@@ -16,11 +16,11 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from vastprobe.targets import TargetError, split_scheme
-from vastprobe.transport.base import OwnProcesses, TransportSettings
-
 if TYPE_CHECKING:
-    from vastprobe.transport.base import Transport
+    from vastprobe.transport.base import OwnProcesses, Transport, TransportSettings
+
+# targets.py and transport/base.py are imported where they are used: the CLI reads KINDS for its
+# help text (target_forms) at every start, and `vastprobe --help` stays light.
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,8 @@ class Kind:
         """The targets of this kind that are running now, as its runtime lists them (`sweep --from`);
         TargetError (one line) when the kind lists nothing or its runtime refuses. A kind lists when
         its module has `list_targets(query, settings)`."""
+        from vastprobe.targets import TargetError
+
         lister = getattr(importlib.import_module(self.module), "list_targets", None)
         if lister is None:
             raise TargetError(f"--from {self.name}: {self.name} targets cannot be listed (only {listing()})")
@@ -71,6 +73,8 @@ KINDS: tuple[Kind, ...] = (
 def kind_for(target: str) -> Kind:
     """The kind that reaches `target` (its form is not checked: check_target). Raises TargetError
     for a scheme no kind has."""
+    from vastprobe.targets import TargetError, split_scheme
+
     for kind in KINDS:
         if kind.word is not None and target == kind.word:
             return kind
@@ -101,6 +105,8 @@ def kind_named(name: str) -> Kind | None:
 
 def needs_ssh(target: str) -> bool:
     """Whether `target` is reached over SSH (its settings are checked and loaded before any run)."""
+    from vastprobe.targets import TargetError
+
     try:
         return kind_for(target).needs_ssh
     except TargetError:
@@ -109,6 +115,8 @@ def needs_ssh(target: str) -> bool:
 
 def transport_for(target: str, settings: TransportSettings | None = None) -> Transport:
     """The transport that runs the probe on `target`. Raises TargetError for a malformed target."""
+    from vastprobe.transport.base import TransportSettings
+
     return check_target(target).open(target, settings or TransportSettings())
 
 
@@ -119,6 +127,8 @@ def listing() -> str:
 
 def list_targets(spec: str, settings: TransportSettings) -> list[str]:
     """`KIND[:QUERY]` (sweep --from) -> the running targets that kind's runtime lists."""
+    from vastprobe.targets import TargetError
+
     name, _, query = spec.partition(":")
     kind = kind_named(name.lower())
     if kind is None or kind.scheme is None or kind is SSH:
