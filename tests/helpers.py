@@ -16,8 +16,6 @@ from vastprobe.parsers.snapshot import build_snapshot
 from vastprobe.probe.script import ProbeParams, render_script
 from vastprobe.probe.sections import split_sections
 
-REPO = Path(__file__).resolve().parent.parent
-
 
 def run_probe_raw(params: ProbeParams, shell: list[str] | None = None, env: dict[str, str] | None = None) -> bytes:
     script = render_script(params)

@@ -17,9 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.paths import FIXTURES
 from vastprobe.probe.script import ProbeParams
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
+from tests.paths import REPO
 
 
 @pytest.fixture

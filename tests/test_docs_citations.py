@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from tests.helpers import REPO
+from tests.paths import REPO
 
 OUTSIDE = re.compile(r"(?<![\w.-])(?:\.\./)?shared/(?:design|reference|hooks)\b")
 

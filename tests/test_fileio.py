@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
+from tests.paths import REPO
 from vastprobe import fileio
 
 

@@ -434,14 +434,19 @@ def _this_machine(target: str) -> bool:
         return False
 
 
-def probe_and_report(targets: Sequence[str], options: DiagnoseOptions) -> list[HostReport]:
-    """Every target at once; one failing target never affects another."""
+def warm_for(targets: Sequence[str]) -> None:
+    """The analysis imports warmed while the probes wait (warm_analysis), unless every target is
+    this machine: there is no wait on a network or a runtime to overlap them with."""
     if not all(_this_machine(t) for t in targets):
         warm_analysis()
+
+
+def probe_and_report(targets: Sequence[str], options: DiagnoseOptions) -> list[HostReport]:
+    """Every target at once; one failing target never affects another."""
+    warm_for(targets)
     return eventloop.run(_diagnose_all(targets, options))
 
 
 def collect_target(target: str, options: DiagnoseOptions) -> Capture:
-    if not _this_machine(target):
-        warm_analysis()
+    warm_for([target])
     return eventloop.run(probe_any(target, options))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
+from tests.paths import REPO
 
 DOC = REPO / "docs" / "cli-errors.md"
 DOCUMENTED_EXITS = {0, 1, 2, 3, 4, 130}

@@ -10,7 +10,7 @@ from importlib.resources import files
 
 import pytest
 
-from tests.helpers import REPO
+from tests.paths import REPO
 from vastprobe.cli import run
 from vastprobe.rules import RULES
 

@@ -15,7 +15,8 @@ import sys
 
 import pytest
 
-from fixtures.reports.record import REPO, WIDTHS, golden_path, read_capture, render
+from fixtures.reports.record import WIDTHS, golden_path, read_capture, render
+from tests.paths import REPO
 
 CASES = [(case, w) for case, widths in WIDTHS.items() for w in widths]
 

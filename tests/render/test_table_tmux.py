@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.reports.record import REPO, golden_path, read_capture
+from fixtures.reports.record import golden_path, read_capture
 from tests.helpers import wait_for
+from tests.paths import REPO
 
 
 def run_in_tmux(tmp_path: Path, width: int, no_color: bool, case: str = "seed-inside") -> tuple[str, str]:

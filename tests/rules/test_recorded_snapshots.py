@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from fixtures.procfs.record import parse_fixture
+from tests import paths
 from vastprobe.analysis.scope import compute_scope
 from vastprobe.rules.base import RuleOptions
 from vastprobe.rules.engine import run_rules
 from vastprobe.rules.zombie_child import YOUNG_SECONDS
 
-FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures" / "procfs"
+FIXTURES = paths.FIXTURES / "procfs"
 
 
 @pytest.mark.parametrize("case", ["pidns-unshare", "busybox-pidns", "pidns-current"])

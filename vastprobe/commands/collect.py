@@ -14,10 +14,10 @@ from vastprobe.commands.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_UNPROBED, 
 from vastprobe.commands.option_groups import with_groups
 from vastprobe.commands.options import (
     P_OUTPUT,
-    PROBE,
-    REPORT,
-    RULES,
-    SSH,
+    PROBE_GROUP,
+    REPORT_GROUP,
+    RULE_GROUP,
+    SSH_GROUP,
     TARGET_HELP,
     LongOptionOpt,
     ProbeFlags,
@@ -32,7 +32,7 @@ from vastprobe.commands.settings import probe_options, report_format, ssh_option
 from vastprobe.notices import say
 
 
-@with_groups(probe=PROBE, ssh=SSH.but(config_options=LongOptionOpt))
+@with_groups(probe=PROBE_GROUP, ssh=SSH_GROUP.but(config_options=LongOptionOpt))
 def collect(
     target: Annotated[
         str,
@@ -93,7 +93,9 @@ def collect(
     raise typer.Exit(EXIT_OK if cap.status == "ok" else EXIT_UNPROBED)
 
 
-@with_groups(scope=PROBE.only("pid", "match"), rules=RULES, report=REPORT.but(verbose=ReportVerboseOpt))
+@with_groups(
+    scope=PROBE_GROUP.only("pid", "match"), rules=RULE_GROUP, report=REPORT_GROUP.but(verbose=ReportVerboseOpt)
+)
 def analyze(
     files: Annotated[
         list[Path], typer.Argument(metavar="FILE...", help="Capture files written by `collect` ('-' for stdin).")

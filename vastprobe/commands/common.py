@@ -82,12 +82,9 @@ def run_entries(
 
     done: list = []  # filled by the sweep as hosts finish (snapshots within its budget)
 
-    from vastprobe.transport.registry import kind_for
+    from vastprobe.pipeline import warm_for
 
-    if any(e.skip is None and not kind_for(e.target).this_machine for e in entries):
-        from vastprobe.pipeline import warm_analysis
-
-        warm_analysis()
+    warm_for([e.target for e in entries if e.skip is None])
     from vastprobe.report.joins import join_hosts
 
     try:

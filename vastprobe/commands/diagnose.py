@@ -10,11 +10,11 @@ from vastprobe.commands.common import exit_code, interrupted_code, run_entries, 
 from vastprobe.commands.fleet import FleetMemory, history_location
 from vastprobe.commands.option_groups import with_groups
 from vastprobe.commands.options import (
-    FLEET,
-    PROBE,
-    REPORT,
-    RULES,
-    SSH,
+    FLEET_GROUP,
+    PROBE_GROUP,
+    REPORT_GROUP,
+    RULE_GROUP,
+    SSH_GROUP,
     TARGET_HELP,
     FailOn,
     FailOnOpt,
@@ -28,7 +28,9 @@ from vastprobe.commands.options import (
 from vastprobe.commands.settings import probe_options, report_format, ssh_options
 
 
-@with_groups(probe=PROBE, rules=RULES, report=REPORT, ssh=SSH, fleet=FLEET.only("history", "keep"))
+@with_groups(
+    probe=PROBE_GROUP, rules=RULE_GROUP, report=REPORT_GROUP, ssh=SSH_GROUP, fleet=FLEET_GROUP.only("history", "keep")
+)
 def diagnose(
     targets: Annotated[
         list[str],

@@ -267,7 +267,7 @@ ShardsOpt = Annotated[
 
 @dataclass(frozen=True)
 class ProbeFlags:
-    """What the probe reads on each target."""
+    """What the probe reads on each target (and --context, the kubectl context that reaches a pod's)."""
 
     sample: SampleOpt = 1.0
     pid: PidOpt = None
@@ -326,8 +326,8 @@ class FleetFlags:
     shards: ShardsOpt = None
 
 
-PROBE = OptionGroup(ProbeFlags)
-RULES = OptionGroup(RuleFlags)
-REPORT = OptionGroup(ReportFlags)
-SSH = OptionGroup(SshFlags)
-FLEET = OptionGroup(FleetFlags)
+PROBE_GROUP = OptionGroup(ProbeFlags)
+RULE_GROUP = OptionGroup(RuleFlags)
+REPORT_GROUP = OptionGroup(ReportFlags)
+SSH_GROUP = OptionGroup(SshFlags)
+FLEET_GROUP = OptionGroup(FleetFlags)

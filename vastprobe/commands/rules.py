@@ -11,7 +11,7 @@ import typer
 
 from vastprobe.commands.common import usage_error
 from vastprobe.commands.option_groups import with_groups
-from vastprobe.commands.options import PROBE, FormatOpt, JsonOpt, ProbeFlags, complete_rules
+from vastprobe.commands.options import PROBE_GROUP, FormatOpt, JsonOpt, ProbeFlags, complete_rules
 from vastprobe.commands.settings import output_format, probe_options
 
 
@@ -70,7 +70,7 @@ def _rule_page(slug: str) -> str | None:
         return None
 
 
-@with_groups(probe=PROBE.only("sample", "log", "artifacts", "py_spy"))
+@with_groups(probe=PROBE_GROUP.only("sample", "log", "artifacts", "py_spy"))
 def probe_script(probe: ProbeFlags) -> None:
     """Print the exact script that runs on targets, for audit.
 

@@ -22,12 +22,12 @@ from vastprobe.commands.fleet import FleetMemory, default_history, history_locat
 from vastprobe.commands.inventory import InventoryFlags, inventory_entries
 from vastprobe.commands.option_groups import OptionGroup, with_groups
 from vastprobe.commands.options import (
-    FLEET,
+    FLEET_GROUP,
     P_OUTPUT,
-    PROBE,
-    REPORT,
-    RULES,
-    SSH,
+    PROBE_GROUP,
+    REPORT_GROUP,
+    RULE_GROUP,
+    SSH_GROUP,
     ConcurrencyOpt,
     FailOn,
     FailOnOpt,
@@ -53,7 +53,14 @@ PromOpt = Annotated[
 ]  # fmt: skip
 
 
-@with_groups(where=OptionGroup(InventoryFlags), probe=PROBE, rules=RULES, report=REPORT, ssh=SSH, fleet=FLEET)
+@with_groups(
+    where=OptionGroup(InventoryFlags),
+    probe=PROBE_GROUP,
+    rules=RULE_GROUP,
+    report=REPORT_GROUP,
+    ssh=SSH_GROUP,
+    fleet=FLEET_GROUP,
+)
 def sweep(
     inventory: Annotated[
         Optional[str],

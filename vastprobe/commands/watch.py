@@ -24,9 +24,9 @@ from vastprobe.commands.option_groups import with_groups
 from vastprobe.commands.options import (
     P_OUTPUT,
     P_SCOPE,
-    PROBE,
-    RULES,
-    SSH,
+    PROBE_GROUP,
+    RULE_GROUP,
+    SSH_GROUP,
     TARGET_HELP,
     ProbeFlags,
     RuleFlags,
@@ -67,7 +67,7 @@ EXIT_EPILOG = (
 )
 
 
-@with_groups(probe=PROBE.without("artifacts", "py_spy"), rules=RULES, ssh=SSH)
+@with_groups(probe=PROBE_GROUP.without("artifacts", "py_spy"), rules=RULE_GROUP, ssh=SSH_GROUP)
 def watch(
     target: Annotated[
         str,

@@ -3,7 +3,7 @@ place that says which builder fills which part of the model.
 
 It reads the inputs every part shares once (meta and its format, the process section's stat and
 status records, the clock they give, the host's facts), then calls one builder per part of the
-snapshot. Each builder sits beside its source's parser (`build_locks` in parsers/locks.py,
+snapshot (a part that needs no building, df, fr and held, is its parser's result, read in place). Each builder sits beside its source's parser (`build_locks` in parsers/locks.py,
 `build_gpus` in parsers/nvidia_smi.py), or in a module of its own named after what it builds
 where it joins several sources (parsers/processes.py, logs.py, probe_info.py, kernel_log.py,
 own_processes.py). Every parser is called through `Sections.read` (parsers/reading.py), which

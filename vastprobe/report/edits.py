@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from vastprobe.model import SEVERITY_ORDER, Evidence, Finding, HostReport, Incident, verdict
 from vastprobe.report.incidents import host_headline
+from vastprobe.report.verdict import undiagnosed
 
 
 def swap(r: HostReport, old: Finding, new: Finding) -> HostReport:
@@ -58,7 +59,7 @@ def rejudged(r: HostReport) -> HostReport:
         return r
     incidents = tuple(sorted(r.incidents, key=lambda i: -_worst(i)))
     found = verdict(r.findings)
-    judged = found if r.verdict != "unknown" or found == "stalled" else "unknown"
+    judged = found if r.verdict != "unknown" else undiagnosed(found)
     error = r.error if judged == "unknown" or (judged == "stalled" and r.verdict == "stalled") else None
     headline = host_headline(judged, incidents, len(r.scope), error)
     return replace(r, verdict=judged, incidents=incidents, headline=headline, error=error)

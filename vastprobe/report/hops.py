@@ -26,7 +26,7 @@ def address(target: str) -> tuple[str, int] | None:
     return t.host.lower(), t.port or 22
 
 
-def join_remote(reports: Sequence[HostReport]) -> list[HostReport]:
+def join_ssh_hops(reports: Sequence[HostReport]) -> list[HostReport]:
     """The reports, with each finding that points at another host of the run joined to that host's
     report (and that report's worst finding told who waits on it)."""
     by_address = {a: i for i, r in enumerate(reports) if (a := address(r.target)) is not None}

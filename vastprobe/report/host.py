@@ -13,7 +13,7 @@ from vastprobe.analysis.logs import last_words
 from vastprobe.model import DistributedJob, HostReport, HostSnapshot, LastWords, Status, Verdict, verdict
 from vastprobe.report.probe_findings import probe_findings
 from vastprobe.report.story import with_story
-from vastprobe.report.verdict import carried_verdict
+from vastprobe.report.verdict import carried_verdict, undiagnosed
 from vastprobe.rules.engine import run_rules
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ def host_report(
     findings = (*rule_findings, *probe_findings(snap))
     judged, why = carried_verdict(verdict(findings), snap)
     if status != "ok":  # the transport's own words, and what did not finish; a stall it saw stands
-        judged = "stalled" if judged == "stalled" else "unknown"
+        judged = undiagnosed(judged)
         why = error or why
         if snap.probe.unfinished_sections:
             why = f"{why}; analysed what arrived, not finished: {', '.join(snap.probe.unfinished_sections)}"

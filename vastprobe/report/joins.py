@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from vastprobe.model import HostReport
 from vastprobe.report.connection_joins import join_connections
-from vastprobe.report.hops import join_remote
+from vastprobe.report.hops import join_ssh_hops
 from vastprobe.report.job_joins import join_jobs
 
 
@@ -15,4 +15,4 @@ def join_hosts(reports: Sequence[HostReport]) -> list[HostReport]:
     of the run holds; a distributed job's hosts. One host alone is left as it is."""
     if len(reports) < 2:
         return list(reports)
-    return join_jobs(join_connections(join_remote(reports)))
+    return join_jobs(join_connections(join_ssh_hops(reports)))

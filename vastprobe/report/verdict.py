@@ -21,4 +21,10 @@ def carried_verdict(found: Verdict, snap: HostSnapshot) -> tuple[Verdict, str | 
     why = incomplete(snap)
     if why is None or found == "stalled":
         return found, None
-    return "unknown", f"{why}: not diagnosed (a host whose probe did not finish is never reported healthy)"
+    return undiagnosed(found), f"{why}: not diagnosed (a host whose probe did not finish is never reported healthy)"
+
+
+def undiagnosed(found: Verdict) -> Verdict:
+    """The verdict of a host that was not diagnosed (forged or unfinished output, a transport that
+    did not end well, nothing matched): `unknown`, unless what it does show is a stall."""
+    return "stalled" if found == "stalled" else "unknown"

@@ -1,4 +1,4 @@
-"""Runs every rule over a snapshot and turns the findings into a verdict.
+"""Runs every rule over a snapshot (the verdict is model.verdict over the findings, report/ judges it).
 
 Severity policy: `error` and `critical` mean the job cannot finish by itself (stalled);
 `warning` means it may be at risk (degraded); `info` is context only.
