@@ -224,8 +224,18 @@ def test_a_path_imitating_ls_lines_invents_no_pipe(reap: list[subprocess.Popen],
         pytest.skip("busybox is not installed")
     job = subprocess.Popen(["sh", "-c", "sleep 1000 | cat"], start_new_session=True)
     reap.append(job)
-    wait_for(lambda: len(children_of(job.pid)) == 2, what="the pipeline's two processes")
-    cat = next(k for k in children_of(job.pid) if Path(f"/proc/{k}/comm").read_text().strip() == "cat")
+
+    def comm(pid: int) -> str | None:
+        try:
+            return Path(f"/proc/{pid}/comm").read_bytes().decode("utf-8", "replace").strip()
+        except OSError:
+            return None
+
+    def cat_of_the_pipeline() -> int | None:  # a child is the shell's fork until it has exec'd cat
+        return next((k for k in children_of(job.pid) if comm(k) == "cat"), None)
+
+    wait_for(lambda: cat_of_the_pipeline() is not None, what="the pipeline's cat")
+    cat = cat_of_the_pipeline()
     pipe = int(os.readlink(f"/proc/{cat}/fd/0")[6:-1])
     innocent = subprocess.Popen(["sleep", "1002"], start_new_session=True)
     reap.append(innocent)
