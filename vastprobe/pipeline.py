@@ -108,15 +108,12 @@ async def probe_any(target: str, options: DiagnoseOptions, take: Callable[[int],
     reading, the output is truncated (local runs read one host and keep its own cap only). A run
     that ended with nothing written at all is tried once more, within the same --timeout."""
     from vastprobe.targets import TargetError
-    from vastprobe.transport.registry import SSH, kind_for
+    from vastprobe.transport.registry import SSH, kind_or_none
 
     try:
         transport = transport_of(target, options)
     except TargetError as exc:
-        try:
-            name = kind_for(target).name
-        except TargetError:
-            name = SSH.name
+        name = (kind_or_none(target) or SSH).name
         return _capture(target, name, TransportResult("probe-error", f"{target}: {exc}", b"", None, False), options, 1)
     return await probe_with(transport, options, take)
 
@@ -425,13 +422,10 @@ async def _diagnose_all(targets: Sequence[str], options: DiagnoseOptions) -> lis
 def _this_machine(target: str) -> bool:
     """A target probed on this machine with no wait on a network or a runtime to overlap the
     analysis imports with (`local`)."""
-    from vastprobe.targets import TargetError
-    from vastprobe.transport.registry import kind_for
+    from vastprobe.transport.registry import kind_or_none
 
-    try:
-        return kind_for(target).this_machine
-    except TargetError:
-        return False
+    kind = kind_or_none(target)
+    return kind is not None and kind.this_machine
 
 
 def warm_for(targets: Sequence[str]) -> None:

@@ -52,10 +52,11 @@ def probe_options(
     """The probe's and the rules' settings, built alike for every command that probes or analyses.
     `targets`: what it will probe, to say so when an option of one kind of target reaches none."""
     from vastprobe.rule_options import RuleOptions
+    from vastprobe.transport.registry import kind_or_none
 
     rules = rules or RuleFlags()
     sample, pid, match, py_spy, context = probe.sample, probe.pid, probe.match, probe.py_spy, probe.context
-    if context and targets and not any(_kind_name(t) == "kubectl" for t in targets):
+    if context and targets and not any(getattr(kind_or_none(t), "name", None) == "kubectl" for t in targets):
         say(
             f"vastprobe: warning: --context {context} applies to kubectl:// targets only; none was given, so it is ignored"
         )
@@ -179,14 +180,3 @@ def _say_overridden(targets: list[str], opts) -> None:  # type: ignore[no-untype
 
 def _some(items: list[str], shown: int = 5) -> str:
     return ", ".join(items[:shown]) + (f" (+{len(items) - shown} more)" if len(items) > shown else "")
-
-
-def _kind_name(target: str) -> str | None:
-    """The transport kind a target names (transport/registry.py), None for a malformed one."""
-    from vastprobe.targets import TargetError
-    from vastprobe.transport.registry import kind_for
-
-    try:
-        return kind_for(target).name
-    except TargetError:
-        return None

@@ -6,7 +6,7 @@ analysed, or whose scope matched nothing, gets its report here too: never `healt
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from vastprobe.analysis.endpoints import remote_waits, served
 from vastprobe.analysis.logs import last_words
@@ -27,7 +27,7 @@ def unanalysed(target: str, status: Status, error: str | None, timings: dict[str
 
 
 def nothing_matched(
-    target: str, snap: HostSnapshot, asked: Sequence[str], timings: dict[str, float], scope: Any
+    target: str, snap: HostSnapshot, asked: Sequence[str], timings: dict[str, float], scope: tuple[int, ...]
 ) -> HostReport:
     """--pid/--match (`asked`, as typed) named no process: nothing to diagnose, said so, never "healthy"."""
     why = (
@@ -44,7 +44,7 @@ def processes_seen(snap: HostSnapshot) -> int:
 
 
 def host_report(
-    target: str, status: Status, error: str | None, ctx: Context, timings: dict[str, float], scope: Any
+    target: str, status: Status, error: str | None, ctx: Context, timings: dict[str, float], scope: tuple[int, ...]
 ) -> HostReport:
     """The report of an analysed host: the rules' findings and the probe's own, judged."""
     snap = ctx.snapshot

@@ -103,14 +103,20 @@ def kind_named(name: str) -> Kind | None:
     return next((k for k in KINDS if k.name == name), None)
 
 
-def needs_ssh(target: str) -> bool:
-    """Whether `target` is reached over SSH (its settings are checked and loaded before any run)."""
+def kind_or_none(target: str) -> Kind | None:
+    """kind_for, with None for a scheme no kind has (where a bad target is reported elsewhere)."""
     from vastprobe.targets import TargetError
 
     try:
-        return kind_for(target).needs_ssh
+        return kind_for(target)
     except TargetError:
-        return False
+        return None
+
+
+def needs_ssh(target: str) -> bool:
+    """Whether `target` is reached over SSH (its settings are checked and loaded before any run)."""
+    kind = kind_or_none(target)
+    return kind is not None and kind.needs_ssh
 
 
 def transport_for(target: str, settings: TransportSettings | None = None) -> Transport:
