@@ -270,3 +270,38 @@ def test_collect_over_ssh_then_analyze(sshd, tmp_path: Path) -> None:
     dead = subprocess.run([sys.executable, "-m", "vastprobe", "collect", f"root@127.0.0.1:{dead_port()}", "-o",
                            str(tmp_path / "dead.json")], capture_output=True, text=True, timeout=60)  # fmt: skip
     assert dead.returncode == 3 and "refused" in dead.stderr
+
+
+@pytest.mark.parametrize(
+    ("server_kex", "negotiated"),
+    [(None, "curve25519-sha256"), ("ecdh-sha2-nistp256,diffie-hellman-group14-sha256", "ecdh-sha2-nistp256")],
+    ids=["default-server", "server-without-x25519"],
+)
+def test_x25519_is_offered_first_and_the_rest_still_serve(
+    tmp_path: Path, server_kex: str | None, negotiated: str
+) -> None:
+    """The client offers curve25519-sha256 first (less CPU a connection than asyncssh's ML-KEM
+    hybrid, issue 36), then asyncssh's other key exchanges: a server without X25519 still gets one."""
+    s = start_sshd(tmp_path / "d", extra=f"KexAlgorithms {server_kex}\n" if server_kex else "", log_level="DEBUG1")
+    try:
+        rc, host, err = vp(s.target, "-i", str(s.user_key), "--known-hosts", str(s.known_hosts), "--sample", "0")
+        assert host["status"] == "ok", (host["error"], err)
+        assert rc in (0, 1) and host["verdict"] in ("healthy", "degraded", "stalled"), host["verdict"]
+        assert f"kex: algorithm: {negotiated}" in s.log.read_text()
+    finally:
+        s.stop()
+
+
+def test_kex_algorithms_from_the_command_line_is_what_is_offered(tmp_path: Path) -> None:
+    """`-o KexAlgorithms=...` is offered as given (OpenSSH's syntax): a server that takes only
+    ecdh-sha2-nistp384 is refused by a client told to offer only X25519, and served when told `+`."""
+    s = start_sshd(tmp_path / "d", extra="KexAlgorithms ecdh-sha2-nistp384\n", log_level="DEBUG1")
+    base = [s.target, "-i", str(s.user_key), "--known-hosts", str(s.known_hosts), "--sample", "0"]
+    try:
+        rc, host, err = vp(*base, "-o", "KexAlgorithms=curve25519-sha256")
+        assert host["status"] != "ok" and rc not in (0, 1), (host["status"], err)
+        rc, host, err = vp(*base, "-o", "KexAlgorithms=+ecdh-sha2-nistp384")
+        assert host["status"] == "ok" and rc in (0, 1), (host["error"], err)
+        assert "kex: algorithm: ecdh-sha2-nistp384" in s.log.read_text()
+    finally:
+        s.stop()

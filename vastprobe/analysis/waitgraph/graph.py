@@ -111,47 +111,50 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
         edge (a poll, a retry loop) is a ring, not a cycle: it is not followed, and the search goes
         on along the other edges (ssh and sshd poll each other; what stops them is further on)."""
         out: list[Chain] = []
-        budget = [MAX_VISITS]
-
-        def walk(pid: int, path: tuple[Hop, ...], on_path: frozenset[int]) -> None:
-            if len(out) >= limit or budget[0] <= 0:
-                return
-            budget[0] -= 1
-            edges = self.edges(pid)
-            followed = False
-            for edge in edges:
-                if not edge.holders:
-                    continue
-                for h in edge.holders:
-                    if len(out) >= limit:
-                        return
-                    hop = Hop(pid, edge)
-                    if h in on_path or len(path) >= MAX_DEPTH:
-                        members = (*path, hop)
-                        at = next((i for i, x in enumerate(members) if x.pid == h), None) if h in on_path else None
-                        loop = members[at:] if at is not None else ()
-                        if any(x.edge is not None and x.edge.inferred for x in loop):
-                            continue  # a ring of pollers or retries: nothing new to follow there
-                        acting = next(
-                            (
-                                f"{x.pid}: {a}"
-                                for x in loop
-                                if (a := self.acts_elsewhere(x.pid, x.edge.thread if x.edge else None))
-                            ),
-                            None,
-                        )
-                        out.append(Chain((*path, hop, Hop(h, None)), cycle=bool(loop) and acting is None,
-                                         open_loop=acting if loop else None))  # fmt: skip
-                        followed = True
-                        continue
-                    walk(h, (*path, hop), on_path | {h})
-                    followed = True
-            if not followed:
-                dangling = next((e for e in edges if not e.holders), None)
-                out.append(Chain((*path, Hop(pid, None)), dangling=dangling))
-
-        walk(start, (), frozenset({start}))
+        self._walk(start, (), frozenset({start}), out, [MAX_VISITS], limit)
         return out
+
+    def _walk(
+        self, pid: int, path: tuple[Hop, ...], on_path: frozenset[int], out: list[Chain], budget: list[int], limit: int
+    ) -> None:
+        """One step of chains' search, a method and not a closure: a recursive closure holds itself,
+        and that cycle (with self in it) left each host's whole snapshot to the garbage collector,
+        a tenth of a sweep's CPU (tests/test_pipeline_garbage.py)."""
+        if len(out) >= limit or budget[0] <= 0:
+            return
+        budget[0] -= 1
+        edges = self.edges(pid)
+        followed = False
+        for edge in edges:
+            if not edge.holders:
+                continue
+            for h in edge.holders:
+                if len(out) >= limit:
+                    return
+                hop = Hop(pid, edge)
+                if h in on_path or len(path) >= MAX_DEPTH:
+                    members = (*path, hop)
+                    at = next((i for i, x in enumerate(members) if x.pid == h), None) if h in on_path else None
+                    loop = members[at:] if at is not None else ()
+                    if any(x.edge is not None and x.edge.inferred for x in loop):
+                        continue  # a ring of pollers or retries: nothing new to follow there
+                    acting = next(
+                        (
+                            f"{x.pid}: {a}"
+                            for x in loop
+                            if (a := self.acts_elsewhere(x.pid, x.edge.thread if x.edge else None))
+                        ),
+                        None,
+                    )
+                    out.append(Chain((*path, hop, Hop(h, None)), cycle=bool(loop) and acting is None,
+                                     open_loop=acting if loop else None))  # fmt: skip
+                    followed = True
+                    continue
+                self._walk(h, (*path, hop), on_path | {h}, out, budget, limit)
+                followed = True
+        if not followed:
+            dangling = next((e for e in edges if not e.holders), None)
+            out.append(Chain((*path, Hop(pid, None)), dangling=dangling))
 
     def settle(self, chain: Chain) -> Chain | None:
         """A chain through an event loop's edges (`poll`) counts only as far as it is sure: to its end

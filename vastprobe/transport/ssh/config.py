@@ -75,6 +75,9 @@ class Resolved:
     #: said beside "cannot resolve" when the name went to the resolver as typed and no Host line of
     #: the ssh_config read names it (a typo, or the wrong -F): "not a Host alias in FILE"
     alias_note: str | None = None
+    #: KexAlgorithms from -o or ssh_config, in OpenSSH's syntax (a list, or +, -, ^ against the
+    #: defaults); None: vastprobe's own order (run.kex_algs)
+    kex_algorithms: str | None = None
 
     @property
     def display(self) -> str:
@@ -211,7 +214,12 @@ def resolve(target: SshTarget, opts: SshOptions) -> Resolved:
         known_hosts=tuple(dict.fromkeys(_expand(k) for k in known)),
         hash_known_hosts=hash_hosts,
         connect_timeout=min(connect_timeout, opts.timeout),
+        kex_algorithms=opts.option("KexAlgorithms") or _text_or_none(cfg.get("KexAlgorithms")),
     )
+
+
+def _text_or_none(value: object) -> str | None:
+    return str(value) if value else None
 
 
 def _alias_note(name: str, host: str, cfg: _ClientConfig, opts: SshOptions) -> str | None:

@@ -28,6 +28,7 @@ CONFIG_KEYS = {
         "HashKnownHosts",
         "ConnectTimeout",
         "ProxyJump",
+        "KexAlgorithms",
     )
 }
 _BOOL_KEYS = {"IdentitiesOnly", "HashKnownHosts"}
