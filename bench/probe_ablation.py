@@ -41,7 +41,9 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "s0: io files": [("printf '%s/io ' \"$@\" && printf '%s/wchan", "printf '%s/wchan")],
     "s0: wchan files (and the syscalls they pick)": [("printf '%s/wchan ' \"$@\" &&\n\t\t", "")],
     "s0: cgroup files (and cgmap, cgmem)": [(" &&\n\t\tprintf '%s/cgroup ' \"$@\")", ")")],
-    "s0: threads' wchan (vp_threads)": [('\t\t+*) vp_threads "${vp_w#+}" ;;\n', '\t\t+*) vp_lenv="$vp_lenv ${vp_w#+}/environ" ;;\n')],
+    "s0: threads' wchan (vp_threads)": [
+        ('\t\t+*) vp_threads "${vp_w#+}" ;;\n', '\t\t+*) vp_lenv="$vp_lenv ${vp_w#+}/environ" ;;\n')
+    ],
     "s0: the whole second grep and awk (vp_s0; syscall too)": [("\tvp_s0\n", "\tvp_lsys=\n")],
     "syscall (grep of picked syscall and thread stat files)": [("\tsecn syscall vp_syscall\n", "")],
     "GPU sections (no nvidia-smi here: builtins)": [
@@ -52,7 +54,10 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "env (environs: grep -z, tr, awk)": [("\tsecn env vp_env\n", "")],
     "fr (flight recorder dumps)": [("\tvp_fr_sec\n", "")],
     "fd and net (ls, awk, socket tables)": [("\tvp_fd\n", "")],
-    "net only (socket tables in the fd awk)": [('\t\t\t\treadns("/proc/self", "self")\n', ""), ("for (r = 0; r < 16; r++)", "for (r = 0; r < 0; r++)")],
+    "net only (socket tables in the fd awk)": [
+        ('\t\t\t\treadns("/proc/self", "self")\n', ""),
+        ("for (r = 0; r < 16; r++)", "for (r = 0; r < 0; r++)"),
+    ],
     "held (stat of held logs, their tails)": [("\tvp_held_sec\n", "")],
     "kmsg (dmesg, head, awk)": [("\tvp_k=$(vp_kmsg)\n", "\tvp_k='@@lines 1'\n")],
     "files (guarded: df, artifacts glob, stat)": [("\tvp_guard vp_files\n", "")],
