@@ -49,6 +49,7 @@ SOCKETS = """
 import os, socket, sys, time
 srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(4)
 nl = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+nl.bind((0, 0))  # bound, as a daemon's is: then /proc/net/netlink lists it
 if os.fork() == 0:
     c = socket.create_connection(srv.getsockname())
     c.recv(1)
