@@ -6,9 +6,11 @@ Run by hand (not in CI), as root, with a C compiler:
 
 It spawns SIZE extra processes of THREADS threads each (bench/probe_cost.py's sleeper), renders the
 probe once as it is and once per variant with one source switched off (a text edit of the template:
-the call of a section in vp_main, or a file kind left out of a list), and runs them all in turn,
-RUNS rounds, alternating. Reported per variant: median CPU seconds of the probe's whole process tree
-(RUSAGE_CHILDREN), the CPU it saves against the whole probe (the source's share) and output bytes.
+the call of a section in vp_main, or a file kind left out of a list), and runs them RUNS rounds: in
+each round every variant runs right beside a run of the whole probe (which goes first alternates),
+so a load that comes and goes on the machine moves both of a pair. Reported per variant: median CPU
+seconds of the probe's whole process tree (RUSAGE_CHILDREN), the median over the rounds of what it
+saves against the whole probe run beside it (the source's cost and share), and output bytes.
 Switching a section off also switches off what it feeds (the syscall list comes from s0's awk, the
 held files from the fd awk), so the shares overlap where sections share a pass; the rows say which.
 """
@@ -30,6 +32,9 @@ from probe_cost import FLOOR_NAME, build_floor, build_threaded, measure  # noqa:
 
 from vastprobe.probe.script import ProbeParams, render_script, script_template  # noqa: E402
 
+#: The list of the files the s0 pass reads (vp_lists).
+L0 = 'vp_l0="$vp_ls $vp_li $vp_lw $vp_lg $vp_lthr"'
+
 #: name -> (what it switches off, [(old, new) edits of script.sh]); an edit whose old text is not in
 #: the template is an error (the variant would measure nothing).
 VARIANTS: dict[str, list[tuple[str, str]]] = {
@@ -37,10 +42,10 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "meta, host, s0.now (builtins, one grep)": [
         ("\tsecn meta vp_meta\n\tsecn host vp_host\n\tsecn s0.now vp_now\n", "\tvp_meta >/dev/null\n")
     ],
-    "s0: status files": [("printf '%s/status ' \"$@\" && ", "")],
-    "s0: io files": [("printf '%s/io ' \"$@\" && printf '%s/wchan", "printf '%s/wchan")],
-    "s0: wchan files (and the syscalls they pick)": [("printf '%s/wchan ' \"$@\" &&\n\t\t", "")],
-    "s0: cgroup files (and cgmap, cgmem)": [(" &&\n\t\tprintf '%s/cgroup ' \"$@\")", ")")],
+    "s0: status files": [(L0, L0.replace("$vp_ls ", ""))],
+    "s0: io files": [(L0, L0.replace("$vp_li ", ""))],
+    "s0: wchan files (and the syscalls they pick)": [(L0, L0.replace("$vp_lw ", ""))],
+    "s0: cgroup files (and cgmap, cgmem)": [(L0, L0.replace("$vp_lg ", ""))],
     "s0: threads' wchan (vp_threads)": [
         ('\t\t+*) vp_threads "${vp_w#+}" ;;\n', '\t\t+*) vp_lenv="$vp_lenv ${vp_w#+}/environ" ;;\n')
     ],
@@ -81,6 +86,10 @@ def render(template: str, params: ProbeParams) -> str:
     return template.replace("#@PARAMS@", whole[whole.index("\n", start) + 1 : end], 1)
 
 
+def tcp_rows() -> int:
+    return len(Path("/proc/net/tcp").read_text().splitlines()) - 1
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=9)
@@ -95,6 +104,7 @@ def main() -> None:
     for name, edits in VARIANTS.items():
         if not args.only or any(s in name for s in args.only.split(",")):
             scripts[name] = render(variant(template, edits), params)
+    tcp_start = tcp_rows()
     with tempfile.TemporaryDirectory() as workdir:
         floor = build_floor(workdir)
         threaded = build_threaded(workdir) if args.threads > 1 else None
@@ -102,10 +112,17 @@ def main() -> None:
         sleepers = [subprocess.Popen(argv) for _ in range(args.size)]
         try:
             runs: dict[str, list[tuple[float, float, int]]] = {n: [] for n in scripts}
+            saved: dict[str, list[float]] = {n: [] for n in scripts}
             floor_cpu: list[float] = []
-            for _ in range(args.runs):
+            for r in range(args.runs):
                 for name, script in scripts.items():
-                    runs[name].append(measure(["dash", "-s"], script))
+                    if name == WHOLE:
+                        continue
+                    pair = [(WHOLE, scripts[WHOLE]), (name, script)]
+                    got = {n: measure(["dash", "-s"], s) for n, s in (pair if r % 2 == 0 else pair[::-1])}
+                    runs[WHOLE].append(got[WHOLE])
+                    runs[name].append(got[name])
+                    saved[name].append(got[WHOLE][0] - got[name][0])
                 if floor:
                     floor_cpu.append(measure([floor], "")[0])
         finally:
@@ -113,18 +130,21 @@ def main() -> None:
                 p.kill()
             for p in sleepers:
                 p.wait()
+    tcp_end = tcp_rows()
     cpu = {n: statistics.median(c for c, _, _ in r) for n, r in runs.items()}
     out = {n: int(statistics.median(b for _, _, b in r)) for n, r in runs.items()}
     whole = cpu[WHOLE]
-    print(f"{args.size} extra processes x {args.threads} threads, --sample {args.sample:g}, {args.runs} runs each")
+    print(f"{args.size} extra processes x {args.threads} threads, --sample {args.sample:g}, {args.runs} pairs each")
     if floor_cpu:
         print(f"{FLOOR_NAME}: {statistics.median(floor_cpu):.3f} CPU s")
+    # the socket tables are read whole: another user's connections on this machine move the net row
+    print(f"rows of /proc/net/tcp: {tcp_start} at the start, {tcp_end} at the end")
     print("| switched off | CPU s (median) | saves, CPU s | share of the whole | output bytes |")
     print("|---|---:|---:|---:|---:|")
     for name in scripts:
-        saved = whole - cpu[name]
-        share = f"{saved / whole:.0%}" if name != WHOLE else "-"
-        print(f"| {name} | {cpu[name]:.3f} | {saved if name != WHOLE else 0:+.3f} | {share} | {out[name]} |")
+        cut = statistics.median(saved[name]) if saved[name] else 0.0
+        share = f"{cut / whole:.0%}" if name != WHOLE else "-"
+        print(f"| {name} | {cpu[name]:.3f} | {cut:+.3f} | {share} | {out[name]} |")
 
 
 if __name__ == "__main__":
