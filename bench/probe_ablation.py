@@ -3,6 +3,7 @@
 Run by hand (not in CI), as root, with a C compiler:
 
     .venv/bin/python bench/probe_ablation.py [--runs 9] [--size 500] [--threads 4] [--sample 0]
+        [--template FILE | --template git:REV]
 
 It spawns SIZE extra processes of THREADS threads each (bench/probe_cost.py's sleeper), renders the
 probe once as it is and once per variant with one source switched off (a text edit of the template:
@@ -28,12 +29,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from probe_cost import FLOOR_NAME, build_floor, build_threaded, measure  # noqa: E402
+from probe_cost import FLOOR_NAME, build_floor, build_threaded, measure, previous_template  # noqa: E402
 
 from vastprobe.probe.script import ProbeParams, render_script, script_template  # noqa: E402
 
-#: The list of the files the s0 pass reads (vp_lists).
+#: The list of the files the s0 pass reads (vp_lists), and how the probe before issue 36 built it
+#: (bench/peers/probe-2026-12-05.sh, for --template).
 L0 = 'vp_l0="$vp_ls $vp_li $vp_lw $vp_lg $vp_lthr"'
+PRINTF = {k: f"printf '%s/{k} ' \"$@\"" for k in ("status", "io", "wchan", "cgroup")}
 
 #: name -> (what it switches off, [(old, new) edits of script.sh]); an edit whose old text is not in
 #: the template is an error (the variant would measure nothing).
@@ -42,10 +45,16 @@ VARIANTS: dict[str, list[tuple[str, str]]] = {
     "meta, host, s0.now (builtins, one grep)": [
         ("\tsecn meta vp_meta\n\tsecn host vp_host\n\tsecn s0.now vp_now\n", "\tvp_meta >/dev/null\n")
     ],
-    "s0: status files": [(L0, L0.replace("$vp_ls ", ""))],
-    "s0: io files": [(L0, L0.replace("$vp_li ", ""))],
-    "s0: wchan files (and the syscalls they pick)": [(L0, L0.replace("$vp_lw ", ""))],
-    "s0: cgroup files (and cgmap, cgmem)": [(L0, L0.replace("$vp_lg ", ""))],
+    "s0: status files": [(L0, L0.replace("$vp_ls ", "")), (PRINTF["status"] + " && ", "")],
+    "s0: io files": [(L0, L0.replace("$vp_li ", "")), (PRINTF["io"] + " && ", "")],
+    "s0: wchan files (and the syscalls they pick)": [
+        (L0, L0.replace("$vp_lw ", "")),
+        (PRINTF["wchan"] + " &&\n\t\t", ""),
+    ],
+    "s0: cgroup files (and cgmap, cgmem)": [
+        (L0, L0.replace("$vp_lg ", "")),
+        (" &&\n\t\t" + PRINTF["cgroup"] + ")", ")"),
+    ],
     "s0: threads' wchan (vp_threads)": [
         ('\t\t+*) vp_threads "${vp_w#+}" ;;\n', '\t\t+*) vp_lenv="$vp_lenv ${vp_w#+}/environ" ;;\n')
     ],
@@ -72,10 +81,14 @@ WHOLE = "the whole probe"
 
 
 def variant(template: str, edits: list[tuple[str, str]]) -> str:
+    """The template with the edits made; an edit whose text is not there is skipped when another
+    one made (the same cut, as another version of the script wrote it)."""
+    original = template
     for old, new in edits:
-        if old not in template:
-            sys.exit(f"edit not in script.sh: {old!r}")
-        template = template.replace(old, new, 1)
+        if old in template:
+            template = template.replace(old, new, 1)
+        elif len(edits) == 1 or not any(o in original for o, _ in edits):
+            sys.exit(f"edit not in the script: {old!r}")
     return template
 
 
@@ -97,10 +110,11 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--sample", type=float, default=0)
     ap.add_argument("--only", default="", help="comma-separated substrings of variant names")
+    ap.add_argument("--template", default="", help="another probe's template: a file, or git:REV")
     args = ap.parse_args()
     params = ProbeParams(sample=args.sample)
-    template = script_template()
-    scripts = {WHOLE: render_script(params)}
+    template = previous_template(args.template) if args.template else script_template()
+    scripts = {WHOLE: render(template, params)}
     for name, edits in VARIANTS.items():
         if not args.only or any(s in name for s in args.only.split(",")):
             scripts[name] = render(variant(template, edits), params)
