@@ -1,5 +1,5 @@
 """Golden tests over real kernel logs published by others (and one recorded here): each file goes
-through the probe's own filter (script.sh's VP_KPAT and vp_kfilter, run by sh and awk) and the
+through the probe's own filter (script.sh's VP_KPAT and VP_KFILTER, run by sh and awk) and the
 parser, and must give the events stored beside it. Facts the issue named are checked by name."""
 
 from __future__ import annotations

@@ -55,5 +55,10 @@ def test_forks_grow_neither_with_processes_nor_with_time(tmp_path: Path) -> None
     many = count_forks(tmp_path, 600, 0.1)
     slow = count_forks(tmp_path, 10, 3)  # three seconds between the samples: six ticks, before
     assert short > 20  # the trace saw the probe's commands at all
+    # 56 (62 before issue 36's cuts: docs/benchmarks.md, "Toward the floor"), and ss when a process
+    # read asleep has a wait channel of "0" by the time it is read (a race on a loaded machine: the
+    # full suite met it once). A fork added is a cost on every host, to be argued for there, and this
+    # number raised with it.
+    assert short <= 57, f"{short} forks with 10 extra processes"
     assert abs(short - many) <= 1, f"{short} forks with 10 extra processes, {many} with 600"
     assert abs(short - slow) <= 1, f"{short} forks with --sample 0.1, {slow} with --sample 3"

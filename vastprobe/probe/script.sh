@@ -198,16 +198,18 @@ vp_many() {
 # vp_proc_grep LIST: one grep over the /proc files in LIST.
 vp_proc_grep() { vp_many "$1" grep -H -E "$VP_PROC_PAT"; }
 
-# Prints, as one word "u/proc/PID:/proc/PID:...", each stat record that is not a kernel thread
-# (PF_KTHREAD, 0x200000, in the flags field, the 7th after the last ") ": comm may hold ") "
-# itself): one word, not a word each, spares the shell a loop turn and a growing append per process.
+# Prints the lists of the files the next passes read of each process whose stat record says it is
+# not a kernel thread (PF_KTHREAD, 0x200000, in the flags field, the 7th after the last ") ": comm
+# may hold ") " itself): one line per kind of file (status, io, wchan, cgroup, cmdline, fd), each
+# printed in one pass at the end. The shell neither loops over processes nor forks a printf for
+# each list, and no list grows by an append per process (a copy of all of it each time).
 VP_USER_AWK='/^\/proc\/[0-9]+\/stat:/ {
 	s = $0
 	while ((i = index(s, ") ")) > 0) s = substr(s, i + 2)
 	if (s == $0 || split(s, f, " ") < 7) next
 	if (int(f[7] / 2097152) % 2) next
 	p = substr($0, 1, index(substr($0, 7), "/") + 5)
-	u = u ":" p
+	up[nu++] = p
 	if (f[1] == "Z" && nz++ < 64) print "z" p
 	if (f[18] > 1) mt[nt++ % 192] = "+" p
 	# single-threaded processes asleep on a terminal (the newest 32): their environ says which tmux
@@ -228,7 +230,14 @@ BEGIN { nw = split(want, w, " "); for (i = 1; i <= nw; i++) under[w[i]] = 1 }
 # the newest 192 multi-threaded processes, newest first (a job starts after the daemons, and the
 # thread bound goes to the first ones listed); with --py-spy, 8 Python programs
 END {
-	print "u" substr(u, 2)
+	# a list of no process is one empty name, as printf with no argument made it
+	if (nu == 0) up[nu++] = ""
+	nk = split("status io wchan cgroup cmdline fd", kind, " ")
+	for (k = 1; k <= nk; k++) {
+		printf "%s", substr("siwgcf", k, 1)
+		for (i = 0; i < nu; i++) printf " %s/%s", up[i], kind[k]
+		printf "\n"
+	}
 	for (i = nt - 1; i >= 0 && i >= nt - 192; i--) print mt[i % 192]
 	for (i = ntt - 1; i >= 0 && i >= ntt - 32; i--) print tt[i % 32]
 	for (i = 0; i < nun; i++) print un[i]
@@ -246,35 +255,41 @@ vp_lists() {
 	set -- /proc/[0-9]*
 	vp_lstat=$(printf '%s/stat ' "$@")
 	vp_st=$(vp_proc_grep "$vp_lstat" 2>&1)
-	vp_lusr=
 	vp_lthr=
 	vp_lenv=
 	vp_lz=
 	vp_lpy=
 	vp_nthr=0
+	vp_ls=
+	vp_li=
+	vp_lw=
+	vp_lg=
+	vp_lcmd=
+	vp_lfd=
+	# a line a word: the lists hold spaces
+	vp_ifs=$IFS
+	IFS=$VP_NL
 	for vp_w in $(printf '%s\n' "$vp_st" | awk -v py="$VP_PYSPY" -v want="$VP_PYPIDS" -v me="${VP_PARENT:-0}" "$VP_USER_AWK"); do
 		case $vp_w in
 		+*) vp_threads "${vp_w#+}" ;;
 		e*) vp_lenv="$vp_lenv ${vp_w#e}/environ" ;;
 		z*) vp_lz="$vp_lz ${vp_w#z}/sched" ;;
 		y*) vp_lpy="$vp_lpy ${vp_w#y}" ;;
-		u*) vp_lusr=${vp_w#u} ;;
+		s*) vp_ls=${vp_w#s} ;;
+		i*) vp_li=${vp_w#i} ;;
+		w*) vp_lw=${vp_w#w} ;;
+		g*) vp_lg=${vp_w#g} ;;
+		c*) vp_lcmd=${vp_w#c} ;;
+		f*) vp_lfd=${vp_w#f} ;;
 		esac
 	done
-	vp_ifs=$IFS
-	IFS=:
-	set -- $vp_lusr
 	IFS=$vp_ifs
-	vp_l0=$(printf '%s/status ' "$@" && printf '%s/io ' "$@" && printf '%s/wchan ' "$@" &&
-		printf '%s/cgroup ' "$@")
-	vp_l0="$vp_l0 $vp_lthr"
+	vp_l0="$vp_ls $vp_li $vp_lw $vp_lg $vp_lthr"
 	# zombies (at most 64): when each last ran, that is when it exited, by the scheduler's clock;
 	# this shell's own last run is that clock's "now" (sched exists with CONFIG_SCHED_DEBUG)
 	if [ -n "$vp_lz" ]; then vp_l0="$vp_l0 $vp_lz /proc/$$/sched"; fi
-	vp_lcmd=$(printf '%s/cmdline ' "$@")
-	vp_lfd=$(printf '%s/fd ' "$@")
 	vp_l1=
-	if [ "$VP_SAMPLE" != 0 ]; then vp_l1="$vp_lstat $(printf '%s/io ' "$@")"; fi
+	if [ "$VP_SAMPLE" != 0 ]; then vp_l1="$vp_lstat $vp_li"; fi
 }
 
 # vp_threads /proc/PID: the wait channel of its threads but the main one, within the bounds (the
@@ -563,7 +578,7 @@ vp_fr() {
 	IFS=$VP_NL
 	set -- /tmp/nccl_trace_rank_ $vp_frp
 	IFS=$vp_ifs
-	vp_magic=$(printf '\200')
+	vp_magic=
 	# prefixes on FUSE mounts last: a mount that hangs the guarded child then costs no other's dumps
 	vp_frf=
 	for vp_p; do
@@ -588,6 +603,8 @@ vp_fr_prefix() {
 			return 0
 		fi
 		[ -f "$vp_f" ] && [ -s "$vp_f" ] && [ ! -h "$vp_f" ] || continue
+		# a pickle's first byte, made (a fork) only when some file may be a dump
+		[ -n "$vp_magic" ] || vp_magic=$(printf '\200')
 		# opened once and read through that descriptor, only if it is the file checked (vp_same)
 		(
 			exec 5<"$vp_f" || exit 1
@@ -700,7 +717,7 @@ vp_fd() {
 	vp_held=$({ vp_many "$vp_lfd" ls -ln$VP_LSB 2>&1 |
 		VP_B=$VP_B awk -v cap="$VP_MAXPROC" -v max="$VP_MAXFD" -v ncap="$VP_MAXNET" -v ss="$VP_SSNEED" \
 			-v ep="$vp_ep" "$VP_CAP_AWK"'
-			function readns(p, label,   t, f, col, l, c) {
+			function readns(p, label,   t, f, col, l, c, ino, miss) {
 				out("@ns " label)
 				for (t = 1; t <= 5; t++) {
 					f = p "/net/" tabs[t]
@@ -708,6 +725,22 @@ vp_fd() {
 					while ((getline l < f) > 0) {
 						split(l, c, " ")
 						if (c[col] in held && !(c[col] in found)) { out(tabs[t] ":" l); found[c[col]] = 1 }
+					}
+					close(f)
+				}
+				# a held socket still not found may be one of a kind no table above lists (netlink,
+				# packet, raw, ICMP, UDP-Lite: systemd, udev, a DHCP client hold them): those this
+				# namespace lists are marked found, not printed, so their holders, in this same
+				# namespace, do not have its tables read again (up to 16 times)
+				miss = 0
+				for (ino in held) if (!(ino in found)) { miss = 1; break }
+				if (!miss) return
+				for (t = 1; t <= 8; t++) {
+					f = p "/net/" xtabs[t]
+					col = xtabs[t] == "packet" ? 9 : 10
+					while ((getline l < f) > 0) {
+						split(l, c, " ")
+						if (c[col] in held) found[c[col]] = 1
 					}
 					close(f)
 				}
@@ -749,6 +782,7 @@ vp_fd() {
 				printf "\n@@%s@@ /fd\n\n@@%s@@ net\n", B, B
 				cut = 0; n = 0; cap = ncap
 				split("tcp tcp6 udp udp6 unix", tabs, " ")
+				split("netlink packet raw raw6 icmp icmp6 udplite udplite6", xtabs, " ")
 				readns("/proc/self", "self")
 				for (r = 0; r < 16; r++) {
 					p = ""
@@ -777,8 +811,9 @@ VP_KPAT='invoked oom-killer|oom-kill:|Kill(ed)? process|oom_reaper|Out of memory
 # and how its reader ended (`@@exit N`, from vp_kexit's marker: 124 or 137 when `tmo` killed it, so
 # the client says "not read in time", never "no OOM kill"). Only a marker that ends the input is
 # the reader's: one inside the log (a line the log's own text ends so) is the log's.
-vp_kfilter() {
-	awk -v pat="$VP_KPAT" '
+# (An awk's text, not a function: the last command of a pipeline is exec'd in the child the pipeline
+# forks for it; a function there forks once more.)
+VP_KFILTER='
 		{ rc = "" }
 		index($0, "@@exit ") && match($0, /@@exit [0-9]+$/) {
 			rc = substr($0, RSTART + 7)
@@ -792,7 +827,6 @@ vp_kfilter() {
 			if (rc != "") print "@@exit " rc
 			print "@@lines " NR - nx
 		}'
-}
 
 # vp_kexit CMD...: CMD's output, then `@@exit STATUS`: a reader that `tmo` killed (hung) says so,
 # rather than passing for a short log.
@@ -807,19 +841,19 @@ vp_kexit() {
 # read at 12 s.
 vp_kmsg() {
 	printf '@@source dmesg\n'
-	vp_kexit tmo 10 dmesg 2>&1 | tmo 12 head -c "$VP_KMAX" | vp_kfilter
+	vp_kexit tmo 10 dmesg 2>&1 | tmo 12 head -c "$VP_KMAX" | awk -v pat="$VP_KPAT" "$VP_KFILTER"
 }
 
 vp_kmsg_fallback() {
 	if vp_has journalctl; then
 		printf '@@source journalctl\n'
 		vp_kexit tmo 10 journalctl -k -b --no-pager -o short-monotonic 2>&1 | tmo 12 head -c "$VP_KMAX" |
-			tail -n 20000 | vp_kfilter
+			tail -n 20000 | awk -v pat="$VP_KPAT" "$VP_KFILTER"
 	fi
 	for vp_f in /var/log/kern.log /var/log/messages; do
 		if [ -r "$vp_f" ]; then
 			printf '@@source %s\n' "$vp_f"
-			vp_kexit tmo 10 tail -c 4000000 "$vp_f" | vp_kfilter
+			vp_kexit tmo 10 tail -c 4000000 "$vp_f" | awk -v pat="$VP_KPAT" "$VP_KFILTER"
 		fi
 	done
 }

@@ -1,0 +1,252 @@
+"""The probe as it is against the probe as it was (bench/peers/probe-2026-12-05.sh, the script before
+issue 36's cuts), on a tree of real processes in the states the rules judge: both run back to back
+on this machine, both parsed by today's parsers, and the snapshots of the test's own processes must
+be equal, and the rules must say the same of them.
+
+What may differ between two reads is set aside, and nothing else: CPU times, context switches and
+I/O counters (they move), a zombie's age, a lock's line number in /proc/locks, the probes' own processes, their timings and their
+version; and what belongs to the rest of this shared machine (other tests' processes, sockets,
+locks, mounts, /tmp). The probe's own account of its sections (complete, cut, failed, forged) must
+be equal too: a section whose status line changed shows there."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import children_of, crossed_flocks, proc_wchan, stopped_child, wait_for
+from tests.paths import REPO
+from vastprobe.analysis.context import Context
+from vastprobe.commands.common import exit_code
+from vastprobe.model import HostReport, HostSnapshot, SocketTable
+from vastprobe.parsers.snapshot import build_snapshot
+from vastprobe.probe.script import ProbeParams, render_script
+from vastprobe.probe.sections import split_sections
+from vastprobe.report.host import host_report
+from vastprobe.rule_options import RuleOptions
+
+PREVIOUS = REPO / "bench" / "peers" / "probe-2026-12-05.sh"
+
+#: A rank stand-in: two threads, asleep, with a distributed job's variables (the probe reads the
+#: environ of multi-threaded processes) and a flight recorder prefix it names.
+RANK = "import threading, time\nthreading.Thread(target=time.sleep, args=(600,), daemon=True).start()\ntime.sleep(600)"
+#: A parent that never reaps its child: a zombie.
+ZOMBIE = "import os, time\nif os.fork() == 0:\n    os._exit(3)\ntime.sleep(600)"
+#: A server that accepts and never answers, a client asleep in recv on it (a socket waiter), and a
+#: netlink socket held beside them (a kind of socket no table the probe prints lists).
+SOCKETS = """
+import os, socket, sys, time
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(4)
+nl = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+nl.bind((0, 0))  # bound, as a daemon's is: then /proc/net/netlink lists it
+if os.fork() == 0:
+    c = socket.create_connection(srv.getsockname())
+    c.recv(1)
+    os._exit(0)
+conn, _ = srv.accept()
+print(flush=True)
+time.sleep(600)
+"""
+#: A sleeper on a terminal of its own (a pty: tty_nr set), with a tmux pane's variable.
+ON_TERMINAL = """
+import os, pty, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.execvp("sleep", ["sleep", "600"])
+time.sleep(600)
+"""
+
+
+def render_previous(params: ProbeParams) -> str:
+    """The previous script with today's parameter block (bench/probe_cost.py's render_old)."""
+    new = render_script(params)
+    start = new.index("# ---- parameters")
+    block = new[new.index("\n", start) + 1 : new.index("# ---- end of parameters ----")]
+    return PREVIOUS.read_text(encoding="utf-8").replace("#@PARAMS@", block, 1)
+
+
+def run(script: str, shell: list[str]) -> bytes:
+    """The script on the shell's stdin, held open until the output ends, as the transports hold it."""
+    p = subprocess.Popen([*shell, "-s"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         start_new_session=True)  # fmt: skip
+    assert p.stdin is not None and p.stdout is not None
+    p.stdin.write(script.encode())
+    p.stdin.flush()
+    out = p.stdout.read()
+    p.stdin.close()
+    p.wait(timeout=60)
+    return out
+
+
+def snapshot(raw: bytes, params: ProbeParams) -> HostSnapshot:
+    out = split_sections(raw, params.boundary)
+    assert out.complete, raw[-400:]
+    return build_snapshot(out, params, "local", "local", len(raw))
+
+
+def report(snap: HostSnapshot, scope: tuple[int, ...]) -> HostReport:
+    options = dataclasses.replace(RuleOptions(), explicit_scope=True)
+    return host_report("local", "ok", None, Context(snap, scope, options), {}, scope)
+
+
+@pytest.fixture(scope="module")
+def tree(
+    reap_module: list[subprocess.Popen], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Path, tuple[int, ...]]]:
+    """The test's processes, in their states; returns their folder and every PID of the tree."""
+    if shutil.which("flock") is None:
+        pytest.skip("needs flock (util-linux)")
+    tmp = tmp_path_factory.mktemp("equivalence")
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": "29999", "TORCH_FR_DUMP_TEMP_FILE": f"{tmp}/fr_", "AWS_SECRET_ACCESS_KEY": "planted"}  # fmt: skip
+    procs = [subprocess.Popen([sys.executable, "-c", RANK], env=env, start_new_session=True)]
+    procs.append(subprocess.Popen([sys.executable, "-c", RANK], env={**env, "RANK": "1"}, start_new_session=True))
+    (tmp / "fr_0").write_bytes(pickle.dumps({"version": "2.2", "entries": []}, protocol=2))
+    procs.append(subprocess.Popen([sys.executable, "-c", ZOMBIE], start_new_session=True))
+    # a writer blocked on a full pipe nobody reads
+    procs.append(subprocess.Popen(["sh", "-c", "yes equivalence | sleep 600"], start_new_session=True))
+    # a job's log, held open write-only by the process writing it
+    with open(tmp / "job.log", "w") as log:
+        procs.append(subprocess.Popen(["sh", "-c", "echo step 1; echo step 2 of 9; exec sleep 600"], stdout=log,
+                                      start_new_session=True))  # fmt: skip
+    sockets = subprocess.Popen([sys.executable, "-c", SOCKETS], stdout=subprocess.PIPE, start_new_session=True)
+    procs.append(sockets)
+    procs.append(subprocess.Popen([sys.executable, "-c", ON_TERMINAL], env={**os.environ, "TMUX_PANE": "%7"},
+                                  start_new_session=True))  # fmt: skip
+    reap_module.extend(procs)
+    stopped_shell, _ = stopped_child(reap_module)
+    flock_one, flock_two = crossed_flocks(reap_module, tmp)
+    procs += [stopped_shell, flock_one, flock_two]
+    assert sockets.stdout is not None and sockets.stdout.readline() == b"\n"
+
+    def settled() -> bool:
+        kids = {p.pid: children_of(p.pid) for p in procs}
+        yes = [k for k in kids[procs[3].pid] if Path(f"/proc/{k}/comm").read_text().strip() == "yes"]
+        return (
+            any(Path(f"/proc/{k}/stat").read_text().split(") ")[1].startswith("Z") for k in kids[procs[2].pid])
+            and bool(yes) and "pipe_w" in proc_wchan(yes[0])
+            and any(proc_wchan(k) != "0" and proc_wchan(k) for k in kids[sockets.pid])
+            and any(Path(f"/proc/{k}/comm").read_text().strip() == "sleep" for k in kids[procs[6].pid])
+            and all(len(os.listdir(f"/proc/{p.pid}/task")) == 2 for p in procs[:2])
+        )  # fmt: skip
+
+    wait_for(settled, timeout=20, what="the tree in its states")
+    pids: set[int] = set()
+    frontier = [p.pid for p in procs]
+    while frontier:
+        pids.update(frontier)
+        frontier = [k for p in frontier for k in children_of(p)]
+    yield tmp, tuple(sorted(pids))  # reap_module kills them all, stopped ones too
+
+
+# ---------------------------------------------------------------- what is compared
+
+
+def _process(p: Any) -> Any:
+    """A process with what moves between two reads set aside: CPU times, the values of its context
+    switches and I/O counters (whether they were read stays), and a zombie's age."""
+    samples = tuple(
+        dataclasses.replace(s, utime=0, stime=0, io=type(s.io).__name__,
+                            voluntary_ctxt=s.voluntary_ctxt is None, nonvoluntary_ctxt=s.nonvoluntary_ctxt is None)
+        for s in p.samples
+    )  # fmt: skip
+    return dataclasses.replace(p, samples=samples, exited_ago=None if p.exited_ago is None else "set aside")
+
+
+def comparable(snap: HostSnapshot, pids: tuple[int, ...], tmp: Path) -> dict[str, Any]:
+    """What of the snapshot is the test's tree's (or its folder's), and of the host what does not move."""
+    mine = set(pids)
+    procs = {p.pid: _process(p) for p in snap.processes if p.pid in mine}
+    held_inodes = {
+        fd.socket_inode for p in snap.processes if p.pid in mine and isinstance(p.fds, tuple) for fd in p.fds
+    }
+    sockets = snap.sockets
+    socket_rows: Any = repr(sockets)
+    if isinstance(sockets, SocketTable):
+        socket_rows = sorted((s for s in sockets.sockets if s.inode in held_inodes), key=lambda s: s.inode)
+    locks = snap.locks
+    h = snap.host
+    probe = snap.probe
+    return {
+        "processes": procs,
+        "sockets": socket_rows,
+        "unix_peers_known": sockets.unix_peers_known if isinstance(sockets, SocketTable) else None,
+        # a lock's number is its line in the machine's /proc/locks: other tests' locks move it
+        "locks": sorted(repr(dataclasses.replace(lk, number=0)) for lk in locks if lk.pid in mine)
+        if isinstance(locks, tuple)
+        else repr(locks),
+        "held_files": sorted((f for f in snap.held_files if f.pid in mine), key=repr),
+        "logs": snap.logs,
+        "artifacts": snap.artifacts,
+        "flight_dumps": sorted((d for d in snap.flight_dumps if str(tmp) in repr(d)), key=repr),
+        "cgroups of the tree": sorted({(p.memory_cgroup, p.cgroup_v2) for p in snap.processes if p.pid in mine}, key=repr),
+        "disks": sorted((d.filesystem, d.mount) for d in snap.disks),
+        "gpus": snap.gpus,
+        "kernel log": snap.kernel_log,  # it may grow between the reads: then the second attempt compares
+        "host": (h.hostname, h.kernel, h.uid, h.clk_tck, h.btime, h.pid_max, h.own_pid_namespace, h.dmesg_restrict,
+                 h.arch, tuple(p.resource for p in h.pressure)),
+        "probe": (probe.complete, probe.deadline_hit, probe.truncated_sections, probe.failed_sections,
+                  probe.timeout_mode, probe.tampering, probe.transport),
+        "notes": snap.notes,
+    }  # fmt: skip
+
+
+def findings(rep: HostReport, pids: tuple[int, ...]) -> tuple[Any, ...]:
+    """Each finding with its numbers that are no PID of the tree masked (an age, a duration)."""
+    keep = {str(p) for p in pids}
+
+    def mask(text: str) -> str:
+        return re.sub(r"\d+(\.\d+)?", lambda m: m.group(0) if m.group(0) in keep else "#", text)
+
+    return tuple(sorted((f.rule, f.code, f.severity, f.pids, mask(f.summary)) for f in rep.findings))
+
+
+SHELLS = {"dash": ["dash"], "bash": ["bash"], "busybox": ["busybox", "sh"]}
+
+
+@pytest.mark.parametrize("shell", sorted(SHELLS))
+def test_the_probe_sees_what_the_previous_one_saw(
+    shell: str, tree: tuple[Path, tuple[int, ...]], tmp_path: Path
+) -> None:
+    if shutil.which(SHELLS[shell][0]) is None:
+        pytest.skip(f"{shell} is not installed")
+    tmp, pids = tree
+    params = ProbeParams(sample=0.2, logs=(str(tmp / "job.log"),), artifacts=(f"{tmp}/*",), job_pids=pids[:1])
+    new_script, old_script = render_script(params), render_previous(params)
+    assert new_script != old_script  # the test compares two probes, not one with itself
+    # another test on this machine may move a shared table, or an age may cross a rule's threshold,
+    # between the two reads: then they are taken once more
+    for attempt in range(2):
+        old = snapshot(run(old_script, SHELLS[shell]), params)
+        new = snapshot(run(new_script, SHELLS[shell]), params)
+        a, b = comparable(old, pids, tmp), comparable(new, pids, tmp)
+        old_report, new_report = report(old, pids), report(new, pids)
+        said = [(findings(r, pids), r.verdict, exit_code([r])) for r in (old_report, new_report)]
+        if (a == b and said[0] == said[1]) or attempt == 1:
+            break
+        time.sleep(0.5)
+    assert set(a["processes"]) == set(pids), "the tree is not all in the snapshot"
+    for key in a:
+        assert a[key] == b[key], f"{key} differ:\nprevious: {a[key]}\nnow:      {b[key]}"
+    # the states are there to judge: a stopped child, a pipe writer, two crossed flocks, a zombie,
+    # ranks with their variables, a socket waiter
+    states = {p.samples[0].state for p in a["processes"].values()}
+    assert {"T", "Z", "S"} <= states, states
+    assert any(dict(p.env).get("RANK") == "1" for p in a["processes"].values())
+    assert a["sockets"] and a["locks"] and a["held_files"] and a["flight_dumps"]
+    assert "planted" not in repr(new) and "planted" not in repr(old)  # an environ's other variables
+    # the same findings, verdict and exit code
+    assert said[0][0] == said[1][0]
+    assert said[0][1:] == said[1][1:]
+    assert old_report.findings  # the rules had something to say of the tree
