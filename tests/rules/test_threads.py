@@ -117,3 +117,38 @@ def test_only_threads_that_wait_on_something_else_than_a_futex_have_their_stat_r
     idle = [t for t in threads if "futex" in (t["wchan"] or "")]
     assert len(piped) == 1 and piped[0]["comm"] == p["comm"] and piped[0]["state"] == "S", piped
     assert len(idle) == 3 and all(t["comm"] == "" and t["state"] == "S" for t in idle), idle
+
+
+THREADED_C = r"""
+#include <pthread.h>
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+static void *nap(void *a) { (void)a; pthread_mutex_lock(&m); for (;;) pthread_cond_wait(&c, &m); return 0; }
+int main(void) { pthread_t t; pthread_create(&t, 0, nap, 0); nap(0); }
+"""
+
+
+def test_the_jobs_threads_are_read_first_on_a_host_busier_than_the_bound(reap, tmp_path: Path) -> None:
+    """The probe reads the threads of 192 multi-threaded processes. On a host with 220 newer ones
+    (other tenants, daemons, a pool's workers), the --pid job's threads come first: the feeder's
+    pipe wait is still seen, and the deadlock is still a stall (it read healthy before)."""
+    import shutil
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("needs a C compiler to make 220 small multi-threaded processes")
+    src, exe = tmp_path / "threaded.c", tmp_path / "threaded"
+    src.write_text(THREADED_C)
+    subprocess.run([cc, "-O2", "-pthread", "-o", str(exe), str(src)], check=True)
+    parent, child = start(reap, tmp_path, PUT_BEFORE_JOIN)
+    wait_for(lambda: any(w.endswith("pipe_write") for w in thread_wchans(child)), what="the feeder blocked")
+    others = [subprocess.Popen([str(exe)], start_new_session=True) for _ in range(220)]
+    reap.extend(others)
+    wait_for(lambda: all(len(thread_wchans(p.pid)) == 2 for p in others), what="220 newer processes of 2 threads")
+    rc, host = vastprobe_json("--pid", str(parent), "--sample", "1")
+    dead = [f for f in host["findings"] if f["rule"] == "deadlock"]
+    assert dead and dead[0]["severity"] == "critical", [
+        (f["rule"], f["severity"], f["summary"]) for f in host["findings"]
+    ]
+    assert f"({child}) to exit" in dead[0]["summary"] and "'s thread " in dead[0]["summary"]
+    assert host["verdict"] == "stalled" and rc == 1

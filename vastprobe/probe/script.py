@@ -52,7 +52,7 @@ class ProbeParams:
     max_artifacts: int = 200
     log_tail_bytes: int = 4096
     held_tail_bytes: int = 2048  # of 4 found logs (held open write-only): the job's first, then those written last
-    job_pids: tuple[int, ...] = ()  # --pid: whose found logs (theirs and their descendants') are read first
+    job_pids: tuple[int, ...] = ()  # --pid: whose (and whose descendants') found logs and threads are read first
     python_stacks: bool = False  # --py-spy: py-spy dump --nonblocking of Python programs
     python_stack_pids: tuple[int, ...] = ()  # whose Python descendants come first (--pid)
     boundary: str = field(default_factory=lambda: secrets.token_hex(16))

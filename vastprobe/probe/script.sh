@@ -210,8 +210,14 @@ VP_USER_AWK='/^\/proc\/[0-9]+\/stat:/ {
 	if (int(f[7] / 2097152) % 2) next
 	p = substr($0, 1, index(substr($0, 7), "/") + 5)
 	up[nu++] = p
+	q = substr(p, 7)
+	# the processes of the job: --pid and those under it (a child comes after its parent in /proc but
+	# where PIDs wrapped)
+	if (nj && (q in job || f[2] in job)) job[q] = 1
 	if (f[1] == "Z" && nz++ < 64) print "z" p
-	if (f[18] > 1) mt[nt++ % 192] = "+" p
+	# multi-threaded: the newest 192 of the job, then the newest others (a busy host runs more than
+	# the bound, and its daemons and other tenants must not push the threads of the job out)
+	if (f[18] > 1) { if (nj && q in job) mj[nmj++ % 192] = "+" p; else mt[nt++ % 192] = "+" p }
 	# single-threaded processes asleep on a terminal (the newest 32): their environ says which tmux
 	# pane or screen window the terminal is (TMUX_PANE, STY), for a prompt nobody answers
 	else if (f[5] != 0 && f[1] == "S") tt[ntt++ % 32] = "e" p
@@ -219,16 +225,18 @@ VP_USER_AWK='/^\/proc\/[0-9]+\/stat:/ {
 	# the parent of the probe (a local run: vastprobe itself); with --pid, those under it (a child
 	# comes after its parent in /proc but where PIDs wrapped), else the newest
 	if (py != 1) next
-	q = substr(p, 7)
 	if (q in under || f[2] in under) under[q] = 1
 	lp = index($0, "(")
 	if (f[1] == "D" || f[1] == "Z" || q == me || substr($0, lp + 1, 6) != "python") next
 	if (q in under) { if (nun < 8) un[nun++] = "y" p }
 	else pyl[npy++ % 8] = "y" p
 }
-BEGIN { nw = split(want, w, " "); for (i = 1; i <= nw; i++) under[w[i]] = 1 }
-# the newest 192 multi-threaded processes, newest first (a job starts after the daemons, and the
-# thread bound goes to the first ones listed); with --py-spy, 8 Python programs
+BEGIN {
+	nw = split(want, w, " "); for (i = 1; i <= nw; i++) under[w[i]] = 1
+	nj = split(jobs, w, " "); for (i = 1; i <= nj; i++) job[w[i]] = 1
+}
+# 192 multi-threaded processes, those of the job first, each part newest first (a job starts after the
+# daemons, and the thread bound goes to the first ones listed); with --py-spy, 8 Python programs
 END {
 	# a list of no process is one empty name, as printf with no argument made it
 	if (nu == 0) up[nu++] = ""
@@ -238,7 +246,8 @@ END {
 		for (i = 0; i < nu; i++) printf " %s/%s", up[i], kind[k]
 		printf "\n"
 	}
-	for (i = nt - 1; i >= 0 && i >= nt - 192; i--) print mt[i % 192]
+	for (i = nmj - 1; i >= 0 && i >= nmj - 192; i--) { print mj[i % 192]; nl++ }
+	for (i = nt - 1; i >= 0 && i >= nt - 192 && nl < 192; i--) { print mt[i % 192]; nl++ }
 	for (i = ntt - 1; i >= 0 && i >= ntt - 32; i--) print tt[i % 32]
 	for (i = 0; i < nun; i++) print un[i]
 	for (i = npy - 1; nw == 0 && i >= 0 && i >= npy - 8; i--) print pyl[i % 8]
@@ -269,7 +278,7 @@ vp_lists() {
 	# a line a word: the lists hold spaces
 	vp_ifs=$IFS
 	IFS=$VP_NL
-	for vp_w in $(printf '%s\n' "$vp_st" | awk -v py="$VP_PYSPY" -v want="$VP_PYPIDS" -v me="${VP_PARENT:-0}" "$VP_USER_AWK"); do
+	for vp_w in $(printf '%s\n' "$vp_st" | awk -v py="$VP_PYSPY" -v want="$VP_PYPIDS" -v jobs="$VP_JOBPIDS" -v me="${VP_PARENT:-0}" "$VP_USER_AWK"); do
 		case $vp_w in
 		+*) vp_threads "${vp_w#+}" ;;
 		e*) vp_lenv="$vp_lenv ${vp_w#e}/environ" ;;
