@@ -236,3 +236,20 @@ def test_no_more_than_64_dump_names_are_looked_at(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_dump_the_sections_end_cut_through_is_cut_short_not_refused() -> None:
+    """Under load the probe's deadline can end the `fr` section inside a dump's base64: that dump
+    reads "cut short" (no sign of what its writer wrote), the whole ones before it are read, and a
+    section that ended whole still calls bad base64 what it is."""
+    good = base64.b64encode(dumps()[0]).decode()
+    for at in (len(good) // 2, len(good) // 2 + 1, len(good) - 4):  # in a quad, between quads, the pickle's end
+        text = f"@fr 1764820800 /tmp/nccl_trace_rank_0\n{good}\n@fr 1764820801 /tmp/nccl_trace_rank_1\n{good[:at]}"
+        a, b = parse_fr_section(text, cut=True)
+        assert a.refused is None and len(a.collectives) == 4 and not a.cut
+        assert b.cut and b.refused is not None and b.refused.startswith("cut short") and b.collectives == ()
+        assert (b.path, b.mtime) == ("/tmp/nccl_trace_rank_1", 1764820801)
+        (whole,) = parse_fr_section(f"@fr - /tmp/nccl_trace_rank_1\n{good[:at]}")
+        assert not whole.cut and whole.refused is not None and not whole.refused.startswith("cut short")
+    (last,) = parse_fr_section(f"@fr - /tmp/nccl_trace_rank_2\n{good}\n", cut=True)  # cut after it: whole
+    assert last.refused is None and not last.cut and len(last.collectives) == 4

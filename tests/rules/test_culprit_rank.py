@@ -316,3 +316,18 @@ def test_on_gpus_the_rank_whose_gpu_idles_while_the_others_spin_holds_them(reap,
                         pids.match, "--sample", "1"], capture_output=True, text=True, env=busy, timeout=120)  # fmt: skip
     job = json.loads(r.stdout)["hosts"][0]["jobs"][0]
     assert job["progress"] == f"the GPU of pid {pids[0]} draws 512 W of its 700 W limit", job
+
+
+def test_a_dump_cut_short_by_the_probe_blames_no_writer() -> None:
+    """A dump the probe's output ended inside is not read, as a refused one is not, but the hint
+    says the probe ran out, not that something else wrote the file."""
+    from vastprobe.model import FlightDump
+    from vastprobe.parsers.flight_recorder import CUT_SHORT
+    from vastprobe.rules.culprit_rank import _refused
+
+    cut = FlightDump("/tmp/nccl_trace_rank_1", None, "", (), {}, refused=CUT_SHORT, cut=True)
+    odd = FlightDump("/tmp/nccl_trace_rank_2", None, "", (), {}, refused="not base64")
+    (a, b) = _refused([cut, odd])
+    assert a.severity == b.severity == "info"
+    assert "cut short" in a.summary and "--timeout" in (a.hint or "") and "who wrote it" not in (a.hint or "")
+    assert "who wrote it" in (b.hint or "")

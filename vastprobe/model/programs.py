@@ -80,6 +80,9 @@ class FlightDump:
     last_completed: dict[str, int]  # process group -> its last completed collective (pg_status)
     refused: str | None = None  # why the dump was not read: a pickle that is not plain data, bounds
     mtime: int | None = None  # when it was written (epoch seconds, the target's clock); None: not known
+    #: the probe's output ended inside this dump (its deadline, or the section's cap): not read, and
+    #: no sign of what its writer wrote
+    cut: bool = False
 
     @property
     def prefix(self) -> str:

@@ -331,29 +331,39 @@ def read_dump(path: str, data: bytes) -> FlightDump:
 _HEADER = re.compile(r"@fr (?:([0-9]{1,12}|-) )?(/.*)", re.ASCII)
 
 
-def parse_fr_section(text: str) -> tuple[FlightDump, ...]:
-    """`@fr MTIME PATH` lines, each followed by the dump's base64 lines."""
+#: Why a dump the section's end cut through was not read.
+CUT_SHORT = "cut short: the probe's output ended inside it (its deadline or the section's cap)"
+
+
+def parse_fr_section(text: str, cut: bool = False) -> tuple[FlightDump, ...]:
+    """`@fr MTIME PATH` lines, each followed by the dump's base64 lines. `cut`: the section did not
+    reach its end; its last dump, when it does not read whole, was cut there (not written so)."""
     dumps: list[FlightDump] = []
     path: str | None = None
     mtime: int | None = None
     chunks: list[str] = []
 
-    def flush() -> None:
+    def flush(last: bool = False) -> None:
         if path is None:
             return
         try:
             data = base64.b64decode("".join(chunks), validate=True)
         except (binascii.Error, ValueError):
+            data = None
+        dump = read_dump(path, data) if data is not None else None
+        if cut and last and (dump is None or dump.refused):
+            dumps.append(FlightDump(path, None, "", (), {}, refused=CUT_SHORT, mtime=mtime, cut=True))
+        elif dump is None:
             dumps.append(FlightDump(path, None, "", (), {}, refused="not base64", mtime=mtime))
-            return
-        dumps.append(dataclasses.replace(read_dump(path, data), mtime=mtime))
+        else:
+            dumps.append(dataclasses.replace(dump, mtime=mtime))
 
     for line in text.split("\n"):
         if line.startswith("@fr-cut /"):  # the probe's bound on names looked at: the rest not read
             flush()
             path, chunks = None, []
-            cut = line[len("@fr-cut ") :][:4096]
-            dumps.append(FlightDump(cut, None, "", (), {}, refused=f"more files named like dumps under {cut} than the "
+            where = line[len("@fr-cut ") :][:4096]
+            dumps.append(FlightDump(where, None, "", (), {}, refused=f"more files named like dumps under {where} than the "
                                     "probe looks at (64): the rest were not read"))  # fmt: skip
         elif line.startswith("@fr "):
             flush()
@@ -362,5 +372,5 @@ def parse_fr_section(text: str) -> tuple[FlightDump, ...]:
             mtime = read_int(m.group(1)) if m and m.group(1) not in (None, "-") else None
         elif path is not None and line and not line.startswith("@"):
             chunks.append(line.strip())
-    flush()
+    flush(last=True)
     return tuple(dumps[:16])

@@ -68,6 +68,11 @@ class Sections:
         sec = self.get(source, n)
         return sec.text if sec else ""
 
+    def cut(self, source: Source, n: int = 0) -> bool:
+        """Whether the section arrived without its status line: its last lines may be partial."""
+        sec = self.get(source, n)
+        return sec is not None and sec.truncated
+
     def missing(self, source: Source, n: int = 0) -> str:
         """Why the section `source.section(n)` gave nothing: absent, cut short, or its command failed."""
         name = source.section(n)

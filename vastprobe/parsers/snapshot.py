@@ -76,7 +76,7 @@ def build_snapshot(
         locks=locks.build_locks(sections, fmt),
         sockets=net.build_sockets(sections, fmt),
         fuse_mounts=mounts.build_fuse_mounts(sections, fmt),
-        flight_dumps=sections.read(src.FR, sections.text(src.FR)),
+        flight_dumps=sections.read(src.FR, sections.text(src.FR), sections.cut(src.FR)),
         held_files=sections.read(src.HELD, sections.text(src.HELD)),
         python_stacks=stacks,
         python_stacks_note=stacks_note,

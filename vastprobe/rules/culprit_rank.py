@@ -45,6 +45,17 @@ def check(ctx: Context) -> Iterator[Finding]:
                 yield _from_dumps(st)
 
 
+#: What to do about a dump that was not read: the probe ran out (cut), or the file is not plain data.
+_CUT_HINT = (
+    "the probe ran out of time or room while it sent this dump; nothing is known of what it holds: "
+    "probe again, with a longer --timeout if this repeats"
+)
+_REFUSED_HINT = (
+    "vastprobe reads dumps as plain data and never runs pickle code; a dump that is more than that "
+    "(a global, a call, an object) or past its bounds was written by something else: look at who wrote it"
+)
+
+
 def _refused(dumps: list[FlightDump]) -> Iterator[Finding]:
     for d in dumps:
         if d.refused:
@@ -52,8 +63,7 @@ def _refused(dumps: list[FlightDump]) -> Iterator[Finding]:
                 f"a flight recorder dump was not read: {d.path}: {d.refused}",
                 [],
                 [Evidence("flight recorder", f"{d.path}: {d.refused}")],
-                "vastprobe reads dumps as plain data and never runs pickle code; a dump that is more than that "
-                "(a global, a call, an object) or past its bounds was written by something else: look at who wrote it",
+                _CUT_HINT if d.cut else _REFUSED_HINT,
                 "info",  # a file any tenant can write under the prefix must not change the verdict
             )
 
