@@ -21,6 +21,7 @@ from vastprobe.commands import checks
 from vastprobe.commands.option_groups import OptionGroup
 from vastprobe.render.formats import OutputFormat
 from vastprobe.transport.registry import target_forms
+from vastprobe.transport.ssh.settings import CONFIG_KEYS
 
 P_SCOPE = "What to look at"
 P_OUTPUT = "Output"
@@ -166,10 +167,7 @@ ConfigOpt = Annotated[
     typer.Option("-F", "--ssh-config", metavar="FILE", callback=checks.readable_file, rich_help_panel=P_SSH,
                  help="ssh_config file (default ~/.ssh/config)."),
 ]  # fmt: skip
-_SSH_OPTION_HELP = (
-    "ssh_config option, as ssh -o (repeatable): User, Port, HostName, IdentityFile, IdentitiesOnly, IdentityAgent, "
-    "UserKnownHostsFile, StrictHostKeyChecking, HashKnownHosts, ConnectTimeout, ProxyJump."
-)
+_SSH_OPTION_HELP = f"ssh_config option, as ssh -o (repeatable): {', '.join(CONFIG_KEYS.values())}."
 OptionOpt = Annotated[
     Optional[list[str]],
     typer.Option("-o", "--ssh-option", metavar="KEY=VALUE", callback=checks.config_options, rich_help_panel=P_SSH,
