@@ -73,8 +73,6 @@ _DMESG_ONLY = re.compile(r"\[ {1,12}(\d{1,12}\.\d{1,9})\] ?+(?!\S{1,255} kernel:
 _DIGITS = re.compile(r"\d{1,20}", re.ASCII)
 _ANON = re.compile(r"anon-rss:(\d{1,20})kB", re.ASCII)
 _FILE = re.compile(r"file-rss:(\d{1,20})kB", re.ASCII)
-#: The sizes of a kill's line in one pass: the first of each, as a search for each would find
-#: (no match can hold the start of another: each is a key, digits and "kB").
 #: A kill line as kernels since 5.x word it, whole, with a name free of parentheses: read in one
 #: match (what _killed's general path reads from it, field for field; the test holds them equal).
 _KILL_LINE = re.compile(
@@ -82,6 +80,8 @@ _KILL_LINE = re.compile(
     r"shmem-rss:\d{1,20}kB, UID:(\d{1,10}) pgtables:\d{1,20}kB oom_score_adj:-?\d{1,6}",
     re.ASCII,
 )
+#: The sizes of a kill's line in one pass: the first of each, as a search for each would find
+#: (no match can hold the start of another: each is a key, digits and "kB").
 _SIZES = re.compile(r"(total-vm|vsz|anon-rss|file-rss):(\d{1,20})kB", re.ASCII)
 _UID_NEW = re.compile(r"UID:(\d{1,10})", re.ASCII)
 _UID_RHEL7 = re.compile(r", UID (\d{1,10}),", re.ASCII)
@@ -480,8 +480,8 @@ _EVENT_DEFAULTS = {f.name: f.default for f in dataclasses.fields(KernelEvent) if
 def _event_of(fields: dict[str, object]) -> KernelEvent:
     """`KernelEvent(**fields)` without the frozen dataclass's `__init__`, which sets its 21 fields
     one `object.__setattr__` at a time: 2.2 us an event against 0.5, a fifth of the parse of a log of
-    137 OOM lines. `_fields` writes every field without a default (tests/parsers/test_kmsg.py holds
-    the two equal over every recorded log)."""
+    137 OOM lines. `_fields` writes every field without a default (tests/parsers/
+    test_kmsg_fast_paths.py holds the two equal over every recorded log)."""
     event = object.__new__(KernelEvent)
     object.__setattr__(event, "__dict__", {**_EVENT_DEFAULTS, **fields})
     return event
