@@ -70,7 +70,6 @@ def probe_options(
         artifacts=tuple(probe.artifacts or DEFAULT_ARTIFACTS),
         deadline=deadline,
         python_stacks=py_spy,
-        python_stack_pids=tuple(dict.fromkeys(pid or ())) if py_spy else (),
         job_pids=tuple(dict.fromkeys(pid or ()))[:64],
     )
     return DiagnoseOptions(

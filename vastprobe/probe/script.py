@@ -52,9 +52,10 @@ class ProbeParams:
     max_artifacts: int = 200
     log_tail_bytes: int = 4096
     held_tail_bytes: int = 2048  # of 4 found logs (held open write-only): the job's first, then those written last
-    job_pids: tuple[int, ...] = ()  # --pid: whose (and whose descendants') found logs and threads are read first
+    #: --pid: whose (and whose descendants') found logs and threads are read first, and with
+    #: --py-spy their Python programs
+    job_pids: tuple[int, ...] = ()
     python_stacks: bool = False  # --py-spy: py-spy dump --nonblocking of Python programs
-    python_stack_pids: tuple[int, ...] = ()  # whose Python descendants come first (--pid)
     boundary: str = field(default_factory=lambda: secrets.token_hex(16))
 
 
@@ -119,7 +120,6 @@ def render_script(params: ProbeParams) -> str:
         f"VP_FILE_T={shell_quote(_number(FILE_TIMEOUT))}",
         f"VP_KMAX={shell_quote(_number(MAX_KMSG_READ))}",
         f"VP_PYSPY={'1' if params.python_stacks else '0'}",
-        f"VP_PYPIDS={shell_quote(' '.join(_number(int(p)) for p in params.python_stack_pids[:64]))}",
         "VP_GPU_HUNG=0",
         _each("vp_each_log", params.logs),
         _each("vp_each_glob", params.artifacts),

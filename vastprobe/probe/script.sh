@@ -222,19 +222,15 @@ VP_USER_AWK='/^\/proc\/[0-9]+\/stat:/ {
 	# pane or screen window the terminal is (TMUX_PANE, STY), for a prompt nobody answers
 	else if (f[5] != 0 && f[1] == "S") tt[ntt++ % 32] = "e" p
 	# with --py-spy: Python programs (by their comm) that are neither in D state nor zombies, nor
-	# the parent of the probe (a local run: vastprobe itself); with --pid, those under it (a child
-	# comes after its parent in /proc but where PIDs wrapped), else the newest
+	# the parent of the probe (a local run: vastprobe itself); with --pid, those of the job, else
+	# the newest
 	if (py != 1) next
-	if (q in under || f[2] in under) under[q] = 1
 	lp = index($0, "(")
 	if (f[1] == "D" || f[1] == "Z" || q == me || substr($0, lp + 1, 6) != "python") next
-	if (q in under) { if (nun < 8) un[nun++] = "y" p }
+	if (nj && q in job) { if (nun < 8) un[nun++] = "y" p }
 	else pyl[npy++ % 8] = "y" p
 }
-BEGIN {
-	nw = split(want, w, " "); for (i = 1; i <= nw; i++) under[w[i]] = 1
-	nj = split(jobs, w, " "); for (i = 1; i <= nj; i++) job[w[i]] = 1
-}
+BEGIN { nj = split(jobs, w, " "); for (i = 1; i <= nj; i++) job[w[i]] = 1 }
 # 192 multi-threaded processes, those of the job first, each part newest first (a job starts after the
 # daemons, and the thread bound goes to the first ones listed); with --py-spy, 8 Python programs
 END {
@@ -250,7 +246,7 @@ END {
 	for (i = nt - 1; i >= 0 && i >= nt - 192 && nl < 192; i--) { print mt[i % 192]; nl++ }
 	for (i = ntt - 1; i >= 0 && i >= ntt - 32; i--) print tt[i % 32]
 	for (i = 0; i < nun; i++) print un[i]
-	for (i = npy - 1; nw == 0 && i >= 0 && i >= npy - 8; i--) print pyl[i % 8]
+	for (i = npy - 1; nj == 0 && i >= 0 && i >= npy - 8; i--) print pyl[i % 8]
 }'
 
 # Every process's stat first, through a file list from one readdir of /proc (a glob like
@@ -278,7 +274,7 @@ vp_lists() {
 	# a line a word: the lists hold spaces
 	vp_ifs=$IFS
 	IFS=$VP_NL
-	for vp_w in $(printf '%s\n' "$vp_st" | awk -v py="$VP_PYSPY" -v want="$VP_PYPIDS" -v jobs="$VP_JOBPIDS" -v me="${VP_PARENT:-0}" "$VP_USER_AWK"); do
+	for vp_w in $(printf '%s\n' "$vp_st" | awk -v py="$VP_PYSPY" -v jobs="$VP_JOBPIDS" -v me="${VP_PARENT:-0}" "$VP_USER_AWK"); do
 		case $vp_w in
 		+*) vp_threads "${vp_w#+}" ;;
 		e*) vp_lenv="$vp_lenv ${vp_w#e}/environ" ;;

@@ -448,7 +448,7 @@ def test_the_probe_with_py_spy_writes_nothing(reap, spy: str, tmp_path: Path) ->
     assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
     waiter = _filelock_process(reap, lock)
     wait_for(lambda: "acquire" in _dump(spy, waiter.pid), timeout=30, what="the waiter trying the lock")
-    params = ProbeParams(sample=0, python_stacks=True, python_stack_pids=(waiter.pid,))
+    params = ProbeParams(sample=0, python_stacks=True, job_pids=(waiter.pid,))
     trace = tmp_path / "trace"
     r = subprocess.run(["strace", "-f", "-qq", "-o", str(trace), "-e",
                         "trace=openat,open,creat,unlink,unlinkat,rename,renameat,mkdir", "dash", "-s"],
