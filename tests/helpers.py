@@ -16,6 +16,25 @@ from vastprobe.parsers.snapshot import build_snapshot
 from vastprobe.probe.script import ProbeParams, render_script
 from vastprobe.probe.sections import split_sections
 
+#: A vfork() parent sleeps uninterruptibly until its child execs or exits: a real D state.
+VFORK_C = "#include <unistd.h>\nint main(void) { if (vfork() == 0) { for (;;) pause(); } return 0; }\n"
+
+
+def compiled_c(tmp_path: Path, name: str, source: str, *flags: str) -> Path:
+    """`source` built as `tmp_path/name` with this machine's C compiler; the test is skipped where
+    there is none (CI installs gcc)."""
+    import shutil
+
+    import pytest
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip(f"needs a C compiler to make {name}")
+    src, exe = tmp_path / f"{name}.c", tmp_path / name
+    src.write_text(source)
+    subprocess.run([cc, *flags, "-o", str(exe), str(src)], check=True)
+    return exe
+
 
 def run_probe_raw(params: ProbeParams, shell: list[str] | None = None, env: dict[str, str] | None = None) -> bytes:
     script = render_script(params)

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import child_waiting, children_of, crossed_flocks, proc_wchan, wait_for
+from tests.helpers import VFORK_C, child_waiting, children_of, compiled_c, crossed_flocks, proc_wchan, wait_for
 
 
 def table(*pids: int) -> list[str]:
@@ -70,21 +70,10 @@ def test_a_socket_peer_is_named_with_its_connection(reap, tmp_path: Path) -> Non
     assert lines[i + 3].startswith(f"     {srv.pid} ") and "◀ blocker (idle)" in lines[i + 3]
 
 
-VFORK_C = "#include <unistd.h>\nint main(void) { if (vfork() == 0) { for (;;) pause(); } return 0; }\n"
-
-
 def test_a_d_state_chain_is_drawn_like_a_stopped_one(reap, tmp_path: Path) -> None:
     """A vfork() parent sleeps uninterruptibly until its child execs or exits: a real D state."""
-    import shutil
-
-    import pytest
-
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("needs a C compiler to make a vfork() parent")
-    (tmp_path / "v.c").write_text(VFORK_C)
-    subprocess.run([cc, "-o", str(tmp_path / "vforker"), str(tmp_path / "v.c")], check=True)
-    job = subprocess.Popen(["bash", "-c", f"{tmp_path / 'vforker'}; echo done"], start_new_session=True)
+    exe = compiled_c(tmp_path, "vforker", VFORK_C)
+    job = subprocess.Popen(["bash", "-c", f"{exe}; echo done"], start_new_session=True)
     reap.append(job)
     wait_for(lambda: any(Path(f"/proc/{k}/stat").read_text().split(") ")[1][0] == "D" for k in children_of(job.pid)),
              what="vforker in D")  # fmt: skip

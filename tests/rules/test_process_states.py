@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -13,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import (
+    VFORK_C,
     children_of,
+    compiled_c,
     proc_state,
     stopped_child,
     vastprobe_json,
@@ -164,21 +165,9 @@ def test_zombies_of_processes_that_just_started_are_no_finding(reap) -> None:
         assert host["verdict"] == "healthy" and rc == 0
 
 
-VFORK_C = r"""
-#include <unistd.h>
-int main(void) { if (vfork() == 0) { for (;;) pause(); } return 0; }
-"""
-
-
 def _vfork_parent_in_d(tmp_path: Path, reap) -> subprocess.Popen:
     """A vfork() parent sleeps uninterruptibly until its child execs or exits: a real D state."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("needs a C compiler to make a vfork() parent")
-    src, exe = tmp_path / "vfork.c", tmp_path / "vforker"
-    src.write_text(VFORK_C)
-    subprocess.run([cc, "-o", str(exe), str(src)], check=True)
-    p = subprocess.Popen([str(exe)], start_new_session=True)
+    p = subprocess.Popen([str(compiled_c(tmp_path, "vforker", VFORK_C))], start_new_session=True)
     reap.append(p)
     wait_for(lambda: proc_state(p.pid) == "D", what="parent in D")
     return p

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import children_of, vastprobe_json, wait_for
+from tests.helpers import children_of, compiled_c, vastprobe_json, wait_for
 
 PUT_BEFORE_JOIN = textwrap.dedent("""
     import multiprocessing as mp
@@ -132,14 +132,7 @@ def test_the_jobs_threads_are_read_first_on_a_host_busier_than_the_bound(reap, t
     """The probe reads the threads of 192 multi-threaded processes. On a host with 220 newer ones
     (other tenants, daemons, a pool's workers), the --pid job's threads come first: the feeder's
     pipe wait is still seen, and the deadlock is still a stall (it read healthy before)."""
-    import shutil
-
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("needs a C compiler to make 220 small multi-threaded processes")
-    src, exe = tmp_path / "threaded.c", tmp_path / "threaded"
-    src.write_text(THREADED_C)
-    subprocess.run([cc, "-O2", "-pthread", "-o", str(exe), str(src)], check=True)
+    exe = compiled_c(tmp_path, "threaded", THREADED_C, "-O2", "-pthread")
     parent, child = start(reap, tmp_path, PUT_BEFORE_JOIN)
     wait_for(lambda: any(w.endswith("pipe_write") for w in thread_wchans(child)), what="the feeder blocked")
     others = [subprocess.Popen([str(exe)], start_new_session=True) for _ in range(220)]
