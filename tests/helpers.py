@@ -76,9 +76,20 @@ def stat_fields(pid: int | str) -> list[str] | None:
     return data[data.rindex(b")") + 2 :].decode("ascii", "replace").split()
 
 
-def proc_state(pid: int) -> str | None:
+def proc_state(pid: int | str) -> str | None:
     fields = stat_fields(pid)
     return fields[0] if fields else None
+
+
+def all_stopped(pid: int) -> bool:
+    """Every thread of `pid` stopped. SIGSTOP stops each thread as it next runs: the main thread's
+    state can read T while a busy loaded machine has yet to run another that still writes (a
+    threading server's handler)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    return bool(tids) and all(proc_state(f"{pid}/task/{t}") in ("T", "t") for t in tids)
 
 
 def proc_wchan(pid: int) -> str:

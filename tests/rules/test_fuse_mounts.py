@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,6 +53,22 @@ def test_a_reader_of_the_other_mount_is_blamed_on_its_own_server(reap, two_mount
     reap.append(job)
     wait_for(lambda: any(proc_wchan(d) == "request_wait_answer" for d in descendants(job.pid)),
              what="cat waiting on the mount")  # fmt: skip
-    _rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
     f = next(f for f in host["findings"] if f["rule"] == "fuse-no-answer")
     assert server_b.pid in f["pids"] and server_a.pid not in f["pids"] and str(b) in f["summary"], f
+    # its own server answers nothing either (the test server never does): back waiting for requests
+    assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1
+
+
+def test_a_loader_given_its_shard_as_an_options_value_is_blamed_on_that_mounts_server(reap, two_mounts) -> None:
+    """`--data=/mnt/ds/x`: the path a waiter in open() is on is an option's value, not an argument
+    of its own. Both servers answer nothing; each is back waiting for the next request (a proof)."""
+    server_a, _a, server_b, b = two_mounts
+    loader = "import sys\nopen(sys.argv[1].partition('=')[2]).read()\n"
+    job = subprocess.Popen([sys.executable, "-c", loader, f"--data={b}/train-00001.arrow"], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: proc_wchan(job.pid) == "request_wait_answer", what="the loader waiting on the mount")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3")
+    f = next(f for f in host["findings"] if f["rule"] == "fuse-no-answer")
+    assert server_b.pid in f["pids"] and server_a.pid not in f["pids"] and str(b) in f["summary"], f
+    assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1

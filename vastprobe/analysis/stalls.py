@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 from vastprobe.analysis.gpu import idle_gpus
 from vastprobe.analysis.waitgraph.edges import Chain, WaitEdge
 from vastprobe.analysis.waitgraph.locks import process_title
+from vastprobe.analysis.wchan_families import family
 from vastprobe.model import Evidence, Process
 
 if TYPE_CHECKING:
@@ -153,6 +154,11 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
         return None
     if kind == "file-lock":
         return f"{who} holds the lock and did nothing over {window}"
+    if kind == "fuse" and all(_awaits_requests_only(ctx, h) for h in edge.holders):
+        return (
+            f"every thread of {who} waits for its next request (fuse_dev_do_read) over {window}: the request was "
+            "read, and nothing works on it"
+        )
     if kind == "db-lock":
         idle_tx = [h for h in edge.holders if "idle in transaction" in process_title(ctx.tree.by_pid[h])]
         if idle_tx:
@@ -161,6 +167,21 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
                 "commits or rolls back"
             )
     return None
+
+
+def _awaits_requests_only(ctx: SnapshotView, pid: int) -> bool:
+    """Every thread of a FUSE server waits to read its next request. A request is read off the queue
+    by a waiting reader at once, so the waiter's request was read, and no thread is answering it (a
+    server with its backend call under way has that thread elsewhere). Every thread must have been
+    read: one not listed may be the one working."""
+    p = ctx.tree.by_pid.get(pid)
+    if p is None:
+        return False
+    tasks = ctx.graph.tasks(p)
+    return len(tasks) >= p.threads and all(
+        t.state == "S" and isinstance(t.wchan, str) and family(t.wchan) in ("fuse_dev_do_read", "fuse_dev_read")
+        for t in tasks
+    )
 
 
 def _adopted_sibling(ctx: SnapshotView, writer: Process, reader: Process) -> bool:

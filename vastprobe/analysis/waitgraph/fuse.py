@@ -14,6 +14,14 @@ def _names_mount(argv: tuple[str, ...], mount: FuseMount) -> bool:
     return any(a.rstrip("/") == point for a in argv[1:])
 
 
+def _path_in(arg: str) -> str | None:
+    """The absolute path an argument names: itself, or an option's value (`--data=/mnt/ds/train`)."""
+    if arg.startswith("/"):
+        return arg
+    _, eq, value = arg.partition("=")
+    return value if eq and value.startswith("/") else None
+
+
 class FuseEdges(WaitIndex):
     """Who serves the FUSE mount a process waits on."""
 
@@ -60,7 +68,7 @@ class FuseEdges(WaitIndex):
             return max(found, key=lambda m: len(m.mount_point))
         for paths in (
             [e.path for e in p.fds] if not isinstance(p.fds, Unavailable) else [],
-            [a for a in p.cmdline[1:] if a.startswith("/")],
+            [path for a in p.cmdline[1:] if (path := _path_in(a))],
         ):
             hit = {m for path in paths for m in under(path)}
             if len(hit) == 1:
