@@ -14,7 +14,7 @@ import pytest
 from tests.helpers import children_of, proc_state, proc_wchan, vastprobe_json, wait_for
 
 TRAINER = """
-import multiprocessing as mp, os, sys, threading, time
+import multiprocessing as mp, os, signal, sys, threading, time
 
 lock = threading.Lock()
 
@@ -35,6 +35,8 @@ def worker(q, take_lock):
 if __name__ == "__main__":
     mp.set_start_method("fork")
     take_lock = sys.argv[1] == "lock"
+    if sys.argv[2:] == ["term"]:  # a checkpoint-on-preemption handler, which the workers inherit
+        signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
     threading.Thread(target=logger, daemon=True).start()
     q = mp.Queue()
     workers = []
@@ -50,8 +52,8 @@ if __name__ == "__main__":
 """
 
 
-def start(reap, mode: str) -> tuple[subprocess.Popen, list[int]]:
-    job = subprocess.Popen([sys.executable, "-c", TRAINER, mode], stdout=subprocess.PIPE, text=True,
+def start(reap, mode: str, *extra: str) -> tuple[subprocess.Popen, list[int]]:
+    job = subprocess.Popen([sys.executable, "-c", TRAINER, mode, *extra], stdout=subprocess.PIPE, text=True,
                            start_new_session=True)  # fmt: skip
     reap.append(job)
     assert job.stdout is not None
@@ -60,9 +62,11 @@ def start(reap, mode: str) -> tuple[subprocess.Popen, list[int]]:
     return job, workers
 
 
-@pytest.mark.parametrize("sample", ["1", "0"])
-def test_workers_forked_while_a_thread_held_a_lock_are_deadlocked(reap, sample: str) -> None:
-    job, workers = start(reap, "lock")
+@pytest.mark.parametrize(("sample", "handler"), [("1", ""), ("0", ""), ("1", "term")])
+def test_workers_forked_while_a_thread_held_a_lock_are_deadlocked(reap, sample: str, handler: str) -> None:
+    """With "term" the trainer catches SIGTERM before it forks: the workers inherit the handler,
+    which proves nothing about them (a program of its own with one is waiting for a signal)."""
+    job, workers = start(reap, "lock", *([handler] if handler else []))
     for w in workers:
         wait_for(lambda w=w: proc_wchan(w).startswith("futex") and proc_state(w) == "S", what="the worker on the lock")
     rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
@@ -87,3 +91,34 @@ def test_workers_feeding_a_queue_beside_a_busy_thread_are_healthy(reap) -> None:
     assert host["verdict"] == "healthy" and rc == 0, [
         (f["rule"], f["severity"], f["summary"]) for f in host["findings"]
     ]
+
+
+SIGNAL_WAITER = """
+import signal, sys, threading
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *a: stop.set())
+print(flush=True)
+stop.wait()  # a service's main loop, waiting to be stopped: its only thread on its own lock
+"""
+
+
+@pytest.mark.parametrize("scope", ["--pid", ""])
+def test_a_program_waiting_for_its_sigterm_handler_is_no_deadlock(reap, scope: str) -> None:
+    """threading.Event().wait() with a SIGTERM handler to set it: the same futex wait as a fork
+    deadlock, but its handler releases it. It read STALLED, exit 1, "waits for ever"."""
+    job = subprocess.Popen([sys.executable, "-c", SIGNAL_WAITER], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    assert job.stdout is not None
+    job.stdout.readline()
+    wait_for(lambda: proc_wchan(job.pid).startswith("futex") and proc_state(job.pid) == "S", what="the wait")
+    rc, host = vastprobe_json(*([scope, str(job.pid)] if scope else []), "--sample", "0.3")
+    mine = [f for f in host["findings"] if job.pid in f["pids"]]
+    if scope:
+        assert [(f["rule"], f["severity"]) for f in mine] == [("fork-deadlock", "info")], mine
+        assert "catches SIGTERM: it waits for a signal" in mine[0]["summary"]
+        assert host["verdict"] == "healthy" and rc == 0, host["headline"]
+    else:  # the whole host: someone else's process may be stuck on this shared machine, not this one
+        assert not mine, mine
+    job.terminate()
+    assert job.wait(timeout=10) == 0  # the handler did release it

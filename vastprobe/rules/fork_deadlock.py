@@ -9,6 +9,12 @@ method, a `multiprocessing.Pool` started beside a busy thread). /proc/PID/syscal
 the timeout: a shared futex (a `multiprocessing` semaphore in shared memory) or one with a timeout
 is no such proof. The state itself is the proof, so one sample is enough; with two, the process
 must also have done nothing over the window.
+
+A signal handler can release such a lock: a program that runs its own (not forked from a threaded
+parent) and catches SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 or SIGALRM is waiting to be told something
+(`threading.Event().wait()`, set by its SIGTERM handler: a service waiting to be stopped), a note
+for a named job and nothing otherwise. A worker forked from a threaded parent inherits the parent's
+handlers (a trainer's SIGTERM checkpoint handler), so for it they prove nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +29,24 @@ from vastprobe.rules.chains import is_python, stack_command
 META = RuleMeta(
     "fork-deadlock", "VP127", "error", "a single-threaded process waits on a lock no thread of its own can release"
 )
+
+
+#: Signals a program catches to be woken or told to stop (HUP, USR1, USR2, ALRM, TERM); SIGINT is
+#: not one: Python catches it in every program.
+_WAKE_SIGNALS = {1: "SIGHUP", 10: "SIGUSR1", 12: "SIGUSR2", 14: "SIGALRM", 15: "SIGTERM"}
+
+
+def _wake_signals(p: Process) -> list[str]:
+    """The wake-up signals `p` has a handler for (/proc/PID/status SigCgt)."""
+    if not p.sig_cgt:
+        return []
+    return [name for n, name in _WAKE_SIGNALS.items() if p.sig_cgt >> (n - 1) & 1]
+
+
+def _forked_from_threaded(p: Process, parent: Process | None) -> bool:
+    """Forked without exec from a parent with threads: its parent's program (the same command line),
+    the way multiprocessing's and DataLoader's `fork` workers are."""
+    return parent is not None and parent.threads > 1 and bool(p.cmdline) and p.cmdline == parent.cmdline
 
 
 def _stuck(ctx: Context, p: Process) -> bool:
@@ -47,6 +71,11 @@ def check(ctx: Context) -> Iterator[Finding]:
         if ctx.two_samples:
             ev.append(Evidence("progress", f"no CPU, I/O or state change over {ctx.snapshot.sample_window:.1f}s"))
         forked = parent is not None and parent.threads > 1
+        signals = _wake_signals(p)
+        if signals and not _forked_from_threaded(p, parent):
+            if ctx.options.explicit_scope:
+                yield _signal_waiter(ctx, p, call, signals)
+            continue
         if parent is not None:
             ev.append(
                 Evidence(
@@ -88,6 +117,23 @@ def check(ctx: Context) -> Iterator[Finding]:
         )
         pids = (p.pid, *([parent.pid] if parent is not None else []), *(w for w, _e in waiting if w != p.ppid))
         yield META.finding(summary, pids, ev, hint)
+
+
+def _signal_waiter(ctx: Context, p: Process, call: str, signals: list[str]) -> Finding:
+    """A lock only a signal handler can release, in a program with handlers of its own: a note."""
+    summary = (
+        f"{p.comm} ({p.pid}) waits on a lock no thread of its own can release, and catches {', '.join(signals)}: "
+        "it waits for a signal (a service waiting to be stopped looks like this)"
+    )
+    ev = [
+        Evidence("/proc/syscall", f"{ctx.proc_label(p.pid)}: {call}"),
+        Evidence("/proc/status", f"{p.pid} has 1 thread, and handlers for {', '.join(signals)} (SigCgt)"),
+    ]
+    hint = (
+        f"if {p.comm} should be working, nothing will wake it but a signal: see where it waits "
+        f"({stack_command(ctx, p.pid)})"
+    )
+    return META.finding(summary, (p.pid,), ev, hint, "info")
 
 
 RULE = Rule(META, check)
