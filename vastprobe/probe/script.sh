@@ -361,7 +361,8 @@ vp_s0() {
 	# the system call is worth reading (it needs root) for a sleeping or D-state task whose wait
 	# channel leaves the fd open (pipes, sockets, locks, FUSE), polls (its fd count and timeout),
 	# says nothing ("0" where the unwinder cannot name it), or, in a multi-threaded process where a
-	# task waits on an fd, waits on a futex (with a timeout, or for another thread). Threads too
+	# task waits on an fd or every task on a futex, waits on a futex (with a timeout, or for another
+	# thread). Threads too
 	# (task/TID), within their bound: of a thread only the wait channel is read here; its stat (name
 	# and state) is read with the system calls where it waits on something else than a futex or runs
 	# ("0", whose state is not known here: the syscall of a running thread is cheap, but no reason
@@ -375,9 +376,12 @@ vp_s0() {
 		if ((i = index(p, "/task/")) > 0) {
 			q = substr(p, 1, i - 1)
 			mt[p] = 1
+			ntk[q]++
+			if (w ~ FUTEX_WAIT) nfq[q]++
 			if (w !~ FUTEX_WAIT) print p "/stat" > "/dev/stderr"
 			if (w == "0") { print p "/syscall" > "/dev/stderr"; next }
 		} else if (st[p] != "S" && st[p] != "D") next
+		else if (w ~ FUTEX_WAIT && st[p] == "S") mfx[p] = 1
 		if (w == "0" || w ~ FD_WAIT || w ~ POLL_WAIT) {
 			print p "/syscall" > "/dev/stderr"
 			# an epoll waiter: its interest lists (fdinfo tfd lines) say which fds it waits on
@@ -413,7 +417,13 @@ vp_s0() {
 		ctr[n_cg] = v == "v1" ? "oom_control failcnt max_usage_in_bytes limit_in_bytes usage_in_bytes" : "events max high peak current"
 	}
 	END {
-		for (i = 1; i <= nfx; i++) if (fxq[i] in fdw) print fx[i] "/syscall" > "/dev/stderr"
+		# and in a process whose every task waits on a futex (at most 64 such): untimed and private
+		# everywhere, no thread is left to wake another (threads deadlocked)
+		for (i = 1; i <= nfx; i++) {
+			q = fxq[i]
+			if (!(q in fdw) && (q in mfx) && ntk[q] == nfq[q] && !(q in dlk) && ndl < 64) { dlk[q] = 1; ndl++ }
+			if ((q in fdw) || (q in dlk)) print fx[i] "/syscall" > "/dev/stderr"
+		}
 		if (!cut) printf "\n@@rc=0\n"
 		printf "\n@@%s@@ /s0.proc\n\n@@%s@@ cgmap\n", B, B
 		for (i = 1; i <= n_cg; i++) {

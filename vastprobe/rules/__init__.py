@@ -31,6 +31,7 @@ from vastprobe.rules import (
     socket_peer_wait,
     stopped_child,
     terminal_prompt,
+    thread_deadlock,
     zombie_child,
 )
 from vastprobe.rules.base import Rule
@@ -55,6 +56,7 @@ RULES: tuple[Rule, ...] = tuple(
         fuse_no_answer,
         deadlock,
         fork_deadlock,
+        thread_deadlock,
         pool_lost_task,
         culprit_rank,
         terminal_prompt,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from vastprobe.analysis.signal_waiters import waits_for_a_signal
 from vastprobe.analysis.waitgraph.edges import private_untimed_wait
 from vastprobe.model import Evidence, Finding, Process
 from vastprobe.rules.base import Context, Rule, RuleMeta
@@ -29,24 +30,6 @@ from vastprobe.rules.chains import is_python, stack_command
 META = RuleMeta(
     "fork-deadlock", "VP127", "error", "a single-threaded process waits on a lock no thread of its own can release"
 )
-
-
-#: Signals a program catches to be woken or told to stop (HUP, USR1, USR2, ALRM, TERM); SIGINT is
-#: not one: Python catches it in every program.
-_WAKE_SIGNALS = {1: "SIGHUP", 10: "SIGUSR1", 12: "SIGUSR2", 14: "SIGALRM", 15: "SIGTERM"}
-
-
-def _wake_signals(p: Process) -> list[str]:
-    """The wake-up signals `p` has a handler for (/proc/PID/status SigCgt)."""
-    if not p.sig_cgt:
-        return []
-    return [name for n, name in _WAKE_SIGNALS.items() if p.sig_cgt >> (n - 1) & 1]
-
-
-def _forked_from_threaded(p: Process, parent: Process | None) -> bool:
-    """Forked without exec from a parent with threads: its parent's program (the same command line),
-    the way multiprocessing's and DataLoader's `fork` workers are."""
-    return parent is not None and parent.threads > 1 and bool(p.cmdline) and p.cmdline == parent.cmdline
 
 
 def _stuck(ctx: Context, p: Process) -> bool:
@@ -71,8 +54,8 @@ def check(ctx: Context) -> Iterator[Finding]:
         if ctx.two_samples:
             ev.append(Evidence("progress", f"no CPU, I/O or state change over {ctx.snapshot.sample_window:.1f}s"))
         forked = parent is not None and parent.threads > 1
-        signals = _wake_signals(p)
-        if signals and not _forked_from_threaded(p, parent):
+        signals = waits_for_a_signal(p, parent)
+        if signals:
             if ctx.options.explicit_scope:
                 yield _signal_waiter(ctx, p, call, signals)
             continue

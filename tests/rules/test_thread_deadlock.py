@@ -1,0 +1,120 @@
+"""thread-deadlock on real Python threads: two threads that take two locks in opposite orders while
+the main thread joins them. Every thread waits on a private futex with no timeout, and no wait edge
+leads anywhere: it read HEALTHY. Now STALLED, exit 1, from one sample too, with --pid and for the
+whole host. The controls: threads in timed waits (they wake by themselves), and a service whose
+threads wait for its SIGTERM handler."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import proc_state, vastprobe_json, wait_for
+
+ABBA = """
+import threading, time
+a, b = threading.Lock(), threading.Lock()
+def one():
+    with a:
+        time.sleep(0.1)
+        with b:
+            pass
+def two():
+    with b:
+        time.sleep(0.1)
+        with a:
+            pass
+ts = [threading.Thread(target=one), threading.Thread(target=two)]
+for t in ts:
+    t.start()
+print(flush=True)
+for t in ts:
+    t.join()
+"""
+
+#: Every thread waits with a timeout: a heartbeat's Event.wait(600) wakes by itself.
+TIMED = """
+import threading
+threading.Thread(target=lambda: threading.Event().wait(600), daemon=True).start()
+print(flush=True)
+threading.Event().wait(600)
+"""
+
+#: A service: a worker thread idle on its queue, the main thread waiting for SIGTERM's handler.
+SERVICE = """
+import queue, signal, threading
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *a: stop.set())
+threading.Thread(target=queue.Queue().get, daemon=True).start()
+print(flush=True)
+stop.wait()
+"""
+
+
+def start(reap, program: str) -> subprocess.Popen:
+    job = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    reap.append(job)
+    assert job.stdout is not None
+    job.stdout.readline()
+    wait_for(lambda: all_futex(job.pid), what="every thread asleep on a futex")
+    return job
+
+
+def all_futex(pid: int) -> bool:
+    import os
+
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    return len(tids) > 1 and all(
+        open(f"/proc/{pid}/task/{t}/wchan").read().startswith("futex") and proc_state(f"{pid}/task/{t}") == "S"
+        for t in tids
+    )
+
+
+def mine(host: dict, pid: int) -> list[dict]:
+    return [f for f in host["findings"] if pid in f["pids"]]
+
+
+@pytest.mark.parametrize("sample", ["1", "0"])
+def test_threads_that_took_two_locks_in_opposite_orders_are_deadlocked(reap, sample: str) -> None:
+    job = start(reap, ABBA)
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
+    found = [f for f in host["findings"] if f["rule"] == "thread-deadlock"]
+    assert [f["pids"] for f in found] == [[job.pid]], [(f["rule"], f["summary"]) for f in host["findings"]]
+    f = found[0]
+    assert f"({job.pid}) is deadlocked: all 3 of its threads wait on locks with no timeout" in f["summary"]
+    calls = [e["detail"] for e in f["evidence"] if e["source"] == "/proc/syscall"]
+    assert len(calls) == 3 and all("FUTEX_PRIVATE_FLAG, no timeout" in c for c in calls), calls
+    assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["headline"]
+
+
+def test_the_deadlock_is_found_on_the_whole_host(reap) -> None:
+    """No --pid, no --log: found from /proc alone (other processes of this shared machine may be
+    stuck too: only this one's finding is asserted)."""
+    job = start(reap, ABBA)
+    rc, host = vastprobe_json("--sample", "0.5")
+    found = [f for f in mine(host, job.pid) if f["rule"] == "thread-deadlock"]
+    assert found and found[0]["severity"] == "error", [(f["rule"], f["summary"]) for f in host["findings"]]
+    assert host["verdict"] == "stalled" and rc == 1
+
+
+def test_threads_in_timed_waits_are_healthy(reap) -> None:
+    job = start(reap, TIMED)
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
+    assert not mine(host, job.pid) and host["verdict"] == "healthy" and rc == 0, [
+        (f["rule"], f["summary"]) for f in host["findings"]
+    ]
+
+
+def test_a_service_waiting_for_its_sigterm_handler_is_a_note(reap) -> None:
+    job = start(reap, SERVICE)
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
+    assert [(f["rule"], f["severity"]) for f in mine(host, job.pid)] == [("thread-deadlock", "info")], host["findings"]
+    assert "catches SIGTERM: it waits for a signal" in mine(host, job.pid)[0]["summary"]
+    assert host["verdict"] == "healthy" and rc == 0
+    job.terminate()
+    assert job.wait(timeout=10) == 0  # the handler released it

@@ -1,0 +1,31 @@
+"""Whether a process asleep on its own locks is waiting for a signal: a handler can release a lock
+that no thread can (`threading.Event().wait()`, set by a SIGTERM handler, is how a service waits
+to be stopped)."""
+
+from __future__ import annotations
+
+from vastprobe.model import Process
+
+#: Signals a program catches to be woken or told to stop (HUP, USR1, USR2, ALRM, TERM); SIGINT is
+#: not one: Python catches it in every program.
+WAKE_SIGNALS = {1: "SIGHUP", 10: "SIGUSR1", 12: "SIGUSR2", 14: "SIGALRM", 15: "SIGTERM"}
+
+
+def wake_signals(p: Process) -> list[str]:
+    """The wake-up signals `p` has a handler for (/proc/PID/status SigCgt)."""
+    if not p.sig_cgt:
+        return []
+    return [name for n, name in WAKE_SIGNALS.items() if p.sig_cgt >> (n - 1) & 1]
+
+
+def forked_from_threaded(p: Process, parent: Process | None) -> bool:
+    """Forked without exec from a parent with threads: its parent's program (the same command line),
+    the way multiprocessing's and DataLoader's `fork` workers are. Such a worker inherits the
+    parent's handlers (a trainer's checkpoint-on-SIGTERM), which say nothing about it."""
+    return parent is not None and parent.threads > 1 and bool(p.cmdline) and p.cmdline == parent.cmdline
+
+
+def waits_for_a_signal(p: Process, parent: Process | None) -> list[str]:
+    """The handlers that make `p`'s wait on its own locks a wait for a signal: none for a worker
+    forked from a threaded parent."""
+    return [] if forked_from_threaded(p, parent) else wake_signals(p)
