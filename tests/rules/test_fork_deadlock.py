@@ -6,6 +6,8 @@ one sample; the same program with workers that do not wait on the lock is the he
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 
@@ -94,31 +96,33 @@ def test_workers_feeding_a_queue_beside_a_busy_thread_are_healthy(reap) -> None:
 
 
 SIGNAL_WAITER = """
-import signal, sys, threading
+import signal, subprocess, sys, threading
 stop = threading.Event()
-signal.signal(signal.SIGTERM, lambda *a: stop.set())
-print(flush=True)
+signal.signal(getattr(signal, sys.argv[1]), lambda *a: stop.set())
+child = subprocess.Popen(["sleep", "600"])  # for SIGCHLD: its exit is the signal
+print(child.pid, flush=True)
 stop.wait()  # a service's main loop, waiting to be stopped: its only thread on its own lock
 """
 
 
-@pytest.mark.parametrize("scope", ["--pid", ""])
-def test_a_program_waiting_for_its_sigterm_handler_is_no_deadlock(reap, scope: str) -> None:
-    """threading.Event().wait() with a SIGTERM handler to set it: the same futex wait as a fork
-    deadlock, but its handler releases it. It read STALLED, exit 1, "waits for ever"."""
-    job = subprocess.Popen([sys.executable, "-c", SIGNAL_WAITER], stdout=subprocess.PIPE, text=True,
+@pytest.mark.parametrize(("scope", "signame"), [("--pid", "SIGTERM"), ("", "SIGTERM"), ("--pid", "SIGCHLD")])
+def test_a_program_waiting_for_its_signal_handler_is_no_deadlock(reap, scope: str, signame: str) -> None:
+    """threading.Event().wait() with a SIGTERM handler to set it (or a SIGCHLD handler, for its
+    child's exit): the same futex wait as a fork deadlock, but its handler releases it. It read
+    STALLED, exit 1, "waits for ever"."""
+    job = subprocess.Popen([sys.executable, "-c", SIGNAL_WAITER, signame], stdout=subprocess.PIPE, text=True,
                            start_new_session=True)  # fmt: skip
     reap.append(job)
     assert job.stdout is not None
-    job.stdout.readline()
+    child = int(job.stdout.readline())
     wait_for(lambda: proc_wchan(job.pid).startswith("futex") and proc_state(job.pid) == "S", what="the wait")
     rc, host = vastprobe_json(*([scope, str(job.pid)] if scope else []), "--sample", "0.3")
     mine = [f for f in host["findings"] if job.pid in f["pids"]]
     if scope:
         assert [(f["rule"], f["severity"]) for f in mine] == [("fork-deadlock", "info")], mine
-        assert "catches SIGTERM: it waits for a signal" in mine[0]["summary"]
+        assert f"catches {signame}: it waits for a signal" in mine[0]["summary"]
         assert host["verdict"] == "healthy" and rc == 0, host["headline"]
     else:  # the whole host: someone else's process may be stuck on this shared machine, not this one
         assert not mine, mine
-    job.terminate()
+    os.kill(child if signame == "SIGCHLD" else job.pid, signal.SIGTERM)
     assert job.wait(timeout=10) == 0  # the handler did release it

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from vastprobe.model import Process
 
-#: Signals a program catches to be woken or told to stop (HUP, USR1, USR2, ALRM, TERM); SIGINT is
-#: not one: Python catches it in every program.
-WAKE_SIGNALS = {1: "SIGHUP", 10: "SIGUSR1", 12: "SIGUSR2", 14: "SIGALRM", 15: "SIGTERM"}
+#: Signals a program catches to be woken or told to stop: HUP, USR1, USR2, ALRM (its own timer), TERM,
+#: CHLD (a child's exit) and IO (signal-driven I/O). SIGINT is not one: Python catches it in every
+#: program; nor glibc's real-time signals, which every threaded program catches.
+WAKE_SIGNALS = {
+    1: "SIGHUP", 10: "SIGUSR1", 12: "SIGUSR2", 14: "SIGALRM", 15: "SIGTERM", 17: "SIGCHLD", 29: "SIGIO",
+}  # fmt: skip
 
 
 def wake_signals(p: Process) -> list[str]:

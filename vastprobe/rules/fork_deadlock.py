@@ -11,7 +11,7 @@ is no such proof. The state itself is the proof, so one sample is enough; with t
 must also have done nothing over the window.
 
 A signal handler can release such a lock: a program that runs its own (not forked from a threaded
-parent) and catches SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 or SIGALRM is waiting to be told something
+parent) and catches SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGALRM, SIGCHLD or SIGIO is waiting to be told something
 (`threading.Event().wait()`, set by its SIGTERM handler: a service waiting to be stopped), a note
 for a named job and nothing otherwise. A worker forked from a threaded parent inherits the parent's
 handlers (a trainer's SIGTERM checkpoint handler), so for it they prove nothing.
