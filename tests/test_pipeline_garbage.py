@@ -42,3 +42,24 @@ def test_a_report_leaves_no_cyclic_garbage(name: str, collector_off: None) -> No
     del report
     gc.set_debug(gc.DEBUG_SAVEALL)
     assert gc.collect() == 0, collections.Counter(type(o).__qualname__ for o in gc.garbage).most_common(8)
+
+
+@pytest.mark.parametrize("name", CAPTURES)
+def test_a_reports_table_leaves_no_cyclic_garbage(name: str, collector_off: None) -> None:
+    """The terminal table too (a sweep with --format table renders every host): the wait tree's
+    drawing once walked itself with recursive closures, each holding the snapshot."""
+    import io
+
+    from vastprobe.render.table import make_console, render_host
+
+    capture = load_captures(FIXTURES / "reports" / "captures" / f"{name}.json")[0]
+    options = DiagnoseOptions(params=ProbeParams(logs=("/tmp/vastprobe-golden/job.log",)))
+    report = report_or_raise(capture, options)
+    out = io.StringIO()
+    render_host(make_console(out), report, True)
+    gc.collect()
+    render_host(make_console(out), report, True)
+    assert "\n" in out.getvalue()
+    del report
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    assert gc.collect() == 0, collections.Counter(type(o).__qualname__ for o in gc.garbage).most_common(8)

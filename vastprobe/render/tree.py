@@ -58,15 +58,14 @@ def draw_picture(snap: HostSnapshot, pic: WaitPicture) -> list[Text]:
         child = link.holder is not None and link.holder in drawn and parent_of.get(link.holder) == link.waiter
         if not child and link.waiter in drawn:
             cross.setdefault(link.waiter, []).append((link.label, link.holder))
+    # depth first, each node before its children: with a stack, not a recursive closure (one that
+    # calls itself is a reference cycle, and it held the snapshot until the collector ran)
     order: list[int] = []
-
-    def walk(pid: int) -> None:
+    stack = list(reversed(roots))
+    while stack:
+        pid = stack.pop()
         order.append(pid)
-        for k in kids[pid]:
-            walk(k)
-
-    for r in roots:
-        walk(r)
+        stack.extend(reversed(kids[pid]))
     position = {pid: i for i, pid in enumerate(order)}
     blockers = set(pic.blockers)
     lines: list[Text] = []
@@ -79,7 +78,9 @@ def draw_picture(snap: HostSnapshot, pic: WaitPicture) -> list[Text]:
             note = f"parent {p.ppid} {safe(parent.comm, 32)}" if parent is not None else f"parent {p.ppid}"
         return node_text(snap, p, (pic.why or "") if pid in blockers else None, note)
 
-    def emit(pid: int, prefix: str, guide: str, root: bool) -> None:
+    todo: list[tuple[int, str, str, bool]] = [(r, "", "", True) for r in reversed(roots)]
+    while todo:
+        pid, prefix, guide, root = todo.pop()
         head = Text(prefix + guide)
         parent = parent_of[pid]
         words = label.get((parent, pid)) if parent is not None else None
@@ -100,9 +101,8 @@ def draw_picture(snap: HostSnapshot, pic: WaitPicture) -> list[Text]:
                 if holder in position:
                     t.append(" (below)" if position[holder] > position[pid] else " (above)", style="dim")
             lines.append(t)
-        for j, k in enumerate(kids[pid]):
-            emit(k, inner, LAST if len(edges) + j == n - 1 else BRANCH, False)
-
-    for r in roots:
-        emit(r, "", "", True)
+        todo.extend(
+            (k, inner, LAST if len(edges) + j == n - 1 else BRANCH, False)
+            for j, k in reversed(list(enumerate(kids[pid])))
+        )
     return lines
