@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from vastprobe.analysis.signal_waiters import waits_for_a_signal
 from vastprobe.analysis.waitgraph.edges import Chain
 from vastprobe.clock import utc_text
 from vastprobe.model import Evidence, Finding
@@ -31,8 +32,15 @@ def check(ctx: Context) -> Iterator[Finding]:
             continue
         if ctx.two_samples and any(ctx.progress[p].moved for p in members if p in ctx.progress):
             continue  # something in it moved: a cycle of waits that is still being served
+        if len(members) == 1 and cycle.edges and cycle.edges[0].kind == "fifo":
+            continue  # a named pipe: anyone may open it by its path (a listener holds it read-write)
         ev = _loop_evidence(ctx, cycle)
         what = ", ".join(sorted({e.kind for e in cycle.edges}))
+        signals = _signal_pipe(ctx, cycle)
+        if signals:
+            if ctx.options.explicit_scope:
+                yield _signal_waiter(ctx, cycle, ev, signals)
+            continue
         if len(members) == 1:
             summary = f"{ctx.proc_label(members[0])} waits on {cycle.edges[0].what} that only it can end"
         else:
@@ -66,6 +74,27 @@ def check(ctx: Context) -> Iterator[Finding]:
             continue
         yield META.finding(summary, members, ev, hint)
     yield from _full_pipe_loops(ctx)
+
+
+def _signal_pipe(ctx: Context, cycle: Chain) -> list[str]:
+    """The handlers of a process reading a pipe only it writes, when they can write it: the
+    self-pipe trick (`signal.set_wakeup_fd`, a C handler's write()) is how a program waits for a
+    signal. None for a worker forked from a threaded parent (its handlers are the parent's)."""
+    if len(cycle.pids) != 2 or not cycle.edges or cycle.edges[0].kind != "pipe" or cycle.edges[0].writes:
+        return []
+    p = ctx.tree.by_pid.get(cycle.pids[0])
+    return waits_for_a_signal(p, ctx.tree.by_pid.get(p.ppid)) if p is not None else []
+
+
+def _signal_waiter(ctx: Context, cycle: Chain, ev: list[Evidence], signals: list[str]) -> Finding:
+    pid = cycle.pids[0]
+    summary = (
+        f"{ctx.proc_label(pid)} waits on {cycle.edges[0].what} that only it writes, and catches {', '.join(signals)}: "
+        "it waits for a signal (the self-pipe trick: its handler writes the pipe)"
+    )
+    ev = [*ev, Evidence("/proc/status", f"{pid} has handlers for {', '.join(signals)} (SigCgt)")]
+    hint = "if it should be working, only a signal will wake it: see which one it waits for, and who should send it"
+    return META.finding(summary, (pid,), ev, hint, severity="info")
 
 
 def _loop_evidence(ctx: Context, loop: Chain) -> list[Evidence]:
