@@ -112,8 +112,8 @@ class Socket:
     local: str  # "127.0.0.1:8080", a Unix path, or ""
     remote: str  # "" for Unix sockets and unconnected ones
     state: str  # ESTABLISHED, LISTEN, ... (Unix: CONNECTED, LISTEN, UNCONNECTED)
-    send_queue: int | None  # bytes not yet acknowledged by the peer (TCP)
-    recv_queue: int | None  # bytes received and not yet read by the holder (TCP)
+    send_queue: int | None  # bytes not yet acknowledged by the peer (TCP); Unix, from ss: memory its sent data holds
+    recv_queue: int | None  # bytes received and not yet read by the holder (TCP; Unix, from ss)
     peer_inode: int | None = None  # Unix: the other end, from ss
 
 

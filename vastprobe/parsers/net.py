@@ -66,6 +66,7 @@ def parse_net_section(text: str, truncated: bool = False) -> SocketTable:
     netns: int | None = None
     sockets: dict[int, Socket] = {}
     peers: dict[int, int] = {}
+    queues: dict[int, tuple[int, int]] = {}  # a Unix socket's (send, receive) queues, from ss
     saw_ss = False
     for raw in text.split("\n"):
         line = raw[:4096]
@@ -77,7 +78,9 @@ def parse_net_section(text: str, truncated: bool = False) -> SocketTable:
             saw_ss = True
             pair = _ss_pair(line)
             if pair is not None:
-                peers[pair[0]] = pair[1]
+                local, peer, recv_q, send_q = pair
+                peers[local] = peer
+                queues[local] = (send_q, recv_q)
             continue
         row = _ROW.match(line)
         if row is None:
@@ -88,24 +91,31 @@ def parse_net_section(text: str, truncated: bool = False) -> SocketTable:
             sockets.setdefault(sock.inode, sock)
     if peers:
         sockets = {
-            i: Socket(s.inode, s.proto, s.netns, s.local, s.remote, s.state, s.send_queue, s.recv_queue, peers.get(i))
-            if s.proto == "unix"
-            else s
-            for i, s in sockets.items()
+            i: _with_peer(s, peers.get(i), queues.get(i)) if s.proto == "unix" else s for i, s in sockets.items()
         }
     return SocketTable(tuple(sockets.values()), unix_peers_known=saw_ss or bool(peers), truncated=truncated)
 
 
-def _ss_pair(line: str) -> tuple[int, int] | None:
-    """(local inode, peer inode) of an `@ss u_str ESTAB 0 0 <addr> <inode> <peer addr> <peer inode>`
-    line: the last field, and the first number after the queues (an address may hold spaces).
-    Read by fields, not by a regex: two lazy `.*?` groups on one line cost quadratic time."""
+def _with_peer(s: Socket, peer: int | None, queues: tuple[int, int] | None) -> Socket:
+    send_q, recv_q = queues if queues is not None else (None, None)
+    return Socket(s.inode, s.proto, s.netns, s.local, s.remote, s.state, send_q, recv_q, peer)
+
+
+def _ss_pair(line: str) -> tuple[int, int, int, int] | None:
+    """(local inode, peer inode, Recv-Q, Send-Q) of an `@ss u_str ESTAB 0 0 <addr> <inode> <peer
+    addr> <peer inode>` line: the last field, and the first number after the queues (an address may
+    hold spaces). Recv-Q is the bytes waiting to be read on this end (/proc/net/unix has no
+    queues: a request a server never read shows only here). Read by fields, not by a regex: two
+    lazy `.*?` groups on one line cost quadratic time."""
     f = line.split()
-    if len(f) < 7 or not f[1].startswith("u_") or read_int(f[3]) is None or read_int(f[4]) is None:
+    if len(f) < 7 or not f[1].startswith("u_"):
+        return None
+    recv_q, send_q = read_int(f[3]), read_int(f[4])
+    if recv_q is None or send_q is None:
         return None
     peer = read_int(f[-1])
     local = next((n for n in (read_int(x) for x in f[5:-1]) if n is not None), None)
-    return (local, peer) if local is not None and peer is not None else None
+    return (local, peer, recv_q, send_q) if local is not None and peer is not None else None
 
 
 def _inet(body: str, proto: SocketProto, netns: int | None) -> Socket | None:

@@ -34,7 +34,9 @@ class SocketEdges(WaitIndex):
             return None
         ino, fd = inodes[0]
         sock = self._sockets.get(ino)
-        if sock is None:
+        if sock is None or sock.state == "LISTEN":
+            # a listening socket: it waits for connections to come (a Unix socket's accept() sleeps
+            # in a datagram wait, which reads like a read), as inet_csk_accept says for TCP
             return None
         edge = None
         if sock.proto.startswith("tcp"):
