@@ -44,6 +44,24 @@ if __name__ == "__main__":
     time.sleep(3600)
 """
 
+# workers replaced by design, and a source that yields a task now and then: the pool's task
+# handler thread sleeps in the generator (a remote queue, a sensor)
+SLOW_SOURCE = """
+import multiprocessing as mp, time
+
+def source():
+    yield 0
+    time.sleep(3600)
+    yield 1
+
+if __name__ == "__main__":
+    mp.set_start_method("fork")
+    with mp.Pool(3, maxtasksperchild=1) as pool:
+        time.sleep(0.8)  # the first task's worker is replaced well after the others started
+        for r in pool.imap(abs, source()):
+            print("waiting", flush=True)
+"""
+
 BUSY = """
 import multiprocessing as mp
 
@@ -130,6 +148,23 @@ def test_a_pool_at_work_is_healthy(reap) -> None:
     reap.append(job)
     assert job.stdout is not None and job.stdout.readline().strip() == "started"
     wait_for(lambda: len(pool_workers(job.pid)) == 2, what="the workers")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+    assert not [f for f in host["findings"] if f["rule"] == "pool-lost-task"], host["findings"]
+    assert host["verdict"] == "healthy" and rc == 0, [
+        (f["rule"], f["severity"], f["summary"]) for f in host["findings"]
+    ]
+
+
+def test_a_pool_fed_by_a_slow_source_is_healthy(reap) -> None:
+    """maxtasksperchild=1 replaced the workers, and the parent waits for the next result while the
+    task handler sleeps in the generator: it read STALLED, exit 1, "results that will never come"."""
+    job = subprocess.Popen([sys.executable, "-c", SLOW_SOURCE], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    assert job.stdout is not None and job.stdout.readline().strip() == "waiting"
+    wait_for(lambda: len(pool_workers(job.pid)) == 3 and all(proc_wchan(w).startswith(IDLE_WAITS)
+             for w in pool_workers(job.pid)) and max(age(w) for w in pool_workers(job.pid)) - min(
+             age(w) for w in pool_workers(job.pid)) >= 0.6, what="one worker replaced, all idle")  # fmt: skip
     rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
     assert not [f for f in host["findings"] if f["rule"] == "pool-lost-task"], host["findings"]
     assert host["verdict"] == "healthy" and rc == 0, [

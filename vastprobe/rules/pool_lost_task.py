@@ -6,7 +6,9 @@ extension) but not the task it was running: `map()` waits for ever for that resu
 chunk is never re-sent). Nothing waits on anything a process holds (the parent waits on a condition
 of its own, the workers on the task queue's pipe and its shared lock), so no wait edge shows it;
 the pool's shape does: every process of it did nothing over the window, and a worker started
-well after the rest. With one sample nothing can be said of the window: a note.
+well after the rest. A thread of the parent asleep on a timer is the pool's task handler inside a
+slow source of tasks (`imap` over a generator that sleeps), which will hand out more: no proof.
+With one sample nothing can be said of the window: a note.
 """
 
 from __future__ import annotations
@@ -66,6 +68,10 @@ def check(ctx: Context) -> Iterator[Finding]:
         main = private_untimed_wait(parent.syscall)
         if main is None:
             continue  # its main thread does something else than wait for results (or it was not read)
+        if any(
+            wait_kind(t.wchan if isinstance(t.wchan, str) else None, None) == "sleep" for t in ctx.graph.tasks(parent)
+        ):
+            continue  # a thread on a timer: the task handler in a slow source of tasks (imap over a generator)
         still = _still(ctx, [parent.pid, *waits])
         if still is False:
             continue
