@@ -47,8 +47,8 @@ def served(ctx: Context) -> tuple[ServedSocket, ...]:
     graph = ctx.graph
     tcp = [s for s in table.sockets if s.proto.startswith("tcp") and graph.socket_holders(s.inode)]
     listening = [s for s in tcp if s.state == "LISTEN"]
-    ports = {s.local.rpartition(":")[2] for s in listening}
-    accepted = [s for s in tcp if s.state != "LISTEN" and s.remote and s.local.rpartition(":")[2] in ports]
+    ports = {s.local_address[1] for s in listening}
+    accepted = [s for s in tcp if s.state != "LISTEN" and s.remote and s.local_address[1] in ports]
     out = []
     for s in (*listening, *accepted)[:MAX_SERVED]:
         holder = ctx.tree.by_pid.get(graph.socket_holders(s.inode)[0])

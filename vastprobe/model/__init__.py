@@ -33,6 +33,7 @@ from vastprobe.model.host import (
     Socket,
     SocketProto,
     SocketTable,
+    split_endpoint,
 )
 from vastprobe.model.process import EpollWatch, FdEntry, FdMode, Process, ProcIO, ProcSample, Syscall, ThreadState
 from vastprobe.model.programs import Collective, FlightDump, FrameLocal, PythonStack, PyThread
@@ -121,5 +122,6 @@ __all__ = [
     "WaitLink",
     "WaitPicture",
     "available",
+    "split_endpoint",
     "verdict",
 ]

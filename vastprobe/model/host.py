@@ -102,6 +102,13 @@ class FileLock:
 SocketProto = Literal["tcp", "tcp6", "udp", "udp6", "unix"]
 
 
+def split_endpoint(endpoint: str) -> tuple[str, str]:
+    """`127.0.0.1:8080` -> (`127.0.0.1`, `8080`); `[::1]:22` -> (`[::1]`, `22`): an INET socket's
+    address as the net parser writes it (IPv6 in brackets), split once here, not by each reader."""
+    host, _, port = endpoint.rpartition(":")
+    return host, port
+
+
 @dataclass(frozen=True)
 class Socket:
     """One socket a listed process holds, from /proc/PID/net/* of its network namespace."""
@@ -115,6 +122,11 @@ class Socket:
     send_queue: int | None  # bytes not yet acknowledged by the peer (TCP); Unix, from ss: memory its sent data holds
     recv_queue: int | None  # bytes received and not yet read by the holder (TCP; Unix, from ss)
     peer_inode: int | None = None  # Unix: the other end, from ss
+
+    @property
+    def local_address(self) -> tuple[str, str]:
+        """(address, port) of an INET socket's own end."""
+        return split_endpoint(self.local)
 
 
 @dataclass(frozen=True)

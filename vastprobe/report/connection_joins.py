@@ -14,7 +14,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from vastprobe.model import SEVERITY_ORDER, Evidence, Finding, HostReport, RemotePeer, ServedSocket, Severity
+from vastprobe.model import (
+    SEVERITY_ORDER,
+    Evidence,
+    Finding,
+    HostReport,
+    RemotePeer,
+    ServedSocket,
+    Severity,
+    split_endpoint,
+)
 from vastprobe.report.edits import added, swap
 from vastprobe.report.hops import address
 
@@ -24,7 +33,7 @@ _ANY = ("0.0.0.0", "::", "*", "")  # a listener's wildcard addresses, brackets s
 
 def _split(endpoint: str) -> tuple[str, str]:
     """`[::1]:22` -> (`::1`, `22`): the address without brackets, lower case, and the port."""
-    ip, _, port = endpoint.rpartition(":")
+    ip, port = split_endpoint(endpoint)
     return ip.strip("[]").lower(), port
 
 

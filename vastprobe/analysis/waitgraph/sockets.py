@@ -9,7 +9,7 @@ from functools import cached_property
 
 from vastprobe.analysis.waitgraph.edges import Task, WaitEdge, main_task
 from vastprobe.analysis.waitgraph.index import WaitIndex
-from vastprobe.model import Evidence, Process, Socket, SocketTable, Unavailable
+from vastprobe.model import Evidence, Process, Socket, SocketTable, Unavailable, split_endpoint
 
 
 class SocketEdges(WaitIndex):
@@ -129,16 +129,16 @@ class SocketEdges(WaitIndex):
 
     @cached_property
     def _local_ips(self) -> frozenset[str]:
-        return frozenset(s.local.rsplit(":", 1)[0] for s in self._sockets.values() if s.proto.startswith("tcp"))
+        return frozenset(s.local_address[0] for s in self._sockets.values() if s.proto.startswith("tcp"))
 
     def _listener(self, address: str, netns: int | None) -> Socket | None:
         """The listening socket a connection to `address` lands on, when that address is this host's."""
-        ip, _, port = address.rpartition(":")
+        ip, port = split_endpoint(address)
         local = ip.startswith("127.") or ip == "[::1]" or ip in self._local_ips
         for s in self._sockets.values():
             if s.state != "LISTEN" or not s.proto.startswith("tcp") or (s.netns != netns and netns is not None):
                 continue
-            lip, _, lport = s.local.rpartition(":")
+            lip, lport = s.local_address
             if lport == port and (lip == ip or (local and lip in ("0.0.0.0", "[::]"))):
                 return s
         return None
