@@ -229,11 +229,59 @@ def test_a_run_holding_both_hosts_joins_their_findings(reap, sshd: Sshd, payload
         hosts = {h["target"]: h for h in json.loads(r.stdout)["hosts"]}
         ha, hb = hosts[a.target], hosts[sshd.target]
         f = next(f for f in ha["findings"] if f.get("remote") == sshd.target)
+        # joined by the connection: B's end is the sshd session, and under it the stopped cat
         joined = [e["detail"] for e in f["evidence"] if e["source"] == "this run"]
-        assert joined and joined[0].startswith(f"{sshd.target} was probed in this run: stalled"), f["evidence"]
-        told = [e["detail"] for g in hb["findings"] for e in g["evidence"] if e["source"] == "this run"]
-        assert told and told[0].startswith(f"{a.target} waits on this host: ") and "ssh session" in told[0], told
-        assert r.returncode == 1  # B is stalled: its cat is stopped
+        assert joined and joined[0].startswith(f"{sshd.target}: sshd (") and "accepted it: its host says: cat (" in (
+            joined[0]) and "is stopped (T)" in joined[0], f["evidence"]  # fmt: skip
+        told = [e["detail"] for g in hb["findings"] if set(stopped) & set(g["pids"])
+                for e in g["evidence"] if e["source"] == "this run"]  # fmt: skip
+        assert told and told[0].startswith(f"{a.target}: ssh (") and " waits on sshd (" in told[0], told
+        # A is held by what holds the other end, at its severity: it read DEGRADED beside a STALLED B
+        assert f["severity"] == "error" and ha["verdict"] == "stalled", (ha["verdict"], f["summary"])
+        assert r.returncode == 1
     finally:
         resume(locals().get("stopped", []))
+        a.stop()
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux")
+def test_a_run_does_not_blame_an_unrelated_stopped_process_on_the_other_host(reap, sshd: Sshd, tmp_path: Path) -> None:
+    """A's `tar | ssh B 'sleep 3600'` waits on a remote command that never reads (nothing proven);
+    B also has a stopped process of its own. The join once told A "B ... stalled: sleep is stopped"
+    and told B's stopped sleep that A waits on it: the host's worst finding, whatever it was about."""
+    mark = tmp_path / "mark"
+    pipeline = f"tar cf - /usr/lib 2>/dev/null | {ssh_command(sshd)} root@127.0.0.1 'sleep 3600; : {mark}'"
+    wrap = ["unshare", "--pid", "--kill-child", "--mount-proc", "--", "sh", "-c", f'({pipeline}) & exec "$@"', "sh"]
+    a = start_sshd(tmp_path / "a", user_key=sshd.user_key, wrap=wrap)
+    start_job(reap, f"sleep 999 & echo $! > {tmp_path / 'pid'}; wait")  # B's own stopped process
+    try:
+        wait_for(lambda: (tmp_path / "pid").exists() and (tmp_path / "pid").read_text().strip() != "", what="sleep")
+        unrelated = int((tmp_path / "pid").read_text())
+        os.kill(unrelated, signal.SIGSTOP)
+        wait_for(lambda: proc_state(unrelated) == "T", what="the unrelated process stopped")
+        local = [d for d in descendants(a.proc.pid) if comm(d) in ("tar", "ssh")]
+        wait_for(lambda: len(local) == 2 and settled(local), timeout=60, what="the transfer blocked")
+        known = tmp_path / "known_hosts"
+        known.write_text(a.known_hosts.read_text() + sshd.known_hosts.read_text())
+        r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", a.target, sshd.target, "-i",
+                            str(sshd.user_key), "--known-hosts", str(known), "--format", "json", "--sample", "1",
+                            "--match", f"^tar cf|{mark}|sleep 999 &"],
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+        hosts = {h["target"]: h for h in json.loads(r.stdout)["hosts"]}
+        ha, hb = hosts[a.target], hosts[sshd.target]
+        f = next((f for f in ha["findings"] if f.get("remote") == sshd.target), None)
+        assert f is not None, (
+            ha["scope"],
+            ha["headline"],
+            [(g["rule"], g["severity"], g["summary"]) for g in ha["findings"]],
+        )
+        said = " ".join(e["detail"] for e in f["evidence"] if e["source"] == "this run")
+        assert "sleep" not in said.replace(str(mark), "") and "sshd (" in said, f["evidence"]
+        blamed = [g for g in hb["findings"] if unrelated in g["pids"]]
+        assert blamed and not [e for g in blamed for e in g["evidence"] if e["source"] == "this run"], blamed
+        assert f["severity"] == "warning" and ha["verdict"] == "degraded", (ha["verdict"], f["summary"])
+        assert hb["verdict"] == "stalled" and r.returncode == 1  # B's own stopped sleep
+    finally:
+        with contextlib.suppress(Exception):
+            os.kill(unrelated, signal.SIGCONT)
         a.stop()

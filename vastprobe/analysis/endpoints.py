@@ -5,6 +5,7 @@ a busy server's thousands of connections are not the report's to carry."""
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import TYPE_CHECKING
 
 from vastprobe.model import RemotePeer, ServedSocket, SocketTable
@@ -16,6 +17,8 @@ if TYPE_CHECKING:
 
 MAX_WAITS = 32
 MAX_SERVED = 256
+#: Of an accepted connection's holder, the descendants kept: sshd's session and the command it runs.
+MAX_BELOW = 32
 
 
 def remote_peer(tree: ProcessTree, edge: WaitEdge) -> RemotePeer | None:
@@ -53,6 +56,7 @@ def served(ctx: Context) -> tuple[ServedSocket, ...]:
     for s in (*listening, *accepted)[:MAX_SERVED]:
         holder = ctx.tree.by_pid.get(graph.socket_holders(s.inode)[0])
         if holder is not None:
+            below = tuple(islice((d.pid for d in ctx.tree.descendants(holder.pid)), MAX_BELOW)) if s.remote else ()
             out.append(ServedSocket(s.local, s.remote if s.state != "LISTEN" else "", holder.pid, holder.comm,
-                                    holder.state))  # fmt: skip
+                                    holder.state, below))  # fmt: skip
     return tuple(out)

@@ -47,6 +47,7 @@ class ServedSocket:
     pid: int
     comm: str
     state: str  # its holder's process state (T: stopped)
+    below: tuple[int, ...] = ()  # the holder's descendants here (sshd's session: the command it runs), at most 32
 
 
 @dataclass(frozen=True)

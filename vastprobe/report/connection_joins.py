@@ -90,12 +90,19 @@ def join_connections(reports: Sequence[HostReport]) -> list[HostReport]:
     return out
 
 
+def _about(host: HostReport, s: ServedSocket) -> list[Finding]:
+    """The findings of `host` about what serves the socket: its holder, or a process under it (an ssh
+    session's command: sshd holds the connection, the stopped `cat` it runs is what the finding names)."""
+    mine = {s.pid, *s.below}
+    return [f for f in host.findings if mine.intersection(f.pids)]
+
+
 def _holder_severity(holder_host: HostReport, s: ServedSocket) -> tuple[Severity | None, str]:
     """How badly what holds the other end holds it, in words: stopped, in D state, or named by a
     finding of its own host (its worst)."""
     if s.state in ("T", "t"):
         return "error", f"stopped ({s.state})"
-    theirs = [f for f in holder_host.findings if s.pid in f.pids]
+    theirs = _about(holder_host, s)
     if theirs:
         worst = max(theirs, key=lambda f: SEVERITY_ORDER[f.severity])
         if SEVERITY_ORDER[worst.severity] >= SEVERITY_ORDER["warning"]:
@@ -128,11 +135,12 @@ def _joined(a: HostReport, b: HostReport, w: RemotePeer, s: ServedSocket) -> tup
     )
     if own is not None and SEVERITY_ORDER[own.severity] > SEVERITY_ORDER[sev]:
         sev = own.severity
-    joined = Finding(RULE, CODE, sev, summary, (w.pid,), (ev, *(own.evidence if own else ())), hint,
+    pids = (*own.pids, *((w.pid,) if w.pid not in own.pids else ())) if own is not None else (w.pid,)
+    joined = Finding(RULE, CODE, sev, summary, pids, (ev, *(own.evidence if own else ())), hint,
                      remote=b.target, peer=w)  # fmt: skip
     a = swap(a, own, joined) if own is not None else added(a, joined)
     line = f"{a.target}: {w.comm} ({w.pid}) waits on {s.comm} ({s.pid}) here over {conn}"
-    theirs = next((f for f in b.findings if s.pid in f.pids), None)
+    theirs = next(iter(sorted(_about(b, s), key=lambda f: -SEVERITY_ORDER[f.severity])), None)
     if theirs is not None:
         return a, swap(b, theirs, replace(theirs, evidence=(*theirs.evidence, Evidence("this run", line[:400]))))
     told = Finding(

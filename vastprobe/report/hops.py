@@ -38,6 +38,8 @@ def join_ssh_hops(reports: Sequence[HostReport]) -> list[HostReport]:
             j = by_address.get(address(f.remote) or ("", 0))
             if j is None or j == i:
                 continue
+            if f.peer is not None and (f.peer.remote, f.peer.local) in {(s.local, s.remote) for s in reports[j].served}:
+                continue  # the session's own end is there: the connection join names what holds it, not the host's worst
             cur = out[i].findings[k]  # the same finding, as earlier joins of this run left it
             other = out[j]
             said = f"{other.target} was probed in this run: {other.verdict}" + (

@@ -204,8 +204,9 @@ def _finding(ctx: Context, w: _Wait, stall: StallEvidence, summary: str, hint: s
         sev,
         caused_by="oom-killed-child" if stall.oom else None,
         remote=remote_ssh.target(_port_of(edge.socket.remote if edge.socket else "")) if remote_ssh else None,
-        # the connection, for a sweep to find its other end among its hosts (report/connection_joins.py)
-        peer=remote_peer(ctx.tree, edge) if remote_ssh is None else None,
+        # the connection, for a sweep to find its other end among its hosts (report/connection_joins.py);
+        # an ssh session's too: its other end there is sshd, and the command sshd runs under it
+        peer=remote_peer(ctx.tree, edge),
     )
 
 
