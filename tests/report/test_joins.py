@@ -243,3 +243,36 @@ def test_one_host_alone_names_the_other_end_it_cannot_see(fleet: Fleet) -> None:
     assert f"listens on port {port}" in f["hint"], f["hint"]
     r = fleet.run("diagnose", a.target)  # the whole host: an idle connection is no one's stall alone
     assert r.returncode == 0 and json.loads(r.stdout)["hosts"][0]["verdict"] == "healthy", r.stdout
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server and redis-cli")
+def test_a_client_queued_on_a_listener_that_accepts_nothing_on_another_host_is_stalled(fleet: Fleet) -> None:
+    """B's redis-server sleeps in DEBUG SLEEP (asked by a first client); a second client on A waits in
+    its accept queue. Seen from one host that sees both ends this is the listener's proof (docs/
+    evidence.md); across two hosts it read A DEGRADED, B HEALTHY, exit 0, until B's report carried the
+    listener's queue and whether its holder did anything over the window."""
+    port = free_ports(1)[0]
+    b = fleet.host(f"redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --enable-debug-command yes")
+    up = ["redis-cli", "-p", str(port), "ping"]
+    wait_for(lambda: subprocess.run(up, capture_output=True).returncode == 0, what="redis-server answering")
+    server = fleet.find(b, "redis-server")
+    assert server is not None
+    asleep = subprocess.Popen(["redis-cli", "-p", str(port), "DEBUG", "SLEEP", "300"], stdout=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: proc_wchan(server) == "hrtimer_nanosleep", what="redis-server asleep")
+        a = fleet.host(f"redis-cli -p {port} GET somekey")
+        wait_for(lambda: fleet.find(a, "redis-cli") is not None and fleet.blocked_in(a, "wait_woken"),
+                 what="the client waiting in the accept queue")  # fmt: skip
+        rc, got = fleet.sweep(a.target, b.target, extra=("--match", "redis"))
+        f = next((f for f in got[a.target]["findings"] if f["rule"] == "socket-peer-wait"), None)
+        assert f is not None, got[a.target]["findings"]
+        seen = re.search(rf"whose other end is redis-server \((\d+)\) on {re.escape(b.target)}: not accepting: 1 "
+                         rf"connection\(s\) wait in the accept queue of 127\.0\.0\.1:{port}", f["summary"])  # fmt: skip
+        assert seen is not None, f["summary"]
+        assert f["severity"] == "error" and got[a.target]["verdict"] == "stalled"
+        told = [g for g in got[b.target]["findings"] if int(seen.group(1)) in g["pids"]]  # B's own PID for it
+        assert told and told[0]["severity"] == "error" and got[b.target]["verdict"] == "stalled", got[b.target]
+        assert rc == 1
+    finally:
+        asleep.kill()
+        asleep.wait()

@@ -57,6 +57,9 @@ def served(ctx: Context) -> tuple[ServedSocket, ...]:
         holder = ctx.tree.by_pid.get(graph.socket_holders(s.inode)[0])
         if holder is not None:
             below = tuple(islice((d.pid for d in ctx.tree.descendants(holder.pid)), MAX_BELOW)) if s.remote else ()
+            pr = ctx.progress.get(holder.pid) if ctx.two_samples else None
+            idle = None if pr is None or not pr.sampled else not pr.moved
             out.append(ServedSocket(s.local, s.remote if s.state != "LISTEN" else "", holder.pid, holder.comm,
-                                    holder.state, below))  # fmt: skip
+                                    holder.state, below, s.recv_queue or 0 if s.state == "LISTEN" else 0,
+                                    idle))  # fmt: skip
     return tuple(out)

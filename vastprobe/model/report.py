@@ -48,6 +48,8 @@ class ServedSocket:
     comm: str
     state: str  # its holder's process state (T: stopped)
     below: tuple[int, ...] = ()  # the holder's descendants here (sshd's session: the command it runs), at most 32
+    queued: int = 0  # a listener: connections in its accept queue
+    idle: bool | None = None  # its holder did nothing over the window (None: one sample)
 
 
 @dataclass(frozen=True)

@@ -81,12 +81,11 @@ def join_connections(reports: Sequence[HostReport]) -> list[HostReport]:
     if not any(r.remote_waits for r in reports):
         return out
     ends = _ends(reports)
-    for i, r in enumerate(reports):
-        for w in r.remote_waits:
-            hit = _other_end(ends, i, w)
-            if hit is not None:
-                j, s = hit
-                out[i], out[j] = _joined(out[i], out[j], w, s)
+    hits = [(i, w, *hit) for i, r in enumerate(reports) for w in r.remote_waits if (hit := _other_end(ends, i, w))]
+    # the joins that change a verdict first: a fact joined later ("B reads healthy") then reads the final one
+    hits.sort(key=lambda h: _holder_severity(out[h[2]], h[3])[0] is None)
+    for i, w, j, s in hits:
+        out[i], out[j] = _joined(out[i], out[j], w, s)
     return out
 
 
@@ -102,6 +101,11 @@ def _holder_severity(holder_host: HostReport, s: ServedSocket) -> tuple[Severity
     finding of its own host (its worst)."""
     if s.state in ("T", "t"):
         return "error", f"stopped ({s.state})"
+    if not s.remote and s.queued and s.idle:  # the proof of docs/evidence.md's listener, read on its host
+        return "error", (
+            f"not accepting: {s.queued} connection(s) wait in the accept queue of {s.local}, and it accepted none "
+            "and did nothing over the window"
+        )
     theirs = _about(holder_host, s)
     if theirs:
         worst = max(theirs, key=lambda f: SEVERITY_ORDER[f.severity])
