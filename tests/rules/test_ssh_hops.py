@@ -284,4 +284,7 @@ def test_a_run_does_not_blame_an_unrelated_stopped_process_on_the_other_host(rea
     finally:
         with contextlib.suppress(Exception):
             os.kill(unrelated, signal.SIGCONT)
+        # the remote command (bash, and its sleep) outlives the session otherwise
+        remote = [d for d in descendants(sshd.proc.pid) if belongs_to(d, tmp_path)]
+        resume([*remote, *(k for d in remote for k in descendants(d))])
         a.stop()
