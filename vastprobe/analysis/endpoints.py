@@ -53,10 +53,13 @@ def served(ctx: Context) -> tuple[ServedSocket, ...]:
     ports = {s.local_address[1] for s in listening}
     accepted = [s for s in tcp if s.state != "LISTEN" and s.remote and s.local_address[1] in ports]
     out = []
+    under: dict[int, tuple[int, ...]] = {}  # a server's many connections share one holder
     for s in (*listening, *accepted)[:MAX_SERVED]:
         holder = ctx.tree.by_pid.get(graph.socket_holders(s.inode)[0])
         if holder is not None:
-            below = tuple(islice((d.pid for d in ctx.tree.descendants(holder.pid)), MAX_BELOW)) if s.remote else ()
+            if s.remote and holder.pid not in under:
+                under[holder.pid] = tuple(islice((d.pid for d in ctx.tree.descendants(holder.pid)), MAX_BELOW))
+            below = under[holder.pid] if s.remote else ()
             pr = ctx.progress.get(holder.pid) if ctx.two_samples else None
             idle = None if pr is None or not pr.sampled else not pr.moved
             out.append(ServedSocket(s.local, s.remote if s.state != "LISTEN" else "", holder.pid, holder.comm,

@@ -175,10 +175,8 @@ def _awaits_requests_only(ctx: SnapshotView, pid: int) -> bool:
     server with its backend call under way has that thread elsewhere). Every thread must have been
     read: one not listed may be the one working."""
     p = ctx.tree.by_pid.get(pid)
-    if p is None:
-        return False
-    tasks = ctx.graph.tasks(p)
-    return len(tasks) >= p.threads and all(
+    tasks = ctx.graph.all_tasks(p) if p is not None else None
+    return tasks is not None and all(
         t.state == "S" and isinstance(t.wchan, str) and family(t.wchan) in ("fuse_dev_do_read", "fuse_dev_read")
         for t in tasks
     )

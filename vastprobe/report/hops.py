@@ -30,6 +30,7 @@ def join_ssh_hops(reports: Sequence[HostReport]) -> list[HostReport]:
     """The reports, with each finding that points at another host of the run joined to that host's
     report (and that report's worst finding told who waits on it)."""
     by_address = {a: i for i, r in enumerate(reports) if (a := address(r.target)) is not None}
+    served = [{(s.local, s.remote) for s in r.served} for r in reports]
     out = list(reports)
     for i, r in enumerate(reports):
         for k, f in enumerate(r.findings):
@@ -38,7 +39,7 @@ def join_ssh_hops(reports: Sequence[HostReport]) -> list[HostReport]:
             j = by_address.get(address(f.remote) or ("", 0))
             if j is None or j == i:
                 continue
-            if f.peer is not None and (f.peer.remote, f.peer.local) in {(s.local, s.remote) for s in reports[j].served}:
+            if f.peer is not None and (f.peer.remote, f.peer.local) in served[j]:
                 continue  # the session's own end is there: the connection join names what holds it, not the host's worst
             cur = out[i].findings[k]  # the same finding, as earlier joins of this run left it
             other = out[j]

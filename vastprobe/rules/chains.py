@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from vastprobe.analysis.stalls import ChainKind, StalledChain, StallEvidence
 from vastprobe.analysis.waitgraph.edges import Chain, WaitEdge
-from vastprobe.model import Evidence, Severity, Unavailable
+from vastprobe.model import Evidence, Process, Severity, Unavailable
 from vastprobe.rules.base import ONE_SAMPLE, Context
 
 #: How each kind of resource edge reads in a chain (children and pipes are worded in edge_words).
@@ -141,6 +141,17 @@ def stalled(ctx: Context, *kinds: ChainKind) -> Iterator[tuple[StalledChain, Wai
         sev = severity(ctx, s, stall)
         if sev is not None:
             yield s, s.edge, stall, sev
+
+
+def asleep_throughout(ctx: Context, p: Process) -> bool:
+    """Asleep (S) in every sample and, with two, did nothing over the window: where a state is the
+    proof (a lock no thread is left to release), one sample is enough."""
+    if p.state != "S" or not p.samples or any(s.state != "S" for s in p.samples):
+        return False
+    if ctx.two_samples:
+        pr = ctx.progress.get(p.pid)
+        return pr is not None and pr.sampled and not pr.moved
+    return True
 
 
 def is_python(ctx: Context, pid: int) -> bool:

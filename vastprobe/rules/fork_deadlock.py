@@ -25,26 +25,17 @@ from vastprobe.analysis.signal_waiters import waits_for_a_signal
 from vastprobe.analysis.waitgraph.edges import private_untimed_wait
 from vastprobe.model import Evidence, Finding, Process
 from vastprobe.rules.base import Context, Rule, RuleMeta
-from vastprobe.rules.chains import is_python, stack_command
+from vastprobe.rules.chains import asleep_throughout, is_python, stack_command
 
 META = RuleMeta(
     "fork-deadlock", "VP127", "error", "a single-threaded process waits on a lock no thread of its own can release"
 )
 
 
-def _stuck(ctx: Context, p: Process) -> bool:
-    if p.state != "S" or p.threads != 1 or not p.samples or any(s.state != "S" for s in p.samples):
-        return False
-    if ctx.two_samples:
-        pr = ctx.progress.get(p.pid)
-        return pr is not None and pr.sampled and not pr.moved
-    return True
-
-
 def check(ctx: Context) -> Iterator[Finding]:
     for p in ctx.in_scope():
         call = private_untimed_wait(p.syscall)
-        if call is None or not _stuck(ctx, p):
+        if call is None or p.threads != 1 or not asleep_throughout(ctx, p):
             continue
         parent = ctx.tree.by_pid.get(p.ppid)
         ev = [

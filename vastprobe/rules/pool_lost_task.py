@@ -68,9 +68,7 @@ def check(ctx: Context) -> Iterator[Finding]:
         main = private_untimed_wait(parent.syscall)
         if main is None:
             continue  # its main thread does something else than wait for results (or it was not read)
-        if any(
-            wait_kind(t.wchan if isinstance(t.wchan, str) else None, None) == "sleep" for t in ctx.graph.tasks(parent)
-        ):
+        if any(ctx.graph.task_kind(parent, t) == "sleep" for t in ctx.graph.tasks(parent)):
             continue  # a thread on a timer: the task handler in a slow source of tasks (imap over a generator)
         still = _still(ctx, [parent.pid, *waits])
         if still is False:

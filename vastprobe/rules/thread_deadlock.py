@@ -19,27 +19,18 @@ from vastprobe.analysis.signal_waiters import waits_for_a_signal
 from vastprobe.analysis.waitgraph.edges import private_untimed_wait
 from vastprobe.model import Evidence, Finding, Process
 from vastprobe.rules.base import Context, Rule, RuleMeta
-from vastprobe.rules.chains import stack_command
+from vastprobe.rules.chains import asleep_throughout, stack_command
 
 META = RuleMeta(
     "thread-deadlock", "VP129", "error", "every thread of a process waits on a lock no other thread is awake to release"
 )
 
 
-def _idle(ctx: Context, p: Process) -> bool:
-    if p.state != "S" or p.threads < 2 or not p.samples or any(s.state != "S" for s in p.samples):
-        return False
-    if ctx.two_samples:
-        pr = ctx.progress.get(p.pid)
-        return pr is not None and pr.sampled and not pr.moved
-    return True
-
-
 def _waits(ctx: Context, p: Process) -> list[tuple[str, str]] | None:
     """(thread, futex op) for every thread, when each waits on a private futex with no timeout and
     every thread was read; else None."""
-    tasks = ctx.graph.tasks(p)
-    if len(tasks) != p.threads:
+    tasks = ctx.graph.all_tasks(p)
+    if tasks is None:
         return None  # a thread the probe did not read may be the one that releases the others
     out = []
     for t in tasks:
@@ -52,7 +43,7 @@ def _waits(ctx: Context, p: Process) -> list[tuple[str, str]] | None:
 
 def check(ctx: Context) -> Iterator[Finding]:
     for p in ctx.in_scope():
-        if p.threads < 2 or not _idle(ctx, p):
+        if p.threads < 2 or not asleep_throughout(ctx, p):
             continue
         waits = _waits(ctx, p)
         if waits is None:

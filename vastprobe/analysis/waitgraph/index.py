@@ -114,6 +114,12 @@ class WaitIndex:
         """What the process's main thread waits for; None when it is running or nothing says."""
         return self.task_kind(p, main_task(p))
 
+    def all_tasks(self, p: Process) -> list[Task] | None:
+        """Every thread of `p`, or None when the probe's bound left some unread: a thread not listed
+        may be the one that acts (what no thread can do is only proven over all of them)."""
+        tasks = self.tasks(p)
+        return tasks if len(tasks) >= p.threads else None
+
     def task_kind(self, p: Process, t: Task) -> WaitKind | None:
         """What one thread of `p` waits for; None when it is running or nothing says."""
         if t.state in ("T", "t"):
