@@ -5,6 +5,8 @@ The real-software case (redis on two PID-namespace sshd hosts) is tests/report/t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from vastprobe.model import Finding, HostReport, RemotePeer, ServedSocket
 from vastprobe.report.connection_joins import join_connections
 
@@ -65,3 +67,24 @@ def test_an_other_end_that_is_fine_changes_no_verdict() -> None:
     b = host("root@10.0.0.5", served=(ServedSocket("0.0.0.0:6379", "", 3, "redis-server", "S"),))
     out = joined([a, b])
     assert out[0].findings == () and out[0].verdict == "healthy" and out[1].verdict == "healthy"
+
+
+def _waiting(severity: str) -> HostReport:
+    f = Finding("socket-peer-wait", "VP112", severity, "redis-cli (812) waits on TCP …", (812,),  # type: ignore[arg-type]
+                (), "diagnose 10.0.0.5", peer=WAIT)  # fmt: skip
+    return host("root@10.0.0.4", waits=(WAIT,), findings=(f,))
+
+
+def test_a_warning_resting_on_an_idle_window_is_a_note_when_the_other_end_works() -> None:
+    moving = ServedSocket("10.0.0.5:6379", "10.0.0.4:51234", 3, "redis-server", "S",
+                          moving="redis-server (3) worked over the window")  # fmt: skip
+    a = replace(_waiting("warning"), verdict="degraded")
+    out = joined([a, host("root@10.0.0.5", served=(moving,))])
+    f = out[0].findings[0]
+    assert f.severity == "info" and out[0].verdict == "healthy" and f.remote == "root@10.0.0.5", f
+    assert "whose other end is redis-server (3) on root@10.0.0.5, where redis-server (3) worked" in f.summary
+    # nothing moved there: the warning stands; an error rests on more than the window and stands too
+    idle = ServedSocket("10.0.0.5:6379", "10.0.0.4:51234", 3, "redis-server", "S")
+    assert joined([a, host("root@10.0.0.5", served=(idle,))])[0].findings[0].severity == "warning"
+    err = _waiting("error")
+    assert joined([err, host("root@10.0.0.5", served=(moving,))])[0].findings[0].severity == "error"

@@ -276,3 +276,30 @@ def test_a_client_queued_on_a_listener_that_accepts_nothing_on_another_host_is_s
     finally:
         asleep.kill()
         asleep.wait()
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server and redis-cli")
+def test_a_queue_worker_waiting_on_a_working_server_on_another_host_is_healthy(fleet: Fleet) -> None:
+    """A's redis-cli BLPOP waits for work on B's live redis-server (its timer ticks ten times a second).
+    A alone, the named client moved nothing over the window and its other end is out of sight: a
+    warning. In a run with B, the other end is seen working, as one host seeing both ends reads it (a
+    blocker that works holds nobody): a note, HEALTHY, exit 0. It read A DEGRADED in the run too."""
+    port = free_ports(1)[0]
+    b = fleet.host(f"redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no")
+    up = ["redis-cli", "-p", str(port), "ping"]
+    wait_for(lambda: subprocess.run(up, capture_output=True).returncode == 0, what="redis-server answering")
+    a = fleet.host(f"redis-cli -p {port} BLPOP jobs 0")
+    wait_for(lambda: fleet.find(a, "redis-cli") is not None and fleet.blocked_in(a, "wait_woken"),
+             what="the worker waiting for a job")  # fmt: skip
+    alone = fleet.run("diagnose", a.target, extra=("--match", "redis-cli"))
+    host = json.loads(alone.stdout)["hosts"][0]
+    assert host["verdict"] == "degraded" and alone.returncode == 0, host["findings"]
+    rc, got = fleet.sweep(a.target, b.target, extra=("--match", "redis"))
+    f = next(f for f in got[a.target]["findings"] if f["rule"] == "socket-peer-wait")
+    assert f["severity"] == "info" and f["remote"] == b.target, f
+    assert re.search(
+        rf"whose other end is redis-server \(\d+\) on {re.escape(b.target)}, where redis-server \(\d+\) worked over",
+        f["summary"],
+    ), f
+    assert got[a.target]["verdict"] == "healthy" and got[b.target]["verdict"] == "healthy", got
+    assert rc == 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -246,8 +247,8 @@ def test_a_run_holding_both_hosts_joins_their_findings(reap, sshd: Sshd, payload
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux")
 def test_a_run_does_not_blame_an_unrelated_stopped_process_on_the_other_host(reap, sshd: Sshd, tmp_path: Path) -> None:
-    """A's `tar | ssh B 'sleep 3600'` waits on a remote command that never reads (nothing proven);
-    B also has a stopped process of its own. The join once told A "B ... stalled: sleep is stopped"
+    """A's `tar | ssh B 'sleep 3600'` waits on a remote command asleep on a timer (a note, as one host
+    seeing both ends reads it); B also has a stopped process of its own. The join once told A "B ... stalled: sleep is stopped"
     and told B's stopped sleep that A waits on it: the host's worst finding, whatever it was about."""
     mark = tmp_path / "mark"
     pipeline = f"tar cf - /usr/lib 2>/dev/null | {ssh_command(sshd)} root@127.0.0.1 'sleep 3600; : {mark}'"
@@ -279,7 +280,10 @@ def test_a_run_does_not_blame_an_unrelated_stopped_process_on_the_other_host(rea
         assert "sleep" not in said.replace(str(mark), "") and "sshd (" in said, f["evidence"]
         blamed = [g for g in hb["findings"] if unrelated in g["pids"]]
         assert blamed and not [e for g in blamed for e in g["evidence"] if e["source"] == "this run"], blamed
-        assert f["severity"] == "warning" and ha["verdict"] == "degraded", (ha["verdict"], f["summary"])
+        # the remote command sleeps on a timer: as `tar | (sleep 3600; :)` on one host, nothing holds tar
+        assert f["severity"] == "info" and ha["verdict"] == "healthy", (ha["verdict"], f["summary"])
+        assert re.search(r", where sleep \((\d+)\) sleeps on a timer;", f["summary"]), f["summary"]
+        assert str(unrelated) not in f["summary"]
         assert hb["verdict"] == "stalled" and r.returncode == 1  # B's own stopped sleep
     finally:
         with contextlib.suppress(Exception):

@@ -53,16 +53,31 @@ def served(ctx: Context) -> tuple[ServedSocket, ...]:
     ports = {s.local_address[1] for s in listening}
     accepted = [s for s in tcp if s.state != "LISTEN" and s.remote and s.local_address[1] in ports]
     out = []
-    under: dict[int, tuple[int, ...]] = {}  # a server's many connections share one holder
+    under: dict[int, tuple[tuple[int, ...], str]] = {}  # a server's many connections share one holder
     for s in (*listening, *accepted)[:MAX_SERVED]:
         holder = ctx.tree.by_pid.get(graph.socket_holders(s.inode)[0])
         if holder is not None:
             if s.remote and holder.pid not in under:
-                under[holder.pid] = tuple(islice((d.pid for d in ctx.tree.descendants(holder.pid)), MAX_BELOW))
-            below = under[holder.pid] if s.remote else ()
+                below = tuple(islice((d.pid for d in ctx.tree.descendants(holder.pid)), MAX_BELOW))
+                under[holder.pid] = below, _moving(ctx, (holder.pid, *below))
+            below, moving = under[holder.pid] if s.remote else ((), "")
             pr = ctx.progress.get(holder.pid) if ctx.two_samples else None
             idle = None if pr is None or not pr.sampled else not pr.moved
             out.append(ServedSocket(s.local, s.remote if s.state != "LISTEN" else "", holder.pid, holder.comm,
                                     holder.state, below, s.recv_queue or 0 if s.state == "LISTEN" else 0,
-                                    idle))  # fmt: skip
+                                    idle, moving))  # fmt: skip
     return tuple(out)
+
+
+def _moving(ctx: Context, pids: tuple[int, ...]) -> str:
+    """The first of `pids` that worked over the window or sleeps on a timer, in words: the one-host
+    analysis reads a blocker that works, or waits on time, as holding nobody. "" with one sample."""
+    if not ctx.two_samples:
+        return ""
+    for pid in pids:
+        pr, p = ctx.progress.get(pid), ctx.tree.by_pid.get(pid)
+        if p is not None and pr is not None and pr.sampled and pr.moved:
+            return f"{p.comm} ({pid}) worked over the window"
+        if p is not None and ctx.graph.kind(p) == "sleep":
+            return f"{p.comm} ({pid}) sleeps on a timer"
+    return ""

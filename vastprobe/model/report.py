@@ -50,6 +50,10 @@ class ServedSocket:
     below: tuple[int, ...] = ()  # the holder's descendants here (sshd's session: the command it runs), at most 32
     queued: int = 0  # a listener: connections in its accept queue
     idle: bool | None = None  # its holder did nothing over the window (None: one sample)
+    # the first of its holder and the processes under it that worked over the window or sleeps on a
+    # timer (it wakes by itself), in words: whoever waits on the connection is not held by this side
+    # ("": none did, or one sample)
+    moving: str = ""
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,23 @@ def _holder_severity(holder_host: HostReport, s: ServedSocket) -> tuple[Severity
     return None, f"in state {s.state}; {holder_host.target} reads {holder_host.verdict}"
 
 
+def _answered(
+    own: Finding, w: RemotePeer, s: ServedSocket, b: HostReport, conn: str, end: str, ev: Evidence
+) -> Finding:
+    """A warning that rested on nothing moving over the window with the other end out of sight, now
+    that the other end's host shows it working or asleep on a timer: as on one host that sees both
+    ends (a blocker that works holds nobody), a note. A queue worker's BLPOP, a subscriber, `ssh B
+    'sleep 600'` wait like this."""
+    summary = (
+        f"{w.comm} ({w.pid}) waits on {conn}, whose other end is {end}, where {s.moving}; {b.target} reads {b.verdict}"
+    )
+    hint = (
+        f"nothing holds it on {b.target}: a client that waits for work (a queue worker, a subscriber, a remote "
+        f"command) idles like this; if it expects an answer, see `vastprobe diagnose {b.target} --pid {s.pid}`"
+    )
+    return replace(own, severity="info", summary=summary, hint=hint, evidence=(ev, *own.evidence), remote=b.target)
+
+
 def _joined(a: HostReport, b: HostReport, w: RemotePeer, s: ServedSocket) -> tuple[HostReport, HostReport]:
     sev, how = _holder_severity(b, s)
     end = f"{s.comm} ({s.pid}) on {b.target}"
@@ -124,7 +141,9 @@ def _joined(a: HostReport, b: HostReport, w: RemotePeer, s: ServedSocket) -> tup
     ev = Evidence("this run", f"{b.target}: {s.comm} ({s.pid}) {held}: {how}"[:400])
     own = next((f for f in a.findings if f.peer is not None and f.peer.pid == w.pid), None)
     if sev is None:  # the other end is there and nothing says it is stuck: a fact, not a verdict
-        if own is not None:
+        if own is not None and own.severity == "warning" and s.moving:
+            a = swap(a, own, _answered(own, w, s, b, conn, end, ev))
+        elif own is not None:
             a = swap(a, own, replace(own, evidence=(*own.evidence, ev), remote=b.target))
         return a, b
     summary = f"{w.comm} ({w.pid}) waits on {conn}, whose other end is {end}: {how}"
