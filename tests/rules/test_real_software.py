@@ -114,17 +114,32 @@ time.sleep(100000)      # ...and never answers
 """
 
 
+@pytest.mark.parametrize("inherited", [False, True], ids=["clean", "inherited-pipe"])
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
-def test_a_server_that_read_the_request_and_hangs_is_a_note_for_a_named_job(reap) -> None:
+def test_a_server_that_read_the_request_and_hangs_is_a_note_for_a_named_job(reap, inherited: bool) -> None:
     """Nothing in flight either way looks like an idle keep-alive connection too: no stall without
-    other evidence, but a named job still waiting after two samples gets a note naming the server."""
+    other evidence, but a named job still waiting after two samples gets a note naming the server.
+    `inherited-pipe`: curl also holds, at fd 251, the write end of a pipe its launcher left open (a
+    harness, a CI runner), read by a process out of scope. curl polls 2 fds, its connection and its
+    own socketpair; the pipe was taken for one of them and the note was lost."""
     srv = subprocess.Popen([sys.executable, "-c", READ_THEN_HANG], stdout=subprocess.PIPE, text=True,
                            start_new_session=True)  # fmt: skip
     reap.append(srv)
     assert srv.stdout is not None
     port = int(srv.stdout.readline())
-    job = subprocess.Popen(["bash", "-c", f"curl -s http://127.0.0.1:{port}/params > /dev/null; echo done"],
-                           start_new_session=True)  # fmt: skip
+    fds: tuple[int, ...] = ()
+    prefix = ""
+    if inherited:
+        r, w = os.pipe()
+        reader = subprocess.Popen([sys.executable, "-c", "import select, sys; select.select([sys.stdin], [], [])"],
+                                  stdin=r, start_new_session=True)  # fmt: skip
+        reap.append(reader)
+        os.close(r)
+        fds, prefix = (w,), f"exec 251>&{w} {w}>&-; "
+    job = subprocess.Popen(["bash", "-c", f"{prefix}curl -s http://127.0.0.1:{port}/params > /dev/null; echo done"],
+                           start_new_session=True, pass_fds=fds)  # fmt: skip
+    for fd in fds:
+        os.close(fd)
     reap.append(job)
     wait_for(lambda: proc_wchan(srv.pid) == "hrtimer_nanosleep", what="the server read the request")
     wait_for(lambda: (c := find_desc(job.pid, "curl")) is not None and proc_wchan(c).startswith(("poll", "do_sys_poll")),

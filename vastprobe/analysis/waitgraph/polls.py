@@ -34,6 +34,7 @@ class PollEdges(SocketEdges):
         if (sc.name or "").startswith("epoll") and p.epoll is None:
             return
         out: list[WaitEdge] = []
+        own: set[frozenset[int]] = set()  # its own wake-up pipes and socketpairs (both ends its own)
         head = Evidence("/proc/wchan", f"{t.who} waits in {t.wchan} over its pipes and connections")
         for e in p.fds:
             if len(out) >= MAX_POLL_FDS:
@@ -50,6 +51,8 @@ class PollEdges(SocketEdges):
                     }
                 )
                 if not holders:
+                    if self._own_pipe(p, ino):
+                        own.add(frozenset((ino,)))
                     continue
                 role = "writer" if reading else "reader"
                 ev = (
@@ -73,6 +76,8 @@ class PollEdges(SocketEdges):
                 continue
             kept = tuple(h for h in edge.holders if h != p.pid and not self._waits_back_socket(h, edge.peer))
             if edge.holders and not kept:
+                if edge.holders == (p.pid,) and edge.peer is not None:
+                    own.add(frozenset((sock.inode, edge.peer.inode)))
                 continue  # its own socketpair, or a peer that waits on it
             if not kept and sock.proto == "unix":
                 continue  # a Unix peer nobody named: nothing to follow
@@ -88,13 +93,21 @@ class PollEdges(SocketEdges):
             epfd = sc.args[0] if sc.args else None
             watched = {w.fd for w in p.epoll if epfd is None or w.epfd == epfd}
             out = [e for e in out if e.fd in watched]
-        elif sc.name in ("poll", "ppoll") and len(sc.args) > 1 and sc.args[1] < len(out):
-            out = sorted(out, key=lambda e: (e.socket is None, e.fd if e.fd is not None else 1 << 20))[: sc.args[1]]
+        elif sc.name in ("poll", "ppoll") and len(sc.args) > 1 and sc.args[1] - len(own) < len(out):
+            # its own wake-up pipe or socketpair is polled at one end and counts in the number (curl polls
+            # its connection and its socketpair: 2 fds, not a pipe it inherited at fd 251)
+            bound = max(sc.args[1] - len(own), 0)
+            out = sorted(out, key=lambda e: (e.socket is None, e.fd if e.fd is not None else 1 << 20))[:bound]
         # ends that cannot move first, and what it writes to them (a backlog), before the rest: the
         # walk meets them before the other pollers
         out = [replace(e, holders=tuple(sorted(e.holders, key=lambda h: not self._frozen(h)))) for e in out]
         out.sort(key=lambda e: (not any(self._frozen(h) for h in e.holders), not e.writes))
         yield from out
+
+    def _own_pipe(self, p: Process, ino: int) -> bool:
+        """Both ends of pipe `ino` are this process's alone: a wake-up pipe (the self-pipe trick)."""
+        holders = self._fds.pipes.get(ino, [])
+        return {o.mode for pid, o in holders if pid == p.pid} >= {"r", "w"} and all(pid == p.pid for pid, _o in holders)
 
     def _pollable(self, p: Process) -> bool:
         """Not a server: a process holding a listening socket waits for work, not on its clients."""
