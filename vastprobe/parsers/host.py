@@ -12,6 +12,8 @@ _TIMES = re.compile(r"([0-9]{1,9})m([0-9]{1,12}(?:\.[0-9]{1,9})?)s", re.ASCII)
 _NS = re.compile(r"/proc/(\w{1,10})/ns/pid -> '?pid:\[([0-9]{1,20})\]", re.ASCII)
 _UPTIME = re.compile(r"uptime=([0-9.]{1,32})", re.ASCII)
 _AVG10 = re.compile(r"avg10=([0-9.]{1,32})", re.ASCII)
+#: The /proc/meminfo lines HostFacts keeps.
+_MEMINFO_KEYS = frozenset({"MemTotal", "MemAvailable"})
 
 
 def parse_meta(text: str) -> dict[str, str]:
@@ -82,6 +84,8 @@ def parse_host(text: str, meta: dict[str, str], clk_tck: int | None = None, shel
     mem: dict[str, int] = {}
     for line in files.get("/proc/meminfo", []):
         k, _, v = line.partition(":")
+        if k not in _MEMINFO_KEYS:
+            continue  # ~55 lines, two read: a number parsed per line was a tenth of this parser
         kb = to_int(v.split()[0]) if v.split() else None
         if kb is not None:
             mem[k] = kb
