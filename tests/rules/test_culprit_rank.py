@@ -7,6 +7,8 @@ findings follow from it. The real PyTorch shape is fixtures/procfs/torch-gloo-fi
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import re
@@ -331,3 +333,48 @@ def test_a_dump_cut_short_by_the_probe_blames_no_writer() -> None:
     assert a.severity == b.severity == "info"
     assert "cut short" in a.summary and "--timeout" in (a.hint or "") and "who wrote it" not in (a.hint or "")
     assert "who wrote it" in (b.hint or "")
+
+
+def _starve(capture: Path, pid: int) -> None:
+    """The capture as if the scheduler had not run `pid` between the samples: its second sample's CPU
+    times set back to its first's (what a niced rank on a loaded machine reads). The raw output is the
+    probe's own otherwise; its sha256 is computed again, the parsed snapshot left to `analyze`."""
+    d = json.loads(capture.read_text())
+    raw = base64.b64decode(d["raw_b64"]).decode()
+    stats = re.findall(rf"^/proc/{pid}/stat:{pid} \(.*$", raw, re.M)
+    assert len(stats) == 2, stats
+    first = stats[0].rsplit(")", 1)[1].split()
+    second = stats[1].rsplit(")", 1)[1].split()
+    assert first[0] == second[0] == "R", (first[0], second[0])  # runnable in both samples
+    second[11:13] = first[11:13]  # utime, stime
+    raw = raw.replace(stats[1], stats[1].rsplit(")", 1)[0] + ") " + " ".join(second), 1)
+    d["raw_b64"] = base64.b64encode(raw.encode()).decode()
+    d["raw_sha256"] = hashlib.sha256(raw.encode()).hexdigest()
+    d.pop("snapshot", None)
+    capture.write_text(json.dumps(d))
+
+
+def test_spinning_ranks_one_of_which_got_no_cpu_blame_nobody(reap, tmp_path: Path) -> None:
+    """Ranks that spin as NCCL's do, niced; on a loaded machine the scheduler may run one of them not
+    at all over the window. Runnable in both samples, it waits for a CPU, not in a collective: it read
+    as the collective's waiter, a spinning rank that got its tick as the straggler holding it (a
+    warning, DEGRADED), and a two-host sweep then blamed that rank instead of the real culprit."""
+    pids = start_job(reap, tmp_path, "none", env={"LAB_SPIN": "1"})
+    wait_for(lambda: all(proc_state(p) == "R" for p in pids.values()), what="every rank spinning")
+    cap = tmp_path / "cap.json"
+    for _ in range(5):  # a rank caught between two time slices reads S: collect again
+        r = subprocess.run([sys.executable, "-m", "vastprobe", "collect", "local", "--match", pids.match,
+                            "--sample", "1", "-o", str(cap)], capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        raw = base64.b64decode(json.loads(cap.read_text())["raw_b64"]).decode()
+        states = re.findall(rf"^/proc/{pids[0]}/stat:{pids[0]} \(.*?\) (\S)", raw, re.M)
+        if states == ["R", "R"]:
+            break
+    _starve(cap, pids[0])
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "analyze", str(cap), "--format", "json"],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    host = json.loads(r.stdout)["hosts"][0]
+    assert not [f for f in host["findings"] if f["rule"] == "culprit-rank"], host["findings"]
+    assert host["verdict"] == "healthy" and r.returncode == 0, host["headline"]
+    [job] = host["jobs"]
+    assert {x["rank"]: x["state"] for x in job["ranks"]}[0] == "running", job["ranks"]

@@ -170,8 +170,14 @@ def _classify(
             return r("collective", f"spins in a collective (its GPU at {util:.0f}% without end, its CPU busy)")
         if util is not None and util <= IDLE_UTIL and spinning:
             return r("elsewhere", f"runs on the CPU while its GPU idles ({util:.0f}%) and the other ranks' GPUs spin")
-        if moved is False and peers:
+        # runnable in every sample, yet no CPU tick over the window: it waits for a CPU (a loaded
+        # machine, a niced rank), not in a collective; two spinning ranks of which the scheduler ran
+        # only one read as a straggler holding a waiting rank
+        runnable = p.state == "R" and all(s.state == "R" for s in p.samples)
+        if moved is False and peers and not runnable:
             return r("collective", "spins without progress, connected to the other ranks")
+        if moved is False and runnable:
+            return r("running", "runs (runnable in every sample: it waited for a CPU over the window)")
         return r("running", "runs (busy on its CPU)" if moved else "runs")
     # blocked on something: another rank (a collective by hand) or something else
     chain = next((s for s in chains if p.pid in s.chain.pids), None)
