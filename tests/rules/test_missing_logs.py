@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import vastprobe_json, wait_for
+from tests.helpers import children_of, vastprobe_json, wait_for
 
 WRITER = (
     "import sys, time\nf = open(sys.argv[1], 'a')\nwhile True:\n    f.write('tick\\n'); f.flush(); time.sleep(0.05)\n"
@@ -93,6 +93,37 @@ def test_a_stale_log_whose_writer_spins_says_so(tmp_path: Path, reap, named: boo
     f = next(f for f in host["findings"] if f["rule"] == "missing-logs")
     assert not any("over the" in e["detail"] for e in f["evidence"]) and "busy" not in f["hint"]
     assert f["severity"] == "warning" and host["verdict"] == "degraded" and rc == 0  # no window: no proof
+
+
+def test_a_launcher_whose_child_computes_under_its_found_log_is_not_stalled(tmp_path: Path, reap) -> None:
+    """A launcher script's `exec >> job.log 2>&1`, then a child that computes without a line, the log
+    20 minutes old, no --log: the log is found open on both, and the child holds it too. Judged by the
+    launcher alone (asleep waiting on the child) it read STALLED, exit 1, while the job computed."""
+    log = tmp_path / "job.log"
+    launcher = f"exec >>{log} 2>&1; echo starting; {sys.executable} -c 'while True: pass'; echo done"
+    p = subprocess.Popen(["sh", "-c", launcher], start_new_session=True)
+    reap.append(p)
+    with contextlib.suppress(OSError):  # as above: a spinner at the default priority on a loaded machine
+        Path(f"/proc/{p.pid}/autogroup").write_text("-15")
+    wait_for(lambda: (kids := children_of(p.pid)) != [] and cpu_seconds(kids[0]) > 0.05, what="the child computing")
+    child = children_of(p.pid)[0]
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, child, -15)
+    old = time.time() - 1200
+    os.utime(log, (old, old))
+    rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "1")
+    f = next(f for f in host["findings"] if f["rule"] == "missing-logs")
+    assert "found open" in f["summary"] and sorted(f["pids"]) == sorted([p.pid, child]), f
+    assert f["severity"] == "warning" and f["summary"].endswith("the log is quiet while it computes"), f["summary"]
+    assert host["verdict"] == "degraded" and rc == 0, [(g["rule"], g["severity"]) for g in host["findings"]]
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def test_a_fifo_or_a_device_as_the_log_is_a_warning_not_a_silent_log(reap, tmp_path: Path) -> None:

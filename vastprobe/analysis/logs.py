@@ -202,6 +202,15 @@ def found_logs(snapshot: HostSnapshot, scope: frozenset[int]) -> tuple[LogFile, 
         if held.tail is not None:
             tails.setdefault(held.stat.inode, held.tail)
         holders.setdefault(held.stat.inode, []).append((held.pid, held.fd, entry.deleted))
+    # every process in scope with the file open for writing holds it, not only the one the probe stat'ed
+    # it through (once per file): a launcher's `exec >> job.log` leaves its log on the child it runs,
+    # which computes while the launcher waits; judged by the launcher alone, the quiet log read a stall
+    inode_of = {(path, holders[ino][0][2]): ino for ino, (path, _st) in files.items()}  # a deleted one apart
+    known = {(pid, fd) for hs in holders.values() for pid, fd, _d in hs}
+    for q in by_pid.values() if inode_of else ():
+        for e in q.fds if not isinstance(q.fds, Unavailable) else ():
+            if e.mode == "w" and (ino := inode_of.get((e.path, e.deleted))) is not None and (q.pid, e.fd) not in known:
+                holders[ino].append((q.pid, e.fd, e.deleted))
     # ranked by what the job writes: an empty file whose writers all write another found log with
     # something in it is not the job's log (a trainer logging to train.log on fd 3 and nothing to
     # stdout: its empty stdout.log was blamed, "check its stdout redirection")
