@@ -123,3 +123,47 @@ def test_a_running_query_is_healthy(reap, cluster: Path) -> None:
     assert host["verdict"] == "healthy" and rc == 0, [
         (f["rule"], f["severity"], f["summary"]) for f in host["findings"]
     ]
+
+
+@pytest.mark.parametrize("script_waits_on", ["the-job", "something-else"])
+def test_a_holder_fed_by_the_jobs_own_script_is_named(
+    reap, cluster: Path, tmp_path: Path, script_waits_on: str
+) -> None:
+    """A script feeds its holding session through a process substitution (`exec 3> >(psql)`, the bash
+    idiom for a session kept open), then runs the job, which inherits fd 3. The holder's psql reads
+    what the script writes, and the script waits: on the job (a true ring through the lock), or on
+    something else (a foreground `sleep`, the job started with setsid). The chain from the job met a cycle it was not part of, or a
+    parent waiting for any child as if for the one on the chain, and was read as a deadlock no rule
+    reports: HEALTHY, exit 0, no finding (found by a helper)."""
+    jobpid = tmp_path / "job.pid"
+    psql = f"psql -h {cluster} -U postgres"
+    wait_job = (
+        "wait $!" if script_waits_on == "the-job" else "sleep 600; echo done"
+    )  # not a last command, which bash execs
+    script = (
+        f"exec 3> >({psql} -q >/dev/null 2>&1)\n"
+        "echo 'begin; update t set v = 1 where id = 1;' >&3\n"
+        f"until {psql} -Atc \"select 1 from pg_stat_activity where state = 'idle in transaction'\" 3>&- | grep -q 1;"
+        " do sleep 0.1; done\n"
+        # waiting on something else, the script starts the job as a session of its own (setsid): not a
+        # child it waits for, so the cycle ran through the holder's psql alone
+        f"{'' if script_waits_on == 'the-job' else 'setsid '}{psql} -qc 'update t set v = 2 where id = 1;' >/dev/null &\n"
+        f"echo $! > {jobpid}\n"
+        f"{wait_job}\n"
+    )
+    session = subprocess.Popen(["bash", "-c", script], start_new_session=True, stdout=subprocess.DEVNULL)
+    reap.append(session)
+    try:
+        wait_for(lambda: any(t.endswith(" waiting") for t in titles(cluster).values()), what="the update waiting")
+        wait_for(lambda: jobpid.exists() and jobpid.read_text().strip().isdigit(), what="the job's pid")
+        job = int(jobpid.read_text())
+        idle = next(pid for pid, t in titles(cluster).items() if t.endswith("idle in transaction"))
+        rc, host = vastprobe_json("--pid", str(job), "--sample", "1")
+        found = [f for f in host["findings"] if f["rule"] == "db-lock-wait"]
+        assert found, [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+        assert f"likely held by backend {idle}" in found[0]["summary"], found[0]["summary"]
+        assert found[0]["severity"] == "error" and host["verdict"] == "stalled" and rc == 1
+    finally:
+        subprocess.run(["psql", "-h", str(cluster), "-U", "postgres", "-qc",
+                        "select pg_terminate_backend(pid) from pg_stat_activity where state like 'idle in%'"],
+                       capture_output=True, timeout=30)  # fmt: skip

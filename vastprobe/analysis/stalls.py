@@ -10,11 +10,11 @@ an idle holder, an idle job after an OOM kill).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from vastprobe.analysis.gpu import idle_gpus
-from vastprobe.analysis.waitgraph.edges import Chain, WaitEdge
+from vastprobe.analysis.waitgraph.edges import Chain, Hop, WaitEdge
 from vastprobe.analysis.waitgraph.locks import process_title
 from vastprobe.analysis.wchan_families import family
 from vastprobe.model import Evidence, Process
@@ -216,6 +216,12 @@ def _orphan_writers(ctx: SnapshotView, edge: WaitEdge) -> tuple[int, ...]:
 
 def _classify(ctx: SnapshotView, chain: Chain) -> StalledChain:
     if chain.cycle:
+        at = chain.pids.index(chain.end)
+        if at > 0:  # it leads into a cycle it is not part of: its wait is what it meets on the way there
+            entry = chain.pids[at]
+            before = _classify(ctx, Chain((*chain.hops[:at], Hop(entry, None))))
+            loop = " -> ".join(_holding(ctx, pid) for pid in chain.pids[at:])
+            return replace(before, dead_end=before.dead_end or f"{_holding(ctx, entry)} waits in a cycle: {loop}")
         return StalledChain("deadlock", chain, chain.edges[-1] if chain.edges else None, chain.pids[:-1], None, None)
     for i, edge in enumerate(chain.edges):
         orphans = _orphan_writers(ctx, edge)

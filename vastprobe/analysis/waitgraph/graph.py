@@ -138,6 +138,11 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
                     loop = members[at:] if at is not None else ()
                     if any(x.edge is not None and x.edge.inferred for x in loop):
                         continue  # a ring of pollers or retries: nothing new to follow there
+                    if any(x.edge is not None and x.edge.kind == "child" and not on_path.issuperset(x.edge.holders)
+                           for x in loop):  # fmt: skip
+                        # a parent waits for any of its children: one off the path can end its wait (a
+                        # script in its foreground job, whose process substitution reads what it writes)
+                        continue
                     acting = next(
                         (
                             f"{x.pid}: {a}"
