@@ -138,3 +138,60 @@ def test_a_lock_on_another_database_keeps_nobody_out(reap, tmp_path: Path) -> No
     rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
     assert not [f for f in host["findings"] if f["rule"] == "file-lock-wait"], host["findings"]
     assert rc == 0
+
+
+WAL_HOLDER = """
+import sqlite3, sys, time
+c = sqlite3.connect(sys.argv[1], isolation_level=None)
+c.execute("pragma journal_mode=wal")
+c.execute("create table if not exists t(x)")
+c.execute("BEGIN IMMEDIATE")          # WAL's write lock: byte 120 of the -shm file
+c.execute("insert into t values (1)")
+print("holding", flush=True)
+time.sleep(100000)
+"""
+
+
+def wal_hold(reap: list, db: Path) -> subprocess.Popen:
+    holder = subprocess.Popen([sys.executable, "-c", WAL_HOLDER, str(db)], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)  # fmt: skip
+    reap.append(holder)
+    assert holder.stdout is not None and holder.stdout.readline() == "holding\n"
+    return holder
+
+
+def test_a_wal_writer_retrying_an_open_transactions_write_lock_is_named(reap, tmp_path: Path) -> None:
+    """WAL mode: every open connection holds the database's SHARED range and the -shm's DMS byte, so
+    the writer in its busy handler held a lock, was taken for a reader, and read HEALTHY with no
+    finding (found by a helper). It is named now, as a warning: a WAL reader asleep between its
+    queries holds the same locks, so nothing proves this one waits."""
+    db = tmp_path / "runs.sqlite"
+    holder = wal_hold(reap, db)
+    writer = f"import sqlite3; c = sqlite3.connect({str(db)!r}, timeout=100000); c.execute('insert into t values (2)')"
+    job = subprocess.Popen([sys.executable, "-c", writer], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: proc_wchan(job.pid) == "hrtimer_nanosleep" and any(
+        " 120 120" in line for line in locks_of(holder.pid)), what="the writer in SQLite's busy handler")  # fmt: skip
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
+    found = [f for f in host["findings"] if f["rule"] == "file-lock-wait"]
+    assert found, [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    f = found[0]
+    assert f"keeps retrying SQLite's WAL write lock on {db}, held by {holder.pid}" in f["summary"], f["summary"]
+    assert f["severity"] == "warning" and host["verdict"] == "degraded" and rc == 0
+    assert "only reads" in f["hint"] and not any(e["source"] == "proof" for e in f["evidence"])
+
+
+def test_a_wal_reader_between_its_queries_beside_an_open_write_is_never_stalled(reap, tmp_path: Path) -> None:
+    """The control: WAL readers never wait for the writer. One asleep between its queries holds the
+    same locks as a waiting writer; it may get the warning above, never a stall."""
+    db = tmp_path / "runs.sqlite"
+    holder = wal_hold(reap, db)
+    reader = (f"import sqlite3, time; c = sqlite3.connect({str(db)!r}, timeout=100000)\n"
+              "while True: c.execute('select count(*) from t').fetchall(); time.sleep(5)")  # fmt: skip
+    job = subprocess.Popen([sys.executable, "-c", reader], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: proc_wchan(job.pid) == "hrtimer_nanosleep" and len(locks_of(job.pid)) >= 2,
+             what="the reader asleep, its connection open")  # fmt: skip
+    assert locks_of(holder.pid)
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
+    assert host["verdict"] != "stalled" and rc == 0, host["findings"]

@@ -152,7 +152,7 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
         if unread:
             return f"{who} did not read the {unread} B sent to it over {window}: the request sits in its receive queue"
         return None
-    if kind == "file-lock":
+    if kind == "file-lock" and edge.retry != "sqlite-wal":  # a WAL reader between queries looks the same
         return f"{who} holds the lock and did nothing over {window}"
     if kind == "fuse" and all(_awaits_requests_only(ctx, h) for h in edge.holders):
         return (

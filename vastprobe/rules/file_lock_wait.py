@@ -80,6 +80,11 @@ def check(ctx: Context) -> Iterator[Finding]:
                     f"commit or roll it back, or end {holder_words}; {ctx.proc_label(edge.waiter)} retries for as long "
                     "as its busy timeout allows: bound it"
                 )
+            if edge.retry == "sqlite-wal":  # its locks are those of any open WAL connection
+                hint += (
+                    f"; in WAL mode a connection that only reads never waits for the writer: if "
+                    f"{ctx.proc_label(edge.waiter)} only reads, it sleeps between its queries and waits on nothing"
+                )
         yield META.finding(
             marked(summary, s, sev),
             (*s.chain.pids, *[h for h in edge.holders if h not in s.chain.pids]),

@@ -31,7 +31,7 @@ class WaitEdge:
     poll: bool = False  # one fd of an event loop over several: the waiter waits on any of them
     #: a waiter that sleeps and tries again: SQLite's busy handler, a lock file (apt), a Python polling
     #: lock on a flock (py-filelock), or one that is the lock file's existence (torch's FileBaton)
-    retry: Literal["sqlite-busy", "lock-file", "py-lock", "lock-exists"] | None = None
+    retry: Literal["sqlite-busy", "sqlite-wal", "lock-file", "py-lock", "lock-exists"] | None = None
     writes: bool = False  # a pipe or FIFO the waiter writes (full), not one it reads (empty)
 
 

@@ -16,6 +16,9 @@ from vastprobe.model import Evidence, FileLock, Process, Unavailable
 #: SQLite's lock bytes start at 0x40000000 (its PENDING_BYTE): PENDING, RESERVED, then the SHARED range
 SQLITE_PENDING, SQLITE_SHARED = "1073741824", "1073741826"  # RESERVED is 1073741825
 SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm")
+#: WAL mode's locks are bytes of the -shm file: the write lock (120), the checkpoint and recovery
+#: locks, five read marks (123-127), and the DMS byte (128) every open connection holds
+SQLITE_WAL_WRITE, SQLITE_WAL_DMS = "120", "128"
 #: apt's and dpkg's own processes: they retry the package system's locks in a sleep loop
 APT_COMMS = frozenset({"apt", "apt-get", "aptitude", "apt-cache", "dpkg", "unattended-upgr", "packagekitd"})
 _PG_CLIENT = re.compile(r" (\[local\]|[0-9a-fA-F.:]+\([0-9]+\)|[A-Za-z0-9.-]+\([0-9]+\)) ", re.ASCII)
@@ -179,6 +182,8 @@ class LockEdges(WaitIndex):
             return WaitEdge(p.pid, "file-lock", tuple(readers), f"the readers of {db} (SQLite's SHARED locks)", ev,
                             path=db if db.startswith("/") else None, lock=own, inferred=True,
                             retry="sqlite-busy")  # fmt: skip
+        if (wal := self._sqlite_wal_edge(p, mine, by_pid)) is not None:
+            return wal
         if mine:
             return None  # it holds SHARED (never retried), RESERVED or more: not kept out
         opened = self._readable_files(p)
@@ -195,6 +200,43 @@ class LockEdges(WaitIndex):
             )
             return WaitEdge(p.pid, "file-lock", (holder,), f"SQLite's write lock on {held_db}", ev, path=held_db, lock=lk,
                             inferred=True, retry="sqlite-busy")  # fmt: skip
+        return None
+
+    def _sqlite_wal_edge(self, p: Process, mine: list[FileLock], by_pid: dict[int, list[FileLock]]) -> WaitEdge | None:
+        """WAL mode: every open connection holds its database's SHARED range and its -shm file's DMS
+        byte, so a sleeper holding those alone is a connection outside any transaction of its own (no
+        read mark, not the write lock); while another holds the -shm's write lock, the busy handler it
+        sleeps in waits for that lock (a writer kept out by a transaction left open). A reader asleep
+        between its queries holds the same locks, and WAL readers never wait for the writer: nothing
+        says this one wants to write, so the edge proves nothing (stalls._proof)."""
+        for dms in mine:
+            if dms.access != "READ" or dms.start != SQLITE_WAL_DMS:
+                continue
+            key = (dms.device, dms.inode)
+            if any((lk.device, lk.inode) == key and lk.start != SQLITE_WAL_DMS for lk in mine):
+                return None  # a read mark or the write lock: in a transaction of its own
+            writers = [(pid, lk) for pid, locks in sorted(by_pid.items()) if pid != p.pid for lk in locks
+                       if (lk.device, lk.inode) == key and lk.access == "WRITE" and lk.start == SQLITE_WAL_WRITE]  # fmt: skip
+            if not writers:
+                return None
+            fds = p.fds if not isinstance(p.fds, Unavailable) else ()
+            shm = sorted({e.path for e in fds if e.path.endswith("-shm") and not e.deleted})
+            db = shm[0][: -len("-shm")] if len(shm) == 1 else f"the database of -shm inode {dms.inode}"
+            holder, lock = writers[0]
+            ev = (
+                Evidence("/proc/wchan", f"{p.pid} ({p.comm}) sleeps between attempts ({p.wchan})"),
+                Evidence(
+                    "/proc/locks",
+                    f"{p.pid} holds the -shm's DMS byte ({SQLITE_WAL_DMS}) and no read mark: "
+                    "an open WAL connection in no transaction of its own",
+                ),
+                Evidence(
+                    "/proc/locks", f"WAL write lock (byte {SQLITE_WAL_WRITE} of {db}-shm) held by {self._label(holder)}"
+                ),
+            )
+            return WaitEdge(p.pid, "file-lock", (holder,), f"SQLite's WAL write lock on {db}", ev,
+                            path=db if db.startswith("/") else None, lock=lock, inferred=True,
+                            retry="sqlite-wal")  # fmt: skip
         return None
 
     @cached_property
