@@ -171,3 +171,25 @@ def test_clients_of_a_listener_that_never_accepts_are_stalled(reap) -> None:
         assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["headline"]
         assert f"peer {srv.pid} (python" in f["summary"] and f"127.0.0.1:{port}" in proof(f), f["evidence"]
         assert "connection(s) in its accept queue, and accepted none" in proof(f)
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
+def test_curl_behind_a_listener_that_never_accepts_is_stalled_and_noted_in_one_sample(reap) -> None:
+    """curl polls its connection, so the wait is inferred, and one sample of it with nothing in flight
+    was dropped as an idle keep-alive: no note at all, where docs/evidence.md promises one for a
+    listener. A connection in an accept queue is no keep-alive."""
+    srv = subprocess.Popen([sys.executable, "-c", LISTENER], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    reap.append(srv)
+    assert srv.stdout is not None
+    port = srv.stdout.readline().strip()
+    c = subprocess.Popen(["curl", "-s", f"http://127.0.0.1:{port}/"], start_new_session=True, stdout=subprocess.DEVNULL)
+    reap.append(c)
+    wait_for(lambda: proc_wchan(c.pid).startswith(("poll", "do_sys_poll")), what="curl waiting")
+    rc, host = vastprobe_json("--pid", str(c.pid), "--sample", "1")
+    f = finding(host)
+    assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["headline"]
+    assert "has not accepted the connection" in f["summary"], f["summary"]
+    rc, host = vastprobe_json("--pid", str(c.pid), "--sample", "0")
+    f = finding(host)
+    assert f["severity"] == "info" and f["summary"].endswith("(seen in one sample)"), f["summary"]
+    assert host["verdict"] == "healthy" and rc == 0

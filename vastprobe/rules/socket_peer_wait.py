@@ -79,8 +79,10 @@ def _reported(ctx: Context, s: StalledChain, edge: WaitEdge, stall: StallEvidenc
     # request the server read and never answered; only a named job, still after two samples, is
     # worth a note (the server read the request and sleeps: a common hang that is otherwise unseen)
     quiet = (
-        edge.inferred and not unread and not stall and not s.proof and not stopped and remote_ssh is None
-    ) and not alone
+        (edge.inferred and not unread and not stall and not s.proof and not stopped and remote_ssh is None)
+        and not alone
+        and edge.listener is None
+    )  # a connection in an accept queue is no idle keep-alive
     if quiet and not (ctx.options.explicit_scope and s.idle and edge.holders):
         return None
     waiter = ctx.tree.by_pid[s.waiter]
