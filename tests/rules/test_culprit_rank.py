@@ -362,14 +362,16 @@ def test_spinning_ranks_one_of_which_got_no_cpu_blame_nobody(reap, tmp_path: Pat
     pids = start_job(reap, tmp_path, "none", env={"LAB_SPIN": "1"})
     wait_for(lambda: all(proc_state(p) == "R" for p in pids.values()), what="every rank spinning")
     cap = tmp_path / "cap.json"
-    for _ in range(5):  # a rank caught between two time slices reads S: collect again
+    for _ in range(10):  # a main thread caught waiting for the GIL (its other thread polls) reads S: again
         r = subprocess.run([sys.executable, "-m", "vastprobe", "collect", "local", "--match", pids.match,
                             "--sample", "1", "-o", str(cap)], capture_output=True, text=True, timeout=120)  # fmt: skip
         assert r.returncode == 0, r.stderr
         raw = base64.b64decode(json.loads(cap.read_text())["raw_b64"]).decode()
-        states = re.findall(rf"^/proc/{pids[0]}/stat:{pids[0]} \(.*?\) (\S)", raw, re.M)
-        if states == ["R", "R"]:
+        states = [re.findall(rf"^/proc/{p}/stat:{p} \(.*?\) (\S)", raw, re.M) for p in pids.values()]
+        if all(st == ["R", "R"] for st in states):
             break
+    else:
+        pytest.fail(f"the spinning ranks were never all read running in both samples: {states}")
     _starve(cap, pids[0])
     r = subprocess.run([sys.executable, "-m", "vastprobe", "analyze", str(cap), "--format", "json"],
                        capture_output=True, text=True, timeout=120)  # fmt: skip
