@@ -380,3 +380,48 @@ def test_spinning_ranks_one_of_which_got_no_cpu_blame_nobody(reap, tmp_path: Pat
     assert host["verdict"] == "healthy" and r.returncode == 0, host["headline"]
     [job] = host["jobs"]
     assert {x["rank"]: x["state"] for x in job["ranks"]}[0] == "running", job["ranks"]
+
+
+GIL_RANK = """
+import os, socket, sys, threading, time
+rank, port = int(os.environ["RANK"]), int(sys.argv[1])
+if rank == 0:
+    s = socket.socket(); s.bind(("127.0.0.1", port)); s.listen(); c, _ = s.accept()
+else:
+    c = socket.create_connection(("127.0.0.1", port))
+def spin():
+    while True:
+        pass
+threading.Thread(target=time.sleep, args=(100000,), daemon=True).start()  # a rank has threads: its env is read
+if rank == 0:
+    spin()                                  # computes in its main thread
+threading.Thread(target=spin, daemon=True).start()
+threading.Event().wait(100000)              # its main thread in a futex, its other thread computing
+"""
+
+
+def test_a_rank_computing_in_another_thread_is_not_a_waiting_rank(reap, tmp_path: Path) -> None:
+    """Two ranks of a CPU job both compute: rank 0 in its main thread, rank 1 in another thread while
+    its main thread sleeps in a futex (as a Python rank's main thread waiting for the GIL its polling
+    thread holds looks). Rank 1 read as waiting in a collective, rank 0 as the straggler holding it
+    (a warning, DEGRADED); both compute, so no rank holds the other."""
+    port = free_ports(1)[0]
+    run = f"lab-{uuid.uuid4().hex[:12]}"
+    env = dict(os.environ, WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", TORCHELASTIC_RUN_ID=run, MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port))  # fmt: skip
+    ranks = []
+    for r in (0, 1):
+        p = subprocess.Popen([sys.executable, "-c", GIL_RANK, str(port), run],
+                             env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), start_new_session=True)  # fmt: skip
+        reap.append(p)
+        ranks.append(p)
+        if r == 0:
+            wait_for(lambda: any(f":{port:04X} " in line for line in Path("/proc/net/tcp").read_text().splitlines()),
+                     what="rank 0 listening")  # fmt: skip
+    wait_for(lambda: proc_wchan(ranks[1].pid).startswith("futex"), what="rank 1's main thread in its futex")
+    rc, host = vastprobe_json("--match", run, "--sample", "1")
+    [job] = host["jobs"]
+    states = {x["rank"]: x["state"] for x in job["ranks"]}
+    assert states == {0: "running", 1: "running"}, job["ranks"]
+    assert not [f for f in host["findings"] if f["rule"] == "culprit-rank"], host["findings"]
+    assert host["verdict"] == "healthy" and rc == 0
