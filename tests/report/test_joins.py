@@ -303,3 +303,74 @@ def test_a_queue_worker_waiting_on_a_working_server_on_another_host_is_healthy(f
     ), f
     assert got[a.target]["verdict"] == "healthy" and got[b.target]["verdict"] == "healthy", got
     assert rc == 0
+
+
+PY_SERVER = """
+import socket, subprocess, sys, time
+port, mode = int(sys.argv[1]), sys.argv[2]
+if mode == "compute":
+    subprocess.Popen(["sleep", "100000"])   # a helper of its own (a log shipper), unrelated to clients
+ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+ls.bind(("127.0.0.1", port)); ls.listen(16)
+c, _ = ls.accept()
+if mode == "compute":
+    c.recv(100)
+    while True:                             # a slow answer: it works on it
+        pass
+while True:
+    time.sleep(3600)                        # accepted, never reads the request
+"""
+PY_CLIENT = """
+import socket, sys
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+c.sendall(b"request\\n")
+c.recv(100)
+"""
+
+
+def _client_and_server(fleet: Fleet, mode: str) -> tuple[Sshd, Sshd, int]:
+    port = free_ports(1)[0]
+    server = fleet.dir / "server.py"
+    server.write_text(PY_SERVER)
+    client = fleet.dir / "client.py"
+    client.write_text(PY_CLIENT)
+    b = fleet.host(f"{sys.executable} {server} {port} {mode}")
+    wait_for(lambda: any(f":{port:04X} " in line and line.split()[3] == "0A"
+                         for line in Path("/proc/net/tcp").read_text().splitlines()[1:]), what="the server listening")  # fmt: skip
+    a = fleet.host(f"{sys.executable} {client} {port}")
+    wait_for(lambda: fleet.blocked_in(a, "wait_woken"), what="the client waiting for its answer")
+    return a, b, port
+
+
+def test_a_request_a_server_on_another_host_never_reads_is_a_stall(fleet: Fleet) -> None:
+    """B's server accepted the connection and sleeps without reading the request. On one host the
+    unread bytes in the server's receive queue are the proof (docs/evidence.md); across two hosts
+    both read HEALTHY, exit 0 (found by a helper), and the server asleep on a timer was even taken
+    for one that works."""
+    a, b, _port = _client_and_server(fleet, "sleep")
+    rc, got = fleet.sweep(a.target, b.target)
+    f = next((f for f in got[a.target]["findings"] if f["rule"] == "socket-peer-wait"), None)
+    assert f is not None, got[a.target]["findings"]
+    assert re.search(rf"whose other end is python3? \(\d+\) on {re.escape(b.target)}: not reading: the 8 B sent to it "
+                     "sit unread", f["summary"]), f["summary"]  # fmt: skip
+    assert f["severity"] == "error" and got[a.target]["verdict"] == "stalled"
+    assert got[b.target]["verdict"] == "stalled" and rc == 1, got[b.target]["findings"]
+
+
+def test_a_busy_servers_own_stopped_helper_is_not_blamed_for_its_client(fleet: Fleet) -> None:
+    """B's server computes its answer (it works) and has a helper child of its own, stopped. The join
+    told A "its host says: sleep is stopped" (an error, STALLED) because the helper is under the
+    server: a holder that works is not held by a child of its own."""
+    a, b, _port = _client_and_server(fleet, "compute")
+    helper = fleet.find(b, "sleep")
+    assert helper is not None
+    os.kill(helper, signal.SIGSTOP)
+    try:
+        wait_for(lambda: proc_state(helper) == "T", what="the helper stopped")
+        rc, got = fleet.sweep(a.target, b.target, extra=("--match", "server.py|client.py"))
+        ha = got[a.target]
+        assert ha["verdict"] == "healthy", [(f["severity"], f["summary"]) for f in ha["findings"]]
+        assert not any("sleep (" in f["summary"] for f in ha["findings"]), ha["findings"]
+        assert got[b.target]["verdict"] == "stalled" and rc == 1  # B's own stopped helper
+    finally:
+        os.kill(helper, signal.SIGCONT)

@@ -64,20 +64,22 @@ def served(ctx: Context) -> tuple[ServedSocket, ...]:
             pr = ctx.progress.get(holder.pid) if ctx.two_samples else None
             idle = None if pr is None or not pr.sampled else not pr.moved
             out.append(ServedSocket(s.local, s.remote if s.state != "LISTEN" else "", holder.pid, holder.comm,
-                                    holder.state, below, s.recv_queue or 0 if s.state == "LISTEN" else 0,
-                                    idle, moving))  # fmt: skip
+                                    holder.state, below, s.recv_queue or 0, idle, moving))  # fmt: skip
     return tuple(out)
 
 
 def _moving(ctx: Context, pids: tuple[int, ...]) -> str:
-    """The first of `pids` that worked over the window or sleeps on a timer, in words: the one-host
-    analysis reads a blocker that works, or waits on time, as holding nobody. "" with one sample."""
+    """The holder (first of `pids`) when it worked over the window, else the first process under it
+    that worked or sleeps on a timer, in words: the one-host analysis reads a blocker that works as
+    holding nobody, and a chain ending at a command asleep on a timer (`ssh B 'sleep 600'`) as a wait
+    on time. A holder asleep on a timer itself is an idle server: it holds its client. "" with one
+    sample."""
     if not ctx.two_samples:
         return ""
-    for pid in pids:
+    for i, pid in enumerate(pids):
         pr, p = ctx.progress.get(pid), ctx.tree.by_pid.get(pid)
         if p is not None and pr is not None and pr.sampled and pr.moved:
             return f"{p.comm} ({pid}) worked over the window"
-        if p is not None and ctx.graph.kind(p) == "sleep":
+        if i and p is not None and ctx.graph.kind(p) == "sleep":
             return f"{p.comm} ({pid}) sleeps on a timer"
     return ""

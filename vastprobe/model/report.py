@@ -48,11 +48,11 @@ class ServedSocket:
     comm: str
     state: str  # its holder's process state (T: stopped)
     below: tuple[int, ...] = ()  # the holder's descendants here (sshd's session: the command it runs), at most 32
-    queued: int = 0  # a listener: connections in its accept queue
+    queued: int = 0  # a listener: connections in its accept queue; an accepted connection: bytes unread in it
     idle: bool | None = None  # its holder did nothing over the window (None: one sample)
-    # the first of its holder and the processes under it that worked over the window or sleeps on a
-    # timer (it wakes by itself), in words: whoever waits on the connection is not held by this side
-    # ("": none did, or one sample)
+    # its holder worked over the window, or a process under it worked or sleeps on a timer (an ssh
+    # session's command), in words: whoever waits on the connection is not held by this side ("": none
+    # did, or one sample). A holder asleep on a timer itself holds its client: it is idle
     moving: str = ""
 
 

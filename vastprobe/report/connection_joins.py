@@ -90,9 +90,11 @@ def join_connections(reports: Sequence[HostReport]) -> list[HostReport]:
 
 
 def _about(host: HostReport, s: ServedSocket) -> list[Finding]:
-    """The findings of `host` about what serves the socket: its holder, or a process under it (an ssh
-    session's command: sshd holds the connection, the stopped `cat` it runs is what the finding names)."""
-    mine = {s.pid, *s.below}
+    """The findings of `host` about what serves the socket: its holder, or, while the holder did
+    nothing over the window, a process under it (an ssh session's command: sshd holds the connection,
+    the stopped `cat` it runs is what the finding names). A holder that works is not held by a child
+    of its own: a busy server's stopped helper was blamed for its client's wait."""
+    mine = {s.pid, *(s.below if s.idle is not False else ())}
     return [f for f in host.findings if mine.intersection(f.pids)]
 
 
@@ -106,6 +108,8 @@ def _holder_severity(holder_host: HostReport, s: ServedSocket) -> tuple[Severity
             f"not accepting: {s.queued} connection(s) wait in the accept queue of {s.local}, and it accepted none "
             "and did nothing over the window"
         )
+    if s.remote and s.queued and s.idle:  # docs/evidence.md's idle server, its client's bytes unread
+        return "error", f"not reading: the {s.queued} B sent to it sit unread, and it did nothing over the window"
     theirs = _about(holder_host, s)
     if theirs:
         worst = max(theirs, key=lambda f: SEVERITY_ORDER[f.severity])
