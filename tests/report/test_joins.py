@@ -374,3 +374,47 @@ def test_a_busy_servers_own_stopped_helper_is_not_blamed_for_its_client(fleet: F
         assert got[b.target]["verdict"] == "stalled" and rc == 1  # B's own stopped helper
     finally:
         os.kill(helper, signal.SIGCONT)
+
+
+PY_RECEIVER = """
+import socket, sys
+ls = socket.socket(); ls.bind(("127.0.0.1", int(sys.argv[1]))); ls.listen(1)
+c, _ = ls.accept()
+ls.close()                                  # one stream, then no listener: the sender is no "server"
+while c.recv(100):
+    pass
+"""
+PY_SENDER = """
+import socket, sys, time
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+while True:
+    c.sendall(b"sample\\n"); time.sleep(0.2)
+"""
+
+
+def test_a_receiver_held_by_a_stopped_sender_on_another_host_is_a_stall(fleet: Fleet) -> None:
+    """A accepted one stream and reads it; B's sender, a client (its connection accepted on no
+    listening port of B's), is stopped. B's report listed only listeners and the connections
+    accepted on them, so A's wait had no other end in the run: A HEALTHY beside a STALLED B (found
+    by a helper). Connections whose holder is stopped are listed too now."""
+    port = free_ports(1)[0]
+    (fleet.dir / "receiver.py").write_text(PY_RECEIVER)
+    (fleet.dir / "sender.py").write_text(PY_SENDER)
+    a = fleet.host(f"{sys.executable} {fleet.dir / 'receiver.py'} {port}")
+    wait_for(lambda: any(f":{port:04X} " in line for line in Path("/proc/net/tcp").read_text().splitlines()[1:]),
+             what="the receiver listening")  # fmt: skip
+    b = fleet.host(f"{sys.executable} {fleet.dir / 'sender.py'} {port}")
+    wait_for(lambda: fleet.find(b, "python3") is not None or fleet.find(b, "python") is not None, what="the sender")
+    sender = fleet.find(b, "python3") or fleet.find(b, "python")
+    assert sender is not None
+    wait_for(lambda: fleet.blocked_in(a, "wait_woken"), what="the receiver reading")
+    os.kill(sender, signal.SIGSTOP)
+    try:
+        wait_for(lambda: proc_state(sender) == "T", what="the sender stopped")
+        rc, got = fleet.sweep(a.target, b.target)
+        f = next((f for f in got[a.target]["findings"] if f.get("remote") == b.target), None)
+        assert f is not None, got[a.target]["findings"]
+        assert f"on {b.target}: stopped (T)" in f["summary"] and f["severity"] == "error", f["summary"]
+        assert got[a.target]["verdict"] == "stalled" and got[b.target]["verdict"] == "stalled" and rc == 1
+    finally:
+        os.kill(sender, signal.SIGCONT)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from itertools import islice
 from typing import TYPE_CHECKING
 
-from vastprobe.model import RemotePeer, ServedSocket, SocketTable
+from vastprobe.model import RemotePeer, ServedSocket, Socket, SocketTable
 
 if TYPE_CHECKING:
     from vastprobe.analysis.context import Context
@@ -43,7 +43,8 @@ def remote_waits(ctx: Context) -> tuple[RemotePeer, ...]:
 
 
 def served(ctx: Context) -> tuple[ServedSocket, ...]:
-    """Listening sockets held by a process here, then connections accepted on their ports."""
+    """Listening sockets held by a process here, then connections accepted on their ports, then any
+    other connection held by a process that cannot move (stopped, D) or with bytes unread in it."""
     table = ctx.snapshot.sockets
     if not isinstance(table, SocketTable):
         return ()
@@ -52,6 +53,11 @@ def served(ctx: Context) -> tuple[ServedSocket, ...]:
     listening = [s for s in tcp if s.state == "LISTEN"]
     ports = {s.local_address[1] for s in listening}
     accepted = [s for s in tcp if s.state != "LISTEN" and s.remote and s.local_address[1] in ports]
+    # any other connection whose holder cannot move or has not read what was sent: a one-shot server
+    # that closed its listener, a client sending to another host's server, then stopped
+    seen = {s.inode for s in accepted}
+    stuck = [s for s in tcp if s.state != "LISTEN" and s.remote and s.inode not in seen and _stuck(ctx, s)]
+    accepted += stuck
     out = []
     under: dict[int, tuple[tuple[int, ...], str]] = {}  # a server's many connections share one holder
     for s in (*listening, *accepted)[:MAX_SERVED]:
@@ -66,6 +72,12 @@ def served(ctx: Context) -> tuple[ServedSocket, ...]:
             out.append(ServedSocket(s.local, s.remote if s.state != "LISTEN" else "", holder.pid, holder.comm,
                                     holder.state, below, s.recv_queue or 0, idle, moving))  # fmt: skip
     return tuple(out)
+
+
+def _stuck(ctx: Context, s: Socket) -> bool:
+    """A connection whose holder is stopped or in D state, or which holds bytes nobody read."""
+    holder = ctx.tree.by_pid.get(ctx.graph.socket_holders(s.inode)[0])
+    return bool(s.recv_queue) or (holder is not None and holder.state in ("T", "t", "D"))
 
 
 def _moving(ctx: Context, pids: tuple[int, ...]) -> str:

@@ -40,7 +40,8 @@ class RemotePeer:
 @dataclass(frozen=True)
 class ServedSocket:
     """A TCP socket a process here serves on: a listener, or a connection accepted on one of this
-    host's listening ports. A sweep finds here the other end of another host's wait."""
+    host's listening ports; or any connection whose holder is stopped or in D state, or that holds
+    bytes nobody read. A sweep finds here the other end of another host's wait."""
 
     local: str  # "10.0.0.5:6379"
     remote: str  # "" for a listener
