@@ -181,3 +181,21 @@ def test_vast_state_rides_with_the_instance_and_words_a_skip() -> None:
     assert live.skip is None and live.labels["vast_status"] == "running"
     assert vast_words(live.labels) == " (vast.ai: running: 'success, running')"
     assert vast_order(live.labels) < vast_order(gone.labels) < vast_order({})
+
+
+def test_one_host_written_two_ways_is_probed_once() -> None:
+    """`ssh://root@H:P/`, `root@[H]:P` and `root@H:P` are one host: a run probed it twice, counted two
+    stalled hosts, and, finding both ends of a connection on two "hosts", joined neither (found by a
+    helper). A user name keeps its case, and a missing port or user stays missing (ssh_config may give
+    that host another)."""
+    from vastprobe.commands.common import unique
+    from vastprobe.targets import InventoryEntry, target_key, unique_entries
+
+    same = ["root@127.0.0.1:2222", "ssh://root@127.0.0.1:2222/", "root@[127.0.0.1]:2222", "root@127.0.0.1:2222"]
+    assert {target_key(t) for t in same} == {"root@127.0.0.1:2222"}
+    assert unique([*same, "local"]) == ["root@127.0.0.1:2222", "local"]
+    entries, dropped = unique_entries(InventoryEntry(t) for t in same)
+    assert [e.target for e in entries] == ["root@127.0.0.1:2222"] and dropped == 3
+    different = ["ROOT@127.0.0.1:2222", "127.0.0.1:2222", "root@127.0.0.1", "root@127.0.0.1:22", "docker:abc"]
+    assert len({target_key(t) for t in [same[0], *different]}) == 6
+    assert target_key("root@GPU-Box:22") == target_key("root@gpu-box:22")

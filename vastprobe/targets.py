@@ -431,6 +431,18 @@ def parse_inventory(text: str) -> list[InventoryEntry]:
     return parse_plain(text)
 
 
+def target_key(target: str) -> str:
+    """One spelling of an ssh target for telling duplicates apart: `ssh://root@H:22/`, `root@[H]:22`
+    and `root@h:22` are one host (probed twice, a run counted it twice and, holding both ends of a
+    connection twice, joined neither). A user name keeps its case; a missing port or user stays
+    missing (ssh_config may give that host another). Anything else (local, a container) as given."""
+    try:
+        t = parse_target(target)
+    except TargetError:
+        return target
+    return SshTarget(t.user, t.host.lower(), t.port).display()
+
+
 def unique_entries(entries: Iterable[InventoryEntry]) -> tuple[list[InventoryEntry], int]:
     """Each target once, first occurrence kept (a target listed twice would be probed twice and give
     duplicate series in the Prometheus textfile); returns the entries and how many were dropped."""
@@ -438,10 +450,11 @@ def unique_entries(entries: Iterable[InventoryEntry]) -> tuple[list[InventoryEnt
     out = []
     dropped = 0
     for e in entries:
-        if e.target in seen:
+        key = target_key(e.target)
+        if key in seen:
             dropped += 1
             continue
-        seen.add(e.target)
+        seen.add(key)
         out.append(e)
     return out, dropped
 

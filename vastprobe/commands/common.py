@@ -8,6 +8,7 @@ from typing import Any, NoReturn
 from typer.core import TyperCommand
 
 from vastprobe.notices import say
+from vastprobe.targets import target_key
 
 EXIT_OK, EXIT_STALLED, EXIT_USAGE, EXIT_UNPROBED, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 EXIT_PIPE = 141  # stdout's reader went away (`| head`): what a tool killed by SIGPIPE reports
@@ -65,7 +66,11 @@ def interrupted_code() -> int:
 
 
 def unique(targets: list[str], what: str = "target") -> list[str]:
-    out = list(dict.fromkeys(targets))
+    """Each target once, first spelling kept (targets.target_key: one host written two ways is one)."""
+    first: dict[str, str] = {}
+    for t in targets:
+        first.setdefault(target_key(t), t)
+    out = list(first.values())
     if len(out) < len(targets):
         n = len(targets) - len(out)
         say(f"vastprobe: {n} duplicate {what}{'s' if n != 1 else ''} probed once")
