@@ -292,3 +292,44 @@ def test_a_run_does_not_blame_an_unrelated_stopped_process_on_the_other_host(rea
         remote = [d for d in descendants(sshd.proc.pid) if belongs_to(d, tmp_path)]
         resume([*remote, *(k for d in remote for k in descendants(d))])
         a.stop()
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("git") is None, reason="needs util-linux and git")
+def test_a_git_clone_over_ssh_held_by_a_stopped_upload_pack_on_the_other_host(reap, sshd: Sshd, payload: Path,
+                                                                              tmp_path: Path) -> None:  # fmt: skip
+    """Host A's `git clone ssh://B/…` while B's git-upload-pack is stopped. ssh polls git's pipes and
+    its session to B; the chains through git's pipes loop back into git, and the one that reaches the
+    session was never built, so A read HEALTHY beside a STALLED B (found by a helper). A poller's
+    connection off the host is a chain's end too now, and a chain looping back ranks after one that
+    reaches an end."""
+    repo, work = tmp_path / "repo.git", tmp_path / "work"
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t", "-c", "init.defaultBranch=main"]
+    subprocess.run([*git, "init", "-q", "--bare", str(repo)], check=True)
+    subprocess.run([*git, "clone", "-q", str(repo), str(work)], check=True, capture_output=True)
+    shutil.copy(payload / "weights.bin", work / "weights.bin")
+    subprocess.run([*git, "-C", str(work), "add", "."], check=True)
+    subprocess.run([*git, "-C", str(work), "commit", "-qm", "weights"], check=True)
+    subprocess.run([*git, "-C", str(work), "push", "-q", "origin", "HEAD"], check=True, capture_output=True)
+    clone = (
+        f"GIT_SSH_COMMAND='{ssh_command(sshd)}' git clone -q ssh://root@127.0.0.1:{sshd.port}{repo} {tmp_path / 'c'}"
+    )
+    wrap = ["unshare", "--pid", "--kill-child", "--mount-proc", "--", "sh", "-c", f'({clone}) & exec "$@"', "sh"]
+    a = start_sshd(tmp_path / "a", user_key=sshd.user_key, wrap=wrap)
+    try:
+        stopped = stop_remote(sshd, "git-upload-pack", tmp_path)
+        local = [d for d in descendants(a.proc.pid) if comm(d) in ("git", "ssh")]
+        wait_for(lambda: len(local) >= 2 and settled(local), timeout=60, what="the clone blocked")
+        known = tmp_path / "known_hosts"
+        known.write_text(a.known_hosts.read_text() + sshd.known_hosts.read_text())
+        r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", a.target, sshd.target, "-i",
+                            str(sshd.user_key), "--known-hosts", str(known), "--format", "json", "--sample", "1"],
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+        hosts = {h["target"]: h for h in json.loads(r.stdout)["hosts"]}
+        ha = hosts[a.target]
+        f = next((f for f in ha["findings"] if f.get("remote") == sshd.target), None)
+        assert f is not None, [(g["rule"], g["severity"], g["summary"]) for g in ha["findings"]]
+        assert "git-upload-pack (" in f["summary"] and "is stopped (T)" in f["summary"], f["summary"]
+        assert f["severity"] == "error" and ha["verdict"] == "stalled" and r.returncode == 1
+    finally:
+        resume(locals().get("stopped", []))
+        a.stop()

@@ -271,12 +271,15 @@ def _classify(ctx: SnapshotView, chain: Chain) -> StalledChain:
 _RANK = {"deadlock": 0, "orphan-pipe": 1, "db-lock": 1}
 
 
-def _score(s: StalledChain, oom_losers: set[int]) -> tuple[int, int, int, int, int, int]:
+def _score(s: StalledChain, oom_losers: set[int]) -> tuple[int, int, int, int, int, int, int]:
     return (
         _RANK.get(s.kind, 2),
         0 if s.dead_end else 1,
         0 if s.idle else 1,
         0 if oom_losers & set(s.chain.pids) else 1,
+        # a chain that loops back into itself through a process that can still act (git's threads)
+        # explains less than one that reaches an end: ssh's session to the other host under git clone
+        1 if s.chain.end in s.chain.pids[:-1] and s.kind != "deadlock" else 0,
         # a wait on a connection, a lock or a mount says more than "waits on an idle child": a
         # launcher of two ranks, one waiting on the other's server (which waits in accept()
         # for a rank that never came), is stalled on that connection
