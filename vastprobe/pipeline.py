@@ -322,10 +322,14 @@ def report_of(
     and one host's capture never costs the others of a sweep their reports."""
 
     budget = _Budget(time.monotonic() + budget_s if budget_s is not None else None, cancelled)
+    from vastprobe.analysis.scope import MatchTooSlow
+
     try:
         return report_or_raise(capture, options, budget)
     except AnalysisBudgetExceeded:
         return _over_budget(capture, budget_s)
+    except MatchTooSlow as exc:  # the user's pattern, not vastprobe: no "please report this"
+        return _failed(capture, str(exc))
     except Exception as exc:
         return _failed(capture, _analysis_failed(exc))
 

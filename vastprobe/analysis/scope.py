@@ -3,8 +3,9 @@ descendants; with neither, every non-kernel process outside the probe's own sess
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
+
+import regex
 
 from vastprobe.analysis.tree import ProcessTree
 from vastprobe.model import HostSnapshot
@@ -14,6 +15,15 @@ from vastprobe.model import HostSnapshot
 #: over 64 KiB of `python python …` took 0.6 s a process (100 such processes: 38 s, past the
 #: host's analysis budget); over 4 KiB it takes 3 ms. Real command lines fit.
 MATCH_PREFIX = 4096
+#: How long one `--match` may search one command line. The pattern is the user's, the text a
+#: tenant's: `(x+x+)+y` over forty `x`s backtracks for hours inside the regex engine, where neither
+#: the analysis budget nor SIGTERM is checked, and holds every host of a sweep. The `regex` module
+#: (the syntax of Python's `re`) bounds a search; a real pattern takes microseconds.
+MATCH_TIMEOUT_S = 0.5
+
+
+class MatchTooSlow(Exception):
+    """A `--match` that ran past MATCH_TIMEOUT_S on a command line: the pattern backtracks."""
 
 
 def match_text(cmdline: Sequence[str], comm: str) -> str:
@@ -42,7 +52,7 @@ def compute_scope(
     candidates = [p for p in snapshot.processes if not p.kernel_thread and p.pid not in excluded]
     if not pids and not matches:
         return tuple(sorted(p.pid for p in candidates))
-    regexes = [re.compile(m) for m in matches]
+    regexes = [(m, regex.compile(m)) for m in matches]
     roots = {pid for pid in pids if pid in tree.by_pid}
     seen: dict[str, bool] = {}  # many processes share a command line (workers, ranks): matched once
     for p in candidates if regexes else ():
@@ -51,10 +61,20 @@ def compute_scope(
         text = match_text(p.cmdline, p.comm)
         hit = seen.get(text)
         if hit is None:
-            hit = seen[text] = any(r.search(text) for r in regexes)
+            hit = seen[text] = any(_search(m, r, text, p.pid) for m, r in regexes)
         if hit:
             roots.add(p.pid)
     chosen = set(roots)
     for root in roots:
         chosen.update(d.pid for d in tree.descendants(root))
     return tuple(sorted(pid for pid in chosen if pid not in excluded))
+
+
+def _search(pattern: str, compiled: regex.Pattern[str], text: str, pid: int) -> bool:
+    try:
+        return compiled.search(text, timeout=MATCH_TIMEOUT_S) is not None
+    except TimeoutError as exc:
+        raise MatchTooSlow(
+            f"--match {pattern[:80]!r} ran past {MATCH_TIMEOUT_S:g} s on the command line of pid {pid}: the pattern "
+            "backtracks (a quantifier inside a repeated group, such as (a+)+); not diagnosed, write it without one"
+        ) from exc

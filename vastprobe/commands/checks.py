@@ -97,12 +97,14 @@ def pids(values: list[int] | None) -> list[int] | None:
 
 
 def regexes(values: list[str] | None) -> list[str] | None:
+    import regex
+
     for m in values or ():
         if not m or len(m) > 4096:
             raise _bad(f"{m[:40]!r}: want a regular expression of 1 to 4096 characters")
         try:
-            re.compile(m)
-        except re.error as exc:
+            regex.compile(m)  # what analysis.scope matches with: re's syntax, each search bounded
+        except regex.error as exc:
             raise _bad(f"{m!r} is not a regular expression: {exc}") from exc
     return values
 
