@@ -173,6 +173,38 @@ def test_a_tenants_directory_link_leads_no_log_or_listing_into_a_root_only_direc
     assert logs[str(trusted / "train.log")]["tail"] == "CANARY-root-only-3f9a\n"  # root's link: read
 
 
+def test_a_dot_dot_after_a_tenants_link_and_a_wildcard_through_one_lead_nowhere_root_only(tmp_path: Path) -> None:
+    """Two ways past the component check, found by a helper. `tenant/x/../train.log`, where `x` is the
+    tenant's link to a directory of its own inside a root-only one: `x/..` is no link, but the kernel
+    resolves it to the root-only parent, whose file was read. And `tenant/*/*`, whose wildcard matches
+    the tenant's link `run` to a root-only directory: only the part before the wildcard was checked,
+    and the root-only directory was listed. `..` is resolved by name now (and refused by the probe),
+    and each match's directories are checked."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the probe reads what only root may)")
+    secret = tmp_path / "root-only"
+    secret.mkdir(mode=0o700)
+    (secret / "train.log").write_text("CANARY-root-only-77c1\n")
+    (secret / "weights-CANARY-name.bin").write_text("x")
+    own = secret / "tenant-own"
+    own.mkdir()
+    os.chown(own, 65534, 65534)
+    x = tenant_link(tmp_path, "x", own)
+    tenant_link(tmp_path, "run", secret)
+    home = x.parent
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", "--snapshot",
+                        "--sample", "0", "--log", f"{x}/../train.log", "--artifacts", f"{x}/../*",
+                        "--artifacts", f"{home}/*/*"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert "CANARY-root-only" not in r.stdout and "weights-CANARY-name" not in r.stdout, r.stdout[:2000]
+    host = json.loads(r.stdout)["hosts"][0]
+    (log,) = host["snapshot"]["logs"]
+    assert log["path"] == f"{home}/train.log", log  # the name's own meaning: the tenant's directory
+    by_pattern = {a["pattern"]: a for a in host["snapshot"]["artifacts"]}
+    assert f"{home}/*" in by_pattern, list(by_pattern)
+    deep = by_pattern[f"{home}/*/*"]
+    assert "through a directory link to another user's directory" in (deep["error"] or ""), deep
+
+
 FLIPPER = """
 import os, sys
 log, regular, link = sys.argv[1:4]

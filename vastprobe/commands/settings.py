@@ -66,8 +66,8 @@ def probe_options(
     deadline = remote_deadline(timeout)  # SSH runs set it again from the time left once connected
     params = ProbeParams(
         sample=sample,
-        logs=tuple(probe.log or ()),
-        artifacts=tuple(probe.artifacts or DEFAULT_ARTIFACTS),
+        logs=tuple(lexical(x) for x in probe.log or ()),
+        artifacts=tuple(lexical(x) for x in probe.artifacts or DEFAULT_ARTIFACTS),
         deadline=deadline,
         python_stacks=py_spy,
         job_pids=tuple(dict.fromkeys(pid or ()))[:64],
@@ -179,3 +179,12 @@ def _say_overridden(targets: list[str], opts) -> None:  # type: ignore[no-untype
 
 def _some(items: list[str], shown: int = 5) -> str:
     return ", ".join(items[:shown]) + (f" (+{len(items) - shown} more)" if len(items) > shown else "")
+
+
+def lexical(path: str) -> str:
+    """A --log or --artifacts path with `.` and `..` resolved by name, as the user reads it: on the
+    target `link/..` is the parent of where the link leads, which a tenant's directory link can make
+    a root-only directory (the probe refuses any `..` left)."""
+    import posixpath
+
+    return posixpath.normpath(path) if "/." in path or path.startswith(".") else path

@@ -991,7 +991,8 @@ vp_untouchable() {
 # read (a link to /proc/kmsg would consume the kernel's messages). A plain file costs no fork; a
 # link costs readlink and stat.
 # vp_dirlinks DIR: true when every symbolic link among DIR's components is root's, or its owner's
-# leading to its owner's directory; else says which is not (@@refused) and fails. Only the last
+# leading to its owner's directory, and no component is `..`; else says which is not (@@refused)
+# and fails. Only the last
 # component of a --log was checked: `tenant/run -> /root-only/dir` read the root-only file
 # through it. A component that is no link costs a builtin test; a link, one stat.
 vp_dirlinks() {
@@ -1002,6 +1003,11 @@ vp_dirlinks() {
 	IFS=$vp_ifs
 	for vp_c; do
 		[ -n "$vp_c" ] || continue
+		if [ "$vp_c" = .. ]; then
+			# `link/..` is the physical parent of where the link leads, not the link's own directory
+			printf '@@refused a path with a .. component: %s\n' "$vp_acc/.."
+			return 1
+		fi
 		vp_acc=$vp_acc/$vp_c
 		[ -h "$vp_acc" ] || continue
 		vp_lo=$(stat -c '%u' -- "$vp_acc" "$vp_acc/" 2>/dev/null)
@@ -1111,6 +1117,10 @@ vp_glob() {
 	case $vp_g in */*) vp_g=${vp_g%/*} ;; *) vp_g=. ;; esac
 	vp_untouchable "${vp_g:-/}" && return 0
 	vp_dirlinks "${vp_g:-/}" || return 0
+	# a wildcard that matches directories (`/tmp/*/*`) can match a tenant's link to a root-only one:
+	# each match's directories are checked as the fixed part's are
+	vp_gdeep=
+	case ${1#*[[*?]} in */*) vp_gdeep=1 ;; esac
 	vp_ifs=$IFS
 	IFS=
 	set -- $1
@@ -1133,14 +1143,22 @@ vp_glob() {
 	# a name holding a newline would print as two lines: counted, not listed
 	vp_gn=$#
 	vp_nl=0
+	vp_lk=0
 	for vp_a; do
 		case $vp_a in
 		*"$VP_NL"*) vp_nl=$((vp_nl + 1)) ;;
-		*) set -- "$@" "$vp_a" ;;
+		*)
+			if [ -n "$vp_gdeep" ] && ! vp_dirlinks "${vp_a%/*}" >/dev/null; then
+				vp_lk=$((vp_lk + 1))
+			else
+				set -- "$@" "$vp_a"
+			fi
+			;;
 		esac
 	done
 	shift "$vp_gn"
 	[ "$vp_nl" = 0 ] || printf '@@unlisted %s\n' "$vp_nl"
+	[ "$vp_lk" = 0 ] || printf '@@refused %s match(es) through a directory link to another user'"'"'s directory, not listed\n' "$vp_lk"
 	[ "$#" -gt 0 ] || return 0
 	stat -c '%s %Y %u %F|%n' -- "$@"
 }
