@@ -80,3 +80,30 @@ def test_no_password_in_a_snapshot_or_an_error_vastprobes_own_argv_included() ->
         p for p in procs if any("--history" in a for a in p["cmdline"]) and f":{port}/fleet" in " ".join(p["cmdline"])
     ]
     assert me and all("postgresql://vp:***@127.0.0.1" in " ".join(p["cmdline"]) for p in me), me
+
+
+def test_more_secret_forms_are_masked() -> None:
+    """Forms a helper found printed whole: `--secret-key=`, `--db-pass X`, `--pass=`, `--passphrase=`,
+    `--credentials=`, and `--password X` inside one `sh -c` string. A flag that only ends like one
+    (`--bypass`, `--auth-required`) hides nothing."""
+    argv = ("app", "--secret-key=pw-1", "--db-pass", "pw-2", "--pass=pw-3", "--passphrase=pw-4",
+            "--credentials=pw-5", "--bypass", "keep-me", "sh", "-c", "run --password pw-6 --token=pw-7 --lr 0.1")  # fmt: skip
+    out = redact_argv(argv)
+    assert not any("pw-" in a for a in out), out
+    assert out[7:9] == ("--bypass", "keep-me") and out[-1].endswith("--lr 0.1"), out
+
+
+def test_allowed_environment_values_and_a_given_logs_tail_are_masked() -> None:
+    """An allow-listed variable is kept by name, but its value may hold a credential
+    (`MASTER_ADDR=http://user:PASSWORD@host`, a run id of `token=…`); and a `--log` prints what its
+    job was given. Only found logs' tails were masked (found by a helper)."""
+    from vastprobe.parsers.environ import parse_env_section
+    from vastprobe.parsers.logs import log_tail
+    from vastprobe.probe.sections import RawSection
+
+    env = parse_env_section(
+        "/proc/7/environ:MASTER_ADDR=http://u:pw-8@10.0.0.1\n/proc/7/environ:TORCHELASTIC_RUN_ID=token=pw-9\n"
+    )
+    assert dict(env[7]) == {"MASTER_ADDR": "http://u:***@10.0.0.1", "TORCHELASTIC_RUN_ID": "token=***"}, env
+    tail = log_tail(RawSection("log.0", "|connecting to postgres://app:pw-10@db\n|login --password pw-11 ok\n", 0))
+    assert isinstance(tail, str) and "pw-1" not in tail and "postgres://app:***@db" in tail, tail

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 
 from vastprobe.parsers.procfs_lines import group_by_pid
+from vastprobe.untrusted.secrets import redact_text
 
 #: The names that say who is who in a distributed job, and which terminal multiplexer pane a process
 #: is in; nothing else of an environment is kept.
@@ -35,7 +36,9 @@ def parse_env_section(text: str) -> dict[int, tuple[tuple[str, str], ...]]:
         for line in lines:
             name, sep, value = line.partition("=")
             if sep and ALLOWED.fullmatch(name) and name not in kept and len(kept) < MAX_NAMES:
-                kept[name] = value.replace("\x1e", "\n")[:MAX_VALUE]
+                # an allowed name may still carry one: MASTER_ADDR=http://user:PASSWORD@host, a run id
+                # of `token=…`: masked as a command line's are
+                kept[name] = redact_text(value.replace("\x1e", "\n")[:MAX_VALUE])
         if kept:
             out[pid] = tuple(kept.items())
     return out

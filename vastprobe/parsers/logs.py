@@ -12,6 +12,7 @@ from vastprobe.model import LogFile, NotRead, Process, Unavailable
 from vastprobe.parsers import files
 from vastprobe.probe import sources as src
 from vastprobe.probe.script import FILE_TIMEOUT
+from vastprobe.untrusted.secrets import redact_text
 
 if TYPE_CHECKING:
     from vastprobe.parsers.reading import Sections
@@ -38,7 +39,7 @@ def log_tail(sec: RawSection | None, fmt: int = 3) -> str | Unavailable:
                 complaints.append(line)
         if complaints and not content:
             return Unavailable(complaints[-1].split(": ")[-1][:200])
-        return "".join(c + "\n" for c in content)
+        return "".join(redact_text(c) + "\n" for c in content)  # a log prints what its job was given
     if sec.rc not in (0, None):
         return Unavailable(sec.text.strip().split(": ")[-1][:200] or f"tail exited {sec.rc}")
     return sec.text

@@ -18,29 +18,34 @@ _KEYWORD = re.compile(
     r"(?i)((?:^|[?&\s;,])[A-Za-z_]{0,32}(?:password|passwd|pwd|token|secret|api[_-]?key|access[_-]?key)=)"
     r"(?:'[^']*'|[^&\s;,]*)"
 )
-#: options whose value is a secret: `--password X`, `--password=X`, `-p`-like short forms are left
-_SECRET_OPTION = re.compile(
-    r"(?i)^--?[a-z0-9-]{0,40}(?:password|passwd|token|secret|api-?key|access-?key|private-?key)$"
+#: the end of an option's name that says its value is a secret: `--password`, `--db-pass`,
+#: `--secret-key`, `--passphrase`, `--credentials`; `-p`-like short forms are left
+_SECRET_NAME = (
+    r"(?:password|passwd|(?<![a-z])pass|passphrase|token|secret|(?:api|access|private|secret)-?key|credentials?)"
 )
-_SECRET_ASSIGN = re.compile(
-    r"(?i)^(--?[a-z0-9-]{0,40}(?:password|passwd|token|secret|api-?key|access-?key|private-?key)=).+$"
-)
+#: options whose value is a secret: `--password X`, `--password=X`
+_SECRET_OPTION = re.compile(rf"(?i)^--?[a-z0-9-]{{0,40}}{_SECRET_NAME}$")
+_SECRET_ASSIGN = re.compile(rf"(?i)^(--?[a-z0-9-]{{0,40}}{_SECRET_NAME}=).+$")
+#: the same inside one argument (`sh -c '... --password X'`) or a log line: the value after it
+_INLINE_OPTION = re.compile(rf"(?i)((?:^|\s)--?[a-z0-9-]{{0,40}}{_SECRET_NAME}(?:=|\s+))(?:'[^']*'|\"[^\"]*\"|\S+)")
 #: `NAME=value` arguments (env-style) whose name says secret: `HF_TOKEN=…`, `AWS_SECRET_ACCESS_KEY=…`
 _ENV_ASSIGN = re.compile(r"^([A-Z][A-Z0-9_]{0,64}(?:PASSWORD|PASSWD|TOKEN|SECRET|_KEY|APIKEY)=).+$")
 
 
 def redact_text(text: str) -> str:
-    """A line with the passwords of every URL and `password=`-like keyword in it masked."""
-    if "://" not in text and "=" not in text:
+    """A line with the passwords of every URL, `password=`-like keyword and `--password X`-like
+    option in it masked."""
+    if "://" not in text and "=" not in text and "-" not in text:
         return text
     text = _URL_USERINFO.sub(rf"\1:{MASK}@", text)
-    return _KEYWORD.sub(rf"\1{MASK}", text)
+    text = _KEYWORD.sub(rf"\1{MASK}", text)
+    return _INLINE_OPTION.sub(rf"\1{MASK}", text) if "-" in text else text
 
 
 #: Every pattern above needs one of these (in any case) in the argument it masks: one look over the
 #: whole command line passes most of them untouched (each argument through the patterns cost ~8 us a
 #: process; an ignore-case regex over the line ~4 us; this ~1 us)
-_ANY_SECRET = ("pass", "pwd", "token", "secret", "key", "://")
+_ANY_SECRET = ("pass", "pwd", "token", "secret", "key", "credential", "://")
 
 
 def redact_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
