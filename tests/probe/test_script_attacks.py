@@ -205,6 +205,60 @@ def test_a_dot_dot_after_a_tenants_link_and_a_wildcard_through_one_lead_nowhere_
     assert "through a directory link to another user's directory" in (deep["error"] or ""), deep
 
 
+DIR_FLIPPER = """
+import os, sys
+own, secret, at = sys.argv[1:4]
+os.nice(19)  # it spins: the suite's other tests, beside it, keep the machine
+i = 0
+while True:  # the directory link leads to the tenant's own directory, then to a root-only one, ...
+    i += 1
+    try:
+        os.unlink(at + ".tmp")
+    except FileNotFoundError:
+        pass
+    os.symlink(secret if i & 1 else own, at + ".tmp")
+    os.replace(at + ".tmp", at)
+"""
+
+
+def test_a_directory_link_flipped_during_the_probe_never_leads_a_read_into_a_root_only_directory(
+    tmp_path: Path,
+) -> None:
+    """The directory links were checked, then `cd -P` resolved them again: a tenant renaming its link
+    `run` between its own directory and a root-only one put the root-only file in 3 of 20 reports
+    (found by a helper). The directory is now entered one component at a time and each checked once
+    it is the current one; the file is opened from there."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the canary is root-only)")
+    secret = tmp_path / "root-only"
+    secret.mkdir(mode=0o700)
+    (secret / "train.log").write_text("CANARY-dirflip-5e2b\n")
+    home = tenant_home()
+    own = home / "own"
+    own.mkdir()
+    (own / "train.log").write_text("step 1\n")
+    os.chown(own, 65534, 65534)
+    os.chown(own / "train.log", 65534, 65534)
+    run = home / "run"
+    flipper = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                                DIR_FLIPPER, str(own), str(secret), str(run)])  # fmt: skip
+    try:
+        wait_for(lambda: run.is_symlink(), what="the flipper running")
+        leaked, read = 0, 0
+        for _ in range(40):
+            r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", "--snapshot",
+                                "--sample", "0", "--log", str(run / "train.log")],
+                               capture_output=True, text=True, timeout=120)  # fmt: skip
+            leaked += "CANARY-dirflip" in r.stdout
+            read += "step 1" in r.stdout
+        assert leaked == 0, f"the root-only file was in {leaked} of 40 reports"
+        assert read > 0, "the tenant's own log was never read: the flip left no window to read it in"
+    finally:
+        flipper.kill()
+        flipper.wait()
+        shutil.rmtree(home, ignore_errors=True)
+
+
 FLIPPER = """
 import os, sys
 log, regular, link = sys.argv[1:4]
