@@ -159,7 +159,7 @@ def _classify(
     kind = g.kind(p)
     peers = _peers(ctx, p, ranks)
     moved = ctx.progress[p.pid].moved if ctx.two_samples and p.pid in ctx.progress else None
-    if kind == "futex" and util is None and not untimed_futex(p.syscall) and _busy(ctx, p):
+    if kind == "futex" and util is None and not untimed_futex(p.syscall) and ctx.computes(p.pid):
         # a rank on the CPU whose main thread was caught waiting for a lock its own threads share (a
         # Python rank's GIL, while its polling thread holds it): it computes, it does not wait
         return r("running", "runs (busy on its CPU; its main thread caught waiting on a lock of its own threads)")
@@ -201,19 +201,6 @@ def _classify(
     if peers:
         return r("collective", f"waits ({kind}) with {peers} connection(s) to other ranks")
     return r("elsewhere", f"waits in {p.wchan}, connected to no other rank")
-
-
-#: The share of one CPU over the window a rank must use to count as computing.
-BUSY_SHARE = 0.5
-
-
-def _busy(ctx: SnapshotView, p: Process) -> bool:
-    """It used at least half a CPU over the window (two samples)."""
-    pr = ctx.progress.get(p.pid) if ctx.two_samples else None
-    window = ctx.snapshot.sample_window
-    return (
-        pr is not None and pr.sampled and window > 0 and pr.cpu_ticks / ctx.snapshot.host.clk_tck >= BUSY_SHARE * window
-    )
 
 
 def _gone(ctx: SnapshotView, procs: list[Process]) -> list[JobRank]:

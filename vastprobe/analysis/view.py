@@ -21,6 +21,9 @@ from vastprobe.model import HostSnapshot, LogFile, Process, available
 from vastprobe.probe.sources import PROC
 from vastprobe.rule_options import RuleOptions
 
+#: The share of one CPU over the sample window at which a process counts as computing.
+BUSY_CPU_SHARE = 0.5
+
 
 class SnapshotView:
     """One snapshot with the derived views every analysis needs, computed once."""
@@ -85,6 +88,17 @@ class SnapshotView:
     @property
     def two_samples(self) -> bool:
         return len(self.snapshot.probe.sample_uptimes) >= 2
+
+    def cpu_seconds(self, pid: int) -> float | None:
+        """CPU seconds `pid` used between the samples; None without two samples of it."""
+        pr = self.progress.get(pid) if self.two_samples else None
+        return pr.cpu_ticks / self.snapshot.host.clk_tck if pr is not None and pr.sampled else None
+
+    def computes(self, pid: int) -> bool:
+        """It used BUSY_CPU_SHARE of a CPU or more over the window: it computes (a rank on its CPU, a
+        job whose log is quiet while it works), it does not wait."""
+        cpu, window = self.cpu_seconds(pid), self.snapshot.sample_window
+        return cpu is not None and window > 0 and cpu >= BUSY_CPU_SHARE * window
 
     def in_scope(self) -> list[Process]:
         return [p for p in self.snapshot.processes if p.pid in self.scope]

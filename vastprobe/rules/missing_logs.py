@@ -157,10 +157,6 @@ def _serving(ctx: Context, pid: int) -> bool:
     return kind == "accept" or (kind == "event-loop" and ctx.graph.listens(p))
 
 
-#: A process using at least this share of one CPU over the window counts as busy.
-BUSY_SHARE = 0.5
-
-
 def _still(ctx: Context, pids: tuple[int, ...]) -> bool:
     """Whether the job behind the log was seen not to move: two samples of each of its processes,
     and no CPU, I/O, context switch or state change in any."""
@@ -192,9 +188,10 @@ def _busy(ctx: Context, pids: tuple[int, ...]) -> list[str]:
         pr = ctx.progress.get(pid)
         if pr is None or not pr.sampled:
             continue
-        cpu = pr.cpu_ticks / ctx.snapshot.host.clk_tck
-        if cpu >= BUSY_SHARE * window:
-            out.append(f"{ctx.proc_label(pid)} used {cpu:.2f}s of CPU over the {window:.1f}s between samples")
+        if ctx.computes(pid):
+            out.append(
+                f"{ctx.proc_label(pid)} used {ctx.cpu_seconds(pid):.2f}s of CPU over the {window:.1f}s between samples"
+            )
         elif pr.io_bytes is not None and pr.io_bytes >= BUSY_IO:
             out.append(f"{ctx.proc_label(pid)} read or wrote {pr.io_bytes} B over the {window:.1f}s between samples")
     return out[:4]
