@@ -35,24 +35,30 @@ _ENV_ASSIGN = re.compile(r"^([A-Z][A-Z0-9_]{0,64}(?:PASSWORD|PASSWD|TOKEN|SECRET
 def redact_text(text: str) -> str:
     """A line with the passwords of every URL, `password=`-like keyword and `--password X`-like
     option in it masked."""
-    if "://" not in text and "=" not in text and "-" not in text:
+    if not _may_hold_secret(text):
         return text
     text = _URL_USERINFO.sub(rf"\1:{MASK}@", text)
     text = _KEYWORD.sub(rf"\1{MASK}", text)
-    return _INLINE_OPTION.sub(rf"\1{MASK}", text) if "-" in text else text
+    return _INLINE_OPTION.sub(rf"\1{MASK}", text)
 
 
-#: Every pattern above needs one of these (in any case) in the argument it masks: one look over the
-#: whole command line passes most of them untouched (each argument through the patterns cost ~8 us a
-#: process; an ignore-case regex over the line ~4 us; this ~1 us)
+#: Every pattern above needs one of these (in any case) in the text it masks: one look over a whole
+#: command line or log line passes most of them untouched (each argument through the patterns cost
+#: ~8 us a process; an ignore-case regex over the line ~4 us; this ~1 us)
 _ANY_SECRET = ("pass", "pwd", "token", "secret", "key", "credential", "://")
+
+
+def _may_hold_secret(text: str) -> bool:
+    """Whether `text` holds a word some pattern above needs, folded as the patterns' ignore-case
+    match folds (U+017F is s)."""
+    folded = text.casefold()
+    return any(word in folded for word in _ANY_SECRET)
 
 
 def redact_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
     """A command line with its secrets masked: URL passwords, keyword passwords, the value of a
     secret option (`--password X`, `--token=X`) and of a secret `NAME=value` argument."""
-    line = "\0".join(argv).casefold()  # folded as the patterns' ignore-case match folds (U+017F is s)
-    if not any(word in line for word in _ANY_SECRET):
+    if not _may_hold_secret("\0".join(argv)):
         return argv
     out: list[str] = []
     hide_next = False
