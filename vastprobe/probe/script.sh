@@ -1118,7 +1118,7 @@ vp_logtail() {
 	# A plain file is opened from its directory, entered along the path as given and checked there
 	# as the current one (vp_enter); a link is opened as resolved and checked (vp_logpath)
 	(
-		if [ "$vp_real" = "$vp_ldir/$vp_lbase" ] || [ -z "$vp_tlinks" ] || [ -h "$vp_ldir/$vp_lbase" ]; then
+		if [ -z "$vp_tlinks" ] || [ -h "$vp_ldir/$vp_lbase" ]; then
 			exec 5<"$vp_real" || exit 0
 			vp_same "$vp_real" || exit 0
 		else
