@@ -126,6 +126,18 @@ def tenant_home() -> Path:
     return home
 
 
+def root_only_dir(tmp_path: Path, canary: str) -> Path:
+    """`tmp_path/root-only` (0700): its `train.log` holds `canary`, and a file's name is a canary too.
+    Skips unless root: the probe must read what only root may."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the probe reads what only root may)")
+    secret = tmp_path / "root-only"
+    secret.mkdir(mode=0o700)
+    (secret / "train.log").write_text(canary + "\n")
+    (secret / "weights-CANARY-name.bin").write_text("x")
+    return secret
+
+
 def test_a_log_link_planted_to_etc_shadow_never_reaches_the_report(tmp_path: Path) -> None:
     """A tenant's --log path is their link to /etc/shadow (the probe runs as root): the first 4 KB
     of /etc/shadow were in logs[].tail. Now the link is resolved on the target and refused (its
@@ -150,12 +162,7 @@ def test_a_tenants_directory_link_leads_no_log_or_listing_into_a_root_only_direc
     tenant made `run` a link to a root-only directory, put that root-only file in the report, and
     `--artifacts 'tenant/run/*'` listed the directory. Every link among the components is checked
     now (a non-root owner's link must lead to its owner's directory); a root-owned link is trusted."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root (the probe reads what only root may)")
-    secret = tmp_path / "root-only"
-    secret.mkdir(mode=0o700)
-    (secret / "train.log").write_text("CANARY-root-only-3f9a\n")
-    (secret / "weights-CANARY-name.bin").write_text("x")
+    secret = root_only_dir(tmp_path, "CANARY-root-only-3f9a")
     run = tenant_link(tmp_path, "run", secret)
     trusted = tmp_path / "system-link"  # root's own link to root's directory: followed as before
     trusted.symlink_to(secret)
@@ -180,12 +187,7 @@ def test_a_dot_dot_after_a_tenants_link_and_a_wildcard_through_one_lead_nowhere_
     the tenant's link `run` to a root-only directory: only the part before the wildcard was checked,
     and the root-only directory was listed. `..` is resolved by name now (and refused by the probe),
     and each match's directories are checked."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root (the probe reads what only root may)")
-    secret = tmp_path / "root-only"
-    secret.mkdir(mode=0o700)
-    (secret / "train.log").write_text("CANARY-root-only-77c1\n")
-    (secret / "weights-CANARY-name.bin").write_text("x")
+    secret = root_only_dir(tmp_path, "CANARY-root-only-77c1")
     own = secret / "tenant-own"
     own.mkdir()
     os.chown(own, 65534, 65534)
@@ -228,11 +230,7 @@ def test_a_directory_link_flipped_during_the_probe_never_leads_a_read_into_a_roo
     `run` between its own directory and a root-only one put the root-only file in 3 of 20 reports
     (found by a helper). The directory is now entered one component at a time and each checked once
     it is the current one; the file is opened from there."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root (the canary is root-only)")
-    secret = tmp_path / "root-only"
-    secret.mkdir(mode=0o700)
-    (secret / "train.log").write_text("CANARY-dirflip-5e2b\n")
+    secret = root_only_dir(tmp_path, "CANARY-dirflip-5e2b")
     home = tenant_home()
     own = home / "own"
     own.mkdir()

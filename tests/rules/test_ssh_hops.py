@@ -114,6 +114,16 @@ def start_job(reap: list, command: str) -> subprocess.Popen:
     return job
 
 
+def diagnose_both(a: Sshd, b: Sshd, tmp_path: Path, *extra: str) -> tuple[int, dict[str, dict]]:
+    """One `vastprobe diagnose A B` (two samples, JSON): its exit code and each host's report."""
+    known = tmp_path / "known_hosts"
+    known.write_text(a.known_hosts.read_text() + b.known_hosts.read_text())
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", a.target, b.target, "-i", str(b.user_key),
+                        "--known-hosts", str(known), "--format", "json", "--sample", "1", *extra],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    return r.returncode, {h["target"]: h for h in json.loads(r.stdout)["hosts"]}
+
+
 def resume(pids: list[int]) -> None:
     """Continue the stopped remote side, then end it: nothing of this test's transfer outlives it."""
     for sig in (signal.SIGCONT, signal.SIGKILL):
@@ -222,12 +232,7 @@ def test_a_run_holding_both_hosts_joins_their_findings(reap, sshd: Sshd, payload
         stopped = stop_remote(sshd, "cat", tmp_path)
         local = [d for d in descendants(a.proc.pid) if comm(d) in ("tar", "gzip", "ssh")]
         wait_for(lambda: len(local) == 3 and settled(local), timeout=60, what="the transfer blocked")
-        known = tmp_path / "known_hosts"
-        known.write_text(a.known_hosts.read_text() + sshd.known_hosts.read_text())
-        r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", a.target, sshd.target, "-i",
-                            str(sshd.user_key), "--known-hosts", str(known), "--format", "json", "--sample", "1"],
-                           capture_output=True, text=True, timeout=120)  # fmt: skip
-        hosts = {h["target"]: h for h in json.loads(r.stdout)["hosts"]}
+        rc, hosts = diagnose_both(a, sshd, tmp_path)
         ha, hb = hosts[a.target], hosts[sshd.target]
         f = next(f for f in ha["findings"] if f.get("remote") == sshd.target)
         # joined by the connection: B's end is the sshd session, and under it the stopped cat
@@ -239,7 +244,7 @@ def test_a_run_holding_both_hosts_joins_their_findings(reap, sshd: Sshd, payload
         assert told and told[0].startswith(f"{a.target}: ssh (") and " waits on sshd (" in told[0], told
         # A is held by what holds the other end, at its severity: it read DEGRADED beside a STALLED B
         assert f["severity"] == "error" and ha["verdict"] == "stalled", (ha["verdict"], f["summary"])
-        assert r.returncode == 1
+        assert rc == 1
     finally:
         resume(locals().get("stopped", []))
         a.stop()
@@ -262,13 +267,7 @@ def test_a_run_does_not_blame_an_unrelated_stopped_process_on_the_other_host(rea
         wait_for(lambda: proc_state(unrelated) == "T", what="the unrelated process stopped")
         local = [d for d in descendants(a.proc.pid) if comm(d) in ("tar", "ssh")]
         wait_for(lambda: len(local) == 2 and settled(local), timeout=60, what="the transfer blocked")
-        known = tmp_path / "known_hosts"
-        known.write_text(a.known_hosts.read_text() + sshd.known_hosts.read_text())
-        r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", a.target, sshd.target, "-i",
-                            str(sshd.user_key), "--known-hosts", str(known), "--format", "json", "--sample", "1",
-                            "--match", f"^tar cf|{mark}|sleep 999 &"],
-                           capture_output=True, text=True, timeout=120)  # fmt: skip
-        hosts = {h["target"]: h for h in json.loads(r.stdout)["hosts"]}
+        rc, hosts = diagnose_both(a, sshd, tmp_path, "--match", f"^tar cf|{mark}|sleep 999 &")
         ha, hb = hosts[a.target], hosts[sshd.target]
         f = next((f for f in ha["findings"] if f.get("remote") == sshd.target), None)
         assert f is not None, (
@@ -284,7 +283,7 @@ def test_a_run_does_not_blame_an_unrelated_stopped_process_on_the_other_host(rea
         assert f["severity"] == "info" and ha["verdict"] == "healthy", (ha["verdict"], f["summary"])
         assert re.search(r", where sleep \((\d+)\) sleeps on a timer;", f["summary"]), f["summary"]
         assert str(unrelated) not in f["summary"]
-        assert hb["verdict"] == "stalled" and r.returncode == 1  # B's own stopped sleep
+        assert hb["verdict"] == "stalled" and rc == 1  # B's own stopped sleep
     finally:
         with contextlib.suppress(Exception):
             os.kill(unrelated, signal.SIGCONT)
@@ -319,17 +318,12 @@ def test_a_git_clone_over_ssh_held_by_a_stopped_upload_pack_on_the_other_host(re
         stopped = stop_remote(sshd, "git-upload-pack", tmp_path)
         local = [d for d in descendants(a.proc.pid) if comm(d) in ("git", "ssh")]
         wait_for(lambda: len(local) >= 2 and settled(local), timeout=60, what="the clone blocked")
-        known = tmp_path / "known_hosts"
-        known.write_text(a.known_hosts.read_text() + sshd.known_hosts.read_text())
-        r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", a.target, sshd.target, "-i",
-                            str(sshd.user_key), "--known-hosts", str(known), "--format", "json", "--sample", "1"],
-                           capture_output=True, text=True, timeout=120)  # fmt: skip
-        hosts = {h["target"]: h for h in json.loads(r.stdout)["hosts"]}
+        rc, hosts = diagnose_both(a, sshd, tmp_path)
         ha = hosts[a.target]
         f = next((f for f in ha["findings"] if f.get("remote") == sshd.target), None)
         assert f is not None, [(g["rule"], g["severity"], g["summary"]) for g in ha["findings"]]
         assert "git-upload-pack (" in f["summary"] and "is stopped (T)" in f["summary"], f["summary"]
-        assert f["severity"] == "error" and ha["verdict"] == "stalled" and r.returncode == 1
+        assert f["severity"] == "error" and ha["verdict"] == "stalled" and rc == 1
     finally:
         resume(locals().get("stopped", []))
         a.stop()
