@@ -161,6 +161,18 @@ def test_filelock_waiter_caught_running_recorded() -> None:
                for e in f.evidence), f.evidence  # fmt: skip
 
 
+def test_filelock_waiter_caught_awake_recorded() -> None:
+    """Caught inside an attempt: stat says R and the wchan read after it says 0, so nothing in /proc
+    says it sleeps; py-spy's polling frame says it is in the retry loop. Recorded with four CPU hogs."""
+    snap = parse_fixture(PROCFS / "filelock-caught-awake")
+    (waiter,) = [p for p in snap.processes if p.pid == 7]
+    assert waiter.state == "R" and waiter.wchan == "0"  # what the fixture is for
+    (f,) = _findings("filelock-caught-awake")
+    lock = "/tmp/vastprobe-waits/filelock/model.lock"
+    assert f.summary == f"python (7) keeps retrying the lock on {lock}, held by 3 (python)", f.summary
+    assert f.severity == "error"  # the holder idled over the window: proof
+
+
 def test_torch_filebaton_lock_file_nobody_holds_recorded() -> None:
     (f,) = _findings("torch-filebaton-stale")
     lock = "/tmp/vastprobe-waits/baton/build/lock"

@@ -67,6 +67,10 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
         elif kind == "sleep" and not found:
             retries = (self._py_lock_edge(p, main), self._sqlite_busy_edge(p), self._app_lock_edge(p))
             found = [e for e in retries if e is not None][:1]
+        elif kind is None and not found:
+            # caught awake (no wait channel: inside an attempt, between two sleeps): a Python polling
+            # lock's frame on its stack says it is in the retry loop all the same
+            found = [e for e in (self._py_lock_edge(p, main),) if e is not None]
         if kind == "event-loop":
             found += [e for e in (self._db_lock_edge(p),) if e is not None]
         yield from found
