@@ -65,6 +65,18 @@ def wait_for(cond: Callable[[], bool], timeout: float = 10.0, what: str = "condi
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def communicate_or_dump(p: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
+    """`p.communicate(timeout)`, where `p` runs with PYTHONFAULTHANDLER=1: past the timeout it gets
+    SIGABRT, and the failure shows where each of its threads was (a hang seen once in CI is then
+    named by the run that shows it)."""
+    try:
+        return p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGABRT)
+        _out, err = p.communicate(timeout=30)
+        raise AssertionError(f"{p.args!r} ran past {timeout} s; its threads:\n{err[-6000:]}") from None
+
+
 def stat_fields(pid: int | str) -> list[str] | None:
     """The fields of /proc/PID/stat after the command name (the state first), or None when it is
     gone. Read as bytes: any process on this shared machine may have a name that is not UTF-8 (or

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import mount_fuse, stat_fields, threaded_sleeper, wait_for
+from tests.helpers import communicate_or_dump, mount_fuse, stat_fields, threaded_sleeper, wait_for
 from tests.sshd import Sshd, start_sshd
 
 needs_root_unshare = pytest.mark.skipif(
@@ -497,7 +497,8 @@ def hanging_dmesg_sshd(tmp_path_factory):  # type: ignore[no-untyped-def]
 def _diagnose(s: Sshd, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "vastprobe", "diagnose", s.target, "-i", str(s.user_key),
                              "--known-hosts", str(s.known_hosts), "--format", "json", "--snapshot", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONFAULTHANDLER="1"))  # fmt: skip
 
 
 def test_after_a_client_timeout_nothing_of_the_probe_survives(hanging_dmesg_sshd: Sshd) -> None:
@@ -612,7 +613,7 @@ def test_the_probe_killed_at_each_section_boundary_is_never_healthy_and_leaves_n
     while True:
         (d / "k").write_text(str(k))
         p = _diagnose(s, *args)
-        out, _err = p.communicate(timeout=60)
+        out, _err = communicate_or_dump(p, timeout=60)
         host = json.loads(out)["hosts"][0]
         verdicts[k] = host["verdict"]
         sid = int((d / f"sid.{k}").read_text())
