@@ -207,6 +207,53 @@ def test_a_dot_dot_after_a_tenants_link_and_a_wildcard_through_one_lead_nowhere_
     assert "through a directory link to another user's directory" in (deep["error"] or ""), deep
 
 
+DIR_SWAPPER = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+a, b = (x.encode() for x in sys.argv[1:3])
+os.nice(19)
+while True:  # the tenant's real directory and its link to a root-only one trade places (RENAME_EXCHANGE)
+    if libc.renameat2(-100, a, -100, b, 2) != 0:
+        raise OSError(ctypes.get_errno(), "renameat2")
+"""
+
+
+def test_a_tenants_directory_swapped_for_its_link_never_leads_a_read_into_a_root_only_directory(
+    tmp_path: Path,
+) -> None:
+    """The tenant's `run` is a real directory of its own when the probe checks the path (no link:
+    one `cd -P` and an open by the whole path followed), then its link to a root-only directory when
+    it reads, by renameat2's atomic exchange: the root-only file was in 4 of 20 reports (and 4 of 30).
+    A path one of whose directories a user not root could replace is now entered one component at
+    a time, as a path through a tenant's link is."""
+    secret = root_only_dir(tmp_path, "CANARY-dirswap-81d0")
+    home = tenant_home()
+    run, alt = home / "run", home / "run.alt"
+    run.mkdir()
+    (run / "train.log").write_text("step 1\n")
+    os.chown(run, 65534, 65534)
+    os.chown(run / "train.log", 65534, 65534)
+    alt.symlink_to(secret)
+    os.lchown(alt, 65534, 65534)
+    swapper = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                                DIR_SWAPPER, str(run), str(alt)])  # fmt: skip
+    try:
+        wait_for(lambda: alt.is_dir() and not alt.is_symlink(), what="the swapper running")
+        leaked, seen = 0, 0
+        for _ in range(40):
+            r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", "--snapshot",
+                                "--sample", "0", "--log", str(run / "train.log")],
+                               capture_output=True, text=True, timeout=120)  # fmt: skip
+            leaked += "CANARY-dirswap" in r.stdout
+            seen += "step 1" in r.stdout or "changed while it was read" in r.stdout
+        assert leaked == 0, f"the root-only file was in {leaked} of 40 reports"
+        assert seen > 0, "the tail was never read nor refused: the test saw no race"
+    finally:
+        swapper.kill()
+        swapper.wait()
+        shutil.rmtree(home, ignore_errors=True)
+
+
 DIR_FLIPPER = """
 import os, sys
 own, secret, at = sys.argv[1:4]
