@@ -12,7 +12,7 @@ import pytest
 
 from tests.sshd import dead_port
 from vastprobe.history.engine import display, reason, url_secrets
-from vastprobe.untrusted.secrets import redact_argv
+from vastprobe.untrusted.secrets import redact_argv, redact_text
 
 # one password per character class that urlsplit or a naive regex cut short
 PASSWORDS = ["plainS3cret", "sl/ash0Z", "qu?ery0Z", "ha#sh0Z", "a@t0Zsign", "co:lon0Z", "pe%2Fcent0Z", "sp ace0Z"]
@@ -107,3 +107,51 @@ def test_allowed_environment_values_and_a_given_logs_tail_are_masked() -> None:
     assert dict(env[7]) == {"MASTER_ADDR": "http://u:***@10.0.0.1", "TORCHELASTIC_RUN_ID": "token=***"}, env
     tail = log_tail(RawSection("log.0", "|connecting to postgres://app:pw-10@db\n|login --password pw-11 ok\n", 0))
     assert isinstance(tail, str) and "pw-1" not in tail and "postgres://app:***@db" in tail, tail
+
+
+def test_underscored_dotted_mapped_and_shaped_secrets_are_masked() -> None:
+    """Forms a hostile-tenant helper found printed whole: option names in argparse's spelling
+    (`--db_password X`, `--hf_token=X`, `--api_key X`), a Java property (`-Dspring.datasource.password=X`),
+    a JSON or YAML key (`"password": "X"`), `--pw X`, curl's `-u user:password`, a bearer token, and
+    tokens by their issuers' shapes (`export HF_TOKEN hf_…`). Words that only look alike stay."""
+    hf, ghp = "hf_" + "a1B2" * 9, "ghp_" + "Zz9" * 12
+    argv = ("python3", "--db_password", "pw-1", "--hf_token=pw-2", "--api_key", "pw-3",
+            "-Dspring.datasource.password=pw-4", "--access_token", "pw-5", '{"password": "pw-6"}', "--pw", "pw-7",
+            "--lr", "0.1", "--keep", "3")  # fmt: skip
+    out = redact_argv(argv)
+    assert not any("pw-" in a for a in out), out
+    assert out[-4:] == ("--lr", "0.1", "--keep", "3"), out
+    assert redact_argv(("curl", "-u", "alice:pw-8", "https://x"))[2] == "***"
+    assert redact_argv(("docker", "run", "-u", "1000:1000", "img"))[3] == "1000:1000"  # not curl: a uid
+    lines = [f"export HF_TOKEN {hf}", f"NCCL_DEBUG_FILE=x {ghp}", "Authorization: Bearer pw-9.abc",
+             "retry with --db_password pw-10", "api_key: pw-11", "sh -c 'curl -sf -u bob:pw-12 https://x'"]  # fmt: skip
+    for line in lines:
+        shown = redact_text(line)
+        assert "pw-" not in shown and hf not in shown and ghp not in shown, shown
+    for same in ("tokens: 1234/s", "num_tokens: 5 loss: 0.1", "basic block 7 of 9", "the bearer of news",
+                 "rsync -u src/ dst/", "see http://host:8080/path"):  # fmt: skip
+        assert redact_text(same) == same
+
+
+def test_a_secret_the_probes_own_bounds_cut_is_masked() -> None:
+    """An argument cut at the probe's 1100-byte record ends inside a URL's password, its `@` gone with
+    the rest; a `--log` tail of the last 4096 bytes begins inside one, its scheme gone before. Both
+    were printed whole (found by a helper). A cut argument's URL is masked from its user's `:`, and
+    a tail that filled its bound starts at its first whole line."""
+    from vastprobe.parsers.cmdline import RECORD_BYTES, parse_cmdline_section
+    from vastprobe.parsers.logs import log_tail
+    from vastprobe.probe.script import ProbeParams, script_template
+    from vastprobe.probe.sections import RawSection
+
+    assert f"substr($0, 1, {RECORD_BYTES})" in script_template()  # the bound the parser knows is the probe's
+    head = "/proc/42/cmdline:"
+    arg = ": " + "x" * 1050 + " postgres://app:CutSecretPassword0123456789@db/x"
+    (argv,) = parse_cmdline_section(f"{head}sh\n{head}-c\n{(head + arg)[:RECORD_BYTES]}\n").values()
+    assert "CutSecret" not in argv[2] and argv[2].endswith("postgres://app:***"), argv[2][-40:]
+    bound = ProbeParams().log_tail_bytes
+    body = "p:TailSecretPw77@db:5432/train\n" + "step ok\n" * 600
+    text = "".join("|" + line + "\n" for line in body.encode()[-bound:].decode().splitlines())
+    tail = log_tail(RawSection("log.0", text, 0), 3, bound)
+    assert isinstance(tail, str) and "TailSecret" not in tail and tail.startswith("step ok"), tail[:80]
+    whole = log_tail(RawSection("log.0", "|p:x@db short file\n|step ok\n", 0), 3, bound)
+    assert whole == "p:x@db short file\nstep ok\n"  # a file shorter than the bound: every line its own

@@ -20,9 +20,11 @@ if TYPE_CHECKING:
     from vastprobe.probe.sections import RawSection
 
 
-def log_tail(sec: RawSection | None, fmt: int = 3) -> str | Unavailable:
+def log_tail(sec: RawSection | None, fmt: int = 3, bound: int | None = None) -> str | Unavailable:
     """Since format 3 every line of the tail comes prefixed with `|` (a line without it is tail's
-    complaint), so no log line can pass for a marker of the probe's own."""
+    complaint), so no log line can pass for a marker of the probe's own. Whole lines only: a read of
+    the last `bound` bytes of a longer file begins mid-line, and a password cut from its URL's
+    `postgres://app:` (the scheme and user before the cut) is masked by nothing."""
     if sec is None:
         return Unavailable("not read")
     if sec.text.startswith("@@notregular"):
@@ -39,6 +41,9 @@ def log_tail(sec: RawSection | None, fmt: int = 3) -> str | Unavailable:
                 complaints.append(line)
         if complaints and not content:
             return Unavailable(complaints[-1].split(": ")[-1][:200])
+        if bound is not None and len(content) > 1 and sum(len(c.encode("utf-8", "surrogateescape")) + 1
+                                                          for c in content) >= bound:  # fmt: skip
+            content = content[1:]
         return "".join(redact_text(c) + "\n" for c in content)  # a log prints what its job was given
     if sec.rc not in (0, None):
         return Unavailable(sec.text.strip().split(": ")[-1][:200] or f"tail exited {sec.rc}")
@@ -57,7 +62,9 @@ def build_logs(
         if sections.get(src.LOGSTAT, n)
     ]
     for i, path in enumerate(params.logs):
-        tail: str | Unavailable = sections.read(src.LOGTAIL, sections.get(src.LOGTAIL, i), fmt, n=i)
+        tail: str | Unavailable = sections.read(
+            src.LOGTAIL, sections.get(src.LOGTAIL, i), fmt, params.log_tail_bytes, n=i
+        )
         gave_up = [n for n in (src.LOGTAIL.section(i), *(src.LOGSTAT.section(k) for k in src.SAMPLES))
                    if n in out.abandoned]  # fmt: skip
         if gave_up:  # the probe stopped waiting for the child that touched it: a dead mount

@@ -19,15 +19,42 @@ _KEYWORD = re.compile(
     r"(?:'[^']*'|[^&\s;,]*)"
 )
 #: the end of an option's name that says its value is a secret: `--password`, `--db-pass`,
-#: `--secret-key`, `--passphrase`, `--credentials`; `-p`-like short forms are left
+#: `--db_password` (argparse's spelling), `--secret-key`, `--passphrase`, `--credentials`, `--pw`;
+#: `-p`-like short forms are left
 _SECRET_NAME = (
-    r"(?:password|passwd|(?<![a-z])pass|passphrase|token|secret|(?:api|access|private|secret)-?key|credentials?)"
+    r"(?:password|passwd|(?<![a-z])pass|passphrase|(?<![a-z])pwd?|token|secret"
+    r"|(?:api|access|private|secret)[-_]?key|credentials?)"
 )
+#: an option's name before that end: letters, digits, `-`, `_` and `.` (`-Dspring.datasource.password=`)
+_OPTION_HEAD = r"--?[a-z0-9_.-]{0,40}"
 #: options whose value is a secret: `--password X`, `--password=X`
-_SECRET_OPTION = re.compile(rf"(?i)^--?[a-z0-9-]{{0,40}}{_SECRET_NAME}$")
-_SECRET_ASSIGN = re.compile(rf"(?i)^(--?[a-z0-9-]{{0,40}}{_SECRET_NAME}=).+$")
+_SECRET_OPTION = re.compile(rf"(?i)^{_OPTION_HEAD}{_SECRET_NAME}$")
+_SECRET_ASSIGN = re.compile(rf"(?i)^({_OPTION_HEAD}{_SECRET_NAME}=).+$")
 #: the same inside one argument (`sh -c '... --password X'`) or a log line: the value after it
-_INLINE_OPTION = re.compile(rf"(?i)((?:^|\s)--?[a-z0-9-]{{0,40}}{_SECRET_NAME}(?:=|\s+))(?:'[^']*'|\"[^\"]*\"|\S+)")
+_INLINE_OPTION = re.compile(rf"(?i)((?:^|\s){_OPTION_HEAD}{_SECRET_NAME}(?:=|\s+))(?:'[^']*'|\"[^\"]*\"|\S+)")
+#: a JSON or YAML key that names a secret, and its value: `"password": "X"`, `api_key: X`
+_MAPPING_KEY = re.compile(
+    rf"(?i)((?:^|[\s{{,])[\"']?[a-z0-9_.-]{{0,32}}{_SECRET_NAME}[\"']?\s*:\s*)(?:\"[^\"]*\"|'[^']*'|[^\s,}}]+)"
+)
+#: tokens by their issuers' own shapes, wherever they stand (`export HF_TOKEN hf_…`, a bearer
+#: header, an NCCL_* value): Hugging Face, GitHub, GitLab, OpenAI-like `sk-`, Slack, AWS key ids
+_TOKEN_SHAPE = re.compile(
+    r"(?<![A-Za-z0-9])(?:hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,}"
+    r"|glpat-[A-Za-z0-9_-]{20,}|sk-(?:proj-)?[A-Za-z0-9_-]{32,}|xox[abposr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})"
+    r"(?![A-Za-z0-9])"
+)
+#: `Authorization: Bearer X` (or any scheme), a bare `Bearer X` that looks like a token, curl's
+#: `-u user:password` within one text (`sh -c 'curl -u …'`, a log line)
+_AUTH = re.compile(
+    r"(?i)(authorization:\s*[a-z-]{1,32}\s+|\bbearer\s+(?=[A-Za-z0-9._~+/=-]{16,})"
+    r"|\bcurl\b[^|;&\n]{0,512}?\s(?:-u|--user)[\s=]+[^:\s]{1,64}:)\S+"
+)
+#: curl's options whose value is `user:password`
+_CURL_USER = ("-u", "--user", "--proxy-user", "-U")
+#: a URL cut short by a bound before its `@` (an argument cut at the probe's 1100 characters):
+#: `postgres://app:CutSecretPassw`. What follows `user:` to the cut is taken for the password,
+#: unless it is a port (digits, then the path or the end)
+_CUT_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,30}://[^:/@\s\[\]]{0,256}):(?![0-9]{0,5}(?:[/?#]|$))[^@\s]*$")
 #: `NAME=value` arguments (env-style) whose name says secret: `HF_TOKEN=…`, `AWS_SECRET_ACCESS_KEY=…`
 _ENV_ASSIGN = re.compile(r"^([A-Z][A-Z0-9_]{0,64}(?:PASSWORD|PASSWD|TOKEN|SECRET|_KEY|APIKEY)=).+$")
 
@@ -39,13 +66,23 @@ def redact_text(text: str) -> str:
         return text
     text = _URL_USERINFO.sub(rf"\1:{MASK}@", text)
     text = _KEYWORD.sub(rf"\1{MASK}", text)
+    text = _MAPPING_KEY.sub(rf"\1{MASK}", text)
+    text = _AUTH.sub(rf"\1{MASK}", text)
+    text = _TOKEN_SHAPE.sub(MASK, text)
     return _INLINE_OPTION.sub(rf"\1{MASK}", text)
+
+
+def redact_cut(text: str) -> str:
+    """Text a bound cut short (its end is not its own): masked as any, and a URL whose `@` the cut
+    took masked from its user's `:` to the end."""
+    return _CUT_USERINFO.sub(rf"\1:{MASK}", redact_text(text))
 
 
 #: Every pattern above needs one of these (in any case) in the text it masks: one look over a whole
 #: command line or log line passes most of them untouched (each argument through the patterns cost
 #: ~8 us a process; an ignore-case regex over the line ~4 us; this ~1 us)
-_ANY_SECRET = ("pass", "pwd", "token", "secret", "key", "credential", "://")
+_ANY_SECRET = ("pass", "pw", "token", "secret", "key", "credential", "://", "hf_", "gh", "glpat", "sk-", "xox",
+               "akia", "bearer", "authorization", "curl")
 
 
 def _may_hold_secret(text: str) -> bool:
@@ -63,11 +100,12 @@ def redact_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
     out: list[str] = []
     hide_next = False
     changed = False
+    curl = bool(argv) and argv[0].rsplit("/", 1)[-1] == "curl"
     for arg in argv:
         new = arg
         if hide_next:
             new, hide_next = MASK, False
-        elif _SECRET_OPTION.match(arg):
+        elif (curl and arg in _CURL_USER) or _SECRET_OPTION.match(arg):
             hide_next = True
         elif m := (_SECRET_ASSIGN.match(arg) or _ENV_ASSIGN.match(arg)):
             new = m.group(1) + MASK
