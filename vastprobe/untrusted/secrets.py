@@ -81,8 +81,24 @@ def redact_cut(text: str) -> str:
 #: Every pattern above needs one of these (in any case) in the text it masks: one look over a whole
 #: command line or log line passes most of them untouched (each argument through the patterns cost
 #: ~8 us a process; an ignore-case regex over the line ~4 us; this ~1 us)
-_ANY_SECRET = ("pass", "pw", "token", "secret", "key", "credential", "://", "hf_", "gh", "glpat", "sk-", "xox",
-               "akia", "bearer", "authorization", "curl")
+_ANY_SECRET = (
+    "pass",
+    "pw",
+    "token",
+    "secret",
+    "key",
+    "credential",
+    "://",
+    "hf_",
+    "gh",
+    "glpat",
+    "sk-",
+    "xox",
+    "akia",
+    "bearer",
+    "authorization",
+    "curl",
+)
 
 
 def _may_hold_secret(text: str) -> bool:
