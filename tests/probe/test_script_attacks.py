@@ -751,3 +751,40 @@ def test_a_same_user_forger_never_heads_the_report(tmp_path: Path) -> None:
     assert host["incidents"][0]["root"]["rule"] == "probe-output-forged"
     assert not [e for e in host["snapshot"]["kernel_log"]["events"] if "fallen off the bus" in e["line"]]
     assert not [f for f in host["findings"] if f["rule"] in ("gpu-xid", "gpu-driver-error")]
+
+
+# ---------------------------------------------------------------- a tenant's process passing for a probe's watcher
+
+
+def test_a_tenants_stalled_process_named_like_a_probe_watcher_stays_in_scope(tmp_path: Path) -> None:
+    """A BusyBox `timeout` watcher of an earlier probe is left out of the scope by its name, its
+    `-s KILL N` arguments and its age. A tenant's flock waiter named `timeout`, run `setsid timeout -s
+    KILL 9999` (flock reads a shared lock on `KILL`), was left out too, with 9999 s from its own argv
+    as its bound: the host read HEALTHY, and `--pid` of it "no process matches" (found by a helper).
+    A watcher now runs as the probe does, and is never older than the probe's longest bound."""
+    home = tenant_home()
+    try:
+        bindir = home / "bin"
+        bindir.mkdir()
+        for name in ("flock", "timeout"):
+            shutil.copy("/usr/bin/flock", bindir / name)
+        os.chown(home, 65534, 65534)
+        tenant = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        holder = subprocess.Popen([*tenant, str(bindir / "flock"), "-x", "KILL", "sleep", "300"], cwd=home,
+                                  start_new_session=True)  # fmt: skip
+        wait_for(lambda: (home / "KILL").exists(), what="the holder's lock file")
+        waiter = subprocess.Popen([*tenant, str(bindir / "timeout"), "-s", "KILL", "9999"], cwd=home,
+                                  start_new_session=True)  # fmt: skip
+        try:
+            wait_for(lambda: "lock" in Path(f"/proc/{waiter.pid}/wchan").read_text(), what="the waiter blocked")
+            r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--pid", str(waiter.pid),
+                                "--sample", "0.3", "--format", "json"], capture_output=True, text=True, timeout=120)  # fmt: skip
+            host = json.loads(r.stdout)["hosts"][0]
+            assert host["verdict"] == "stalled" and r.returncode == 1, (r.returncode, host["headline"])
+            assert any(f["rule"] == "file-lock-wait" and waiter.pid in f["pids"] for f in host["findings"])
+        finally:
+            for p in (waiter, holder):
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

@@ -22,10 +22,13 @@ def build_excluded(
     transport: str,
     clk_tck: int,
     params: ProbeParams,
+    uids: dict[int, int | None] | None = None,
 ) -> tuple[int, ...]:
-    """The probe's own processes and its transport's, in pid order (`procs`: the first sample's)."""
+    """The probe's own processes and its transport's, in pid order (`procs`: the first sample's;
+    `uids`: each process's real uid, where its status was read)."""
     longest = longest_command_bound(params)
-    return tuple(sorted(_excluded(procs, cmdlines, shell_pid, shell_ppid, transport, clk_tck, longest)))
+    excluded = _excluded(procs, cmdlines, shell_pid, shell_ppid, transport, clk_tck, longest, uids or {})
+    return tuple(sorted(excluded))
 
 
 #: Commands the probe runs under BusyBox `timeout`, whose watcher process lives in a session of its own.
@@ -53,6 +56,9 @@ def _probe_watcher(
         # test of which it is, `timeout [-t] 1 true`, is bounded at 1
         given = (argv[4:5] if argv[3:4] == ("-t",) else argv[3:4]) if shape == ("-s", "KILL") else ("1",)
         secs = read_digits(given[0], 4) if given else None
+        # never longer than the probe's own longest bound: a tenant's stalled process named `timeout`
+        # with `-s KILL 9999` was dropped from the scope, and the host read HEALTHY
+        secs = min(secs, longest) if secs is not None else None
     else:
         secs = longest
     if r.session != r.pid:
@@ -68,6 +74,7 @@ def _excluded(
     transport: str,
     clk_tck: int,
     longest: int,
+    uids: dict[int, int | None],
 ) -> set[int]:
     """The probe's own session and descendants, and the transport that runs it (what its kind's
     own_processes says, transport/registry.py: for `local`, vastprobe and its ancestors; for ssh,
@@ -95,9 +102,15 @@ def _excluded(
     # after the probe shell and carries exactly the arguments the probe gave it. An earlier probe's
     # (a `watch` round a second ago) outlives its command (to its bound's end at most): one that
     # started before this shell, no longer ago than its own bound and a second or two, is that probe's.
+    # A watcher runs as the probe does: a tenant's stalled process named `timeout` is not one.
     if shell is not None:
+        own_uid = uids.get(shell_pid)
         for pid, r in procs.items():
-            if r.comm == "timeout" and _probe_watcher(r, cmdlines.get(pid, ()), shell, clk_tck, longest):
+            if (
+                r.comm == "timeout"
+                and (own_uid is None or uids.get(pid) in (None, own_uid))
+                and _probe_watcher(r, cmdlines.get(pid, ()), shell, clk_tck, longest)
+            ):
                 excluded.add(pid)
     own = (kind_named(transport) or SSH).own_processes
     if own == "none":

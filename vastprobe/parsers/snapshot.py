@@ -52,8 +52,9 @@ def build_snapshot(
     facts: HostFacts = sections.read(src.HOST, sections.text(src.HOST), meta, clk_tck, samples.shell_uid)
 
     per_pid = processes.read_per_process(sections, samples, meta, fmt, facts)
+    uids = {pid: st.uid for pid, st in samples.statuses[0].items()}
     excluded = own_processes.build_excluded(
-        samples.stats[0], per_pid.cmdlines, shell_pid, shell_ppid, transport, clk_tck, params
+        samples.stats[0], per_pid.cmdlines, shell_pid, shell_ppid, transport, clk_tck, params, uids
     )
     procs = processes.build_processes(sections, samples, per_pid, fmt)
     log_files = logs.build_logs(sections, params, fmt, procs)
