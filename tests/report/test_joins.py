@@ -187,6 +187,57 @@ def test_an_oom_killed_rank_is_named_by_number_on_both_hosts(fleet: Fleet) -> No
         cg.remove()
 
 
+def _rank_pid(h: Sshd, run: str) -> int:
+    """The host pid of the rank of job `run` on `h` (its ready file holds the namespace's)."""
+    for c in psutil.Process(h.proc.pid).children(recursive=True):
+        try:
+            if c.cmdline()[-2:] == ["rank", run]:
+                return c.pid
+        except psutil.NoSuchProcess:
+            continue
+    raise AssertionError(f"no rank of {run} under {h.target}")
+
+
+@pytest.mark.parametrize("spin", [True, False], ids=["spinning", "waiting"])
+def test_a_rank_killed_on_a_host_with_no_other_rank_of_the_job_is_named(fleet: Fleet, spin: bool) -> None:
+    """One rank a host: rank 1 on B is killed, and its launcher reaps it. Rank 0 on A spins as NCCL's
+    do (or waits in a futex, as gloo's do), its connection to rank 1 closed from B's end (CLOSE_WAIT).
+    Spinning, both hosts read HEALTHY, exit 0: B had no rank left to say one was gone, and A's
+    rank looked busy (found by a helper). Now the closed connection, at an address only B has among
+    the run's hosts, names rank 1 gone from B: both STALLED. A alone: a waiting rank whose pair was
+    closed from the other end is held by a rank that exited (STALLED); a spinning one says nothing."""
+    ports = ",".join(map(str, free_ports(2)))
+    ready = fleet.dir / "ready"
+    run = f"lab-{uuid.uuid4().hex[:12]}"
+    lab = f"{'LAB_SPIN=1 ' if spin else ''}LAB_READY={ready} {sys.executable} {LAB} launch {ports} {run} 1 killed"
+    a = fleet.host(f"LAB_LOCAL=0 {lab}")
+    b = fleet.host(f"LAB_LOCAL=1 {lab}")
+    wait_for(lambda: all(Path(f"{ready}.{r}").exists() for r in range(2)), timeout=30, what="two ranks connected")
+    rank1 = _rank_pid(b, run)
+    os.kill(rank1, signal.SIGKILL)
+    wait_for(lambda: not psutil.pid_exists(rank1), what="rank 1 reaped by its launcher")
+    rank0 = _rank_pid(a, run)
+    closed = lambda: any(c.status == psutil.CONN_CLOSE_WAIT for c in psutil.Process(rank0).net_connections("tcp"))  # noqa: E731
+    wait_for(closed, what="rank 0's connection to rank 1 closed from B's end")
+    rc, got = fleet.sweep(a.target, b.target)
+    told, gone = culprit(got[a.target]), culprit(got[b.target])
+    assert rc == 1 and got[a.target]["verdict"] == "stalled" and got[b.target]["verdict"] == "stalled", (
+        rc, got[a.target]["headline"], got[b.target]["headline"])  # fmt: skip
+    assert told["summary"].startswith(f"rank 1 ({b.target}) holds job {run} (torchelastic): it is gone: no process "
+                                      f"of the job is left on {b.target}"), told["summary"]  # fmt: skip
+    assert "(CLOSE_WAIT)" in told["summary"] and told["severity"] == "error" and told["remote"] == b.target
+    assert gone["summary"] == (f"rank 1 of 2 of job {run} (torchelastic) is gone from this host: rank 0 on "
+                               f"{a.target} waits on it"), gone["summary"]  # fmt: skip
+    assert gone["severity"] == "error" and gone["remote"] == a.target
+    alone = fleet.run("diagnose", a.target)  # A on its own
+    host = json.loads(alone.stdout)["hosts"][0]
+    if spin:  # a busy rank: nothing on A alone says whether it computes or spins
+        assert alone.returncode == 0 and host["verdict"] == "healthy", host["headline"]
+    else:  # a rank waiting on a pair its other end closed: a rank there exited
+        assert alone.returncode == 1 and host["verdict"] == "stalled", host["headline"]
+        assert host["headline"].endswith("(CLOSE_WAIT): a rank there exited"), host["headline"]
+
+
 def _redis(fleet: Fleet) -> tuple[Sshd, Sshd, int]:
     """B runs redis-server, then stopped; A runs a redis-cli GET against it (accepted, never answered)."""
     port = free_ports(1)[0]

@@ -75,7 +75,8 @@ def find_jobs(ctx: SnapshotView, chains: Sequence[StalledChain]) -> list[Distrib
         # ranks holding the job count where someone waits on them: here, or the job's ranks elsewhere
         if not waiting and (world or 0) <= len(ranks):
             culprits = ()
-        jobs.append(DistributedJob(key, world, tuple(ranks), culprits, waiting, _progress(ctx, procs)))
+        closed = tuple(dict.fromkeys(e for p in procs for e in ctx.graph.closed_by_peer(p.pid)))
+        jobs.append(DistributedJob(key, world, tuple(ranks), culprits, waiting, _progress(ctx, procs), closed=closed))
     return jobs
 
 
@@ -129,9 +130,10 @@ def _gpu_util(ctx: SnapshotView, procs: list[Process]) -> dict[int, float]:
 
 def _peers(ctx: SnapshotView, p: Process, ranks: set[int]) -> int:
     """How many other ranks this one holds connections to (gloo's pairs, NCCL's bootstrap and proxy):
-    the ranks here, and connections to no process visible here (the job's ranks on other hosts)."""
+    the ranks here, and connections to no process visible here (the job's ranks on other hosts),
+    those the other end closed among them (a rank there that exited: still the one it waits on)."""
     here, unseen = ctx.graph.connected(p.pid)
-    return len(here & ranks) + unseen
+    return len(here & ranks) + unseen + len(ctx.graph.closed_by_peer(p.pid))
 
 
 def _classify(

@@ -168,6 +168,9 @@ class DistributedJob:
     waiting: tuple[JobRank, ...]  # the ranks here waiting in a collective
     progress: str | None = None  # what says the ranks here make progress (bytes written, a GPU near its power limit)
     held_by: tuple[str, JobRank] | None = None  # a sweep's join: the rank on another host (target, rank) holding it
+    #: remote ends of the ranks' TCP connections the other end closed, held by no process here
+    #: (CLOSE_WAIT): where a rank on another host was, before it exited
+    closed: tuple[str, ...] = ()
 
     @property
     def words(self) -> str:

@@ -25,7 +25,7 @@ from vastprobe.model import (
     split_endpoint,
 )
 from vastprobe.report.edits import added, swap
-from vastprobe.report.hops import address
+from vastprobe.report.hops import host_addresses
 
 RULE, CODE = "socket-peer-wait", "VP112"  # the joined findings are socket-peer-wait's, read across hosts
 _ANY = ("0.0.0.0", "::", "*", "")  # a listener's wildcard addresses, brackets stripped
@@ -57,11 +57,7 @@ def _ends(reports: Sequence[HostReport]) -> _Ends:
                 mirror.setdefault((s.local, s.remote), []).append((j, s))
             else:
                 listeners.setdefault(_split(s.local)[1], []).append((j, s))
-        own = {_split(s.local)[0] for s in r.served} - set(_ANY)
-        a = address(r.target)
-        if a is not None:
-            own.add(a[0].strip("[]"))
-        addresses.append(own)
+        addresses.append(host_addresses(r))
     return _Ends(mirror, listeners, addresses)
 
 

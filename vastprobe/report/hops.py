@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from vastprobe.model import Evidence, HostReport
+from vastprobe.model import Evidence, HostReport, split_endpoint
 from vastprobe.report.edits import note_on_worst, swap
 from vastprobe.targets import TargetError, parse_target
 from vastprobe.transport.registry import kind_for
@@ -24,6 +24,17 @@ def address(target: str) -> tuple[str, int] | None:
     except (TargetError, ValueError):
         return None
     return t.host.lower(), t.port or 22
+
+
+def host_addresses(r: HostReport) -> set[str]:
+    """The addresses a host of the run answers on: its served sockets' own (not a listener's wildcard)
+    and its target's, brackets stripped, lower case."""
+    own = {split_endpoint(s.local)[0].strip("[]").lower() for s in r.served}
+    own -= {"0.0.0.0", "::", "*", ""}
+    a = address(r.target)
+    if a is not None:
+        own.add(a[0].strip("[]"))
+    return own
 
 
 def join_ssh_hops(reports: Sequence[HostReport]) -> list[HostReport]:

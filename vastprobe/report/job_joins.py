@@ -14,8 +14,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from vastprobe.analysis.ranks import holder_words
-from vastprobe.model import HOLDING, ONE_SAMPLE, DistributedJob, Evidence, Finding, HostReport, JobRank, Severity
+from vastprobe.model import (
+    HOLDING,
+    ONE_SAMPLE,
+    DistributedJob,
+    Evidence,
+    Finding,
+    HostReport,
+    JobRank,
+    Severity,
+    split_endpoint,
+)
 from vastprobe.report.edits import added, swap
+from vastprobe.report.hops import host_addresses
 
 RULE, CODE = "culprit-rank", "VP119"  # the joined findings are the culprit-rank rule's, read across hosts
 _LOCAL_RENDEZVOUS = ("rendezvous:127.", "rendezvous:localhost:", "rendezvous:[::1]:", "rendezvous:::1:")
@@ -50,7 +61,8 @@ class JobAcrossHosts:
 
 
 def jobs_across_hosts(reports: Sequence[HostReport]) -> list[JobAcrossHosts]:
-    """The multi-host jobs of the run with ranks on two or more of its hosts."""
+    """The multi-host jobs of the run with ranks on two or more of its hosts, or on one host whose
+    ranks hold connections that another host of the run closed (its ranks gone, _gone_from)."""
     by_key: dict[str, list[tuple[str, DistributedJob]]] = {}
     for r in reports:
         for j in r.jobs:
@@ -59,16 +71,44 @@ def jobs_across_hosts(reports: Sequence[HostReport]) -> list[JobAcrossHosts]:
     for key, parts in by_key.items():
         world = max((j.world_size or 0 for _t, j in parts), default=0)
         # a loopback rendezvous, or a job one host holds whole, is a single-node job on each host
-        if key.startswith(_LOCAL_RENDEZVOUS) or len(parts) < 2 or any(world <= len(j.ranks) for _t, j in parts):
+        if key.startswith(_LOCAL_RENDEZVOUS) or any(world <= len(j.ranks) for _t, j in parts):
+            continue
+        if len(parts) < 2 and not parts[0][1].closed:
             continue
         holding = [(t, c) for t, j in parts for c in j.culprits if c.state in HOLDING]
         straggling = [(t, c) for t, j in parts for c in j.culprits if c.state not in HOLDING]
         named = holding or straggling
-        holder = named[0] if named else None
         seen = {r.rank for _t, j in parts for r in j.ranks if r.rank is not None}
         missing = tuple(n for n in range(world) if n not in seen)
+        holder = named[0] if named else _gone_from(reports, parts, missing)
+        if len(parts) < 2 and holder is None:
+            continue
         out.append(JobAcrossHosts(key, tuple(parts), holder, missing, world or None))
     return out
+
+
+def _gone_from(
+    reports: Sequence[HostReport], parts: Sequence[tuple[str, DistributedJob]], missing: tuple[int, ...]
+) -> tuple[str, JobRank] | None:
+    """The rank no host of the run has, where the run shows where it was: a rank here holds a
+    connection whose other end closed it (CLOSE_WAIT), at an address only one other host of the run
+    has, and that host has no rank of the job left. A job of one rank a host whose rank on B was
+    killed read HEALTHY on both hosts (found by a helper): B had no rank left to say one was gone."""
+    if not missing:
+        return None
+    with_job = {t for t, _j in parts}
+    for target, part in parts:
+        for end in part.closed:
+            ip = split_endpoint(end)[0].strip("[]").lower()
+            hosts = [r.target for r in reports if r.target != target and ip in host_addresses(r)]
+            if len(hosts) != 1 or hosts[0] in with_job:
+                continue
+            waiting = next((x for x in part.ranks if x.pid), None)
+            who = f"{waiting.label} on {target}" if waiting is not None else target
+            why = (f"gone: no process of the job is left on {hosts[0]}, and {who} holds its connection to "
+                   f"{end}, which {hosts[0]} closed (CLOSE_WAIT)")  # fmt: skip
+            return hosts[0], JobRank(missing[0] if len(missing) == 1 else None, None, None, "gone", why)
+    return None
 
 
 def join_jobs(reports: Sequence[HostReport]) -> list[HostReport]:
@@ -80,14 +120,35 @@ def join_jobs(reports: Sequence[HostReport]) -> list[HostReport]:
             continue
         h_target, c = job.holder
         h = index[h_target]
-        hjob = next(j for t, j in job.parts if t == h_target)
+        hjob = next((j for t, j in job.parts if t == h_target), None)
         held = _culprit_finding(out[h], c)
-        severity: Severity = held.severity if held is not None else "warning"
+        severity: Severity = held.severity if held is not None else "error" if c.state == "gone" else "warning"
         for target, part in job.held:  # not the holder's, nor a host that names a culprit of its own
             out[index[target]] = _told_holder(out[index[target]], part, job, c, h_target, severity)
-        if held is not None and job.waiting:
+        if hjob is None and job.waiting:  # a rank gone from a host with none of the job left
+            out[h] = added(out[h], _gone_here(job, c))
+        elif hjob is not None and held is not None and job.waiting:
             out[h] = swap(out[h], held, _holder_joined(held, hjob, c, job.waiting))
     return out
+
+
+def _gone_here(job: JobAcrossHosts, c: JobRank) -> Finding:
+    """The finding of a host that has no rank of the job left, where the other hosts' ranks show one
+    was: the job is held here, by a rank that is no more."""
+    ranks = sorted((x for _t, j in job.waiting for x in j.ranks), key=lambda x: (x.rank is None, x.rank or 0))
+    hosts = ", ".join(t for t, _j in job.waiting[:8]) + (" …" if len(job.waiting) > 8 else "")
+    of_world = f" of {job.world_size}" if c.rank is not None and job.world_size else ""
+    words = job.parts[0][1].words
+    verb = "waits" if len(ranks) == 1 else "wait"
+    summary = f"{c.name}{of_world} of job {words} is gone from this host: {_ranks(ranks)} on {hosts} {verb} on it"
+    ev = (Evidence("this run", f"{c.why}"[:400]),
+          Evidence("this run", f"{_ranks(ranks)} on other hosts of this run wait on it: {hosts}"[:400]))  # fmt: skip
+    hint = (
+        f"{c.name} exited or was killed here (see the kernel log for an OOM kill, and its launcher's log); "
+        "the other ranks wait until the collective times out (TORCH_NCCL_TIMEOUT: 10 to 30 minutes by default): "
+        "restart the job"
+    )
+    return Finding(RULE, CODE, "error", summary, (), ev, hint, remote=job.waiting[0][0] if job.waiting else None)
 
 
 def _culprit_finding(r: HostReport, c: JobRank) -> Finding | None:

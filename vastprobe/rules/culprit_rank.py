@@ -149,13 +149,25 @@ def _off_host(ctx: Context, job: DistributedJob, waiting: str) -> Finding:
         f"them is on another host (ranks {shown})"
     )
     ev = [Evidence("rank", f"{r.name} (pid {r.pid}): {r.why}") for r in job.ranks[:16]]
+    pids = [r.pid for r in job.waiting if r.pid]
+    if job.closed:
+        # the other end closed a pair of the job: the rank there exited (or tore its group down), and a
+        # collective with it never completes, however long the window
+        ends = ", ".join(job.closed[:4]) + (" …" if len(job.closed) > 4 else "")
+        ev.append(Evidence("/proc/net/tcp", f"closed by the other end, unread (CLOSE_WAIT): connection(s) to {ends}"))
+        hint = (
+            f"a rank of the job at {job.closed[0]} exited or closed its connections: diagnose that host (its "
+            "kernel log says whether it was OOM-killed), then restart the job; the ranks here wait until the "
+            "collective times out (TORCH_NCCL_TIMEOUT: 10 to 30 minutes by default)"
+        )
+        return META.finding(f"{summary}, and the other end of its connection to {job.closed[0]} closed it "
+                            "(CLOSE_WAIT): a rank there exited", pids, ev, hint, "error")  # fmt: skip
     hint = (
         "diagnose the job's other hosts (a sweep of them names the culprit when it finds it; `--group-by` compares "
         "them); " + _recorder_words(ctx, job)
     )
     sev: Severity = "warning" if ctx.two_samples else "info"
-    return META.finding(summary + ("" if ctx.two_samples else ONE_SAMPLE), [r.pid for r in job.waiting if r.pid], ev,
-                        hint, sev)  # fmt: skip
+    return META.finding(summary + ("" if ctx.two_samples else ONE_SAMPLE), pids, ev, hint, sev)
 
 
 def _recorder_words(ctx: Context, job: DistributedJob) -> str:
