@@ -8,7 +8,7 @@ from __future__ import annotations
 from itertools import islice
 from typing import TYPE_CHECKING
 
-from vastprobe.model import RemotePeer, ServedSocket, Socket, SocketTable
+from vastprobe.model import Process, RemotePeer, ServedSocket, Socket, SocketTable
 
 if TYPE_CHECKING:
     from vastprobe.analysis.context import Context
@@ -19,6 +19,8 @@ MAX_WAITS = 32
 MAX_SERVED = 256
 #: Of an accepted connection's holder, the descendants kept: sshd's session and the command it runs.
 MAX_BELOW = 32
+#: Of a relay, the connections it opened that a sweep may follow on.
+MAX_RELAYED = 8
 
 
 def remote_peer(tree: ProcessTree, edge: WaitEdge) -> RemotePeer | None:
@@ -60,6 +62,7 @@ def served(ctx: Context) -> tuple[ServedSocket, ...]:
     accepted += stuck
     out = []
     under: dict[int, tuple[tuple[int, ...], str]] = {}  # a server's many connections share one holder
+    relayed: dict[int, tuple[tuple[str, str], ...]] = {}
     for s in (*listening, *accepted)[:MAX_SERVED]:
         holder = ctx.tree.by_pid.get(graph.socket_holders(s.inode)[0])
         if holder is not None:
@@ -69,9 +72,21 @@ def served(ctx: Context) -> tuple[ServedSocket, ...]:
             below, moving = under[holder.pid] if s.remote else ((), "")
             pr = ctx.progress.get(holder.pid) if ctx.two_samples else None
             idle = None if pr is None or not pr.sampled else not pr.moved
+            if s.remote and holder.pid not in relayed:
+                relayed[holder.pid] = _relays_to(ctx, holder)
+            relays = relayed[holder.pid] if s.remote else ()
             out.append(ServedSocket(s.local, s.remote if s.state != "LISTEN" else "", holder.pid, holder.comm,
-                                    holder.state, below, s.recv_queue or 0, idle, moving))  # fmt: skip
+                                    holder.state, below, s.recv_queue or 0, idle, moving, relays))  # fmt: skip
     return tuple(out)
+
+
+def _relays_to(ctx: Context, holder: Process) -> tuple[tuple[str, str], ...]:
+    """The connections a relay opened (socat, `ssh -L`, a TCP proxy), as (local, remote), at most 8."""
+    table = ctx.snapshot.sockets
+    inodes = ctx.graph.relayed(holder)
+    if not inodes or not isinstance(table, SocketTable):
+        return ()
+    return tuple((s.local, s.remote) for s in table.sockets if s.inode in inodes)[:MAX_RELAYED]
 
 
 def _stuck(ctx: Context, s: Socket) -> bool:

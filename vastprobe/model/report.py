@@ -55,6 +55,9 @@ class ServedSocket:
     # session's command), in words: whoever waits on the connection is not held by this side ("": none
     # did, or one sample). A holder asleep on a timer itself holds its client: it is idle
     moving: str = ""
+    #: the holder relays (socat, `ssh -L`, a TCP proxy): the connections it opened, (local, remote), at
+    #: most 8: where a sweep follows the wait on to another host
+    relays_to: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -81,8 +81,54 @@ def join_connections(reports: Sequence[HostReport]) -> list[HostReport]:
     # the joins that change a verdict first: a fact joined later ("B reads healthy") then reads the final one
     hits.sort(key=lambda h: _holder_severity(out[h[2]], h[3])[0] is None)
     for i, w, j, s in hits:
-        out[i], out[j] = _joined(out[i], out[j], w, s)
+        path = _relayed_on(ends, out, j, s)
+        if path:  # a relay holds it, and passes it on to what holds it further
+            k, end = path[-1]
+            for (h, relay), (_n, nxt) in zip(((j, s), *path[:-1]), path, strict=True):
+                out[h] = _told_relays(out[h], relay, nxt, out[k], end)
+            via = tuple((out[h].target, relay) for h, relay in ((j, s), *path[:-1]))
+            out[i], out[k] = _joined(out[i], out[k], w, end, via)
+        else:
+            out[i], out[j] = _joined(out[i], out[j], w, s)
     return out
+
+
+#: How many relays in a row a wait is followed through (A's client -> B's proxy -> C's proxy -> D).
+MAX_RELAYS = 4
+
+
+def _relayed_on(ends: _Ends, out: Sequence[HostReport], j: int, s: ServedSocket) -> list[tuple[int, ServedSocket]]:
+    """Where a relay that holds a connection (and says nothing of its own about it) passes it on:
+    the hosts of the run, in turn, whose served sockets are the other ends of the connections each
+    relay opened, up to the first whose holder is held (stopped, not reading, named by a finding).
+    Empty when it is no relay, when it worked over the window, or when no held end is found."""
+    path: list[tuple[int, ServedSocket]] = []
+    seen = {j}
+    cur_j, cur = j, s
+    while len(path) < MAX_RELAYS and cur.relays_to and cur.idle is not False:
+        if _holder_severity(out[cur_j], cur)[0] is not None:
+            break
+        nxt = next((hit for local, remote in cur.relays_to
+                    if (hit := _other_end(ends, cur_j, RemotePeer(cur.pid, cur.comm, local, remote))) is not None
+                    and hit[0] not in seen), None)  # fmt: skip
+        if nxt is None:
+            return []
+        path.append(nxt)
+        seen.add(nxt[0])
+        cur_j, cur = nxt
+    return path if path and _holder_severity(out[cur_j], cur)[0] is not None else []
+
+
+def _told_relays(relay_host: HostReport, relay: ServedSocket, nxt: ServedSocket, end_host: HostReport,
+                 end: ServedSocket) -> HostReport:  # fmt: skip
+    """A relay's host, told that its relay waits on what holds the connection further on."""
+    sev, how = _holder_severity(end_host, end)
+    summary = (f"{relay.comm} ({relay.pid}) relays {relay.remote} -> {relay.local} on to {nxt.local}, whose other "
+               f"end is held: {end.comm} ({end.pid}) on {end_host.target} is {how}")  # fmt: skip
+    ev = Evidence("this run", f"{end_host.target}: {end.comm} ({end.pid}) holds {end.local}: {how}"[:400])
+    hint = f"see {end_host.target}'s report (`vastprobe diagnose {end_host.target} --pid {end.pid}`)"
+    return added(relay_host, Finding(RULE, CODE, sev or "warning", summary, (relay.pid,), (ev,), hint,
+                                     remote=end_host.target))  # fmt: skip
 
 
 def _about(host: HostReport, s: ServedSocket) -> list[Finding]:
@@ -133,9 +179,12 @@ def _answered(
     return replace(own, severity="info", summary=summary, hint=hint, evidence=(ev, *own.evidence), remote=b.target)
 
 
-def _joined(a: HostReport, b: HostReport, w: RemotePeer, s: ServedSocket) -> tuple[HostReport, HostReport]:
+def _joined(
+    a: HostReport, b: HostReport, w: RemotePeer, s: ServedSocket, via: tuple[tuple[str, ServedSocket], ...] = ()
+) -> tuple[HostReport, HostReport]:
+    """`via`: the relays on the way from `a`'s wait to `b`'s end, (their host, their socket)."""
     sev, how = _holder_severity(b, s)
-    end = f"{s.comm} ({s.pid}) on {b.target}"
+    end = "".join(f"{r.comm} ({r.pid}) on {t}, relaying to " for t, r in via) + f"{s.comm} ({s.pid}) on {b.target}"
     conn = f"TCP {w.local} -> {w.remote}"
     held = "accepted it" if s.remote else f"listens on {s.local}, the connection in its queue"
     ev = Evidence("this run", f"{b.target}: {s.comm} ({s.pid}) {held}: {how}"[:400])

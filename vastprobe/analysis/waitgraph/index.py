@@ -43,6 +43,7 @@ class WaitIndex:
     def __init__(self, snapshot: HostSnapshot, tree: ProcessTree) -> None:
         self.snapshot = snapshot
         self.tree = tree
+        self._relays: dict[int, frozenset[int]] = {}
 
     # ------------------------------------------------------------------ indexes, built once
 
@@ -108,6 +109,44 @@ class WaitIndex:
             sock = self._sockets.get(e.socket_inode) if e.socket_inode is not None else None
             if sock is not None and sock.state == "LISTEN":
                 return True
+        return False
+
+    def relayed(self, p: Process) -> frozenset[int]:
+        """The TCP connections a process holding a listening socket opened itself (its local port is
+        none it listens on), where it holds connections accepted on its ports too: what a relay
+        (socat, `ssh -L`, a TCP proxy) passes its clients' bytes on to. Empty for a plain server
+        and for a process that holds no listener."""
+        found = self._relays.get(p.pid)
+        if found is None:
+            found = self._relays[p.pid] = self._relayed(p)
+        return found
+
+    def _relayed(self, p: Process) -> frozenset[int]:
+        if isinstance(p.fds, Unavailable):
+            return frozenset()
+        socks = [s for e in p.fds if e.socket_inode is not None and (s := self._sockets.get(e.socket_inode))]
+        tcp = [s for s in socks if s.proto.startswith("tcp")]
+        ports = {s.local_address[1] for s in tcp if s.state == "LISTEN"}
+        conns = [s for s in tcp if s.state == "ESTABLISHED" and s.remote]
+        if not ports or not any(s.local_address[1] in ports for s in conns):
+            return frozenset()
+        return frozenset(s.inode for s in conns if s.local_address[1] not in ports)
+
+    def relay_has_client(self, p: Process) -> bool:
+        """A process here waits on one of the connections the relay accepted (blocked reading it, or
+        polling it alone): its client is on this host, and waits."""
+        if isinstance(p.fds, Unavailable):
+            return False
+        tcp = [s for e in p.fds if e.socket_inode is not None and (s := self._sockets.get(e.socket_inode))]
+        ports = {s.local_address[1] for s in tcp if s.proto.startswith("tcp") and s.state == "LISTEN"}
+        for s in tcp:
+            if s.state != "ESTABLISHED" or s.local_address[1] not in ports:
+                continue
+            for peer in self._tcp_peers.get((s.remote, s.local), []):
+                for pid in self._fds.sockets.get(peer.inode, []):
+                    q = self.tree.by_pid.get(pid)
+                    if q is not None and pid != p.pid and self.kind(q) in ("socket-read", "event-loop"):
+                        return True
         return False
 
     def kind(self, p: Process) -> WaitKind | None:

@@ -74,6 +74,8 @@ class PollEdges(SocketEdges):
                 edge = self._unix_edge(p, sock, e.fd)
             else:
                 continue
+            if self.listens(p) and not self._relay_keeps(p, edge):
+                continue
             kept = tuple(h for h in edge.holders if h != p.pid and not self._waits_back_socket(h, edge.peer))
             if edge.holders and not kept:
                 if edge.holders == (p.pid,) and edge.peer is not None:
@@ -110,8 +112,20 @@ class PollEdges(SocketEdges):
         return {o.mode for pid, o in holders if pid == p.pid} >= {"r", "w"} and all(pid == p.pid for pid, _o in holders)
 
     def _pollable(self, p: Process) -> bool:
-        """Not a server: a process holding a listening socket waits for work, not on its clients."""
-        return not self.listens(p)
+        """Not a server: a process holding a listening socket waits for work, not on its clients;
+        unless it relays (socat, `ssh -L`, a TCP proxy): then what it opened is followed."""
+        return not self.listens(p) or bool(self.relayed(p))
+
+    def _relay_keeps(self, p: Process, edge: WaitEdge) -> bool:
+        """Which of a relay's connections it waits on: one it opened (not one accepted on its own
+        listening ports: its clients wait on it), whose other end cannot move, or is off this host
+        while a client here waits on the relay (an idle server's pool of connections to another host
+        is no wait of its own)."""
+        if edge.socket is None or edge.socket.inode not in self.relayed(p):
+            return False
+        if edge.holders:
+            return any(self._frozen(h) for h in edge.holders)
+        return self.relay_has_client(p)
 
     def _waits_back(self, pid: int, ino: int, reading: bool) -> bool:
         """Whether `pid` is blocked on pipe `ino` itself: writing it (full) when the poller reads it,
