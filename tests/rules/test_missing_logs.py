@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import children_of, vastprobe_json, wait_for
+from tests.helpers import children_of, descendants, vastprobe_json, wait_for
 
 WRITER = (
     "import sys, time\nf = open(sys.argv[1], 'a')\nwhile True:\n    f.write('tick\\n'); f.flush(); time.sleep(0.05)\n"
@@ -116,6 +116,34 @@ def test_a_launcher_whose_child_computes_under_its_found_log_is_not_stalled(tmp_
     assert "found open" in f["summary"] and sorted(f["pids"]) == sorted([p.pid, child]), f
     assert f["severity"] == "warning" and f["summary"].endswith("the log is quiet while it computes"), f["summary"]
     assert host["verdict"] == "degraded" and rc == 0, [(g["rule"], g["severity"]) for g in host["findings"]]
+
+
+@pytest.mark.parametrize("how", ["tee", "launcher"])
+def test_a_job_computing_behind_its_logs_writer_is_not_stalled(tmp_path: Path, reap, how: str) -> None:
+    """`python train.py | tee -a job.log`: the log's only writer is tee, idle on its pipe while python
+    computes; and a launcher holding job.log (`exec >> job.log`) whose child computes with its output
+    elsewhere. Judged by the writer alone, both read STALLED, exit 1, with and without --log (found by a
+    helper). The writer's pipe feeders and its children are the job that computes."""
+    log = tmp_path / "job.log"
+    spin = f"{sys.executable} -c 'while True: pass'"
+    script = (f"echo starting | tee -a {log}; {spin} | tee -a {log}" if how == "tee"
+              else f"exec >>{log} 2>&1; echo starting; {spin} >{tmp_path / 'train.out'} 2>&1")  # fmt: skip
+    p = subprocess.Popen(["sh", "-c", script], start_new_session=True)
+    reap.append(p)
+    with contextlib.suppress(OSError):  # a spinner at the default priority on a loaded machine
+        Path(f"/proc/{p.pid}/autogroup").write_text("-15")
+
+    def spinner() -> int | None:
+        return next((k for k in descendants(p.pid) if "python" in Path(f"/proc/{k}/comm").read_text()), None)
+
+    wait_for(lambda: (k := spinner()) is not None and cpu_seconds(k) > 0.05, what="the job computing")
+    old = time.time() - 1200
+    os.utime(log, (old, old))
+    for extra in (("--pid", str(p.pid)), ("--log", str(log), "--pid", str(p.pid))):
+        rc, host = vastprobe_json(*extra, "--sample", "1")
+        f = next(f for f in host["findings"] if f["rule"] == "missing-logs" and f["summary"].startswith(str(log)))
+        assert f["severity"] == "warning" and f["summary"].endswith("the log is quiet while it computes"), f["summary"]
+        assert host["verdict"] == "degraded" and rc == 0, [(g["rule"], g["severity"]) for g in host["findings"]]
 
 
 def cpu_seconds(pid: int) -> float:

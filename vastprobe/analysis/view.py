@@ -95,10 +95,17 @@ class SnapshotView:
         return pr.cpu_ticks / self.snapshot.host.clk_tck if pr is not None and pr.sampled else None
 
     def computes(self, pid: int) -> bool:
-        """It used BUSY_CPU_SHARE of a CPU or more over the window: it computes (a rank on its CPU, a
-        job whose log is quiet while it works), it does not wait."""
+        """It used BUSY_CPU_SHARE of a CPU or more over the window, or was runnable in every sample and
+        got the CPU between them (a loaded machine shares its CPUs: a busy loop got 42% of one beside
+        a test suite): it computes (a rank on its CPU, a job whose log is quiet while it works), it
+        does not wait."""
         cpu, window = self.cpu_seconds(pid), self.snapshot.sample_window
-        return cpu is not None and window > 0 and cpu >= BUSY_CPU_SHARE * window
+        if cpu is None or window <= 0:
+            return False
+        if cpu >= BUSY_CPU_SHARE * window:
+            return True
+        p = self.tree.by_pid.get(pid)
+        return cpu > 0 and p is not None and p.state == "R" and all(s.state == "R" for s in p.samples)
 
     def in_scope(self) -> list[Process]:
         return [p for p in self.snapshot.processes if p.pid in self.scope]

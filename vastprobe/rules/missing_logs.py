@@ -129,7 +129,7 @@ def _judged(
     """A quiet log is evidence, not a verdict: an error only while the job is seen not to move, and
     a warning while it computes or does I/O (its evidence added to `ev`)."""
     job = h.writers or (tuple(sorted(ctx.scope)) if ctx.bounded else ())
-    busy = _busy(ctx, job) if sev == "error" else []
+    busy = _busy(ctx, _behind(ctx, job)) if sev == "error" else []
     if sev == "error" and not busy and not _still(ctx, job):
         # a quiet log alone is no stall: only a job seen not to move over the window makes it one
         sev = "warning"
@@ -146,6 +146,27 @@ def _judged(
         )
         sev = "warning"
     return sev, summary, hint
+
+
+#: How many processes behind a log's writers are looked at for work.
+MAX_BEHIND = 64
+
+
+def _behind(ctx: Context, writers: tuple[int, ...]) -> tuple[int, ...]:
+    """The writers, what they run, and what feeds the pipes they read: a launcher holding the log
+    while its child computes (`exec >> job.log`, then the trainer), and `python train.py | tee job.log`,
+    whose log's only writer is `tee`, idle on its pipe while python computes, read STALLED (found by a
+    helper). The job computes there, not in the writer."""
+    out: dict[int, None] = dict.fromkeys(writers)
+    for pid in writers:
+        p = ctx.tree.by_pid.get(pid)
+        if p is None:
+            continue
+        for q in (*ctx.graph.feeders(p), *(d.pid for d in ctx.tree.descendants(pid))):
+            if len(out) >= MAX_BEHIND:
+                return tuple(out)
+            out.setdefault(q, None)
+    return tuple(out)
 
 
 def _serving(ctx: Context, pid: int) -> bool:

@@ -149,6 +149,18 @@ class WaitIndex:
                         return True
         return False
 
+    def feeders(self, p: Process) -> list[int]:
+        """The processes that hold the write end of a pipe `p` reads: what `tee` or a logger copies."""
+        if isinstance(p.fds, Unavailable):
+            return []
+        out: dict[int, None] = {}
+        for e in p.fds:
+            if e.pipe_inode is not None and e.mode in ("r", "rw"):
+                for pid, o in self._fds.pipes.get(e.pipe_inode, []):
+                    if pid != p.pid and o.mode in ("w", "rw"):
+                        out[pid] = None
+        return list(out)
+
     def kind(self, p: Process) -> WaitKind | None:
         """What the process's main thread waits for; None when it is running or nothing says."""
         return self.task_kind(p, main_task(p))
