@@ -145,3 +145,54 @@ def test_the_jobs_threads_are_read_first_on_a_host_busier_than_the_bound(reap, t
     ]
     assert f"({child}) to exit" in dead[0]["summary"] and "'s thread " in dead[0]["summary"]
     assert host["verdict"] == "stalled" and rc == 1
+
+
+PREFETCH = textwrap.dedent("""
+    import queue, socket, sys, threading
+    def prefetch(q):  # a data loader's download thread
+        c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+        c.sendall(b"GET /shard-0 HTTP/1.0\\r\\n\\r\\n")
+        q.put(c.recv(1 << 16))
+    q = queue.Queue()
+    threading.Thread(target=prefetch, args=(q,), daemon=True).start()
+    q.get()  # the trainer waits for its batch
+""")
+
+
+@pytest.mark.parametrize("sample", ["1", "0"])
+def test_a_download_thread_reading_a_stopped_server_holds_the_trainer(reap, tmp_path: Path, sample: str) -> None:
+    """A trainer waits for its batch (a queue, untimed) while its prefetch thread reads the answer of
+    a server that is stopped: HEALTHY, exit 0, with --pid on the trainer (found by a helper): only a
+    thread's pipe or socket write, lock or FUSE wait was followed, not a read. A thread reading a
+    connection whose other end cannot move is now."""
+    import signal
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    port = listener.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-c", "import socket, time\n"
+                               f"s = socket.socket(fileno={listener.fileno()})\nc, _ = s.accept()\ntime.sleep(3600)"],
+                              pass_fds=(listener.fileno(),))  # fmt: skip
+    reap.append(server)
+    listener.close()
+    wait_for(lambda: "accept" in Path(f"/proc/{server.pid}/wchan").read_text(), what="the server accepting")
+    server.send_signal(signal.SIGSTOP)
+    wait_for(lambda: Path(f"/proc/{server.pid}/stat").read_text().split(") ")[1][0] == "T", what="server stopped")
+    trainer = subprocess.Popen([sys.executable, "-c", PREFETCH, str(port)], stdin=subprocess.DEVNULL)
+    reap.append(trainer)
+
+    def reading() -> bool:
+        tasks = Path(f"/proc/{trainer.pid}/task").iterdir()
+        return any("tcp" in (t / "wchan").read_text() or "wait_woken" in (t / "wchan").read_text() for t in tasks)
+
+    wait_for(reading, what="the prefetch thread reading its answer")
+    try:
+        rc, host = vastprobe_json("--pid", str(trainer.pid), "--sample", sample)
+        f = next((f for f in host["findings"] if f["rule"] == "socket-peer-wait"), None)
+        assert f is not None and f["severity"] == "error", [(g["rule"], g["summary"]) for g in host["findings"]]
+        assert f"whose peer {server.pid} (python" in f["summary"] and "(T " in f["summary"], f["summary"]
+        assert host["verdict"] == "stalled" and rc == 1
+    finally:
+        server.send_signal(signal.SIGCONT)

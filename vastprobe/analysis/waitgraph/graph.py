@@ -88,10 +88,13 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
                 yield from self._task_edges(p, t, tk)
             elif tk == "sleep" and (edge := self._py_lock_edge(p, t)) is not None:
                 yield edge  # a worker thread keeps trying a Python polling lock (--py-spy)
-            elif tk == "socket-read" and self.relayed(p):
-                # a threaded relay's pump reading what it opened (a TCP proxy), where that end cannot move
+            elif tk == "socket-read":
+                # a thread reading a connection whose other end cannot move (a prefetch thread's download
+                # from a stopped server), or a threaded relay's pump reading what it opened (a TCP proxy)
                 edge = self._socket_edge(p, t)
-                if edge is not None and self._relay_keeps(p, edge):
+                if edge is not None and (
+                    any(self._frozen(h) for h in edge.holders) or (self.relayed(p) and self._relay_keeps(p, edge))
+                ):
                     yield edge
 
     def _task_edges(self, p: Process, t: Task, kind: WaitKind | None) -> Iterator[WaitEdge]:
