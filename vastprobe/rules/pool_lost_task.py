@@ -44,6 +44,21 @@ def _idle_worker(ctx: Context, w: Process, parent: int) -> str | None:
     return None
 
 
+def _workers(ctx: Context, parent: Process) -> list[Process]:
+    """The pool's processes: the parent's children, where one is multiprocessing's forkserver its
+    children instead (the `forkserver` start method, Python 3.14's default on Linux: the workers are
+    the server's children, and a pool that lost a task read HEALTHY; found by a helper)."""
+    out = []
+    for k in ctx.tree.kids(parent.pid):
+        if k.state == "Z":
+            continue
+        if any("multiprocessing.forkserver" in a for a in k.cmdline[:4]):
+            out += [w for w in ctx.tree.kids(k.pid) if w.state != "Z"]
+        else:
+            out.append(k)
+    return out
+
+
 def _still(ctx: Context, pids: list[int]) -> bool | None:
     if not ctx.two_samples:
         return None
@@ -55,7 +70,7 @@ def check(ctx: Context) -> Iterator[Finding]:
     for parent in ctx.in_scope():
         if parent.threads < 2 or not is_python(ctx, parent.pid):
             continue
-        kids = [k for k in ctx.tree.kids(parent.pid) if k.state != "Z"]
+        kids = _workers(ctx, parent)
         if len(kids) < 2 or not all(is_python(ctx, k.pid) for k in kids):
             continue
         waits = {k.pid: _idle_worker(ctx, k, parent.pid) for k in kids}
