@@ -112,6 +112,36 @@ def test_a_client_behind_a_session_idle_in_transaction_names_it(reap, cluster: P
                        capture_output=True, timeout=30)  # fmt: skip
 
 
+def test_a_session_level_advisory_lock_held_by_an_idle_session_is_named(reap, cluster: Path) -> None:
+    """A migration tool's `pg_advisory_lock(42)`, held by a session now idle outside any transaction,
+    and a job waiting for the same lock: no finding at all, HEALTHY (found by a helper): only sessions
+    in a transaction or running a statement were taken for holders. The database's one idle session is
+    the holder, and idle over the window, the proof."""
+    holder = subprocess.Popen(["bash", "-c", f"(echo 'select pg_advisory_lock(42);'; sleep 600) | "
+                               f"psql -h {cluster} -U postgres -q"], start_new_session=True,
+                              stdout=subprocess.DEVNULL)  # fmt: skip
+    reap.append(holder)
+    locked = ["psql", "-h", str(cluster), "-U", "postgres", "-Atc",
+              "select count(*) from pg_locks where locktype = 'advisory' and granted"]  # fmt: skip
+    wait_for(lambda: subprocess.run(locked, capture_output=True, text=True).stdout.strip() == "1", what="the lock held")
+    wait_for(lambda: any(t.endswith(" idle") for t in titles(cluster).values()), what="the holder idle")
+    job = subprocess.Popen(["psql", "-h", str(cluster), "-U", "postgres", "-qc", "select pg_advisory_lock(42);"],
+                           start_new_session=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    reap.append(job)
+    wait_for(lambda: any(t.endswith(" waiting") for t in titles(cluster).values()), what="the job waiting")
+    idle = next(pid for pid, t in titles(cluster).items() if t.endswith(" idle"))
+    try:
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+        f = next((f for f in host["findings"] if f["rule"] == "db-lock-wait"), None)
+        assert f is not None, [(g["rule"], g["severity"], g["summary"]) for g in host["findings"]]
+        assert f"likely held by backend {idle}" in f["summary"] and "idle, outside a transaction" in f["summary"]
+        assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, f["summary"]
+    finally:
+        subprocess.run(["psql", "-h", str(cluster), "-U", "postgres", "-qc",
+                        "select pg_terminate_backend(pid) from pg_stat_activity where pid <> pg_backend_pid() "
+                        "and backend_type = 'client backend'"], capture_output=True, timeout=30)  # fmt: skip
+
+
 def test_a_running_query_is_healthy(reap, cluster: Path) -> None:
     """The control: a client whose backend works (pg_sleep in a loop stays busy) is no finding."""
     job = subprocess.Popen(["psql", "-h", str(cluster), "-U", "postgres", "-qc",

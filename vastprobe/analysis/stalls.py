@@ -166,6 +166,14 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
                 f"session {idle_tx[0]} is idle in a transaction over {window}: it keeps its locks until its client "
                 "commits or rolls back"
             )
+        titles = [process_title(ctx.tree.by_pid[h]) for h in edge.holders]
+        if len(titles) == 1 and titles[0].endswith(" idle"):
+            # the one session of the database that could hold it (none is in a transaction or running a
+            # statement): a session-level lock, held until released or the session ends
+            return (
+                f"session {edge.holders[0]}, the database's only other session, is idle over {window}: a "
+                "session-level lock (pg_advisory_lock) is held until it is released or the session ends"
+            )
     return None
 
 

@@ -32,8 +32,15 @@ def check(ctx: Context) -> Iterator[Finding]:
         doing = process_title(backend).removeprefix("postgres: ")
         via = f" on its PostgreSQL backend {backend.pid} ({doing})" if backend.pid != waiter.pid else f" ({doing})"
         clients = {h: _client(ctx, h) for h in edge.holders}
-        idle = any("idle in transaction" in process_title(ctx.tree.by_pid[h]) for h in edge.holders)
-        how = "idle in a transaction" if idle else "running a statement"
+        titles = [process_title(ctx.tree.by_pid[h]) for h in edge.holders if h in ctx.tree.by_pid]
+        how = (
+            "idle in a transaction"
+            if any("idle in transaction" in t for t in titles)
+            else "idle, outside a transaction (a session-level lock, such as pg_advisory_lock's, is held until it "
+            "is released or the session ends)"
+            if titles and all(t.endswith(" idle") for t in titles)
+            else "running a statement"
+        )
         if edge.holders:
             held = ", ".join(
                 f"backend {h}" + (f" (its client: {ctx.proc_label(c)})" if c is not None else "")

@@ -24,6 +24,12 @@ APT_COMMS = frozenset({"apt", "apt-get", "aptitude", "apt-cache", "dpkg", "unatt
 _PG_CLIENT = re.compile(r" (\[local\]|[0-9a-fA-F.:]+\([0-9]+\)|[A-Za-z0-9.-]+\([0-9]+\)) ", re.ASCII)
 
 
+def _pg_database(title: str) -> str | None:
+    """The database of a backend's title, `postgres: USER DATABASE CLIENT …`."""
+    words = title.split(" ", 4)
+    return words[2] if len(words) > 3 and words[0] == "postgres:" else None
+
+
 def process_title(p: Process) -> str:
     """A title a process wrote over its argv (PostgreSQL's `postgres: user db [local] UPDATE
     waiting`): one argument, the rest of the old argv's space NUL-padded; "" otherwise."""
@@ -53,8 +59,14 @@ class LockEdges(WaitIndex):
         title = process_title(p)
         if not title.startswith("postgres: ") or not title.endswith(" waiting"):
             return None
-        siblings = [q for q in self.tree.kids(p.ppid) if q.pid != p.pid and q.state != "Z"]
         title_of = process_title
+        db = _pg_database(title)
+        # the sessions of its database (a lock is the database's; background workers name none)
+        siblings = [
+            q
+            for q in self.tree.kids(p.ppid)
+            if q.pid != p.pid and q.state != "Z" and _pg_database(title_of(q)) in (db, None)
+        ]
 
         idle_tx = [q for q in siblings if " idle in transaction" in title_of(q)]
         active = [
@@ -65,10 +77,24 @@ class LockEdges(WaitIndex):
             and not title_of(q).endswith((" idle", " waiting"))
             and " idle in transaction" not in title_of(q)
         ]
-        likely = idle_tx or active
+        # none of those: a lock that outlives its transactions (a session-level pg_advisory_lock, a
+        # migration tool's) is held by a session idle outside one, of the same database (an advisory
+        # lock is the database's). A migration lock held so read HEALTHY, no finding (found by a helper)
+        idle = [
+            q
+            for q in siblings
+            if title_of(q).endswith(" idle") and _PG_CLIENT.search(title_of(q)) and _pg_database(title_of(q)) == db
+        ]
+        likely = idle_tx or active or idle
         ev = [Evidence("title", f"{p.pid}: {title[:200]}")]
         ev += [Evidence("title", f"{q.pid}: {title_of(q)[:200]}") for q in likely[:8]]
-        why = "idle in a transaction" if idle_tx else "running a statement"
+        why = (
+            "idle in a transaction"
+            if idle_tx
+            else "running a statement"
+            if active
+            else "idle, outside a transaction (a session-level lock: pg_advisory_lock)"
+        )
         return WaitEdge(
             p.pid,
             "db-lock",
