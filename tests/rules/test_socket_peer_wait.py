@@ -193,3 +193,50 @@ def test_curl_behind_a_listener_that_never_accepts_is_stalled_and_noted_in_one_s
     f = finding(host)
     assert f["severity"] == "info" and f["summary"].endswith("(seen in one sample)"), f["summary"]
     assert host["verdict"] == "healthy" and rc == 0
+
+
+BLOCKING_SERVER = """import asyncio, sys, time
+async def handle(r, w):
+    line = await r.readline()
+    while (await r.readline()) not in (b"\\r\\n", b""):
+        pass
+    if b"/block" in line:
+        time.sleep(3600)  # a sync call in a handler: the event loop stops, the listener accepts no more
+    w.write(b"HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\nConnection: close\\r\\n\\r\\nok")
+    await w.drain()
+    w.close()
+async def main():
+    s = await asyncio.start_server(handle, "127.0.0.1", int(sys.argv[1]))
+    print("up", flush=True)
+    async with s:
+        await s.serve_forever()
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
+def test_a_jobs_two_clients_of_a_blocked_server_are_judged_by_the_proven_one(reap, tmp_path: Path) -> None:
+    """An asyncio server whose handler blocks its event loop; the job's first curl waits on that
+    handler (no proof: it read the request and sleeps), the second sits in the listener's accept queue
+    (proof: queued, nothing accepted over the window). Only the first chain was kept, a note: HEALTHY,
+    exit 0 (found by a helper). A proven chain now ranks before a quiet one."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-c", BLOCKING_SERVER, str(port)], stdout=subprocess.PIPE, text=True)
+    reap.append(server)
+    assert server.stdout is not None and server.stdout.readline().strip() == "up"
+    job = subprocess.Popen(["bash", "-c", f"curl -sS http://127.0.0.1:{port}/block & "
+                            f"until [ -e {tmp_path}/go ]; do sleep 0.05; done; curl -sS http://127.0.0.1:{port}/ping; wait"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    reap.append(job)
+    wait_for(lambda: "nanosleep" in Path(f"/proc/{server.pid}/wchan").read_text(), what="the handler blocking")
+    (tmp_path / "go").touch()
+
+    def queued() -> bool:
+        out = subprocess.run(["ss", "-Htnl", f"sport = :{port}"], capture_output=True, text=True).stdout.split()
+        return len(out) > 1 and out[1] == "1"
+
+    wait_for(queued, what="the second request in the accept queue")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+    f = finding(host)
+    assert f["severity"] == "error" and "has not accepted the connection (1 queued" in f["summary"], f["summary"]
+    assert host["verdict"] == "stalled" and rc == 1

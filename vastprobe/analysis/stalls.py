@@ -279,10 +279,14 @@ def _classify(ctx: SnapshotView, chain: Chain) -> StalledChain:
 _RANK = {"deadlock": 0, "orphan-pipe": 1, "db-lock": 1}
 
 
-def _score(s: StalledChain, oom_losers: set[int]) -> tuple[int, int, int, int, int, int, int]:
+def _score(s: StalledChain, oom_losers: set[int]) -> tuple[int, int, int, int, int, int, int, int]:
     return (
         _RANK.get(s.kind, 2),
         0 if s.dead_end else 1,
+        # a chain whose blocker is proven not to move over the window (a listener that accepts none
+        # with a connection queued) before one that only went quiet: a job's two clients of one
+        # blocked server kept the quiet one, and read HEALTHY (found by a helper)
+        0 if s.proof else 1,
         0 if s.idle else 1,
         0 if oom_losers & set(s.chain.pids) else 1,
         # a chain that loops back into itself through a process that can still act (git's threads)
