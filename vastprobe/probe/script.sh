@@ -661,6 +661,9 @@ blk && /^            [A-Za-z_][A-Za-z0-9_]*: / {
 }
 # still in the block unless a frame or a thread begins: anything else is part of a value
 blk && !/^    [^ ].* \([^()]*\)$/ && !/^Thread [0-9A-Fa-fx]+ \(/ { next }
+# a line of a local outside a block: py-spy writes none, but the program chooses the names of
+# its variables, and one holding a newline and a frame line ended the block for the next to pass
+/^            / { blk = 0; next }
 { blk = 0; out($0) }'
 vp_pystack_sec() {
 	vp_gsave=$VP_FILE_T

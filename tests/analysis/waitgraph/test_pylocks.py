@@ -124,6 +124,19 @@ def test_what_the_filter_drops() -> None:
     assert cut.name == "lock_file" and len(cut.repr) == 512 and cut.text is None  # cut short: no path
     assert named.text == "/tmp/l.lock"
     assert thread.frame_locals[1][0].type_name == "SoftFileLock"
+    # a variable whose name holds a newline and a frame line (the program chose it: code.replace of
+    # co_varnames): the block ended there, and the next line went out as an allow-listed local, the
+    # value of `api_token` as `lock_file` (found by a hostile-tenant helper)
+    smuggled = "\n".join([
+        'Thread 7 (idle): "MainThread"',
+        "    waiter (w.py:4)",
+        "        Locals:",
+        "            api_token",
+        "    f (g.py:1)",
+        '            lock_file: "PySpyLeak2"',
+    ])  # fmt: skip
+    sent = probe_filter(smuggled + "\n")
+    assert "PySpyLeak2" not in sent, sent
     # a section that sends more than the list (forged, or another probe) is filtered again here
     (forged,), _ = parse_pystack_section('@pyspy 1\n|Thread 1 (idle)\n|    f (x.py:1)\n|            token: "x"\n')
     assert forged.threads[0].frame_locals == () and forged.threads[0].frames == ("f (x.py:1)",)
