@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -118,3 +119,40 @@ def test_a_service_waiting_for_its_sigterm_handler_is_a_note(reap) -> None:
     assert host["verdict"] == "healthy" and rc == 0
     job.terminate()
     assert job.wait(timeout=10) == 0  # the handler released it
+
+
+#: The same deadlock beside a heartbeat thread that sleeps in a loop (a monitor, a progress printer).
+ABBA_HEARTBEAT = ABBA.replace(
+    "ts = [threading",
+    "threading.Thread(target=lambda: [time.sleep(0.2) for _ in iter(int, 1)], daemon=True).start()\nts = [threading",
+)
+
+
+@pytest.mark.parametrize("sample", ["1", "0"])
+def test_a_deadlock_beside_a_heartbeat_thread_is_likely(reap, sample: str) -> None:
+    """Two threads in a lock-order deadlock, the main thread joining them, and a heartbeat thread
+    asleep on its timer between wakes: no finding, HEALTHY (found by a helper), as one thread awake
+    now and then excused the process. It is no proof (a sleeper wakes, and could release a lock), so
+    a warning: DEGRADED, exit 0."""
+    job = subprocess.Popen([sys.executable, "-c", ABBA_HEARTBEAT], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    assert job.stdout is not None
+    job.stdout.readline()
+
+    def locked() -> bool:
+        import os
+
+        waits = [Path(f"/proc/{job.pid}/task/{t}/wchan").read_text() for t in os.listdir(f"/proc/{job.pid}/task")]
+        return len(waits) == 4 and sum(w.startswith("futex") for w in waits) == 3
+
+    wait_for(locked, what="three threads on their locks")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
+    found = [f for f in host["findings"] if f["rule"] == "thread-deadlock"]
+    assert found, [(f["rule"], f["summary"]) for f in host["findings"]]
+    f = found[0]
+    assert (
+        f["summary"].startswith("3 of the 4 threads of python")
+        and "the other thread only sleeps on a timer" in f["summary"]
+    ), f["summary"]
+    assert f["severity"] == "warning" and host["verdict"] == "degraded" and rc == 0, host["headline"]

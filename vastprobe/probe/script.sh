@@ -343,6 +343,7 @@ vp_s0() {
 		SOCK_WAIT = "^_*(wait_woken|sk_wait|sk_stream_wait|unix_|skb_wait|tcp_recvmsg|inet_wait_for_connect|sock_alloc_send)"
 		POLL_WAIT = "^_*(poll_schedule_timeout|do_sys_poll|do_select|core_sys_select|ep_poll|do_epoll_wait)"
 		FUTEX_WAIT = "^_*futex_"
+		TIMER_WAIT = "^_*(hrtimer_nanosleep|do_nanosleep|clock_nanosleep)"
 		EPOLL_WAIT = "^_*(ep_poll|do_epoll_wait)"
 		for (i = 7; i <= NF; i++) if ($i == "-") break
 		if ($(i + 1) ~ /^fuse/ && n_fuse < 256) fuse[++n_fuse] = $3 " " $5 " " $(i + 1) " " $(i + 2)
@@ -378,6 +379,7 @@ vp_s0() {
 			mt[p] = 1
 			ntk[q]++
 			if (w ~ FUTEX_WAIT) nfq[q]++
+			else if (w ~ TIMER_WAIT) ntm[q]++
 			if (w !~ FUTEX_WAIT) print p "/stat" > "/dev/stderr"
 			if (w == "0") { print p "/syscall" > "/dev/stderr"; next }
 		} else if (st[p] != "S" && st[p] != "D") next
@@ -418,10 +420,14 @@ vp_s0() {
 	}
 	END {
 		# and in a process whose every task waits on a futex (at most 64 such): untimed and private
-		# everywhere, no thread is left to wake another (threads deadlocked)
+		# everywhere, no thread is left to wake another (threads deadlocked); or on a futex but for
+		# threads asleep on a timer (a heartbeat beside threads that may be deadlocked)
 		for (i = 1; i <= nfx; i++) {
 			q = fxq[i]
-			if (!(q in fdw) && (q in mfx) && ntk[q] == nfq[q] && !(q in dlk) && ndl < 64) { dlk[q] = 1; ndl++ }
+			if (!(q in fdw) && (q in mfx) && ntk[q] == nfq[q] + ntm[q] && nfq[q] >= 1 && !(q in dlk) && ndl < 64) {
+				dlk[q] = 1
+				ndl++
+			}
 			if ((q in fdw) || (q in dlk)) print fx[i] "/syscall" > "/dev/stderr"
 		}
 		if (!cut) printf "\n@@rc=0\n"

@@ -41,12 +41,64 @@ def _waits(ctx: Context, p: Process) -> list[tuple[str, str]] | None:
     return out
 
 
+def _beside_timers(ctx: Context, p: Process) -> tuple[list[tuple[str, str]], list[str]] | None:
+    """(thread, futex op) of the threads waiting on a private futex with no timeout, and the threads
+    asleep on a timer, when those are all of them (every thread read), two or more wait on locks, the
+    main thread among them, and one or more sleep; else None."""
+    tasks = ctx.graph.all_tasks(p)
+    if tasks is None:
+        return None
+    locked, timers = [], []
+    for t in tasks:
+        call = private_untimed_wait(t.syscall)
+        if call is not None and t.state == "S":
+            locked.append((t.who, call))
+        elif t.state == "S" and ctx.graph.task_kind(p, t) == "sleep":
+            timers.append(t.who)
+        else:
+            return None
+    main = private_untimed_wait(tasks[0].syscall)
+    return (locked, timers) if len(locked) >= 2 and timers and main is not None else None
+
+
+def _likely(ctx: Context, p: Process) -> Finding | None:
+    """Threads waiting on locks with no timeout beside threads that only sleep on timers (a heartbeat,
+    a monitor): a sleeper wakes and could release a lock, so nothing proves the deadlock, but nothing
+    else is left to. A lock-order deadlock beside a heartbeat thread read HEALTHY (found by a helper)."""
+    found = _beside_timers(ctx, p)
+    if found is None or waits_for_a_signal(p, ctx.tree.by_pid.get(p.ppid)):
+        return None
+    locked, timers = found
+    who = f"{p.comm} ({p.pid})"
+    ev = [Evidence("/proc/syscall", f"{t}: {call}") for t, call in locked[:4]]
+    ev += [Evidence("/proc/wchan", f"{t}: asleep on a timer") for t in timers[:4]]
+    others = "the other thread only sleeps on a timer" if len(timers) == 1 else f"the other {len(timers)} only sleep on timers"
+    summary = (
+        f"{len(locked)} of the {p.threads} threads of {who} wait on locks with no timeout, and {others}: likely a "
+        "deadlock among them (a heartbeat thread wakes, but seldom takes another thread's lock)"
+    )
+    hint = (
+        f"see which locks each thread holds and waits for ({stack_command(ctx, p.pid)}: two locks taken in opposite "
+        "orders, a join on a thread that waits for its joiner); if the waits are a pool idle on its queue, nothing "
+        "is wrong"
+    )
+    return META.finding(summary, (p.pid,), ev, hint, "warning")
+
+
 def check(ctx: Context) -> Iterator[Finding]:
     for p in ctx.in_scope():
-        if p.threads < 2 or not asleep_throughout(ctx, p):
+        if p.threads < 2:
+            continue
+        if not asleep_throughout(ctx, p):
+            likely = _likely(ctx, p)  # its timer threads moved
+            if likely is not None:
+                yield likely
             continue
         waits = _waits(ctx, p)
         if waits is None:
+            likely = _likely(ctx, p)
+            if likely is not None:
+                yield likely
             continue
         who = f"{p.comm} ({p.pid})"
         ev = [Evidence("/proc/syscall", f"{t}: {call}") for t, call in waits[:4]]
