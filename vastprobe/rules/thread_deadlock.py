@@ -72,7 +72,11 @@ def _likely(ctx: Context, p: Process) -> Finding | None:
     who = f"{p.comm} ({p.pid})"
     ev = [Evidence("/proc/syscall", f"{t}: {call}") for t, call in locked[:4]]
     ev += [Evidence("/proc/wchan", f"{t}: asleep on a timer") for t in timers[:4]]
-    others = "the other thread only sleeps on a timer" if len(timers) == 1 else f"the other {len(timers)} only sleep on timers"
+    others = (
+        "the other thread only sleeps on a timer"
+        if len(timers) == 1
+        else f"the other {len(timers)} only sleep on timers"
+    )
     summary = (
         f"{len(locked)} of the {p.threads} threads of {who} wait on locks with no timeout, and {others}: likely a "
         "deadlock among them (a heartbeat thread wakes, but seldom takes another thread's lock)"
