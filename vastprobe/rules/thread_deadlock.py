@@ -113,12 +113,19 @@ def check(ctx: Context) -> Iterator[Finding]:
         signals = waits_for_a_signal(p, ctx.tree.by_pid.get(p.ppid))
         if signals:
             if ctx.options.explicit_scope:
+                # a warning, not a note: a trainer that checkpoints on SIGTERM catches it too, and its
+                # lock-order deadlock read HEALTHY (found by a helper); nothing here tells the two apart
                 summary = (
                     f"every thread of {who} waits on a lock with no timeout, and it catches {', '.join(signals)}: "
-                    "it waits for a signal (a service waiting to be stopped looks like this)"
+                    "only a signal wakes it (a service waiting to be stopped looks like this, and so does a "
+                    "deadlocked program with a handler of its own, a trainer's checkpoint on SIGTERM)"
                 )
-                hint = f"if {p.comm} should be working, only a signal will wake it: see where ({stack_command(ctx, p.pid)})"
-                yield META.finding(summary, (p.pid,), ev, hint, "info")
+                hint = (
+                    f"see where each thread waits ({stack_command(ctx, p.pid)}): the main thread in Event.wait() "
+                    "for its handler is a service at rest; two locks taken in opposite orders, or a join on a "
+                    "thread that waits for its joiner, a deadlock: kill it"
+                )
+                yield META.finding(summary, (p.pid,), ev, hint, "warning")
             continue
         summary = (
             f"{who} is deadlocked: all {p.threads} of its threads wait on locks with no timeout, and none is left "
