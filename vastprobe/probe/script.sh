@@ -422,6 +422,12 @@ vp_s0() {
 		# and in a process whose every task waits on a futex (at most 64 such): untimed and private
 		# everywhere, no thread is left to wake another (threads deadlocked); or on a futex but for
 		# threads asleep on a timer (a heartbeat beside threads that may be deadlocked)
+		# (those with no sleeper first: the bound is for the whole machine, and Python programs with a timer
+		# thread are many)
+		for (i = 1; i <= nfx; i++) {
+			q = fxq[i]
+			if (!(q in fdw) && (q in mfx) && ntk[q] == nfq[q] && !(q in dlk) && ndl < 64) { dlk[q] = 1; ndl++ }
+		}
 		for (i = 1; i <= nfx; i++) {
 			q = fxq[i]
 			if (!(q in fdw) && (q in mfx) && ntk[q] == nfq[q] + ntm[q] && nfq[q] >= 1 && !(q in dlk) && ndl < 64) {
