@@ -36,11 +36,14 @@ class PollEdges(SocketEdges):
         out: list[WaitEdge] = []
         own: set[frozenset[int]] = set()  # its own wake-up pipes and socketpairs (both ends its own)
         head = Evidence("/proc/wchan", f"{t.who} waits in {t.wchan} over its pipes and connections")
+        relay = self.listens(p)  # pollable while holding a listener: a relay, followed only into what it opened
         for e in p.fds:
             if len(out) >= MAX_POLL_FDS:
                 break
             ino = e.pipe_inode
             if ino is not None and e.mode in ("r", "w"):
+                if relay:
+                    continue
                 reading = e.mode == "r"
                 other = ("w", "rw") if reading else ("r", "rw")
                 holders = sorted(
@@ -74,7 +77,7 @@ class PollEdges(SocketEdges):
                 edge = self._unix_edge(p, sock, e.fd)
             else:
                 continue
-            if self.listens(p) and not self._relay_keeps(p, edge):
+            if relay and not self._relay_keeps(p, edge):
                 continue
             kept = tuple(h for h in edge.holders if h != p.pid and not self._waits_back_socket(h, edge.peer))
             if edge.holders and not kept:
