@@ -181,6 +181,9 @@ def test_logstats_and_artifacts() -> None:
     assert isinstance(s[1], Unavailable) and "No such file" in s[1].reason
     n, entries, err = files.parse_artifacts("@@count 2\n5 1700000000 regular file|/tmp/a|b\n7 1 directory|/tmp/d\n")
     assert n == 2 and entries[0].path == "/tmp/a|b" and entries[1].kind == "directory" and err is None
+    # a listing its bound stopped: the shell says "Killed" once a command; the reason is said once
+    n, entries, err = files.parse_artifacts("@@count 150000\n5 1 regular file|/tmp/a\nKilled\nKilled\n")
+    assert n == 150000 and len(entries) == 1 and err is not None and err.count("did not finish") == 1, err
 
 
 PARSERS = [

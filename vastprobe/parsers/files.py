@@ -81,6 +81,11 @@ def parse_artifacts(text: str) -> tuple[int, list[Artifact], str | None]:
             size, mtime = read_int(m.group(1)) or 0, read_int(m.group(2), signed=True) or 0
             uid = read_int(m.group(3)) if m.group(3) else None
             entries.append(Artifact(path=m.group(5), size=size, mtime=mtime, kind=m.group(4), uid=uid))
+        elif line.strip() in ("Killed", "Terminated"):
+            # the shell's word for a command its bound ended, once per command: the reason, said once
+            stopped = "the listing did not finish within its bound (a huge or slow directory): not all listed"
+            if stopped not in errors:
+                errors.append(stopped)
         elif line.strip():
             errors.append(line.strip())
     return count, entries, "; ".join(errors) or None
