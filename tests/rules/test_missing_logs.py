@@ -134,7 +134,7 @@ def test_a_job_computing_behind_its_logs_writer_is_not_stalled(tmp_path: Path, r
     reap.append(p)
 
     def spinner() -> int | None:
-        return next((k for k in descendants(p.pid) if "python" in Path(f"/proc/{k}/comm").read_text()), None)
+        return next((k for k in descendants(p.pid) if "python" in comm(k)), None)
 
     wait_for(lambda: (k := spinner()) is not None and cpu_seconds(k) > 0.05, what="the job computing")
     old = time.time() - 1200
@@ -144,6 +144,14 @@ def test_a_job_computing_behind_its_logs_writer_is_not_stalled(tmp_path: Path, r
         f = next(f for f in host["findings"] if f["rule"] == "missing-logs" and f["summary"].startswith(str(log)))
         assert f["severity"] == "warning" and f["summary"].endswith("the log is quiet while it computes"), f["summary"]
         assert host["verdict"] == "degraded" and rc == 0, [(g["rule"], g["severity"]) for g in host["findings"]]
+
+
+def comm(pid: int) -> str:
+    """A process's name, or "" once it is gone (`echo | tee` ends between the listing and the read)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text()
+    except OSError:
+        return ""
 
 
 def cpu_seconds(pid: int) -> float:
