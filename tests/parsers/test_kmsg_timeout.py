@@ -115,8 +115,11 @@ def test_a_lost_pool_worker_says_an_oom_kill_could_not_be_checked(reap, tmp_path
     wait_for(lambda: age(victim) >= 1.0, what="the long task under way for a second")
     os.kill(victim, signal.SIGKILL)
     wait_for(lambda: len(pool_workers(job.pid)) == 3 and victim not in pool_workers(job.pid), what="a new worker")
-    wait_for(lambda: all(proc_wchan(w).startswith(IDLE_WAITS) for w in pool_workers(job.pid)), timeout=30,
-             what="every worker idle on the task queue")  # fmt: skip (a loaded CI run needed more than 10 s)
+    wait_for(
+        lambda: all(proc_wchan(w).startswith(IDLE_WAITS) for w in pool_workers(job.pid)),
+        timeout=30,
+        what="every worker idle on the task queue",
+    )  # fmt: skip (a loaded CI run needed more than 10 s)
     _took, _rc, host = diagnose_with_hanging_dmesg(tmp_path, "--pid", str(job.pid), "--sample", "0")
     assert host["snapshot"]["kernel_log"]["readable"] is False
     (f,) = [f for f in host["findings"] if f["rule"] == "pool-lost-task"]
