@@ -999,6 +999,19 @@ vp_untouchable() {
 	printf '@@fuse-waiting %s %s\n' "$vp_fw" "$vp_fm"
 }
 
+# vp_by_component FUNC PATH: FUNC run with PATH's components as its arguments (split on `/`, no
+# wildcard expanded: a component `*` is a name), its status returned.
+vp_by_component() {
+	vp_bf=$1
+	vp_ifs=$IFS
+	IFS=/
+	set -f
+	set -- $2
+	set +f
+	IFS=$vp_ifs
+	"$vp_bf" "$@"
+}
+
 # vp_logpath PATH: sets vp_real to the file a --log names, resolved on the target, or says why it
 # is not touched (@@refused WHY, @@fuse-waiting) and fails. Refused: a symbolic link to a file its
 # owner does not own (a link the tenant planted to /etc/shadow): never another file's content, nor
@@ -1013,12 +1026,9 @@ vp_untouchable() {
 vp_dirlinks() {
 	vp_tlinks=
 	case $1 in /*) vp_acc= ;; *) vp_acc=. ;; esac
-	vp_ifs=$IFS
-	IFS=/
-	set -f
-	set -- $1
-	set +f
-	IFS=$vp_ifs
+	vp_by_component vp_dirlinks_of "$1"
+}
+vp_dirlinks_of() {
 	for vp_c; do
 		[ -n "$vp_c" ] || continue
 		if [ "$vp_c" = .. ]; then
@@ -1047,12 +1057,9 @@ vp_dirlinks() {
 # file in 4 of 20 reports. One stat for the whole path, once a run for each log read.
 vp_swappable() {
 	case $1 in /*) vp_acc= ;; *) vp_acc=. ;; esac
-	vp_ifs=$IFS
-	IFS=/
-	set -f
-	set -- $1
-	set +f
-	IFS=$vp_ifs
+	vp_by_component vp_swappable_of "$1"
+}
+vp_swappable_of() {
 	vp_swn=$#
 	for vp_c; do
 		[ -n "$vp_c" ] || continue
@@ -1081,12 +1088,9 @@ vp_enter() {
 		return
 	fi
 	case $1 in /*) cd / 2>/dev/null || return 1 ;; esac
-	vp_ifs=$IFS
-	IFS=/
-	set -f
-	set -- $1
-	set +f
-	IFS=$vp_ifs
+	vp_by_component vp_enter_of "$1"
+}
+vp_enter_of() {
 	for vp_c; do
 		[ -n "$vp_c" ] && [ "$vp_c" != . ] || continue
 		vp_pre=$(stat -c '%d:%i %u %F' -- "$vp_c" 2>/dev/null)
