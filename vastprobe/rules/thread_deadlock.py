@@ -14,6 +14,7 @@ named job, as fork-deadlock does.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from vastprobe.analysis.signal_waiters import waits_for_a_signal
 from vastprobe.analysis.waitgraph.edges import private_untimed_wait
@@ -26,25 +27,19 @@ META = RuleMeta(
 )
 
 
-def _waits(ctx: Context, p: Process) -> list[tuple[str, str]] | None:
-    """(thread, futex op) for every thread, when each waits on a private futex with no timeout and
-    every thread was read; else None."""
-    tasks = ctx.graph.all_tasks(p)
-    if tasks is None:
-        return None  # a thread the probe did not read may be the one that releases the others
-    out = []
-    for t in tasks:
-        call = private_untimed_wait(t.syscall)
-        if call is None or t.state != "S":
-            return None
-        out.append((t.who, call))
-    return out
+@dataclass(frozen=True)
+class ThreadWaits:
+    """Every thread of a process, read, in one of two waits: on a private futex with no timeout (a
+    lock only a thread of its own can release), or asleep on a timer (it wakes by itself)."""
+
+    locked: tuple[tuple[str, str], ...]  # (thread, futex op)
+    timers: tuple[str, ...]  # threads asleep on a timer
+    main_locked: bool  # the main thread is among the locked
 
 
-def _beside_timers(ctx: Context, p: Process) -> tuple[list[tuple[str, str]], list[str]] | None:
-    """(thread, futex op) of the threads waiting on a private futex with no timeout, and the threads
-    asleep on a timer, when those are all of them (every thread read), two or more wait on locks, the
-    main thread among them, and one or more sleep; else None."""
+def _thread_waits(ctx: Context, p: Process) -> ThreadWaits | None:
+    """How every thread waits, or None when one does something else or was not read (a thread the
+    probe did not read may be the one that releases the others)."""
     tasks = ctx.graph.all_tasks(p)
     if tasks is None:
         return None
@@ -57,18 +52,26 @@ def _beside_timers(ctx: Context, p: Process) -> tuple[list[tuple[str, str]], lis
             timers.append(t.who)
         else:
             return None
-    main = private_untimed_wait(tasks[0].syscall)
-    return (locked, timers) if len(locked) >= 2 and timers and main is not None else None
+    return ThreadWaits(tuple(locked), tuple(timers), private_untimed_wait(tasks[0].syscall) is not None)
+
+
+def _lock_evidence(locked: tuple[tuple[str, str], ...]) -> list[Evidence]:
+    ev = [Evidence("/proc/syscall", f"{t}: {call}") for t, call in locked[:4]]
+    if len(locked) > 4:
+        ev.append(Evidence("/proc/syscall", f"and {len(locked) - 4} more thread(s), each the same"))
+    return ev
 
 
 def _likely(ctx: Context, p: Process) -> Finding | None:
     """Threads waiting on locks with no timeout beside threads that only sleep on timers (a heartbeat,
     a monitor): a sleeper wakes and could release a lock, so nothing proves the deadlock, but nothing
     else is left to. A lock-order deadlock beside a heartbeat thread read HEALTHY (found by a helper)."""
-    found = _beside_timers(ctx, p)
-    if found is None or waits_for_a_signal(p, ctx.tree.by_pid.get(p.ppid)):
+    waits = _thread_waits(ctx, p)
+    if waits is None or len(waits.locked) < 2 or not waits.timers or not waits.main_locked:
         return None
-    locked, timers = found
+    if waits_for_a_signal(p, ctx.tree.by_pid.get(p.ppid)):
+        return None
+    locked, timers = waits.locked, waits.timers
     who = f"{p.comm} ({p.pid})"
     ev = [Evidence("/proc/syscall", f"{t}: {call}") for t, call in locked[:4]]
     ev += [Evidence("/proc/wchan", f"{t}: asleep on a timer") for t in timers[:4]]
@@ -93,21 +96,15 @@ def check(ctx: Context) -> Iterator[Finding]:
     for p in ctx.in_scope():
         if p.threads < 2:
             continue
-        if not asleep_throughout(ctx, p):
-            likely = _likely(ctx, p)  # its timer threads moved
-            if likely is not None:
-                yield likely
-            continue
-        waits = _waits(ctx, p)
-        if waits is None:
+        waits = _thread_waits(ctx, p) if asleep_throughout(ctx, p) else None
+        if waits is None or waits.timers:
+            # not every thread on a lock (or its timer threads moved): at most a likely deadlock
             likely = _likely(ctx, p)
             if likely is not None:
                 yield likely
             continue
         who = f"{p.comm} ({p.pid})"
-        ev = [Evidence("/proc/syscall", f"{t}: {call}") for t, call in waits[:4]]
-        if len(waits) > 4:
-            ev.append(Evidence("/proc/syscall", f"and {len(waits) - 4} more thread(s), each the same"))
+        ev = _lock_evidence(waits.locked)
         if ctx.two_samples:
             ev.append(Evidence("progress", f"no CPU, I/O or state change over {ctx.snapshot.sample_window:.1f}s"))
         signals = waits_for_a_signal(p, ctx.tree.by_pid.get(p.ppid))
