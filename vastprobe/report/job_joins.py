@@ -94,13 +94,14 @@ def _gone_from(
     connection whose other end closed it (CLOSE_WAIT), at an address only one other host of the run
     has, and that host has no rank of the job left. A job of one rank a host whose rank on B was
     killed read HEALTHY on both hosts (found by a helper): B had no rank left to say one was gone."""
-    if not missing:
+    if not missing or not any(j.closed for _t, j in parts):
         return None
     with_job = {t for t, _j in parts}
+    addresses = [(r.target, host_addresses(r)) for r in reports]  # once, not once a closed connection
     for target, part in parts:
         for end in part.closed:
             ip = split_endpoint(end)[0].strip("[]").lower()
-            hosts = [r.target for r in reports if r.target != target and ip in host_addresses(r)]
+            hosts = [t for t, own in addresses if t != target and ip in own]
             if len(hosts) != 1 or hosts[0] in with_job:
                 continue
             waiting = next((x for x in part.ranks if x.pid), None)

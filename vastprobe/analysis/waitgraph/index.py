@@ -44,6 +44,7 @@ class WaitIndex:
         self.snapshot = snapshot
         self.tree = tree
         self._relays: dict[int, frozenset[int]] = {}
+        self._closed: dict[int, tuple[str, ...]] = {}  # sockets.closed_by_peer, once a process
 
     # ------------------------------------------------------------------ indexes, built once
 
@@ -121,12 +122,19 @@ class WaitIndex:
             found = self._relays[p.pid] = self._relayed(p)
         return found
 
-    def _relayed(self, p: Process) -> frozenset[int]:
+    def _tcp_held(self, p: Process) -> tuple[list[Socket], set[str]]:
+        """The TCP sockets `p` holds, and the ports it listens on."""
         if isinstance(p.fds, Unavailable):
-            return frozenset()
-        socks = [s for e in p.fds if e.socket_inode is not None and (s := self._sockets.get(e.socket_inode))]
-        tcp = [s for s in socks if s.proto.startswith("tcp")]
-        ports = {s.local_address[1] for s in tcp if s.state == "LISTEN"}
+            return [], set()
+        tcp = [
+            s
+            for e in p.fds
+            if e.socket_inode is not None and (s := self._sockets.get(e.socket_inode)) and s.proto.startswith("tcp")
+        ]
+        return tcp, {s.local_address[1] for s in tcp if s.state == "LISTEN"}
+
+    def _relayed(self, p: Process) -> frozenset[int]:
+        tcp, ports = self._tcp_held(p)
         conns = [s for s in tcp if s.state == "ESTABLISHED" and s.remote]
         if not ports or not any(s.local_address[1] in ports for s in conns):
             return frozenset()
@@ -135,10 +143,7 @@ class WaitIndex:
     def relay_has_client(self, p: Process) -> bool:
         """A process here waits on one of the connections the relay accepted (blocked reading it, or
         polling it alone): its client is on this host, and waits."""
-        if isinstance(p.fds, Unavailable):
-            return False
-        tcp = [s for e in p.fds if e.socket_inode is not None and (s := self._sockets.get(e.socket_inode))]
-        ports = {s.local_address[1] for s in tcp if s.proto.startswith("tcp") and s.state == "LISTEN"}
+        tcp, ports = self._tcp_held(p)
         for s in tcp:
             if s.state != "ESTABLISHED" or s.local_address[1] not in ports:
                 continue

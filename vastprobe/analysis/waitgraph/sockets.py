@@ -187,6 +187,12 @@ class SocketEdges(WaitIndex):
         """The remote ends of the TCP connections `pid` holds that the other end closed (CLOSE_WAIT:
         its FIN arrived, unread) and no process here holds: a peer on another host that exited, or
         closed it. A distributed job's pairs live as long as the job."""
+        found = self._closed.get(pid)
+        if found is None:
+            found = self._closed[pid] = self._closed_by_peer(pid)
+        return found
+
+    def _closed_by_peer(self, pid: int) -> tuple[str, ...]:
         p = self.tree.by_pid.get(pid)
         if p is None or isinstance(p.fds, Unavailable):
             return ()
