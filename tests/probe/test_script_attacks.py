@@ -207,6 +207,13 @@ def test_a_dot_dot_after_a_tenants_link_and_a_wildcard_through_one_lead_nowhere_
     assert "through a directory link to another user's directory" in (deep["error"] or ""), deep
 
 
+def _log_reports(log: Path, n: int) -> list[str]:
+    """`n` reports of `diagnose local --log LOG --snapshot --sample 0`, one after another (JSON)."""
+    argv = [sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", "--snapshot", "--sample", "0",
+            "--log", str(log)]  # fmt: skip
+    return [subprocess.run(argv, capture_output=True, text=True, timeout=120).stdout for _ in range(n)]
+
+
 DIR_SWAPPER = """
 import ctypes, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
@@ -239,13 +246,9 @@ def test_a_tenants_directory_swapped_for_its_link_never_leads_a_read_into_a_root
                                 DIR_SWAPPER, str(run), str(alt)])  # fmt: skip
     try:
         wait_for(lambda: alt.is_dir() and not alt.is_symlink(), what="the swapper running")
-        leaked, seen = 0, 0
-        for _ in range(40):
-            r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", "--snapshot",
-                                "--sample", "0", "--log", str(run / "train.log")],
-                               capture_output=True, text=True, timeout=120)  # fmt: skip
-            leaked += "CANARY-dirswap" in r.stdout
-            seen += "step 1" in r.stdout or "changed while it was read" in r.stdout
+        reports = _log_reports(run / "train.log", 40)
+        leaked = sum("CANARY-dirswap" in r for r in reports)
+        seen = sum("step 1" in r or "changed while it was read" in r for r in reports)
         assert leaked == 0, f"the root-only file was in {leaked} of 40 reports"
         assert seen > 0, "the tail was never read nor refused: the test saw no race"
     finally:
@@ -289,13 +292,9 @@ def test_a_directory_link_flipped_during_the_probe_never_leads_a_read_into_a_roo
                                 DIR_FLIPPER, str(own), str(secret), str(run)])  # fmt: skip
     try:
         wait_for(lambda: run.is_symlink(), what="the flipper running")
-        leaked, read = 0, 0
-        for _ in range(40):
-            r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", "--snapshot",
-                                "--sample", "0", "--log", str(run / "train.log")],
-                               capture_output=True, text=True, timeout=120)  # fmt: skip
-            leaked += "CANARY-dirflip" in r.stdout
-            read += "step 1" in r.stdout
+        reports = _log_reports(run / "train.log", 40)
+        leaked = sum("CANARY-dirflip" in r for r in reports)
+        read = sum("step 1" in r for r in reports)
         assert leaked == 0, f"the root-only file was in {leaked} of 40 reports"
         assert read > 0, "the tenant's own log was never read: the flip left no window to read it in"
     finally:
