@@ -104,11 +104,16 @@ def all_stopped(pid: int) -> bool:
     return bool(tids) and all(proc_state(f"{pid}/task/{t}") in ("T", "t") for t in tids)
 
 
-def proc_wchan(pid: int) -> str:
+def proc_text(pid: int, name: str) -> str:
+    """/proc/PID/NAME as text, or "" once the process is gone."""
     try:
-        return Path(f"/proc/{pid}/wchan").read_text()
+        return Path(f"/proc/{pid}/{name}").read_text()
     except OSError:
         return ""
+
+
+def proc_wchan(pid: int) -> str:
+    return proc_text(pid, "wchan")
 
 
 def children_of(pid: int) -> list[int]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import children_of, descendants, vastprobe_json, wait_for
+from tests.helpers import children_of, descendants, proc_text, vastprobe_json, wait_for
 
 WRITER = (
     "import sys, time\nf = open(sys.argv[1], 'a')\nwhile True:\n    f.write('tick\\n'); f.flush(); time.sleep(0.05)\n"
@@ -134,7 +134,8 @@ def test_a_job_computing_behind_its_logs_writer_is_not_stalled(tmp_path: Path, r
     reap.append(p)
 
     def spinner() -> int | None:
-        return next((k for k in descendants(p.pid) if "python" in comm(k)), None)
+        # (a name read only while it lives: `echo | tee` ends between the listing and the read)
+        return next((k for k in descendants(p.pid) if "python" in proc_text(k, "comm")), None)
 
     wait_for(lambda: (k := spinner()) is not None and cpu_seconds(k) > 0.05, what="the job computing")
     old = time.time() - 1200
@@ -144,14 +145,6 @@ def test_a_job_computing_behind_its_logs_writer_is_not_stalled(tmp_path: Path, r
         f = next(f for f in host["findings"] if f["rule"] == "missing-logs" and f["summary"].startswith(str(log)))
         assert f["severity"] == "warning" and f["summary"].endswith("the log is quiet while it computes"), f["summary"]
         assert host["verdict"] == "degraded" and rc == 0, [(g["rule"], g["severity"]) for g in host["findings"]]
-
-
-def comm(pid: int) -> str:
-    """A process's name, or "" once it is gone (`echo | tee` ends between the listing and the read)."""
-    try:
-        return Path(f"/proc/{pid}/comm").read_text()
-    except OSError:
-        return ""
 
 
 def cpu_seconds(pid: int) -> float:

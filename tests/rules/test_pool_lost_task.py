@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import children_of, proc_state, proc_wchan, vastprobe_json, wait_for
+from tests.helpers import children_of, proc_state, proc_text, proc_wchan, vastprobe_json, wait_for
 
 MAP = """
 import multiprocessing as mp, sys, time
@@ -86,21 +86,14 @@ def age(pid: int) -> float:
     return float(Path("/proc/uptime").read_text().split()[0]) - start
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_text()
-    except OSError:
-        return ""
-
-
 def pool_workers(parent: int) -> list[int]:
     """The pool's workers: the parent's children, or the forkserver's (multiprocessing's resource
     tracker, a child of the parent with forkserver, is none)."""
     out = []
     for k in children_of(parent):
-        if "multiprocessing.forkserver" in _cmdline(k):
+        if "multiprocessing.forkserver" in proc_text(k, "cmdline"):
             out += children_of(k)
-        elif "resource_tracker" not in _cmdline(k):
+        elif "resource_tracker" not in proc_text(k, "cmdline"):
             out.append(k)
     return [k for k in out if proc_state(k) not in (None, "Z")]
 
