@@ -160,13 +160,13 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
             "read, and nothing works on it"
         )
     if kind == "db-lock":
-        idle_tx = [h for h in edge.holders if "idle in transaction" in process_title(ctx.tree.by_pid[h])]
+        titles = [process_title(ctx.tree.by_pid[h]) for h in edge.holders]
+        idle_tx = [h for h, t in zip(edge.holders, titles, strict=True) if "idle in transaction" in t]
         if idle_tx:
             return (
                 f"session {idle_tx[0]} is idle in a transaction over {window}: it keeps its locks until its client "
                 "commits or rolls back"
             )
-        titles = [process_title(ctx.tree.by_pid[h]) for h in edge.holders]
         if len(titles) == 1 and titles[0].endswith(" idle"):
             # the one session of the database that could hold it (none is in a transaction or running a
             # statement): a session-level lock, held until released or the session ends
