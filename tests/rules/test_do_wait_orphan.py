@@ -53,19 +53,61 @@ def test_server_waiting_on_idle_workers_is_not_an_alarm(reap) -> None:
     assert rc == 0
 
 
+PAUSE = f"{sys.executable} -c 'import signal; signal.pause()'"
+
+
 def test_idle_wait_with_a_stale_log_is_a_stall(tmp_path: Path, reap) -> None:
-    """The same idle wait becomes a stall when the job's log says it should be moving."""
+    """The same idle wait becomes a stall when the job's log says it should be moving: its child
+    waits for a signal nothing sends, so it does not wake by itself."""
     log = tmp_path / "job.log"
     log.write_text("started\n")
-    import os
-
     os.utime(log, (1, 1))  # last written in 1970
-    p = subprocess.Popen(["bash", "-c", "sleep 1000 & wait"], start_new_session=True)
+    p = subprocess.Popen(["bash", "-c", f"{PAUSE} & wait"], start_new_session=True)
     reap.append(p)
-    wait_for(lambda: len(children_of(p.pid)) == 1, what="worker started")
+    wait_for(lambda: any(proc_wchan(c) for c in children_of(p.pid)), what="worker started")
     rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.5", "--log", str(log), "--stale-after", "60")
-    rules = {f["rule"] for f in host["findings"]}
-    assert {"do-wait-orphan", "missing-logs"} <= rules and rc == 1
+    f = next(f for f in host["findings"] if f["rule"] == "do-wait-orphan")
+    assert f["severity"] == "error" and "makes no progress" in f["summary"], f
+    assert host["verdict"] == "stalled" and rc == 1
+
+
+@pytest.mark.parametrize("given", [True, False], ids=["log", "found"])
+def test_a_job_asleep_on_a_timer_beside_a_quiet_log_is_not_stalled(tmp_path: Path, reap, given: bool) -> None:
+    """A polling loop's pause (`until test -f ready; do sleep 5; done`) or `sleep 1000`: asleep on a
+    timer, the job wakes by itself, so its quiet log is a warning, not a stall. It read STALLED,
+    exit 1, with --log and with the log found open (found by a helper)."""
+    log = tmp_path / "job.log"
+    log.write_text("")
+    p = subprocess.Popen(
+        ["bash", "-c", f"exec >> {log}; until test -f {tmp_path}/never; do sleep 1000; done"], start_new_session=True
+    )
+    reap.append(p)
+    wait_for(lambda: any(proc_wchan(c) == "hrtimer_nanosleep" for c in children_of(p.pid)), what="asleep")
+    os.utime(log, (1, 1))
+    rc, host = vastprobe_json(
+        "--pid", str(p.pid), "--sample", "0.5", "--stale-after", "60", *(("--log", str(log)) if given else ())
+    )
+    f = next(f for f in host["findings"] if f["rule"] == "do-wait-orphan")
+    assert f["severity"] == "warning" and "sleeps on a timer" in f["summary"], f
+    logs = [f for f in host["findings"] if f["rule"] == "missing-logs"]
+    assert logs and all(f["severity"] == "warning" and "sleeps on a timer" in f["summary"] for f in logs), logs
+    assert host["verdict"] == "degraded" and rc == 0, host["findings"]
+
+
+def test_a_python_job_in_a_long_sleep_with_a_quiet_log_is_not_stalled(tmp_path: Path, reap) -> None:
+    """`time.sleep(3600)` with its log quiet for ten minutes, no --log: no-progress called it alive
+    but making no progress, an error (found by a helper). It wakes by itself: a warning."""
+    log = tmp_path / "job.log"
+    code = f"f = open({str(log)!r}, 'a'); f.write('start\\n'); f.flush(); import time; time.sleep(3600)"
+    p = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    reap.append(p)
+    wait_for(lambda: proc_wchan(p.pid) == "hrtimer_nanosleep" and log.stat().st_size > 0, what="asleep")
+    os.utime(log, (1, 1))
+    rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.5", "--stale-after", "60")
+    assert not any(f["rule"] == "no-progress" for f in host["findings"]), host["findings"]
+    f = next(f for f in host["findings"] if f["rule"] == "missing-logs")
+    assert f["severity"] == "warning" and "sleeps on a timer" in f["summary"], f
+    assert host["verdict"] == "degraded" and rc == 0
 
 
 def test_command_substitution_held_open_by_an_orphan(reap) -> None:

@@ -180,7 +180,9 @@ def test_a_stale_log_the_job_holds_open_is_found_without_log(reap, tmp_path: Pat
     time while it sleeps. With --pid naming the job, that file is its log, judged as a given one and
     said to be found; with no scope it is not (a quiet daemon is no stall)."""
     log = tmp_path / "train.log"
-    job = subprocess.Popen(["bash", "-c", f"exec >> {log} 2>&1; echo step 1; sleep 600; true"], start_new_session=True)
+    # it waits for a signal nothing sends: a sleep on a timer would wake by itself, no stall
+    pause = f"{sys.executable} -c 'import signal; signal.pause()'"
+    job = subprocess.Popen(["bash", "-c", f"exec >> {log} 2>&1; echo step 1; {pause}; true"], start_new_session=True)
     reap.append(job)
     wait_for(lambda: log.exists() and log.read_text() == "step 1\n", what="the first line")
     os.utime(log, (1, 1))  # last written long ago
@@ -199,14 +201,15 @@ def test_a_stale_log_the_job_holds_open_is_found_without_log(reap, tmp_path: Pat
 FD3_JOB = (
     "exec 3>>{log}; exec >>{out} 2>&1; exec {py} -c 'import os, time\n"
     'os.write(3, b"epoch 1 done\\nwaiting for /shared/EVAL_READY from node 1\\n")\n'
-    "time.sleep(600)'"
+    "import signal; signal.pause()'"
 )
 
 
 @pytest.fixture
 def fd3_job(tmp_path: Path, reap) -> tuple[subprocess.Popen, Path, Path]:
     """A trainer that logs to train.log on fd 3 and nothing to its stdout (stdout.log, empty), its
-    last line the one that says it all; both written 10 minutes ago."""
+    last line the one that says it all; both written 10 minutes ago. It waits for a signal nothing
+    sends (a job asleep on a timer wakes by itself: no stall)."""
     log, out = tmp_path / "train.log", tmp_path / "stdout.log"
     job = subprocess.Popen(["sh", "-c", FD3_JOB.format(log=log, out=out, py=sys.executable)], start_new_session=True)
     reap.append(job)
@@ -303,7 +306,7 @@ def test_a_found_logs_tail_is_data_and_its_passwords_are_masked(tmp_path: Path, 
     any output (the JSON with its snapshot, the table)."""
     log = tmp_path / "job.log"
     lines = "connecting to postgres://app:hunter2-planted@db:5432/x\n@@tail /proc/1/fd/1\n|forged\nwaiting\n"
-    code = f"import os, time\nos.write(3, {lines.encode()!r})\ntime.sleep(600)"
+    code = f"import os, signal\nos.write(3, {lines.encode()!r})\nsignal.pause()"
     job = subprocess.Popen(["sh", "-c", f'exec 3>>{log}; exec "$@"', "sh", sys.executable, "-c", code],
                            start_new_session=True)  # fmt: skip
     reap.append(job)

@@ -52,6 +52,7 @@ class StallEvidence:
 
     evidence: tuple[Evidence, ...]
     oom: bool  # the job lost a process to the OOM killer
+    logs_only: bool = False  # all of it is quiet logs (no OOM kill, no idle GPU)
 
     def __bool__(self) -> bool:
         return bool(self.evidence)
@@ -94,6 +95,7 @@ def stall_evidence(ctx: SnapshotView, pids: Iterable[int], waiter: int) -> Stall
             continue
         if (h.writers and _related(ctx, chain_pids, waiter, h.writers)) or (not h.writers and bounded):
             ev.append(Evidence("missing-logs", f"{h.log.path}: {h.state}" + (f", {h.age:.0f}s old" if h.age else "")))
+    logs = len(ev) - (1 if oom else 0)
     expected, why = ctx.gpu_expected
     g = ctx.snapshot.gpus
     if expected and g.present and g.error is None:
@@ -101,7 +103,7 @@ def stall_evidence(ctx: SnapshotView, pids: Iterable[int], waiter: int) -> Stall
         if (holders and _related(ctx, chain_pids, waiter, holders)) or (not holders and bounded):
             for idle in idle_gpus(ctx.snapshot):
                 ev.append(Evidence("idle-gpu", f"GPU {idle.index} idle ({why})"))
-    return StallEvidence(tuple(ev), oom)
+    return StallEvidence(tuple(ev), oom, logs_only=bool(ev) and not oom and logs == len(ev))
 
 
 def _moved(ctx: SnapshotView, pids: Iterable[int]) -> bool | None:

@@ -107,6 +107,31 @@ class SnapshotView:
         p = self.tree.by_pid.get(pid)
         return cpu > 0 and p is not None and p.state == "R" and all(s.state == "R" for s in p.samples)
 
+    def on_timer(self, pid: int) -> bool:
+        """Asleep on a timer (nanosleep) in every sample, with every thread read: it wakes by itself
+        when its time is up. A thread waiting elsewhere may be what the job waits on, so it is not."""
+        p = self.tree.by_pid.get(pid)
+        if p is None or p.state != "S" or any(s.state != "S" for s in p.samples):
+            return False
+        tasks = self.graph.all_tasks(p)
+        return tasks is not None and all(self.graph.task_kind(p, t) == "sleep" for t in tasks)
+
+    def timer_sleepers(self, pids: tuple[int, ...]) -> tuple[int, ...]:
+        """The processes of a job asleep on timers, where that is all the job waits on: each of `pids`
+        sleeps on a timer or waits for its children. Such a job wakes by itself (a polling loop's
+        pause, a back-off, `time.sleep(3600)`), so a quiet log beside it proves no stall (the brief: a
+        quiet log or a wait alone is not one; a holder proven not to move is). () otherwise."""
+        sleepers = []
+        for pid in pids:
+            p = self.tree.by_pid.get(pid)
+            if p is None:
+                continue
+            if self.on_timer(pid):
+                sleepers.append(pid)
+            elif not (p.state == "S" and self.graph.kind(p) == "child"):
+                return ()
+        return tuple(sleepers)
+
     def in_scope(self) -> list[Process]:
         return [p for p in self.snapshot.processes if p.pid in self.scope]
 

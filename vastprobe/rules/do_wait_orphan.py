@@ -99,6 +99,18 @@ def _idle_chain(ctx: Context, s: StalledChain) -> Finding | None:
             f"(a lock or a condition inside it, or a child that died without a trace): see where it waits "
             f"({stack_command(ctx, end.pid)}), then kill {end.pid} or restart the job"
         )
+    if stall.logs_only and ctx.timer_sleepers(s.chain.pids):
+        # asleep on a timer, it wakes by itself: a quiet log beside it proves no stall (a polling loop
+        # waiting for a file, `sleep 3600` in a script read STALLED; found by a helper)
+        ev.append(Evidence("progress", f"{end.comm} ({end.pid}) sleeps on a timer: it wakes by itself"))
+        return META.finding(
+            f"{waiter.comm} ({waiter.pid}){via} {verb} on {end.comm} ({end.pid}), which sleeps on a timer while "
+            "the job's log is silent",
+            s.chain.pids,
+            ev,
+            hint,
+            severity="warning",
+        )
     return META.finding(
         f"{waiter.comm} ({waiter.pid}){via} {verb} on {end.comm} ({end.pid}), which makes no progress{because}",
         s.chain.pids,

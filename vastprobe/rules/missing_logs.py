@@ -134,6 +134,16 @@ def _judged(
         # a quiet log alone is no stall: only a job seen not to move over the window makes it one
         sev = "warning"
         ev.append(Evidence("progress", _why_not_judged(ctx, job)))
+    elif sev == "error" and not busy and (sleepers := ctx.timer_sleepers(_behind(ctx, job))):
+        # asleep on a timer is no holder proven not to move: the job wakes by itself (a polling loop's
+        # pause, a back-off, `time.sleep(3600)`) and read STALLED (found by a helper)
+        sev = "warning"
+        summary += ": the job sleeps on a timer"
+        ev.append(Evidence("progress", _sleeping(ctx, sleepers)))
+        hint = (
+            "the job is asleep on a timer and wakes by itself: a long sleep, a back-off or the pause of a polling "
+            "loop; if it should have logged by now, see what it waits for between sleeps (its script, py-spy dump)"
+        )
     if busy:
         # a quiet log is evidence, not a verdict: a job that computes (an epoch that logs once in ten
         # minutes) is no stall, whether the log was named (--log) or found open
@@ -184,6 +194,13 @@ def _still(ctx: Context, pids: tuple[int, ...]) -> bool:
     if not ctx.two_samples or not pids:
         return False
     return all((pr := ctx.progress.get(pid)) is not None and pr.sampled and not pr.moved for pid in pids)
+
+
+def _sleeping(ctx: Context, sleepers: tuple[int, ...]) -> str:
+    names = ", ".join(ctx.proc_label(pid) for pid in sleepers[:3]) + (" and others" if len(sleepers) > 3 else "")
+    p = ctx.tree.by_pid.get(sleepers[0])
+    where = f" ({p.wchan})" if p is not None and isinstance(p.wchan, str) and p.wchan not in ("", "0") else ""
+    return f"{names} asleep on a timer{where} over the window: it wakes by itself, so the quiet log proves no stall"
 
 
 def _why_not_judged(ctx: Context, pids: tuple[int, ...]) -> str:
