@@ -58,7 +58,8 @@ def test_piped_json_leaves_the_snapshot_out() -> None:
     }  # fmt: skip
     assert all(g["hosts"] == "local" for g in doc["summary"]["groups"])
     full = run("diagnose", "local", "--sample", "0", "--snapshot")
-    assert json.loads(full.stdout)["hosts"][0]["snapshot"]["processes"] and len(full.stdout) > 5 * len(r.stdout)
+    # (not a size ratio: the findings of a busy shared machine ran to 99 KB, beside a 252 KB snapshot)
+    assert json.loads(full.stdout)["hosts"][0]["snapshot"]["processes"] and len(full.stdout) > len(r.stdout)
 
 
 def test_snapshot_and_brief_against_the_format() -> None:

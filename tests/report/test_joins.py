@@ -229,6 +229,11 @@ def test_a_rank_killed_on_a_host_with_no_other_rank_of_the_job_is_named(fleet: F
     assert gone["summary"] == (f"rank 1 of 2 of job {run} (torchelastic) is gone from this host: rank 0 on "
                                f"{a.target} waits on it"), gone["summary"]  # fmt: skip
     assert gone["severity"] == "error" and gone["remote"] == a.target
+    # the table: the holder host has no rank of the job, which crashed its job block (StopIteration,
+    # exit 4; found by a helper)
+    table = fleet.run("sweep", a.target, b.target, fmt="table")
+    assert table.returncode == 1 and "internal error" not in table.stderr, table.stderr
+    assert f"held by: rank 1 on {b.target} (stalled): gone" in table.stdout, table.stdout
     alone = fleet.run("diagnose", a.target)  # A on its own
     host = json.loads(alone.stdout)["hosts"][0]
     if spin:  # a busy rank: nothing on A alone says whether it computes or spins
@@ -236,6 +241,127 @@ def test_a_rank_killed_on_a_host_with_no_other_rank_of_the_job_is_named(fleet: F
     else:  # a rank waiting on a pair its other end closed: a rank there exited
         assert alone.returncode == 1 and host["verdict"] == "stalled", host["headline"]
         assert host["headline"].endswith("(CLOSE_WAIT): a rank there exited"), host["headline"]
+    # B unreachable: nothing says no process of the job is left there, and it was told so (found by a helper)
+    b.stop()
+    _rc, got = fleet.sweep(a.target, b.target)
+    assert got[b.target]["status"] != "ok" and not got[b.target]["findings"], got[b.target]
+    assert not any(f.get("remote") == b.target and "gone" in f["summary"] for f in got[a.target]["findings"])
+
+
+def test_a_host_with_ranks_of_two_jobs_is_told_of_each_jobs_holder(fleet: Fleet) -> None:
+    """Host A runs rank 0 of two jobs; rank 1 of job 1 on B and rank 1 of job 2 on C are stopped. A's
+    findings were matched to a job by their rule alone: one job's joined finding replaced the other's,
+    and with a D-state holder A read DEGRADED, exit 0 (found by a helper). Each job now has its own."""
+    ready = fleet.dir / "ready"
+    jobs = []
+    for _ in range(2):
+        ports, run = ",".join(map(str, free_ports(2))), f"lab-{uuid.uuid4().hex[:12]}"
+        jobs.append((run, f"LAB_READY={ready}-{run} {sys.executable} {LAB} launch {ports} {run} 1 stopped"))
+    (run1, lab1), (run2, lab2) = jobs
+    a = fleet.host(f"sh -c 'LAB_LOCAL=0 {lab1} & LAB_LOCAL=0 {lab2} & wait'")
+    b, c = fleet.host(f"LAB_LOCAL=1 {lab1}"), fleet.host(f"LAB_LOCAL=1 {lab2}")
+    wait_for(lambda: all(Path(f"{ready}-{run}.{r}").exists() for run, _ in jobs for r in range(2)), timeout=30,
+             what="both jobs' ranks connected")  # fmt: skip
+    stopped = [_rank_pid(b, run1), _rank_pid(c, run2)]
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    wait_for(lambda: all(proc_state(pid) == "T" for pid in stopped), what="both rank 1s stopped")
+    rc, got = fleet.sweep(a.target, b.target, c.target)
+    told = {f["remote"]: f for f in got[a.target]["findings"] if f["rule"] == "culprit-rank"}
+    assert set(told) == {b.target, c.target}, [(f["severity"], f["summary"]) for f in got[a.target]["findings"]]
+    assert f"holds job {run1} (torchelastic): stopped (T)" in told[b.target]["summary"], told
+    assert f"holds job {run2} (torchelastic): stopped (T)" in told[c.target]["summary"], told
+    assert all(f["severity"] == "error" for f in told.values())
+    for h, run in ((b, run1), (c, run2)):
+        assert any(f"of job {run} (torchelastic) stopped (T)" in f["summary"] for f in got[h.target]["findings"])
+    assert rc == 1 and {h["verdict"] for h in got.values()} == {"stalled"}
+
+
+def _rank_pid_of(h: Sshd, run: str, rank: int) -> int:
+    for c in psutil.Process(h.proc.pid).children(recursive=True):
+        try:
+            if c.cmdline()[-2:] == ["rank", run] and c.environ().get("RANK") == str(rank):
+                return c.pid
+        except psutil.NoSuchProcess:
+            continue
+    raise AssertionError(f"no rank {rank} of {run} under {h.target}")
+
+
+def test_a_job_held_by_ranks_on_two_hosts_names_both(fleet: Fleet) -> None:
+    """Six ranks on three hosts; rank 1 on A and rank 4 on C are stopped. The run named one holder,
+    and an operator who resumed it found the job still stuck (found by a helper): the summary, the
+    table and the held host now name both."""
+    ports, run = ",".join(map(str, free_ports(6))), f"lab-{uuid.uuid4().hex[:12]}"
+    ready = fleet.dir / "ready"
+    lab = f"LAB_READY={ready} {sys.executable} {LAB} launch {ports} {run} 1 stopped"
+    a, b, c = (fleet.host(f"LAB_LOCAL={ranks} {lab}") for ranks in ("0,1", "2,3", "4,5"))
+    wait_for(lambda: all(Path(f"{ready}.{r}").exists() for r in range(6)), timeout=30, what="six ranks connected")
+    stopped = [_rank_pid_of(a, run, 1), _rank_pid_of(c, run, 4)]
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    wait_for(lambda: all(proc_state(pid) == "T" for pid in stopped), what="ranks 1 and 4 stopped")
+    r = fleet.run("sweep", a.target, b.target, c.target)
+    doc = json.loads(r.stdout)
+    (job,) = doc["summary"]["jobs"]
+    named = {(job["holder"]["host"], job["holder"]["rank"])} | {(o["host"], o["rank"]) for o in job["also_held_by"]}
+    assert named == {(a.target, 1), (c.target, 4)}, job
+    told = culprit(next(h for h in doc["hosts"] if h["target"] == b.target))
+    assert told["severity"] == "error" and "holds it too: stopped (T)" in str(told["evidence"]), told
+    assert r.returncode == 1 and {h["verdict"] for h in doc["hosts"]} == {"stalled"}
+    table = fleet.run("sweep", a.target, b.target, c.target, fmt="table")
+    assert "held by: rank " in table.stdout and "also:    rank " in table.stdout, table.stdout
+
+
+STORE = """import socket, sys, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(8)
+held = []
+while True:
+    c, _ = s.accept()
+    held.append(c)  # kept open: the rank waits for its answer
+    threading.Thread(target=c.recv, args=(64,), daemon=True).start()  # reads the request, never answers
+"""
+STORE_CLIENT = """import os, socket, sys, threading, time
+threading.Thread(target=time.sleep, args=(10**6,), daemon=True).start()  # a rank has threads; the probe reads their environ
+while True:  # the store may not listen yet: retried, as torch's clients do
+    try:
+        c = socket.create_connection(("127.0.0.1", int(os.environ["MASTER_PORT"])))
+        break
+    except OSError:
+        time.sleep(0.05)
+c.sendall(b"wait rendezvous")
+open(sys.argv[1] + "." + os.environ["RANK"], "w").close()
+c.recv(64)  # the store's answer
+"""
+
+
+def test_a_job_whose_every_rank_waits_on_its_stopped_store_names_no_rank_as_holder(fleet: Fleet) -> None:
+    """Three ranks on three hosts, each reading the job's TCP store on A, which is stopped. Every
+    rank waits on something that is not a rank; the first host's rank was said to hold the job and
+    the operator sent to it (found by a helper). No rank holds it now; each host is STALLED on the
+    store, which is named."""
+    port, run, ready = free_ports(1)[0], f"lab-{uuid.uuid4().hex[:12]}", fleet.dir / "ready"
+    env = f"MASTER_ADDR=127.0.0.1 MASTER_PORT={port} WORLD_SIZE=3 LOCAL_WORLD_SIZE=1 LOCAL_RANK=0 TORCHELASTIC_RUN_ID={run}"
+    store, client = fleet.dir / "store.py", fleet.dir / "client.py"
+    store.write_text(STORE)
+    client.write_text(STORE_CLIENT)
+    a = fleet.host(f"sh -c '{sys.executable} {store} {port} & env {env} RANK=0 {sys.executable} {client} {ready}'")
+    hosts = [a, *(fleet.host(f"env {env} RANK={r} {sys.executable} {client} {ready}") for r in (1, 2))]
+    wait_for(lambda: all(Path(f"{ready}.{r}").exists() for r in range(3)), timeout=30, what="ranks at the store")
+    pid = next(p.pid for p in psutil.Process(a.proc.pid).children(recursive=True) if str(store) in p.cmdline())
+    os.kill(pid, signal.SIGSTOP)
+    wait_for(lambda: proc_state(pid) == "T", what="the store stopped")
+    r = fleet.run("sweep", *(h.target for h in hosts))
+    doc = json.loads(r.stdout)
+    assert "jobs" in doc["summary"], [(h["target"], h["headline"]) for h in doc["hosts"]]
+    (job,) = doc["summary"]["jobs"]
+    assert job["holder"] is None and job["also_held_by"] == [], job
+    for h in doc["hosts"][1:] if doc["hosts"][0]["target"] == a.target else doc["hosts"]:
+        if h["target"] == a.target:
+            continue
+        f = next(f for f in h["findings"] if f["rule"] == "socket-peer-wait")
+        assert f["severity"] == "error" and "stopped (T)" in f["summary"], f
+    assert r.returncode == 1 and {h["verdict"] for h in doc["hosts"]} == {"stalled"}
 
 
 def _redis(fleet: Fleet) -> tuple[Sshd, Sshd, int]:

@@ -150,6 +150,8 @@ class JobRank:
     def name(self) -> str:
         if self.rank is not None:
             return f"rank {self.rank}"
+        if self.local_rank is None:  # gone, and which of several missing ranks it was is not known
+            return "a rank"
         return f"local rank {self.local_rank}"
 
     @property

@@ -24,19 +24,23 @@ def held_jobs(reports: Sequence[HostReport]) -> list[JobAcrossHosts]:
 def job_block(console: Console, job: JobAcrossHosts, verdict_of: Mapping[str, str], limit: int | None) -> None:
     assert job.holder is not None
     where, c = job.holder
-    hjob = next(j for t, j in job.parts if t == where)
+    # a rank gone from a host with no rank of the job left: that host has no part (it crashed the table)
+    hjob = next((j for t, j in job.parts if t == where), None)
     waiting = [t for t, _j in job.waiting]
     moving = [t for t, _j in job.moving]
     ranks = sum(len(j.ranks) for _t, j in job.parts)
     head = Text("  job ", style="bold")
-    head.append(safe(hjob.words, 160), style="bold")
+    head.append(safe(job.parts[0][1].words, 160), style="bold")
     world = f" of {job.world_size}" if job.world_size else ""
     hanging(console, "", head, Text(f", {ranks} rank(s){world} on {len(job.parts)} hosts of this run:"))
     pad = Text("    ")
     hanging(console, "", pad + Text("held by: ", style="bold"),
             Text(f"{safe(c.label, 200)} on {safe(where, 120)} ({verdict_of.get(where, '?')}): {safe(c.why, 500)}"))  # fmt: skip
+    for t, o in job.also:
+        hanging(console, "", pad + Text("also:    ", style="bold"),
+                Text(f"{safe(o.label, 200)} on {safe(t, 120)} ({verdict_of.get(t, '?')}): {safe(o.why, 500)}"))  # fmt: skip
     if waiting:
-        n = sum(len(j.ranks) for _t, j in job.waiting) + len(hjob.waiting)
+        n = sum(len(j.ranks) for _t, j in job.waiting) + (len(hjob.waiting) if hjob is not None else 0)
         hanging(console, "", pad + Text("waiting: ", style="bold"),
                 Text(f"{n} rank(s) on [{len(waiting)}: {fold_hosts(waiting, limit)}]"))  # fmt: skip
     if moving:

@@ -212,21 +212,22 @@ def _jobs_across(reports: list[HostReport]) -> list[dict[str, Any]]:
 
     out = []
     for job in jobs_across_hosts(reports):
-        holder = None
-        if job.holder is not None:
-            where, c = job.holder
-            holder = {"host": where, "rank": c.rank, "local_rank": c.local_rank, "pid": c.pid, "state": c.state,
-                      "why": c.why}  # fmt: skip
+        holder = _rank_dict(*job.holder) if job.holder is not None else None
         out.append({
             "id": job.key,
             "world_size": job.world_size,
             "hosts": [t for t, _j in job.parts],
             "holder": holder,
+            "also_held_by": [_rank_dict(t, o) for t, o in job.also],
             "waiting": [t for t, _j in job.waiting],
             "moving": [t for t, _j in job.moving],
             "missing": list(job.missing),
         })  # fmt: skip
     return out
+
+
+def _rank_dict(host: str, c: JobRank) -> dict[str, Any]:
+    return {"host": host, "rank": c.rank, "local_rank": c.local_rank, "pid": c.pid, "state": c.state, "why": c.why}
 
 
 def report_document(

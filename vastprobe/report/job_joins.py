@@ -41,6 +41,9 @@ class JobAcrossHosts:
     holder: tuple[str, JobRank] | None  # (target, rank)
     missing: tuple[int, ...]  # global ranks no host of the run has, alive or gone
     world_size: int | None
+    #: the other ranks on other hosts that hold the job too (a stopped rank on A and a D-state one on
+    #: C): naming one sent the operator to fix it and find the job still stuck (found by a helper)
+    also: tuple[tuple[str, JobRank], ...] = ()
 
     @property
     def held(self) -> tuple[tuple[str, DistributedJob], ...]:
@@ -75,16 +78,37 @@ def jobs_across_hosts(reports: Sequence[HostReport]) -> list[JobAcrossHosts]:
             continue
         if len(parts) < 2 and not parts[0][1].closed:
             continue
-        holding = [(t, c) for t, j in parts for c in j.culprits if c.state in HOLDING]
+        holding = sorted(
+            ((t, c) for t, j in parts for c in j.culprits if c.state in HOLDING), key=lambda h: _STRENGTH[h[1].state]
+        )
         straggling = [(t, c) for t, j in parts for c in j.culprits if c.state not in HOLDING]
+        if _each_held_elsewhere(parts, holding):
+            holding = []  # no rank holds the others: each waits on something that is not a rank
         named = holding or straggling
         seen = {r.rank for _t, j in parts for r in j.ranks if r.rank is not None}
         missing = tuple(n for n in range(world) if n not in seen)
         holder = named[0] if named else _gone_from(reports, parts, missing)
         if len(parts) < 2 and holder is None:
             continue
-        out.append(JobAcrossHosts(key, tuple(parts), holder, missing, world or None))
+        also = tuple(h for h in holding[1:] if holder is not None and h[0] != holder[0])
+        out.append(JobAcrossHosts(key, tuple(parts), holder, missing, world or None, also[:8]))
     return out
+
+
+#: Which holder names the job first: a rank that cannot move (gone, stopped, in D) before one that
+#: waits on something else.
+_STRENGTH = {"gone": 0, "exited": 0, "stopped": 1, "uninterruptible": 1, "elsewhere": 2}
+
+
+def _each_held_elsewhere(parts: Sequence[tuple[str, DistributedJob]], holding: Sequence[tuple[str, JobRank]]) -> bool:
+    """Every host's ranks wait on something that is not a rank, and none waits on another rank: a
+    job stuck at its rendezvous, each rank reading the stopped store. The first host's rank was said
+    to hold the job, and the operator sent there (found by a helper)."""
+    return (
+        len({t for t, _c in holding}) > 1
+        and all(c.state == "elsewhere" for _t, c in holding)
+        and not any(j.waiting for _t, j in parts)
+    )
 
 
 def _gone_from(
@@ -97,7 +121,9 @@ def _gone_from(
     if not missing or not any(j.closed for _t, j in parts):
         return None
     with_job = {t for t, _j in parts}
-    addresses = [(r.target, host_addresses(r)) for r in reports]  # once, not once a closed connection
+    # once, not once a closed connection; only hosts the run read: of one it could not reach, nothing
+    # says no process of the job is left there (an unreachable host was told so; found by a helper)
+    addresses = [(r.target, host_addresses(r)) for r in reports if r.status == "ok"]
     for target, part in parts:
         for end in part.closed:
             ip = split_endpoint(end)[0].strip("[]").lower()
@@ -106,7 +132,10 @@ def _gone_from(
                 continue
             waiting = next((x for x in part.ranks if x.pid), None)
             who = f"{waiting.label} on {target}" if waiting is not None else target
-            why = (f"gone: no process of the job is left on {hosts[0]}, and {who} holds its connection to "
+            which = (
+                "" if len(missing) == 1 else f" (ranks {', '.join(map(str, missing[:8]))} are on no host of the run)"
+            )
+            why = (f"gone: no process of the job is left on {hosts[0]}{which}, and {who} holds its connection to "
                    f"{end}, which {hosts[0]} closed (CLOSE_WAIT)")  # fmt: skip
             return hosts[0], JobRank(missing[0] if len(missing) == 1 else None, None, None, "gone", why)
     return None
@@ -122,7 +151,7 @@ def join_jobs(reports: Sequence[HostReport]) -> list[HostReport]:
         h_target, c = job.holder
         h = index[h_target]
         hjob = next((j for t, j in job.parts if t == h_target), None)
-        held = _culprit_finding(out[h], c)
+        held = _culprit_finding(out[h], c, hjob)
         severity: Severity = held.severity if held is not None else "error" if c.state == "gone" else "warning"
         for target, part in job.held:  # not the holder's, nor a host that names a culprit of its own
             out[index[target]] = _told_holder(out[index[target]], part, job, c, h_target, severity)
@@ -152,9 +181,20 @@ def _gone_here(job: JobAcrossHosts, c: JobRank) -> Finding:
     return Finding(RULE, CODE, "error", summary, (), ev, hint, remote=job.waiting[0][0] if job.waiting else None)
 
 
-def _culprit_finding(r: HostReport, c: JobRank) -> Finding | None:
-    mine = [f for f in r.findings if f.rule == RULE and (c.pid is None or c.pid in f.pids)]
-    return mine[0] if mine else None
+def _culprit_finding(r: HostReport, c: JobRank, part: DistributedJob | None) -> Finding | None:
+    """The holder host's own finding about this job: the one naming the culprit, or with a gone
+    culprit one naming the job's ranks there. A host with ranks of two jobs has one finding each."""
+    if c.pid is not None:
+        return next((f for f in r.findings if f.rule == RULE and c.pid in f.pids), None)
+    return _own_finding(r, part) if part is not None else None
+
+
+def _own_finding(r: HostReport, part: DistributedJob) -> Finding | None:
+    """The host's culprit-rank finding about this job: one naming a rank of it. Matched by the rule
+    alone, a host with ranks of two jobs had one job's finding replaced by the other's, and read
+    DEGRADED while a stopped rank held it (found by a helper)."""
+    pids = {x.pid for x in part.ranks if x.pid}
+    return next((f for f in r.findings if f.rule == RULE and pids & set(f.pids)), None)
 
 
 def _ranks(ranks: Sequence[JobRank]) -> str:
@@ -171,6 +211,7 @@ def _told_holder(
     here = _ranks(part.ranks)
     why = c.why if c.state != "gone" else f"it is {c.why}"
     ev = [Evidence("this run", f"{who} holds job {job.key}: {c.why}"[:400])]
+    ev += [Evidence("this run", f"{o.label} on {t} holds it too: {o.why}"[:400]) for t, o in job.also]
     ev += [Evidence("rank", f"{x.name} (pid {x.pid if x.pid else '-'}): {x.why}") for x in part.ranks[:16]]
     if part.progress is not None:
         ev.append(Evidence("progress", part.progress))
@@ -194,7 +235,7 @@ def _told_holder(
     joined = Finding(RULE, CODE, sev, summary, tuple(x.pid for x in part.ranks if x.pid), tuple(ev), hint,
                      remote=where)  # fmt: skip
     r = replace(r, jobs=tuple(replace(j, held_by=(where, c)) if j is part else j for j in r.jobs))
-    own = next((f for f in r.findings if f.rule == RULE), None)
+    own = _own_finding(r, part)
     if own is not None:  # every rank here waits and it said the holder is elsewhere: now it is known
         return swap(r, own, replace(joined, evidence=(*joined.evidence, *own.evidence)))
     return added(r, joined)
