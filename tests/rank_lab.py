@@ -26,15 +26,17 @@ HOWS = ("fifo", "stopped", "killed", "fuse", "oom", "none")
 def rank_main() -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     ports = [int(p) for p in os.environ["LAB_PORTS"].split(",")]
+    # LAB_IPS: one loopback address a rank, as ranks on separate hosts have (both ends bound to it)
+    ips = os.environ.get("LAB_IPS", ",".join(["127.0.0.1"] * world)).split(",")
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", ports[rank]))
+    listener.bind((ips[rank], ports[rank]))
     listener.listen(world)
     peers = []
     for other in range(rank + 1, world):  # connect to the higher ranks, retrying as torch does
         while True:
             try:
-                peers.append(socket.create_connection(("127.0.0.1", ports[other])))
+                peers.append(socket.create_connection((ips[other], ports[other]), source_address=(ips[rank], 0)))
                 break
             except OSError:
                 time.sleep(0.05)
@@ -90,6 +92,9 @@ def launch(ports: str, run_id: str, culprit: int, how: str, path: str = "") -> N
     env = dict(os.environ, WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(len(local)), MASTER_ADDR="127.0.0.1",
                MASTER_PORT=ports.split(",")[0], TORCHELASTIC_RUN_ID=run_id, LAB_PORTS=ports,
                LAB_CULPRIT=str(culprit), LAB_HOW=how, LAB_PATH=path)  # fmt: skip
+    if os.environ.get("LAB_RENDEZVOUS"):  # `node0:29500` and no run id: the job known by its rendezvous alone
+        env["MASTER_ADDR"], env["MASTER_PORT"] = os.environ["LAB_RENDEZVOUS"].rsplit(":", 1)
+        del env["TORCHELASTIC_RUN_ID"]
     ranks = [
         # the culprit's file among its arguments too, as a data loader's dataset path usually is: with
         # other tests' FUSE mounts served on the machine, an argument is what places its wait on this one

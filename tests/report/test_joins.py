@@ -39,10 +39,10 @@ class Fleet:
         self.key = keygen(d / "user")
         self.hosts: list[Sshd] = []
 
-    def host(self, command: str) -> Sshd:
+    def host(self, command: str, address: str = "127.0.0.1") -> Sshd:
         wrap = ["unshare", "--pid", "--kill-child", "--mount-proc", "--", "sh", "-c",
                 f'({command} </dev/null >/dev/null 2>&1 &) ; exec "$@"', "sh"]  # fmt: skip
-        h = start_sshd(self.dir / f"h{len(self.hosts)}", user_key=self.key, wrap=wrap)
+        h = start_sshd(self.dir / f"h{len(self.hosts)}", user_key=self.key, wrap=wrap, address=address)
         self.hosts.append(h)
         return h
 
@@ -362,6 +362,36 @@ def test_a_job_whose_every_rank_waits_on_its_stopped_store_names_no_rank_as_hold
         f = next(f for f in h["findings"] if f["rule"] == "socket-peer-wait")
         assert f["severity"] == "error" and "stopped (T)" in f["summary"], f
     assert r.returncode == 1 and {h["verdict"] for h in doc["hosts"]} == {"stalled"}
+
+
+def test_two_clusters_under_one_rendezvous_are_two_jobs(fleet: Fleet) -> None:
+    """Two clusters with no run id and one rendezvous string (`node0:29500`, each its own node0): A and
+    B (rank 1 stopped), and C and D, spinning as busy NCCL ranks do. They were joined as one job of
+    "4 rank(s) of 2", and C and D read STALLED, held by B's stopped rank (found by a helper). Each host
+    has its own address, as on a fleet: the ranks that connect to each other are one job."""
+    ports = [",".join(map(str, free_ports(2))) for _ in range(2)]
+    ready = fleet.dir / "ready"
+    hosts = []
+    for cluster, (ips, spin) in enumerate(
+        ((("127.0.0.2", "127.0.0.3"), ""), (("127.0.0.4", "127.0.0.5"), "LAB_SPIN=1 "))
+    ):
+        lab = (f"{spin}LAB_READY={ready}-{cluster} LAB_IPS={','.join(ips)} LAB_RENDEZVOUS=node0:29500 "
+               f"{sys.executable} {LAB} launch {ports[cluster]} lab-{cluster}-{uuid.uuid4().hex[:8]} 1 stopped")  # fmt: skip
+        hosts += [fleet.host(f"LAB_LOCAL={r} {lab}", address=ip) for r, ip in enumerate(ips)]
+    wait_for(lambda: all(Path(f"{ready}-{c}.{r}").exists() for c in range(2) for r in range(2)), timeout=30,
+             what="both clusters' ranks connected")  # fmt: skip
+    a, b, c, d = hosts
+    stopped = int(Path(f"{ready}-0.1").read_text())
+    rank1 = next(p.pid for p in psutil.Process(b.proc.pid).children(recursive=True) if p.environ().get("RANK") == "1"
+                 and p.cmdline()[-2] == "rank")  # fmt: skip
+    os.kill(rank1, signal.SIGSTOP)
+    wait_for(lambda: proc_state(rank1) == "T", what=f"rank 1 of cluster 1 stopped (ns pid {stopped})")
+    rc, got = fleet.sweep(*(h.target for h in hosts))
+    assert got[c.target]["verdict"] == "healthy" and got[d.target]["verdict"] == "healthy", (
+        got[c.target]["headline"], got[d.target]["headline"])  # fmt: skip
+    told = culprit(got[a.target])
+    assert told["remote"] == b.target and told["severity"] == "error", told
+    assert rc == 1 and got[a.target]["verdict"] == "stalled" and got[b.target]["verdict"] == "stalled"
 
 
 def _redis(fleet: Fleet) -> tuple[Sshd, Sshd, int]:

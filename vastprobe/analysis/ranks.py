@@ -76,7 +76,12 @@ def find_jobs(ctx: SnapshotView, chains: Sequence[StalledChain]) -> list[Distrib
         if not waiting and (world or 0) <= len(ranks):
             culprits = ()
         closed = tuple(dict.fromkeys(e for p in procs for e in ctx.graph.closed_by_peer(p.pid)))
-        jobs.append(DistributedJob(key, world, tuple(ranks), culprits, waiting, _progress(ctx, procs), closed=closed))
+        peers = tuple(dict.fromkeys(e for p in procs for e in ctx.graph.unseen_ends(p.pid)))[:64]
+        jobs.append(
+            DistributedJob(
+                key, world, tuple(ranks), culprits, waiting, _progress(ctx, procs), closed=closed, peers=peers
+            )
+        )
     return jobs
 
 

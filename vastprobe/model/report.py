@@ -176,6 +176,9 @@ class DistributedJob:
     #: remote ends of the ranks' TCP connections the other end closed, held by no process here
     #: (CLOSE_WAIT): where a rank on another host was, before it exited
     closed: tuple[str, ...] = ()
+    #: remote ends of the ranks' established TCP connections held by no process here (at most 64):
+    #: which hosts of a run its ranks talk to, so two jobs under one id are told apart (not in the JSON)
+    peers: tuple[str, ...] = ()
 
     @property
     def words(self) -> str:

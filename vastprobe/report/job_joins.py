@@ -71,7 +71,9 @@ def jobs_across_hosts(reports: Sequence[HostReport]) -> list[JobAcrossHosts]:
         for j in r.jobs:
             by_key.setdefault(j.key, []).append((r.target, j))
     out = []
-    for key, parts in by_key.items():
+    addresses: dict[str, set[str]] = {}
+    groups = [(key, g) for key, parts in by_key.items() for g in _one_job_each(reports, parts, addresses)]
+    for key, parts in groups:
         world = max((j.world_size or 0 for _t, j in parts), default=0)
         # a loopback rendezvous, or a job one host holds whole, is a single-node job on each host
         if key.startswith(_LOCAL_RENDEZVOUS) or any(world <= len(j.ranks) for _t, j in parts):
@@ -93,6 +95,42 @@ def jobs_across_hosts(reports: Sequence[HostReport]) -> list[JobAcrossHosts]:
         also = tuple(h for h in holding[1:] if holder is not None and h[0] != holder[0])
         out.append(JobAcrossHosts(key, tuple(parts), holder, missing, world or None, also[:8]))
     return out
+
+
+def _one_job_each(
+    reports: Sequence[HostReport], parts: list[tuple[str, DistributedJob]], addresses: dict[str, set[str]]
+) -> list[list[tuple[str, DistributedJob]]]:
+    """The parts of one job id, split where they are several jobs: two clusters without a run id and
+    the same rendezvous (`node0:29500`) were joined, and a busy healthy cluster read STALLED, held
+    by the other's stopped rank (found by a helper). A rank number alive on two hosts, or more live
+    ranks than the world, says so; the hosts whose ranks connect to each other are one job then, and
+    a group that still repeats a rank is not joined at all."""
+    if not _collides(parts):
+        return [parts]
+    if not addresses:
+        addresses.update((r.target, host_addresses(r)) for r in reports)
+    group = list(range(len(parts)))
+
+    def root(i: int) -> int:
+        while group[i] != i:
+            i = group[i]
+        return i
+
+    ends = [{split_endpoint(e)[0].strip("[]").lower() for e in j.peers} for _t, j in parts]
+    for i, (ti, _ji) in enumerate(parts):
+        for k in range(i + 1, len(parts)):
+            if ends[i] & addresses.get(parts[k][0], set()) or ends[k] & addresses.get(ti, set()):
+                group[root(k)] = root(i)
+    split: dict[int, list[tuple[str, DistributedJob]]] = {}
+    for i, part in enumerate(parts):
+        split.setdefault(root(i), []).append(part)
+    return [g for g in split.values() if not _collides(g)]
+
+
+def _collides(parts: Sequence[tuple[str, DistributedJob]]) -> bool:
+    alive = [x.rank for _t, j in parts for x in j.ranks if x.pid and x.rank is not None]
+    world = max((j.world_size or 0 for _t, j in parts), default=0)
+    return len(alive) != len(set(alive)) or (world > 0 and len(alive) > world)
 
 
 #: Which holder names the job first: a rank that cannot move (gone, stopped, in D) before one that

@@ -183,6 +183,22 @@ class SocketEdges(WaitIndex):
                 out.update(self._fds.sockets.get(sock.peer_inode, []))
         return out - {pid}, unseen
 
+    def unseen_ends(self, pid: int) -> tuple[str, ...]:
+        """The remote ends of the established TCP connections `pid` holds whose other end no process
+        here holds (another host): where a rank's peers are, which tells two jobs under one id apart."""
+        p = self.tree.by_pid.get(pid)
+        if p is None or isinstance(p.fds, Unavailable):
+            return ()
+        out = []
+        for e in p.fds:
+            sock = self._sockets.get(e.socket_inode) if e.socket_inode is not None else None
+            if sock is None or sock.state != "ESTABLISHED" or not sock.proto.startswith("tcp"):
+                continue
+            mirror = self._tcp_peers.get((sock.remote, sock.local), [])
+            if not any(self._fds.sockets.get(peer.inode) for peer in mirror if peer.inode != sock.inode):
+                out.append(sock.remote)
+        return tuple(dict.fromkeys(out))
+
     def closed_by_peer(self, pid: int) -> tuple[str, ...]:
         """The remote ends of the TCP connections `pid` holds that the other end closed (CLOSE_WAIT:
         its FIN arrived, unread) and no process here holds: a peer on another host that exited, or
