@@ -394,6 +394,24 @@ def test_two_clusters_under_one_rendezvous_are_two_jobs(fleet: Fleet) -> None:
     assert rc == 1 and got[a.target]["verdict"] == "stalled" and got[b.target]["verdict"] == "stalled"
 
 
+def test_a_job_whose_every_rank_waits_is_not_said_to_be_held_elsewhere(fleet: Fleet) -> None:
+    """Four ranks on two hosts, each waiting in the collective (gloo's futex and epoll), none elsewhere.
+    Each host said "the rank holding them is on another host (ranks 2, 3)" while the run saw those
+    ranks waiting too (found by a helper). Now: no rank is seen holding the others. Still a warning:
+    nothing here proves the wait will not end (a collective that takes its time looks the same)."""
+    ports, run, ready = ",".join(map(str, free_ports(4))), f"lab-{uuid.uuid4().hex[:12]}", fleet.dir / "ready"
+    lab = f"LAB_READY={ready} {sys.executable} {LAB} launch {ports} {run} -1 none"
+    a, b = fleet.host(f"LAB_LOCAL=0,1 {lab}"), fleet.host(f"LAB_LOCAL=2,3 {lab}")
+    wait_for(lambda: all(Path(f"{ready}.{r}").exists() for r in range(4)), timeout=30, what="four ranks connected")
+    rc, got = fleet.sweep(a.target, b.target)
+    for h in (a, b):
+        f = culprit(got[h.target])
+        assert f["summary"].startswith(f"every rank of job {run} (torchelastic), on 2 hosts of this run, waits in a "
+                                       "collective: no rank is seen holding the others"), f["summary"]  # fmt: skip
+        assert "on another host" not in f["summary"] and f["severity"] == "warning"
+    assert rc == 0 and {h["verdict"] for h in got.values()} == {"degraded"}
+
+
 def _redis(fleet: Fleet) -> tuple[Sshd, Sshd, int]:
     """B runs redis-server, then stopped; A runs a redis-cli GET against it (accepted, never answered)."""
     port = free_ports(1)[0]

@@ -185,6 +185,9 @@ def join_jobs(reports: Sequence[HostReport]) -> list[HostReport]:
     index = {r.target: i for i, r in enumerate(out)}
     for job in jobs_across_hosts(reports):
         if job.holder is None:
+            if _everyone_waits(job):
+                for target, part in job.parts:
+                    out[index[target]] = _told_everyone_waits(out[index[target]], part, job)
             continue
         h_target, c = job.holder
         h = index[h_target]
@@ -198,6 +201,31 @@ def join_jobs(reports: Sequence[HostReport]) -> list[HostReport]:
         elif hjob is not None and held is not None and job.waiting:
             out[h] = swap(out[h], held, _holder_joined(held, hjob, c, job.waiting))
     return out
+
+
+def _everyone_waits(job: JobAcrossHosts) -> bool:
+    """The run saw every rank of the world, and each waits in a collective: none is elsewhere."""
+    ranks = [x for _t, j in job.parts for x in j.ranks]
+    return not job.missing and bool(job.world_size) and all(x.state == "collective" for x in ranks)
+
+
+def _told_everyone_waits(r: HostReport, part: DistributedJob, job: JobAcrossHosts) -> HostReport:
+    """Each host said the rank holding its ranks is on another host; the run saw those ranks, waiting
+    too (found by a helper). Its finding now says what the run saw: no rank holds the others."""
+    own = _own_finding(r, part)
+    if own is None:
+        return r
+    hosts = len(job.parts)
+    summary = (
+        f"every rank of job {part.words}, on {hosts} hosts of this run, waits in a collective: no rank is seen "
+        "holding the others (a collective one rank never entered, or a message lost)"
+    )
+    ev = Evidence("this run", f"all {job.world_size} ranks of job {job.key} were read on {hosts} hosts: each waits")
+    hint = (
+        "the ranks wait on one another: compare where each is (a flight recorder dump, TORCH_NCCL_TRACE_BUFFER_SIZE, "
+        "or py-spy dump of each rank) for the collective one of them skipped; restart the job"
+    )
+    return swap(r, own, replace(own, summary=summary, evidence=(*own.evidence, ev), hint=hint))
 
 
 def _gone_here(job: JobAcrossHosts, c: JobRank) -> Finding:
