@@ -133,6 +133,22 @@ def test_underscored_dotted_mapped_and_shaped_secrets_are_masked() -> None:
         assert redact_text(same) == same
 
 
+def test_short_password_options_of_database_clients_are_masked() -> None:
+    """`mysql -pSECRET` (attached: `-p` alone prompts), `sshpass -p SECRET` and `redis-cli -a SECRET`
+    were printed whole (left open last session). `-p` of any other program is a port and stays."""
+    assert redact_argv(("mysql", "-uroot", "-ppw-1", "db")) == ("mysql", "-uroot", "-p***", "db")
+    assert redact_argv(("/usr/bin/mysqldump", "-p", "db")) == ("/usr/bin/mysqldump", "-p", "db")
+    assert redact_argv(("sshpass", "-p", "pw-2", "ssh", "h"))[2] == "***"
+    assert redact_argv(("sshpass", "-ppw-3", "ssh", "h"))[1] == "-p***"
+    assert redact_argv(("redis-cli", "-a", "pw-4", "ping"))[2] == "***"
+    assert redact_argv(("ssh", "-p2222", "h")) == ("ssh", "-p2222", "h")
+    for line in ("sh -c 'mysqldump -uroot -ppw-5 db | gzip'", "mariadb -h db -ppw-6 -e 'select 1'",
+                 "sshpass -p pw-7 rsync -a x h:y", "redis-cli -h r -a pw-8 get k"):  # fmt: skip
+        assert "pw-" not in redact_text(line), redact_text(line)
+    for same in ("ssh -p 2222 host", "mysql -p db", "iperf3 -p 5201 -a 2"):
+        assert redact_text(same) == same
+
+
 def test_a_secret_the_probes_own_bounds_cut_is_masked() -> None:
     """An argument cut at the probe's 1100-byte record ends inside a URL's password, its `@` gone with
     the rest; a `--log` tail of the last 4096 bytes begins inside one, its scheme gone before. Both

@@ -51,6 +51,24 @@ _AUTH = re.compile(
 )
 #: curl's options whose value is `user:password`
 _CURL_USER = ("-u", "--user", "--proxy-user", "-U")
+#: programs whose short option takes a password: MySQL's and MariaDB's clients `-pSECRET` (attached
+#: only: `-p` alone prompts), sshpass `-p SECRET`, redis-cli `-a SECRET`. Elsewhere `-p` is a port
+_SHORT_SECRET = {
+    **dict.fromkeys(
+        ("mysql", "mysqldump", "mysqladmin", "mysqlimport", "mysqlcheck", "mysqlshow", "mysqlbinlog", "mysqlslap"),
+        ("-p", False),
+    ),
+    **dict.fromkeys(("mariadb", "mariadb-dump", "mariadb-admin", "mariadb-import", "mariadb-check"), ("-p", False)),
+    "sshpass": ("-p", True),
+    "redis-cli": ("-a", True),
+}
+#: the same within one text (`sh -c 'mysqldump -pX db | gzip'`, a log line)
+_SHORT_INLINE = re.compile(
+    r"((?<![\w-])"
+    r"(?:(?:mysql[a-z]*|mariadb(?:-[a-z]+)?)\b[^|;&\n]{0,512}?\s-p"  # attached only: `-p` alone prompts
+    r"|(?:sshpass\b[^|;&\n]{0,512}?\s-p|redis-cli\b[^|;&\n]{0,512}?\s-a)\s?))"
+    r"(?![-\s])\S+"
+)
 #: a URL cut short by a bound before its `@` (an argument cut at the probe's 1100 characters):
 #: `postgres://app:CutSecretPassw`. What follows `user:` to the cut is taken for the password,
 #: unless it is a port (digits, then the path or the end)
@@ -69,6 +87,7 @@ def redact_text(text: str) -> str:
     text = _MAPPING_KEY.sub(rf"\1{MASK}", text)
     text = _AUTH.sub(rf"\1{MASK}", text)
     text = _TOKEN_SHAPE.sub(MASK, text)
+    text = _SHORT_INLINE.sub(rf"\1{MASK}", text)
     return _INLINE_OPTION.sub(rf"\1{MASK}", text)
 
 
@@ -104,6 +123,10 @@ _ANY_SECRET = (
     "bearer",
     "authorization",
     "curl",
+    "mysql",
+    "mariadb",
+    "sshpass",
+    "redis-cli",
 )
 
 
@@ -122,11 +145,20 @@ def redact_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
     out: list[str] = []
     hide_next = False
     changed = False
-    curl = bool(argv) and argv[0].rsplit("/", 1)[-1] == "curl"
-    for arg in argv:
+    prog = argv[0].rsplit("/", 1)[-1] if argv else ""
+    curl = prog == "curl"
+    short, apart = _SHORT_SECRET.get(prog, ("", False))
+    for arg in argv[:1]:
+        out.append(redact_text(arg))
+        changed = out[0] != arg
+    for arg in argv[1:]:
         new = arg
         if hide_next:
             new, hide_next = MASK, False
+        elif short and arg == short:
+            hide_next = apart
+        elif short and arg.startswith(short) and not arg.startswith("--"):
+            new = short + MASK
         elif (curl and arg in _CURL_USER) or _SECRET_OPTION.match(arg):
             hide_next = True
         elif m := (_SECRET_ASSIGN.match(arg) or _ENV_ASSIGN.match(arg)):
