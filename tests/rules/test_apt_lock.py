@@ -20,11 +20,11 @@ pytestmark = pytest.mark.skipif(
 )
 
 HOLD = """
-import fcntl, os, sys, time
+import fcntl, os, signal, sys
 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o640)
 fcntl.lockf(fd, fcntl.LOCK_EX)       # what apt and dpkg take: an fcntl write lock
 print("held", flush=True)
-time.sleep(3600)
+signal.pause()                       # stuck (asleep on a timer it would wake by itself: no proof)
 """
 
 

@@ -417,10 +417,15 @@ def test_busy_http_server_with_a_client_loop_is_healthy(reap, tmp_path: Path) ->
 # ---------------------------------------------------------------- locks
 
 
-def flock_waiter(reap, lock: Path, stop_holder: bool = False) -> tuple[subprocess.Popen, int, subprocess.Popen, int]:
-    """A stuck run holding `lock` (flock -> sleep, the sleep stopped if asked) and a cron job whose
-    flock waits for it: (holder, its sleep, cron's bash, cron's waiting flock)."""
-    holder = subprocess.Popen(["flock", str(lock), "sleep", "1000"], start_new_session=True)
+PAUSE = (sys.executable, "-c", "import signal; signal.pause()")
+
+
+def flock_waiter(
+    reap, lock: Path, stop_holder: bool = False, run: tuple[str, ...] = ("sleep", "1000")
+) -> tuple[subprocess.Popen, int, subprocess.Popen, int]:
+    """A run holding `lock` (flock -> `run`, stopped if asked) and a cron job whose flock waits for
+    it: (holder, its child, cron's bash, cron's waiting flock)."""
+    holder = subprocess.Popen(["flock", str(lock), *run], start_new_session=True)
     reap.append(holder)
     wait_for(lambda: children_of(holder.pid) != [], what="holder running")
     [sleeper] = children_of(holder.pid)
@@ -437,17 +442,30 @@ def flock_waiter(reap, lock: Path, stop_holder: bool = False) -> tuple[subproces
 
 def test_flock_waiter_names_the_holder_and_the_file(reap, tmp_path: Path) -> None:
     lock = tmp_path / "job.lock"
-    holder, _sleeper, cron, waiter = flock_waiter(reap, lock)
+    holder, _child, cron, waiter = flock_waiter(reap, lock, run=PAUSE)  # stuck: waits for a signal nothing sends
     rc, host = vastprobe_json("--pid", str(cron.pid), "--sample", "0.5")
     f = finding(host, "file-lock-wait")
     assert f["pids"][:2] == [cron.pid, waiter] and holder.pid in f["pids"]
     assert str(lock) in f["summary"] and f"{holder.pid} (flock)" in f["summary"]
     assert f["hint"].startswith(f"{holder.pid} (flock) holds the lock on {lock}")
-    assert "sleep" in f["hint"]  # the holder waits in turn on its child: the root blocker
+    assert "python" in f["hint"]  # the holder waits in turn on its child: the root blocker
     assert any(e["source"] == "/proc/locks" for e in f["evidence"])
     # the holder did nothing over the window while it held the lock: proven, a stall from the first look
     assert f["severity"] == "error" and rc == 1 and host["verdict"] == "stalled"
     assert any(e["source"] == "proof" and "holds the lock and did nothing" in e["detail"] for e in f["evidence"])
+
+
+def test_a_lock_holder_asleep_on_a_timer_is_no_proof(reap, tmp_path: Path) -> None:
+    """The previous cron run holds the lock and works in steps (`echo; sleep 3`), or sleeps out a
+    long step (`sleep 1000`): asleep on a timer, it moves again by itself. Over a 1 s window it did
+    nothing and read STALLED, with a hint to end it (found by a helper). A warning now, DEGRADED."""
+    lock = tmp_path / "job.lock"
+    holder, _sleeper, cron, waiter = flock_waiter(reap, lock)
+    rc, host = vastprobe_json("--pid", str(cron.pid), "--sample", "0.5")
+    f = finding(host, "file-lock-wait")
+    assert f["pids"][:2] == [cron.pid, waiter] and holder.pid in f["pids"]
+    assert f["severity"] == "warning" and not any(e["source"] == "proof" for e in f["evidence"]), f
+    assert rc == 0 and host["verdict"] == "degraded"
 
 
 def test_a_stopped_lock_holder_gets_a_kill_cont_hint(reap, tmp_path: Path) -> None:

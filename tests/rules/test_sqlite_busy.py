@@ -12,13 +12,13 @@ from pathlib import Path
 from tests.helpers import children_of, proc_wchan, vastprobe_json, wait_for
 
 HOLDER = """
-import sqlite3, sys, time
+import signal, sqlite3, sys
 c = sqlite3.connect(sys.argv[1], isolation_level=None)
 c.execute("create table if not exists t(x)")
 c.execute(sys.argv[2])                # BEGIN EXCLUSIVE or BEGIN IMMEDIATE: the transaction left open
 c.execute("insert into t values (1)")
 print("holding", flush=True)
-time.sleep(100000)
+signal.pause()                        # stuck elsewhere (asleep on a timer it would wake by itself: no proof)
 """
 
 
@@ -74,12 +74,12 @@ def test_a_reader_sleeping_beside_a_reserved_lock_is_not_waiting(reap, tmp_path:
 
 
 READER_WITH_AN_OPEN_CURSOR = """
-import sqlite3, sys, time
+import signal, sqlite3, sys
 con = sqlite3.connect(sys.argv[1])
 cur = con.execute("select x from t")   # half-read: SHARED stays held
 next(cur)
 print("reading", flush=True)
-time.sleep(100000)
+signal.pause()
 """
 
 

@@ -142,6 +142,10 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
     what it holds says it had work waiting that it never took up (docs/evidence.md)."""
     if not idle or edge is None or not edge.holders:
         return None
+    if any(ctx.wakes_by_itself(h) for h in edge.holders):
+        # asleep on a timer, it moves again by itself: a server whose handler sleeps 2 s, a lock holder
+        # between steps (`echo; sleep 3`) did nothing over a 1 s window and read STALLED (found by a helper)
+        return None
     window = f"{ctx.snapshot.sample_window:.1f}s"
     who = ", ".join(_holding(ctx, h) for h in edge.holders[:2])
     if kind in ("tcp", "unix-socket"):

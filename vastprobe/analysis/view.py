@@ -132,6 +132,11 @@ class SnapshotView:
                 return ()
         return tuple(sleepers)
 
+    def wakes_by_itself(self, pid: int) -> bool:
+        """Asleep on a timer, or waiting on children that are (`sleep 3` between a script's steps): it
+        moves again when the time is up, however still it was over the window."""
+        return bool(self.timer_sleepers((pid, *(d.pid for d in self.tree.descendants(pid)))))
+
     def in_scope(self) -> list[Process]:
         return [p for p in self.snapshot.processes if p.pid in self.scope]
 

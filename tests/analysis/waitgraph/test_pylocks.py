@@ -183,7 +183,9 @@ def test_filelock_waiter_caught_awake_recorded() -> None:
     (f,) = _findings("filelock-caught-awake")
     lock = "/tmp/vastprobe-waits/filelock/model.lock"
     assert f.summary == f"python (7) keeps retrying the lock on {lock}, held by 3 (python)", f.summary
-    assert f.severity == "error"  # the holder idled over the window: proof
+    # the recorded holder idled over the window asleep on a timer (time.sleep): it wakes by itself, so
+    # no proof, a warning; what the fixture is for is that the waiter is followed at all
+    assert f.severity == "warning" and not any(e.source == "proof" for e in f.evidence)
 
 
 def test_torch_filebaton_lock_file_nobody_holds_recorded() -> None:
