@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.helpers import children_of, proc_wchan, vastprobe_json, wait_for
@@ -108,6 +109,53 @@ def test_a_python_job_in_a_long_sleep_with_a_quiet_log_is_not_stalled(tmp_path: 
     f = next(f for f in host["findings"] if f["rule"] == "missing-logs")
     assert f["severity"] == "warning" and "sleeps on a timer" in f["summary"], f
     assert host["verdict"] == "degraded" and rc == 0
+
+
+CAPTURE = """import subprocess, sys
+print("starting", flush=True)
+r = subprocess.run(["sh", "-c", sys.argv[1] + " & echo launched"], capture_output=True)
+print("never", r.stdout, flush=True)
+"""
+
+
+@pytest.mark.parametrize("stdout", ["file", "pipe"])
+def test_capture_output_held_open_by_a_daemon_the_launcher_left(reap, tmp_path: Path, stdout: str) -> None:
+    """`subprocess.run(..., capture_output=True)` of a launcher that starts a daemon and exits: the
+    daemon inherits stdout and stderr, and communicate() polls both for ever. It read HEALTHY with
+    --pid, --match and no scope (found by a helper): the pipes were among fds a loop polls. The job's
+    own stdout a file, or a pipe to its supervisor (docker's shim): poll's 2 fds were taken for that
+    pipe and the first of the child's."""
+    daemon = f"{sys.executable} -c 'import signal; signal.pause()'"
+    out = tmp_path / "job.out"
+    with out.open("w") as f:
+        p = subprocess.Popen([sys.executable, "-c", CAPTURE, daemon], start_new_session=True,
+                             stdout=f if stdout == "file" else subprocess.PIPE)  # fmt: skip
+    reap.append(p)
+    if p.stdout is not None:
+        assert p.stdout.readline() == b"starting\n"
+    else:
+        wait_for(lambda: out.read_text() == "starting\n", what="the job started")
+    wait_for(lambda: "poll" in proc_wchan(p.pid) and _daemon(p.pid) is not None,
+             what="communicate() polling, the daemon re-parented")  # fmt: skip
+    orphan = _daemon(p.pid)
+    assert orphan is not None
+    rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.5")
+    f = next(f for f in host["findings"] if f["rule"] == "do-wait-orphan")
+    assert f["severity"] == "error" and f["pids"][0] == p.pid and orphan in f["pids"], f
+    assert "orphan" in f["summary"] and rc == 1 and host["verdict"] == "stalled"
+
+
+def _daemon(sid: int) -> int | None:
+    """The daemon of session `sid`, once its launcher exited and it was re-parented out of the session."""
+    for q in psutil.process_iter(["pid", "ppid", "cmdline"]):
+        try:
+            if q.pid != sid and os.getsid(q.pid) == sid and "signal.pause()" in " ".join(q.info["cmdline"] or ()):
+                parent = q.info["ppid"]
+                if parent <= 1 or os.getsid(parent) != sid:
+                    return q.pid
+        except (OSError, psutil.Error):
+            continue
+    return None
 
 
 def test_command_substitution_held_open_by_an_orphan(reap) -> None:

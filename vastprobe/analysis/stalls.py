@@ -17,7 +17,7 @@ from vastprobe.analysis.gpu import idle_gpus
 from vastprobe.analysis.waitgraph.edges import Chain, Hop, WaitEdge
 from vastprobe.analysis.waitgraph.locks import process_title
 from vastprobe.analysis.wchan_families import family
-from vastprobe.model import Evidence, Process
+from vastprobe.model import Evidence, Process, Syscall
 
 if TYPE_CHECKING:
     from vastprobe.analysis.view import SnapshotView
@@ -209,10 +209,40 @@ def _adopted_sibling(ctx: SnapshotView, writer: Process, reader: Process) -> boo
 
 def _orphan_writers(ctx: SnapshotView, edge: WaitEdge) -> tuple[int, ...]:
     """The writers of a pipe or FIFO the waiter reads, when every one is an orphan that is neither
-    the reader's ancestor nor its sibling (a live pipeline's producer is a sibling)."""
+    the reader's ancestor nor its sibling (a live pipeline's producer is a sibling). A pipe among
+    others a loop polls counts only where every fd it polls is such a pipe (_polls_orphaned_only)."""
+    if edge.poll and not _polls_orphaned_only(ctx, edge):
+        return ()
+    return _orphans_of(ctx, edge)
+
+
+def _polls_orphaned_only(ctx: SnapshotView, edge: WaitEdge) -> bool:
+    """The waiter polls exactly its poll edges (poll's count of fds is theirs), and each is a pipe it
+    reads whose writers are all orphans: `subprocess.run(capture_output=True)` of a launcher that
+    left a daemon behind holding its stdout and stderr, which communicate() polls for ever. It read
+    HEALTHY (found by a helper); a poll over anything else may end by another fd."""
+    g = ctx.graph
+    p = g.process(edge.waiter)
+    if p is None:
+        return False
+    task = next((t for t in g.tasks(p) if t.tid == edge.thread), None)
+    sc = task.syscall if task is not None and isinstance(task.syscall, Syscall) else None
+    polled = [e for e in g.edges(edge.waiter) if e.poll and e.thread == edge.thread]
+    if sc is None or sc.name not in ("poll", "ppoll") or len(sc.args) < 2 or sc.args[1] != len(polled):
+        return False
+    return all(e.kind in ("pipe", "fifo") and not e.writes and _orphans_of(ctx, e) for e in polled)
+
+
+def _orphaned_poll(ctx: SnapshotView, chain: Chain) -> bool:
+    """A chain through a poll over pipes that only orphans hold: sure, though it goes through a poll
+    (settle drops a chain of polls alone, a poller among pollers)."""
+    return any(e.poll and _polls_orphaned_only(ctx, e) for e in chain.edges)
+
+
+def _orphans_of(ctx: SnapshotView, edge: WaitEdge) -> tuple[int, ...]:
     g = ctx.graph
     reader = g.process(edge.waiter)
-    if reader is None or edge.kind not in ("pipe", "fifo") or edge.writes or edge.poll or not edge.holders:
+    if reader is None or edge.kind not in ("pipe", "fifo") or edge.writes or not edge.holders:
         return ()
     ancestors = {a.pid for a in ctx.tree.ancestors(reader.pid)}
     out = []
@@ -334,7 +364,7 @@ def stalled_chains(ctx: SnapshotView) -> list[StalledChain]:
     oom_losers = {m.loser for m in ctx.oom_matches if m.loser is not None}
     candidates: list[StalledChain] = []
     for w in top_waiters(ctx):
-        settled = (ctx.graph.settle(c) for c in ctx.graph.chains(w))
+        settled = (c if _orphaned_poll(ctx, c) else ctx.graph.settle(c) for c in ctx.graph.chains(w))
         chains = [_classify(ctx, c) for c in settled if c is not None]
         if not chains:
             continue

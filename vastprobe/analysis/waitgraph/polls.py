@@ -100,9 +100,11 @@ class PollEdges(SocketEdges):
             out = [e for e in out if e.fd in watched]
         elif sc.name in ("poll", "ppoll") and len(sc.args) > 1 and sc.args[1] - len(own) < len(out):
             # its own wake-up pipe or socketpair is polled at one end and counts in the number (curl polls
-            # its connection and its socketpair: 2 fds, not a pipe it inherited at fd 251)
+            # its connection and its socketpair: 2 fds, not a pipe it inherited at fd 251); its own
+            # stdout or stderr, a pipe to a supervisor (docker's shim, a test), after the rest: the
+            # pipes of the children it reads (communicate()) are what it polls
             bound = max(sc.args[1] - len(own), 0)
-            out = sorted(out, key=lambda e: (e.socket is None, e.fd if e.fd is not None else 1 << 20))[:bound]
+            out = sorted(out, key=_poll_order)[:bound]
         # ends that cannot move first, and what it writes to them (a backlog), before the rest: the
         # walk meets them before the other pollers
         out = [replace(e, holders=tuple(sorted(e.holders, key=lambda h: not self._frozen(h)))) for e in out]
@@ -162,3 +164,10 @@ class PollEdges(SocketEdges):
             if entry is not None and entry.socket_inode == peer.inode:
                 return True
         return False
+
+
+def _poll_order(e: WaitEdge) -> tuple[bool, bool, int]:
+    """Which fds a poll of N most likely watches: connections, then pipes by fd, a write end of its
+    own stdio last."""
+    stdio_out = e.writes and e.fd is not None and e.fd <= 2
+    return (e.socket is None, stdio_out, e.fd if e.fd is not None else 1 << 20)
