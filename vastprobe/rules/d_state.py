@@ -9,9 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from vastprobe.analysis.wchan_families import NVIDIA_PREFIXES, family
+from vastprobe.analysis.wchan_families import NVIDIA_PREFIXES, family, wait_kind
 from vastprobe.model import Evidence, Finding, Unavailable
 from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
+
+#: Waits that sleep interruptibly (S): seen in D, the task was frozen there (a frozen task keeps its
+#: wait channel and reads D). A paused container read as a storage hang (found by a helper)
+FROZEN_WAITS = frozenset(
+    {"sleep", "futex", "event-loop", "signal", "child", "accept", "pipe-read", "socket-read", "tty"}
+)
 
 META = RuleMeta("d-state", "VP109", "error", "a watched process is stuck in uninterruptible sleep (D)")
 
@@ -27,14 +33,20 @@ def check(ctx: Context) -> Iterator[Finding]:
             continue  # D in both samples but moving: heavy I/O, slow rather than stuck
         w = "" if isinstance(p.wchan, Unavailable) else family(p.wchan)
         nvidia = w.startswith(NVIDIA_PREFIXES)
+        frozen = w in ("refrigerator", "do_freezer_trap") or wait_kind(w, None) in FROZEN_WAITS
         ev = [Evidence("/proc/stat", f"state D in {len(p.samples)} sample(s) over {ctx.snapshot.sample_window:.1f}s")]
         ev.append(Evidence("/proc/wchan", w or "unknown"))
-        hint = (
-            "blocked inside the NVIDIA driver: check `nvidia-smi` and the kernel log for Xid errors; a GPU reset or reboot may be needed"
-            if nvidia
-            else "blocked in the kernel (disk, NFS/FUSE, driver): check the kernel log for hung-task lines and the storage it uses"
-        )
-        summary = f"{p.comm} ({p.pid}) is in uninterruptible sleep in {w or '?'}"
+        if nvidia:
+            hint = "blocked inside the NVIDIA driver: check `nvidia-smi` and the kernel log for Xid errors; a GPU reset or reboot may be needed"
+        elif frozen:
+            hint = (
+                f"D in {w}, the freezer's or a wait that sleeps interruptibly unless frozen: its cgroup is likely frozen (`docker pause`, "
+                f"`podman pause`, a cgroup's freezer); see `cat /proc/{p.pid}/cgroup` and that cgroup's cgroup.freeze or "
+                "freezer.state, and thaw it (`docker unpause`)"
+            )
+        else:
+            hint = "blocked in the kernel (disk, NFS/FUSE, driver): check the kernel log for hung-task lines and the storage it uses"
+        summary = f"{p.comm} ({p.pid}) is in uninterruptible sleep in {w or '?'}" + (" (frozen?)" if frozen else "")
         if ctx.two_samples:
             yield META.finding(summary, [p.pid], ev, hint, "error")
             continue
