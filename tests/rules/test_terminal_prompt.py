@@ -107,6 +107,32 @@ def test_a_prompt_in_a_tmux_pane_names_the_pane_to_attach(sshd: Sshd, reap, tmp_
         subprocess.run(["tmux", "-S", str(sock), "kill-server"], check=False)
 
 
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_a_prompt_in_a_later_tmux_session_is_not_named_after_the_first(reap, tmp_path: Path) -> None:
+    """Two sessions on one server: a prompt in the second was said to be in the first, whose name the
+    server's command line holds (found by a helper). It is named by its own id now."""
+    sock = tmp_path / "tmux.sock"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TMUX")}
+    tmux = ["tmux", "-S", str(sock)]
+    subprocess.run([*tmux, "new-session", "-d", "-s", "first", "sleep 600"], check=True, env=env)
+    try:
+        subprocess.run([*tmux, "new-session", "-d", "-s", "second", "bash -c 'read -p ok? x'"], check=True, env=env)
+        server = int(subprocess.run([*tmux, "display", "-p", "-t", "second", "#{pid}"], capture_output=True, text=True,
+                                    check=True).stdout)  # fmt: skip
+        pane, sid = subprocess.run([*tmux, "display", "-p", "-t", "second", "#{pane_id} #{session_id}"],
+                                   capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+        wait_for(lambda: (b := descendant(server, "bash")) is not None and proc_wchan(b) in ("wait_woken", "n_tty_read"),
+                 what="read at its prompt in the second session")  # fmt: skip
+        reader = descendant(server, "bash")
+        assert reader is not None
+        rc, host = vastprobe_json("--pid", str(reader), "--sample", "0.5")
+        [f] = prompts(host)
+        assert f"in tmux pane {pane} (session {sid}, server {server})" in f["summary"], f["summary"]
+        assert "session first" not in f["summary"] and rc == 1 and host["verdict"] == "stalled"
+    finally:
+        subprocess.run([*tmux, "kill-server"], check=False)
+
+
 def prompts(host: dict) -> list[dict]:
     return [f for f in host["findings"] if f["rule"] == "terminal-prompt"]
 

@@ -54,10 +54,13 @@ def terminal_place(ctx: SnapshotView, p: Process) -> TerminalPlace:
     if pane is not None and pane[1].startswith("%") and read_int(pane[1][1:], 10) is not None:
         tmux = pane[0].env_value("TMUX") or ""
         socket, _, rest = tmux.partition(",")
-        server_pid = rest.partition(",")[0]
+        server_pid, _, session_id = rest.partition(",")
         spid = read_int(server_pid, 10)
         server = ctx.tree.by_pid.get(spid) if spid is not None else None
-        name = _session_name(server)
+        # the server's `-s NAME` names the session it started with, id 0; a pane of a later session
+        # was said to be in that one (found by a helper): it is named by its id ($N) instead
+        sid = read_int(session_id, 10)
+        name = _session_name(server) if sid == 0 else f"${sid}" if sid is not None else None
         bits = [f"session {name}" if name else None, f"server {server.pid}" if server is not None else None]
         detail = ", ".join(b for b in bits if b)
         default = socket.startswith("/tmp/tmux-") and socket.endswith("/default")
