@@ -133,7 +133,17 @@ def _holding(ctx: SnapshotView, pid: int) -> str:
     if p is None:
         return str(pid)
     where = p.wchan if isinstance(p.wchan, str) and p.wchan not in ("", "0") else None
-    return f"{p.comm} ({pid})" + (f", asleep in {where}," if p.state == "S" and where else "")
+    return f"{p.comm} ({pid}" + (f", asleep in {where})" if p.state == "S" and where else ")")
+
+
+def _holders(ctx: SnapshotView, holders: tuple[int, ...]) -> tuple[str, bool]:
+    """The holders in words, every one counted (`a (1, asleep in x), b (2) and 1 more`), and whether
+    they are several: the proof said "x,, b (2) holds" of three (found by a helper)."""
+    named = [_holding(ctx, h) for h in holders[:2]]
+    more = len(holders) - len(named)
+    if more:
+        return ", ".join(named) + f" and {more} more", True
+    return " and ".join(named), len(named) > 1
 
 
 def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool | None) -> str | None:
@@ -147,11 +157,12 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
         # between steps (`echo; sleep 3`) did nothing over a 1 s window and read STALLED (found by a helper)
         return None
     window = f"{ctx.snapshot.sample_window:.1f}s"
-    who = ", ".join(_holding(ctx, h) for h in edge.holders[:2])
+    who, several = _holders(ctx, edge.holders)
+    holds = "hold" if several else "holds"
     if kind in ("tcp", "unix-socket"):
         if edge.listener is not None and edge.listener.recv_queue:
             return (
-                f"{who} holds the listening socket {edge.listener.local} with {edge.listener.recv_queue} "
+                f"{who} {holds} the listening socket {edge.listener.local} with {edge.listener.recv_queue} "
                 f"connection(s) in its accept queue, and accepted none over {window}"
             )
         unread = edge.peer.recv_queue if edge.peer is not None else None
@@ -159,7 +170,7 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
             return f"{who} did not read the {unread} B sent to it over {window}: the request sits in its receive queue"
         return None
     if kind == "file-lock" and edge.retry != "sqlite-wal":  # a WAL reader between queries looks the same
-        return f"{who} holds the lock and did nothing over {window}"
+        return f"{who} {holds} the lock and did nothing over {window}"
     if kind == "fuse" and all(_awaits_requests_only(ctx, h) for h in edge.holders):
         return (
             f"every thread of {who} waits for its next request (fuse_dev_do_read) over {window}: the request was "
