@@ -7,6 +7,7 @@ one sample; the same program with workers that do not wait on the lock is the he
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -126,3 +127,32 @@ def test_a_program_waiting_for_its_signal_handler_is_no_deadlock(reap, scope: st
         assert not mine, mine
     os.kill(child if signame == "SIGCHLD" else job.pid, signal.SIGTERM)
     assert job.wait(timeout=10) == 0  # the handler did release it
+
+
+ORPHANED_CONSUMER = """
+import queue, sys, threading
+q = queue.Queue()
+def producer():
+    raise RuntimeError("the producer died")  # before it put anything: nobody will
+t = threading.Thread(target=producer)
+t.start()
+t.join()
+print("waiting", flush=True)
+q.get()  # no timeout: a lock only the dead producer's put() would release
+"""
+
+
+def test_a_consumer_whose_producer_thread_died_is_not_told_about_fork(reap) -> None:
+    """A queue consumer left alone after its producer thread died with an exception: single-threaded,
+    on a futex with no timeout, nothing can release it (STALLED). Its parent, a shell, has one thread:
+    the hint spoke only of fork start methods (found by a helper); it names the thread that exited."""
+    job = subprocess.Popen(["bash", "-c", f"{sys.executable} -c {shlex.quote(ORPHANED_CONSUMER)} 2>/dev/null; true"],
+                           stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    reap.append(job)
+    assert job.stdout is not None and job.stdout.readline() == "waiting\n"
+    [consumer] = children_of(job.pid)
+    wait_for(lambda: proc_wchan(consumer).startswith("futex"), what="the consumer in q.get()")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
+    f = next(f for f in host["findings"] if f["rule"] == "fork-deadlock")
+    assert f["pids"][0] == consumer and "a thread that exited" in f["hint"], f
+    assert "without fork" not in f["hint"] and rc == 1 and host["verdict"] == "stalled"

@@ -188,6 +188,8 @@ def test_d_state_parent_of_a_vfork_child(tmp_path: Path, reap) -> None:
     f = next(f for f in host["findings"] if f["rule"] == "d-state")
     assert f["pids"] == [p.pid] and f["severity"] == "error" and rc == 1
     assert any(e["source"] == "/proc/wchan" and e["detail"] == "kernel_clone" for e in f["evidence"])
+    # it waits for its vfork child, not on storage (the hint said "disk, NFS/FUSE, driver"; found by a helper)
+    assert "vfork" in f["hint"] and "storage" not in f["hint"], f["hint"]
 
 
 def test_d_state_that_moves_is_slow_not_stuck() -> None:

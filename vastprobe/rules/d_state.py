@@ -19,6 +19,9 @@ FROZEN_WAITS = frozenset(
     {"sleep", "futex", "event-loop", "signal", "child", "accept", "pipe-read", "socket-read", "tty"}
 )
 
+#: Where a vfork's parent waits (D) for its child to exec or exit: not storage (found by a helper)
+VFORK_WAITS = frozenset({"kernel_clone", "wait_for_vfork_done", "do_fork", "copy_process"})
+
 META = RuleMeta("d-state", "VP109", "error", "a watched process is stuck in uninterruptible sleep (D)")
 
 
@@ -36,7 +39,12 @@ def check(ctx: Context) -> Iterator[Finding]:
         frozen = w in ("refrigerator", "do_freezer_trap") or wait_kind(w, None) in FROZEN_WAITS
         ev = [Evidence("/proc/stat", f"state D in {len(p.samples)} sample(s) over {ctx.snapshot.sample_window:.1f}s")]
         ev.append(Evidence("/proc/wchan", w or "unknown"))
-        if nvidia:
+        if w in VFORK_WAITS:
+            hint = (
+                f"a vfork (posix_spawn, or a program's own vfork) waits for its child to exec or exit: the child "
+                f"is where it is stuck; see the children of {p.pid} (`ps --ppid {p.pid}`)"
+            )
+        elif nvidia:
             hint = "blocked inside the NVIDIA driver: check `nvidia-smi` and the kernel log for Xid errors; a GPU reset or reboot may be needed"
         elif frozen:
             hint = (

@@ -72,12 +72,24 @@ def check(ctx: Context) -> Iterator[Finding]:
             )
         else:
             summary = (
-                f"{who} waits for ever on a lock no thread of its own can release (a lock it holds itself, or one "
-                "held by another thread of its parent when it was forked)"
+                f"{who} waits for ever on a lock no thread of its own can release (a lock it holds itself, one "
+                "held by another thread of its parent when it was forked, or one a thread that exited was to "
+                "release)"
             )
         if waiting:
             summary += f"; {', '.join(ctx.proc_label(w) for w, _e in waiting[:2])} wait(s) on it"
         python = is_python(ctx, p.pid) or (parent is not None and is_python(ctx, parent.pid))
+        if not forked:
+            # not forked from a threaded parent: the thread that would have released it is gone (a
+            # producer or notifier that died with an exception); the fork advice misled (found by a helper)
+            hint = (
+                f"kill {p.pid}: it cannot go on. No thread of it is left to release the lock or signal the "
+                "condition it waits on: a thread that exited (a producer or notifier that died with an "
+                f"exception; see its log), or a lock it took twice; see where it waits: {stack_command(ctx, p.pid)}"
+            )
+            pids = (p.pid, *(w for w, _e in waiting))
+            yield META.finding(summary, pids, ev, hint)
+            continue
         hint = (
             f"kill {p.pid}: it cannot go on. Then start workers without fork in a threaded program"
             + (

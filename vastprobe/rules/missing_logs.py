@@ -21,7 +21,8 @@ def _finding(ctx: Context, h: LogHealth) -> Finding | None:
             return None  # found open: it exists, and a rotation or a fatal tail needs its --log
         if h.state != "deleted-open" and h.writers and all(_serving(ctx, w) for w in h.writers):
             return None  # a server waiting for its next request logs nothing meanwhile: a quiet daemon
-        who = ", ".join(ctx.proc_label(pid) for pid, _fd, _d in h.log.holders[:3])
+        # each writer once: one holding it on stdout and stderr was named twice (found by a helper)
+        who = ", ".join(ctx.proc_label(pid) for pid in h.writers[:3]) + (" and others" if len(h.writers) > 3 else "")
         ev.append(Evidence("/proc/fd", f"held open for writing by {who} (found: no --log named it)"))
         path = f"{path} (the job's log, found open)"
     if h.state == "ok":
