@@ -119,8 +119,8 @@ class SnapshotView:
     def timer_sleepers(self, pids: tuple[int, ...]) -> tuple[int, ...]:
         """The processes of a job asleep on timers, where that is all the job waits on: each of `pids`
         sleeps on a timer or waits for its children. Such a job wakes by itself (a polling loop's
-        pause, a back-off, `time.sleep(3600)`), so a quiet log beside it proves no stall (the brief: a
-        quiet log or a wait alone is not one; a holder proven not to move is). () otherwise."""
+        pause, a back-off, `time.sleep(3600)`): neither a quiet log beside it nor its stillness over the
+        window proves a stall. () otherwise."""
         sleepers = []
         for pid in pids:
             p = self.tree.by_pid.get(pid)

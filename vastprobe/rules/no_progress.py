@@ -49,9 +49,10 @@ def check(ctx: Context) -> Iterator[Finding]:
         if any(ctx.graph.kind(ctx.tree.by_pid[w]) not in UNFOLLOWABLE for w in writers):
             continue  # a socket, a pipe, a terminal, a poll loop...: the rules for those say it, or it idles by design
         seen.update(writers)
-        # a job asleep on timers wakes by itself (time.sleep(3600), a back-off): it read STALLED on
-        # its quiet log alone (found by a helper); missing-logs' warning says so
-        sleeping = bool(ctx.timer_sleepers(tuple(sorted(job))))
+        if ctx.timer_sleepers(tuple(sorted(job))):
+            # a job asleep on timers wakes by itself (time.sleep(3600), a back-off): it read STALLED on
+            # its quiet log alone (found by a helper); missing-logs' warning says so
+            continue
         first = ctx.tree.by_pid[writers[0]]
         where = first.wchan if isinstance(first.wchan, str) and first.wchan not in ("", "0") else "the kernel"
         age = f" for {h.age:.0f}s" if h.age is not None else ""
@@ -63,8 +64,6 @@ def check(ctx: Context) -> Iterator[Finding]:
         ]
         ev += stack_evidence(ctx, tuple(p.pid for p in procs))
         others = f" (and {len(job) - 1} more of the job)" if len(job) > 1 else ""
-        if sleeping:
-            continue  # missing-logs says the job sleeps on a timer: nothing more to name
         yield META.finding(
             f"{first.comm} ({first.pid}){others} is alive but makes no progress: asleep in {where}, its log "
             f"{h.log.path} silent{age}",
