@@ -40,9 +40,13 @@ def job_block(console: Console, job: JobAcrossHosts, verdict_of: Mapping[str, st
         hanging(console, "", pad + Text("also:    ", style="bold"),
                 Text(f"{safe(o.label, 200)} on {safe(t, 120)} ({verdict_of.get(t, '?')}): {safe(o.why, 500)}"))  # fmt: skip
     if waiting:
-        n = sum(len(j.ranks) for _t, j in job.waiting) + (len(hjob.waiting) if hjob is not None else 0)
+        # the holder host's own waiting ranks said apart: counted with the others' while only those were
+        # listed, the count did not match the hosts shown (found by a helper)
+        n = sum(len(j.ranks) for _t, j in job.waiting)
+        here = len(hjob.waiting) if hjob is not None else 0
+        also = f", and {here} on {safe(where, 120)}" if here else ""
         hanging(console, "", pad + Text("waiting: ", style="bold"),
-                Text(f"{n} rank(s) on [{len(waiting)}: {fold_hosts(waiting, limit)}]"))  # fmt: skip
+                Text(f"{n} rank(s) on [{len(waiting)}: {fold_hosts(waiting, limit)}]{also}"))  # fmt: skip
     if moving:
         hanging(console, "", pad + Text("moving:  ", style="bold"),
                 Text(f"[{len(moving)}: {fold_hosts(moving, limit)}] (their ranks show progress)"))  # fmt: skip
