@@ -769,7 +769,9 @@ def test_a_tenants_stalled_process_named_like_a_probe_watcher_stays_in_scope(tmp
             shutil.copy("/usr/bin/flock", bindir / name)
         os.chown(home, 65534, 65534)
         tenant = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-        holder = subprocess.Popen([*tenant, str(bindir / "flock"), "-x", "KILL", "sleep", "300"], cwd=home,
+        # the holder stuck (waiting for a signal nothing sends; asleep on a timer it would wake by itself)
+        stuck = ("/usr/bin/python3", "-c", "import signal; signal.pause()")
+        holder = subprocess.Popen([*tenant, str(bindir / "flock"), "-x", "KILL", *stuck], cwd=home,
                                   start_new_session=True)  # fmt: skip
         wait_for(lambda: (home / "KILL").exists(), what="the holder's lock file")
         waiter = subprocess.Popen([*tenant, str(bindir / "timeout"), "-s", "KILL", "9999"], cwd=home,
@@ -787,3 +789,59 @@ def test_a_tenants_stalled_process_named_like_a_probe_watcher_stays_in_scope(tmp
                 p.wait()
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+FLIP = """import os, sys
+log = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+os.write(log, b"tenant log line\\n")
+secret = os.open(sys.argv[2], os.O_PATH)  # needs only search permission on its directory
+os.dup2(log, 2)
+print("flipping", flush=True)
+while True:
+    os.dup2(log, 1)
+    os.dup2(secret, 1)
+"""
+
+
+def test_a_held_log_swapped_for_an_o_path_fd_on_a_root_only_file_is_never_read(tmp_path: Path) -> None:
+    """A tenant flips its stdout between its own log (write-only: a log to the probe) and an O_PATH
+    fd on a root-only file, which needs only search permission on the directory. The probe listed
+    the fd as a log, then read /proc/PID/fd/1 as root, which opened whatever it was by then: the
+    root-only content was in 4 to 6 reports of 10 (found by a helper). The file opened for the read
+    must be the holder's own. The control: a tenant's own stale log is still read."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (the probe reads what only root may)")
+    home = tenant_home()
+    canary = home / "root-only-canary"
+    canary.write_text("CANARY-o-path-swap\n")
+    os.chmod(canary, 0o600)
+    log = home / "train.log"
+    python = "/usr/bin/python3"  # the tenant's own: it may not reach the suite's virtual environment
+    if not os.path.exists(python):
+        pytest.skip("needs /usr/bin/python3 for the tenant")
+    try:
+        p = subprocess.Popen([python, "-c", FLIP, str(log), str(canary)], stdout=subprocess.PIPE, text=True,
+                             start_new_session=True, user=65534, group=65534, extra_groups=[])  # fmt: skip
+        try:
+            assert p.stdout is not None and p.stdout.readline() == "flipping\n"
+            for _ in range(10):
+                r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--pid", str(p.pid),
+                                    "--sample", "0", "--snapshot"], capture_output=True, text=True, timeout=120)  # fmt: skip
+                assert "CANARY-o-path-swap" not in r.stdout + r.stderr
+        finally:
+            p.kill()
+            p.wait()
+        own = subprocess.Popen(["sh", "-c", f'exec >>"{log}"; echo "tenant last words"; exec sleep 600'],
+                               start_new_session=True, user=65534, group=65534, extra_groups=[])  # fmt: skip
+        try:
+            wait_for(lambda: "tenant last words" in log.read_text() and _comm(own.pid) == "sleep", what="the log held")
+            os.utime(log, (1, 1))
+            r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--pid", str(own.pid),
+                                "--sample", "0", "--snapshot"], capture_output=True, text=True, timeout=120)  # fmt: skip
+            tails = [h["tail"] for h in json.loads(r.stdout)["hosts"][0]["snapshot"]["held_files"] if h["tail"]]
+            assert any("tenant last words" in t for t in tails), tails
+        finally:
+            own.kill()
+            own.wait()
+    finally:
+        shutil.rmtree(home)
