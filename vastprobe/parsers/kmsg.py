@@ -376,27 +376,46 @@ _EVENT_WORDS = (
 _EVENT_TEXT = re.compile("|".join(re.escape(w) for w in _EVENT_WORDS))
 
 
+#: What may stand before "Killed process" in the kernel's own OOM line: "Out of memory: ", "Memory
+#: cgroup out of memory: ", "Out of memory (oom_kill_allocating_task): "
+_KILLED_HEAD = re.compile(r"(?:(?:Memory cgroup )?[Oo]ut of memory(?: \([a-z_]+\))?: )?")
+#: The NVSwitch driver's device name before its SXid: "nvidia-nvswitch3: "
+_SXID_HEAD = re.compile(r"nvidia-nvswitch[0-9]{1,3}: ")
+#: A line the kernel writes about one task, opening with its name: "NAME[812]: segfault at …"
+_TASK_LINE = re.compile(r"[^\n]{1,16}\[[0-9]{1,10}\]: ")
+#: The longest name a task has (TASK_COMM_LEN less its NUL), which "NAME invoked oom-killer:" opens with
+COMM_MAX = 15
+
+
 def _event(msg: str) -> dict[str, object] | None:
-    if (i := msg.find("Killed process ")) >= 0:
+    """Each marker where the kernel puts it, at the start of its message (after the device or the
+    OOM head it comes with), never within: a tenant has the kernel log text of its own making (tmpfs
+    logs an unknown mount option verbatim, "Unknown parameter 'NVRM: Xid (…): 79'", and a segfault
+    line opens with the task's name, "GPU is lost[812]: segfault at …"), which made a host with no
+    fault STALLED (found by a helper)."""
+    msg = msg.lstrip()  # a message's continuation is indented ("               NVRM: fallen off the bus …")
+    if _TASK_LINE.match(msg):
+        return None  # a task's own line (a segfault, a trap): its name and its library's are the tenant's
+    if (i := msg.find("Killed process ")) >= 0 and _KILLED_HEAD.fullmatch(msg, 0, i):
         return _killed(msg, i + 15)
-    if (i := msg.find("oom-kill:")) >= 0:
-        return _summary(msg[i + 9 :])
-    if (i := msg.find("oom_reaper: ")) >= 0:
-        return _reaper(msg[i + 12 :])
-    if (i := msg.find(" invoked oom-killer:")) > 0:
+    if msg.startswith("oom-kill:"):
+        return _summary(msg[9:])
+    if msg.startswith("oom_reaper: "):
+        return _reaper(msg[12:])
+    if 0 < (i := msg.find(" invoked oom-killer:")) <= COMM_MAX:
         return {"kind": "oom-invoked", "comm": msg[:i].strip()}
-    if (i := msg.find("memory: usage ")) >= 0 and (u := _USAGE.match(msg, i)):
+    if msg.startswith("memory: usage ") and (u := _USAGE.match(msg)):
         return {"kind": "memcg-usage", "usage_kb": read_int(u.group(1)), "limit_kb": read_int(u.group(2))}
-    if (i := msg.find("Task in ")) >= 0 and (t := _TASK_IN.match(msg, i)):
+    if msg.startswith("Task in ") and (t := _TASK_IN.match(msg)):
         return {"kind": "oom-summary", "task_memcg": t.group(1), "memcg": t.group(2)}
-    if (i := msg.find("NVRM: Xid (")) >= 0:
-        return _xid(msg, i + 11)
-    if (i := msg.find("SXid (")) >= 0:
+    if msg.startswith("NVRM: Xid ("):
+        return _xid(msg, 11)
+    if (i := msg.find("SXid (")) > 0 and _SXID_HEAD.fullmatch(msg, 0, i):
         return _sxid(msg, i + 6)
-    if (i := msg.find("fallen off the bus")) >= 0 or (i := msg.find("GPU is lost")) >= 0:
+    if msg.startswith("NVRM: ") and ((i := msg.find("fallen off the bus")) >= 0 or (i := msg.find("GPU is lost")) >= 0):
         return {"kind": "gpu-lost", "pci": _find_pci(msg[:i]), "detail": msg.strip()}
-    if (i := msg.find("INFO: task ")) >= 0:
-        return _hung(msg, i)
+    if msg.startswith("INFO: task "):
+        return _hung(msg, 0)
     return None
 
 
