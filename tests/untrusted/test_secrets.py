@@ -149,6 +149,37 @@ def test_short_password_options_of_database_clients_are_masked() -> None:
         assert redact_text(same) == same
 
 
+def test_assignments_files_headers_and_keys_in_logs_and_argv_are_masked() -> None:
+    """Forms a hostile-tenant helper found printed whole in log tails and command lines: argparse's
+    `Namespace(api_key='…')`, ini assignments with spaces, a quoted value with a space, a value with
+    a comma, `.netrc`, XML, a bare JWT, a cookie header, a signed URL's signature, `DB_PASS=`, `--auth`,
+    `--wandb-key`, `--secret_value=`, and a PEM private key's body. Look-alikes stay."""
+    from vastprobe.untrusted.secrets import redact_lines
+
+    jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c"
+    lines = ["Namespace(api_key='pw-1', lr=0.1)", "aws_secret_access_key = pw-2", 'password = "pw-3 and more"',
+             "machine api.example.com login bob password pw-4", "<config><password>pw-5</password></config>",
+             f"token {jwt}", "Cookie: sessionid=pw-6; csrftoken=pw-7",
+             "GET https://b.s3.amazonaws.com/x?X-Amz-Signature=pw-8&X-Amz-Expires=3600",
+             "https://example.com/f?sig=pw-9&se=2026", 'export PASSWORD="x pw-10"', "password=ab,pw-11",
+             "DB_PASS=pw-12 ./run"]  # fmt: skip
+    for line in lines:
+        shown = redact_text(line)
+        assert "pw-" not in shown and jwt not in shown, shown
+    argv = ("train.py", "--auth", "pw-13", "--wandb-key", "pw-14", "--secret_value=pw-15", "REDIS_PASS=pw-16",
+            "--sort-key", "name", "--author", "me", "BYPASS=1")  # fmt: skip
+    out = redact_argv(argv)
+    assert not any("pw-" in a for a in out), out
+    assert out[-5:] == ("--sort-key", "name", "--author", "me", "BYPASS=1"), out
+    key = ["ok", "-----BEGIN RSA PRIVATE KEY-----", "MIIEpAIBAAKCAQEApw17", "cGF5bG9hZA==",
+           "-----END RSA PRIVATE KEY-----", "after"]  # fmt: skip
+    masked = redact_lines(key)
+    assert masked[0] == "ok" and masked[-1] == "after" and not any("MIIE" in x or "cGF5" in x for x in masked)
+    for same in ("tokens: 1234/s", "the author wrote", "authentic", "keyboard", "monkey=3", "signal 9",
+                 "a cookie jar", "compass=north", "BYPASS=1 x"):  # fmt: skip
+        assert redact_text(same) == same
+
+
 def test_a_secret_the_probes_own_bounds_cut_is_masked() -> None:
     """An argument cut at the probe's 1100-byte record ends inside a URL's password, its `@` gone with
     the rest; a `--log` tail of the last 4096 bytes begins inside one, its scheme gone before. Both

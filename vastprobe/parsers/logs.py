@@ -12,7 +12,7 @@ from vastprobe.model import LogFile, NotRead, Process, Unavailable
 from vastprobe.parsers import files
 from vastprobe.probe import sources as src
 from vastprobe.probe.script import FILE_TIMEOUT
-from vastprobe.untrusted.secrets import redact_text
+from vastprobe.untrusted.secrets import redact_lines
 
 if TYPE_CHECKING:
     from vastprobe.parsers.reading import Sections
@@ -44,7 +44,7 @@ def log_tail(sec: RawSection | None, fmt: int = 3, bound: int | None = None) -> 
         if bound is not None and len(content) > 1 and sum(len(c.encode("utf-8", "surrogateescape")) + 1
                                                           for c in content) >= bound:  # fmt: skip
             content = content[1:]
-        return "".join(redact_text(c) + "\n" for c in content)  # a log prints what its job was given
+        return "".join(c + "\n" for c in redact_lines(content))  # a log prints what its job was given
     if sec.rc not in (0, None):
         return Unavailable(sec.text.strip().split(": ")[-1][:200] or f"tail exited {sec.rc}")
     return sec.text

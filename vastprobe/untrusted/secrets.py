@@ -15,15 +15,25 @@ MASK = "***"
 _URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,30}://[^:/@\s]{0,256}):(?:(?!://)\S){0,2048}@")
 #: `password=X` in a libpq keyword string or a URL's query (`?sslpassword=X&…`), `token=`, `secret=`
 _KEYWORD = re.compile(
-    r"(?i)((?:^|[?&\s;,])[A-Za-z_]{0,32}(?:password|passwd|pwd|token|secret|api[_-]?key|access[_-]?key)=)"
-    r"(?:'[^']*'|[^&\s;,]*)"
+    r"(?i)((?:^|[?&\s;,(])[A-Za-z_]{0,32}(?:password|passwd|(?<![a-z])pass|pwd|token|secret|api[_-]?key|access[_-]?key)"
+    r"\s*=\s*)"
+    r"(?:'[^']*'|\"[^\"]*\"|[^&\s]+)"
 )
+#: a signed URL's signature or key in its query (`?sig=`, `&X-Amz-Signature=`, `?key=`)
+_QUERY_SECRET = re.compile(r"(?i)([?&](?:sig|signature|key|x-amz-signature|x-amz-credential|x-goog-signature)=)[^&\s]+")
+#: `.netrc`: `machine HOST login USER password X`
+_NETRC = re.compile(r"(?i)(\b(?:machine|login)\s+\S+\s.{0,256}?\bpassword\s+)\S+")
+#: an XML element that names a secret: `<password>X</password>`
+_XML_SECRET = re.compile(r"(?i)(<[a-z_:.-]{0,32}(?:password|passwd|secret|token|api_?key)[^>]{0,64}>)[^<]*(</)")
+#: a cookie header's whole value (`Cookie: sessionid=X; csrftoken=Y`)
+_COOKIE = re.compile(r"(?i)(\b(?:set-)?cookie:\s*).+")
 #: the end of an option's name that says its value is a secret: `--password`, `--db-pass`,
 #: `--db_password` (argparse's spelling), `--secret-key`, `--passphrase`, `--credentials`, `--pw`;
 #: `-p`-like short forms are left
 _SECRET_NAME = (
-    r"(?:password|passwd|(?<![a-z])pass|passphrase|(?<![a-z])pwd?|token|secret"
-    r"|(?:api|access|private|secret)[-_]?key|credentials?)"
+    r"(?:password|passwd|(?<![a-z])pass|passphrase|(?<![a-z])pwd?|token|secret(?:[-_][a-z]{1,16})?"
+    r"|(?:api|access|private|secret|wandb|hf|openai|license|signing|encryption|master|client)[-_.]?key"
+    r"|(?<![a-z])auth|credentials?)"
 )
 #: an option's name before that end: letters, digits, `-`, `_` and `.` (`-Dspring.datasource.password=`)
 _OPTION_HEAD = r"--?[a-z0-9_.-]{0,40}"
@@ -40,7 +50,8 @@ _MAPPING_KEY = re.compile(
 #: header, an NCCL_* value): Hugging Face, GitHub, GitLab, OpenAI-like `sk-`, Slack, AWS key ids
 _TOKEN_SHAPE = re.compile(
     r"(?<![A-Za-z0-9])(?:hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,}"
-    r"|glpat-[A-Za-z0-9_-]{20,}|sk-(?:proj-)?[A-Za-z0-9_-]{32,}|xox[abposr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})"
+    r"|glpat-[A-Za-z0-9_-]{20,}|sk-(?:proj-)?[A-Za-z0-9_-]{32,}|xox[abposr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}"
+    r"|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})"
     r"(?![A-Za-z0-9])"
 )
 #: `Authorization: Bearer X` (or any scheme), a bare `Bearer X` that looks like a token, curl's
@@ -74,7 +85,9 @@ _SHORT_INLINE = re.compile(
 #: unless it is a port (digits, then the path or the end)
 _CUT_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,30}://[^:/@\s\[\]]{0,256}):(?![0-9]{0,5}(?:[/?#]|$))[^@\s]*$")
 #: `NAME=value` arguments (env-style) whose name says secret: `HF_TOKEN=…`, `AWS_SECRET_ACCESS_KEY=…`
-_ENV_ASSIGN = re.compile(r"^([A-Z][A-Z0-9_]{0,64}(?:PASSWORD|PASSWD|TOKEN|SECRET|_KEY|APIKEY)=).+$")
+_ENV_ASSIGN = re.compile(
+    r"^((?:[A-Z][A-Z0-9_]{0,64})?(?:PASSWORD|PASSWD|(?<![A-Z])PASS|_PASS|TOKEN|SECRET|_KEY|APIKEY)=).+$"
+)
 
 
 def redact_text(text: str) -> str:
@@ -84,11 +97,39 @@ def redact_text(text: str) -> str:
         return text
     text = _URL_USERINFO.sub(rf"\1:{MASK}@", text)
     text = _KEYWORD.sub(rf"\1{MASK}", text)
+    text = _QUERY_SECRET.sub(rf"\1{MASK}", text)
+    text = _NETRC.sub(rf"\1{MASK}", text)
+    text = _XML_SECRET.sub(rf"\1{MASK}\2", text)
+    text = _COOKIE.sub(rf"\1{MASK}", text)
     text = _MAPPING_KEY.sub(rf"\1{MASK}", text)
     text = _AUTH.sub(rf"\1{MASK}", text)
     text = _TOKEN_SHAPE.sub(MASK, text)
     text = _SHORT_INLINE.sub(rf"\1{MASK}", text)
     return _INLINE_OPTION.sub(rf"\1{MASK}", text)
+
+
+#: The lines of a PEM private key: everything from its BEGIN line to its END line is masked
+_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,32}PRIVATE KEY-----")
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]{0,32}PRIVATE KEY-----")
+
+
+def redact_lines(lines: list[str]) -> list[str]:
+    """Lines of a log, each masked as redact_text masks it, and a PEM private key's body masked whole
+    (its lines hold no word that says secret: a log tail printed it; found by a helper)."""
+    out = []
+    in_key = False
+    for line in lines:
+        if in_key:
+            end = _PEM_END.search(line)
+            in_key = end is None
+            out.append(MASK if end is None else MASK + " " + line[end.start() :])
+            continue
+        if (m := _PEM_BEGIN.search(line)) is not None:
+            in_key = _PEM_END.search(line, m.end()) is None
+            out.append(line[: m.end()] + ("" if in_key else f" {MASK} -----END PRIVATE KEY-----"))
+            continue
+        out.append(redact_text(line))
+    return out
 
 
 def redact_cut(text: str) -> str:
@@ -123,6 +164,11 @@ _ANY_SECRET = (
     "bearer",
     "authorization",
     "curl",
+    "eyj",
+    "sig=",
+    "signature=",
+    "cookie",
+    "auth",
     "mysql",
     "mariadb",
     "sshpass",
