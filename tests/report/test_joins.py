@@ -307,6 +307,11 @@ def test_a_job_held_by_ranks_on_two_hosts_names_both(fleet: Fleet) -> None:
     assert named == {(a.target, 1), (c.target, 4)}, job
     told = culprit(next(h for h in doc["hosts"] if h["target"] == b.target))
     assert told["severity"] == "error" and "holds it too: stopped (T)" in str(told["evidence"]), told
+    holder = next(h for h in doc["hosts"] if h["target"] == job["holder"]["host"])
+    here = {a.target: 0, c.target: 5}[holder["target"]]  # the holder host's other rank, by number
+    assert any(f"; rank {here} here and ranks 2, 3 on 1 other host(s)" in f["summary"] for f in holder["findings"]), [
+        f["summary"] for f in holder["findings"]
+    ]
     assert r.returncode == 1 and {h["verdict"] for h in doc["hosts"]} == {"stalled"}
     table = fleet.run("sweep", a.target, b.target, c.target, fmt="table")
     assert "held by: rank " in table.stdout and "also:    rank " in table.stdout, table.stdout

@@ -314,7 +314,7 @@ def _holder_joined(
     waiting = sorted(waiting, key=lambda tj: min((x.rank for x in tj[1].ranks if x.rank is not None), default=0))
     ranks = sorted((x for _t, j in waiting for x in j.ranks), key=lambda x: (x.rank is None, x.rank or 0))
     hosts = ", ".join(t for t, _j in waiting[:8]) + (" …" if len(waiting) > 8 else "")
-    here = f"{len(hjob.waiting)} rank(s) here and " if hjob.waiting else ""
+    here = f"{_ranks(hjob.waiting)} here and " if hjob.waiting else ""  # by number: "1 rank(s) here" said less
     others = f"{here}{_ranks(ranks)} on {len(waiting)} other host(s) of this run wait on it ({hosts})"
     one_sample = ONE_SAMPLE if f.summary.endswith(ONE_SAMPLE) else ""
     line = f"{_ranks(ranks)} on other hosts of this run wait on it: {hosts}"
