@@ -831,17 +831,30 @@ def test_a_held_log_swapped_for_an_o_path_fd_on_a_root_only_file_is_never_read(t
         finally:
             p.kill()
             p.wait()
-        own = subprocess.Popen(["sh", "-c", f'exec >>"{log}"; echo "tenant last words"; exec sleep 600'],
-                               start_new_session=True, user=65534, group=65534, extra_groups=[])  # fmt: skip
+        # the controls: the tenant's own log, and a log root opened for a job it runs as the tenant
+        # (runuser, systemd's StandardOutput=append:), whose tail went unread by the first fix (found
+        # by a helper)
+        root_log = home / "root-opened.log"
+        with root_log.open("a") as out:
+            os.chmod(root_log, 0o644)
+            jobs = [
+                subprocess.Popen(["sh", "-c", f'exec >>"{log}"; echo "tenant last words"; exec sleep 600'],
+                                 start_new_session=True, user=65534, group=65534, extra_groups=[]),
+                subprocess.Popen(["sh", "-c", 'echo "service last words"; exec sleep 600'], stdout=out,
+                                 start_new_session=True, user=65534, group=65534, extra_groups=[]),
+            ]  # fmt: skip
         try:
-            wait_for(lambda: "tenant last words" in log.read_text() and _comm(own.pid) == "sleep", what="the log held")
-            os.utime(log, (1, 1))
-            r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--pid", str(own.pid),
-                                "--sample", "0", "--snapshot"], capture_output=True, text=True, timeout=120)  # fmt: skip
-            tails = [h["tail"] for h in json.loads(r.stdout)["hosts"][0]["snapshot"]["held_files"] if h["tail"]]
-            assert any("tenant last words" in t for t in tails), tails
+            for job, path, words in zip(jobs, (log, root_log), ("tenant", "service"), strict=True):
+                wait_for(lambda: f"{words} last words" in path.read_text() and _comm(job.pid) == "sleep",  # noqa: B023
+                         what="the log held")  # fmt: skip
+                os.utime(path, (1, 1))
+                r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--pid", str(job.pid),
+                                    "--sample", "0", "--snapshot"], capture_output=True, text=True, timeout=120)  # fmt: skip
+                tails = [h["tail"] for h in json.loads(r.stdout)["hosts"][0]["snapshot"]["held_files"] if h["tail"]]
+                assert any(f"{words} last words" in t for t in tails), (words, tails)
         finally:
-            own.kill()
-            own.wait()
+            for job in jobs:
+                job.kill()
+                job.wait()
     finally:
         shutil.rmtree(home)

@@ -25,7 +25,9 @@ def count_forks(tmp: Path, extra: int, sample: float) -> int:
     trace.mkdir(exist_ok=True)
     for old in trace.iterdir():
         old.unlink()
-    params = ProbeParams(sample=sample, logs=("/tmp/x.log",))
+    # a --log that does not exist, in a root-only directory: a /tmp/x.log another user left there was
+    # read, and its tail's forks failed the count (hermetic on a shared machine)
+    params = ProbeParams(sample=sample, logs=(str(tmp / "absent.log"),))
     strace = f"strace -ff -qq -o {trace / 't'} -e trace=clone,clone3,fork,vfork,execve dash -s"
     p = subprocess.Popen(
         ["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c",

@@ -468,6 +468,27 @@ def test_a_lock_holder_asleep_on_a_timer_is_no_proof(reap, tmp_path: Path) -> No
     assert rc == 0 and host["verdict"] == "degraded"
 
 
+def test_a_co_holder_asleep_on_a_timer_does_not_free_a_stuck_one(reap, tmp_path: Path) -> None:
+    """A shared flock held by a `sleep` (a timer) and by a process that waits for a signal nothing
+    sends; a writer waits for the exclusive lock, which it cannot get while the second holds its
+    share. One holder asleep on a timer cancelled the proof for both: DEGRADED, exit 0 (found by a
+    helper). Each holder must wake by itself for the proof to fall."""
+    lock = tmp_path / "shared.lock"
+    holders = []
+    for run in (("sleep", "1000"), PAUSE):
+        h = subprocess.Popen(["flock", "-s", str(lock), *run], start_new_session=True)
+        reap.append(h)
+        wait_for(lambda h=h: children_of(h.pid) != [], what="a reader holding its share")  # type: ignore[misc]
+        holders.append(h)
+    job = subprocess.Popen(["bash", "-c", f"flock -x {lock} echo got; echo done"], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: find_desc(job.pid, "flock", "locks_lock") is not None, what="the writer blocked")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
+    f = finding(host, "file-lock-wait")
+    assert f["severity"] == "error" and any(e["source"] == "proof" for e in f["evidence"]), f
+    assert rc == 1 and host["verdict"] == "stalled"
+
+
 def test_a_stopped_lock_holder_gets_a_kill_cont_hint(reap, tmp_path: Path) -> None:
     holder, sleeper, cron, _waiter = flock_waiter(reap, tmp_path / "job.lock", stop_holder=True)
     rc, host = vastprobe_json("--pid", str(cron.pid), "--sample", "0.5")

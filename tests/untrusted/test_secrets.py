@@ -175,8 +175,15 @@ def test_assignments_files_headers_and_keys_in_logs_and_argv_are_masked() -> Non
            "-----END RSA PRIVATE KEY-----", "after"]  # fmt: skip
     masked = redact_lines(key)
     assert masked[0] == "ok" and masked[-1] == "after" and not any("MIIE" in x or "cGF5" in x for x in masked)
+    # what the first version of these masked too (found by a helper): flags ending in auth took the
+    # next argument, a cookie header the rest of a script, `auth:`, `fwd_pass=3` and code's `token = …`
+    assert redact_argv(("jupyter", "--no-auth", "--port", "8888", "--enable-auth", "0.0.0.0")) == (
+        "jupyter", "--no-auth", "--port", "8888", "--enable-auth", "0.0.0.0")  # fmt: skip
+    script = "curl -H 'Cookie: sid=pw-20' https://x; echo done"
+    assert redact_text(script) == "curl -H 'Cookie: ***' https://x; echo done"
     for same in ("tokens: 1234/s", "the author wrote", "authentic", "keyboard", "monkey=3", "signal 9",
-                 "a cookie jar", "compass=north", "BYPASS=1 x"):  # fmt: skip
+                 "a cookie jar", "compass=north", "BYPASS=1 x", "FATAL auth: connection refused",
+                 "fwd_pass=3 (retry pass=2 of 3)", "    token = tokenizer.encode(text)"):  # fmt: skip
         assert redact_text(same) == same
 
 

@@ -152,9 +152,11 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
     what it holds says it had work waiting that it never took up (docs/evidence.md)."""
     if not idle or edge is None or not edge.holders:
         return None
-    if any(ctx.wakes_by_itself(h) for h in edge.holders):
+    if all(ctx.wakes_by_itself(h) for h in edge.holders):
         # asleep on a timer, it moves again by itself: a server whose handler sleeps 2 s, a lock holder
-        # between steps (`echo; sleep 3`) did nothing over a 1 s window and read STALLED (found by a helper)
+        # between steps (`echo; sleep 3`) did nothing over a 1 s window and read STALLED (found by a
+        # helper). Every holder: the waiter needs each to let go, and one that sleeps on a timer does
+        # not free a co-holder that is stuck (a shared flock, a listener a `sleep` child inherited)
         return None
     window = f"{ctx.snapshot.sample_window:.1f}s"
     who, several = _holders(ctx, edge.holders)

@@ -381,6 +381,16 @@ _EVENT_TEXT = re.compile("|".join(re.escape(w) for w in _EVENT_WORDS))
 _KILLED_HEAD = re.compile(r"(?:(?:Memory cgroup )?[Oo]ut of memory(?: \([a-z_]+\))?: )?")
 #: The NVSwitch driver's device name before its SXid: "nvidia-nvswitch3: "
 _SXID_HEAD = re.compile(r"nvidia-nvswitch[0-9]{1,3}: ")
+#: Heads that loggers and dmesg's options write before the kernel's message, which _strip_prefix
+#: leaves (a tenant writes no line's start): printk's caller id "[   T25726] ", a syslog priority
+#: "<3>", a bracketed stamp of any form ("[  +0.000123]", "[Mar 2 17:35]", "[ 1.5 <    0.000123>]",
+#: a localised ctime), epoch seconds, an ISO date, "host kernel: ", "host kernel - - - " (RFC 5424),
+#: rsyslog's "kern.err ". A marker after them opened the line before it was anchored (found by a helper)
+_LOGGER_HEAD = re.compile(
+    r"(?:<[0-9]{1,3}>[0-9]? ?|\[[^\]'\"`]{1,48}\] ?|[0-9]{9,11}\.[0-9]{1,9} "
+    r"|(?:[A-Z][a-z]{2} )?[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9:.,+-]{8,32}(?: [A-Z]{2,5})? "
+    r"|[^\s'\"`]{1,64} kernel(?:: | - - - )|kernel: |kern\.[a-z]{3,7} )"
+)
 #: A line the kernel writes about one task, opening with its name: "NAME[812]: segfault at …"
 _TASK_LINE = re.compile(r"[^\n]{1,16}\[[0-9]{1,10}\]: ")
 #: The longest name a task has (TASK_COMM_LEN less its NUL), which "NAME invoked oom-killer:" opens with
@@ -396,6 +406,13 @@ def _event(msg: str) -> dict[str, object] | None:
     msg = msg.lstrip()  # a message's continuation is indented ("               NVRM: fallen off the bus …")
     if _TASK_LINE.match(msg):
         return None  # a task's own line (a segfault, a trap): its name and its library's are the tenant's
+    for _ in range(4):  # what loggers and dmesg's options put before the kernel's message
+        m = _LOGGER_HEAD.match(msg)
+        if m is None or not m.end():
+            break
+        msg = msg[m.end() :]
+        if _TASK_LINE.match(msg):
+            return None
     if (i := msg.find("Killed process ")) >= 0 and _KILLED_HEAD.fullmatch(msg, 0, i):
         return _killed(msg, i + 15)
     if msg.startswith("oom-kill:"):

@@ -547,11 +547,16 @@ vp_held_stat() {
 				print "@@tail " name[b]
 				split(name[b], q, "/")
 				ids = uids(q[3])
-				# opened once, and read only where the file opened is the holder s own: a tenant that
-				# swapped the fd for an O_PATH one on a root-only file between the listing and this read
-				# had its content read as root (found by a helper)
+				# opened once, and read only where the file opened is the holder s own, or while the
+				# holder s fd is a write fd (no O_PATH) on that very inode: a tenant that swapped the fd
+				# for an O_PATH one on a root-only file between the listing and this read had its
+				# content read as root (found by a helper); a job run as a user into a log root opened
+				# for it (runuser, systemd append:) is still read
 				if (ids ~ / 0 /) cmd = "exec tail -c " t " -- " name[b] " 2>/dev/null"
-				else cmd = "exec 3<" name[b] " 2>/dev/null || exit; case \"" ids "\" in *\" $(stat -L -c %u /proc/self/fd/3) \"*) exec tail -c " t " <&3 ;; esac"
+				else cmd = "exec 3<" name[b] " 2>/dev/null || exit; o=$(stat -L -c %u:%i /proc/self/fd/3); " \
+					"case \"" ids "\" in *\" ${o%:*} \"*) exec tail -c " t " <&3 ;; esac; f=; i=; " \
+					"while read -r k v; do case $k in flags:) f=$v ;; ino:) i=$v ;; esac; done </proc/" q[3] "/fdinfo/" q[5] "; " \
+					"[ -n \"$f\" ] && [ \"$i\" = \"${o#*:}\" ] && [ $((f & 3)) != 0 ] && [ $((f & 010000000)) = 0 ] && exec tail -c " t " <&3"
 				while ((cmd | getline l) > 0) print "|" l
 				close(cmd)
 			}

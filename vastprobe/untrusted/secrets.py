@@ -15,10 +15,13 @@ MASK = "***"
 _URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,30}://[^:/@\s]{0,256}):(?:(?!://)\S){0,2048}@")
 #: `password=X` in a libpq keyword string or a URL's query (`?sslpassword=X&…`), `token=`, `secret=`
 _KEYWORD = re.compile(
-    r"(?i)((?:^|[?&\s;,(])[A-Za-z_]{0,32}(?:password|passwd|(?<![a-z])pass|pwd|token|secret|api[_-]?key|access[_-]?key)"
-    r"\s*=\s*)"
+    r"(?i)((?:^|[?&\s;,(])(?:[A-Za-z_]{0,32}(?:password|passwd|pwd|token|secret|api[_-]?key|access[_-]?key)="
+    # with spaces around `=` (ini, TOML) only the strong names: `token = tokenizer(…)` is code (found by a helper)
+    r"|[A-Za-z_]{0,32}(?:password|passwd|secret|api[_-]?key|access[_-]?key)\s*=\s*))"
     r"(?:'[^']*'|\"[^\"]*\"|[^&\s]+)"
 )
+#: `DB_PASS=X` in a text, upper case as an environment's names are (`fwd_pass=3` is no secret)
+_ENV_TEXT = re.compile(r"((?:^|\s)[A-Z][A-Z0-9_]{0,64}_PASS=)\S+")
 #: a signed URL's signature or key in its query (`?sig=`, `&X-Amz-Signature=`, `?key=`)
 _QUERY_SECRET = re.compile(r"(?i)([?&](?:sig|signature|key|x-amz-signature|x-amz-credential|x-goog-signature)=)[^&\s]+")
 #: `.netrc`: `machine HOST login USER password X`
@@ -26,14 +29,14 @@ _NETRC = re.compile(r"(?i)(\b(?:machine|login)\s+\S+\s.{0,256}?\bpassword\s+)\S+
 #: an XML element that names a secret: `<password>X</password>`
 _XML_SECRET = re.compile(r"(?i)(<[a-z_:.-]{0,32}(?:password|passwd|secret|token|api_?key)[^>]{0,64}>)[^<]*(</)")
 #: a cookie header's whole value (`Cookie: sessionid=X; csrftoken=Y`)
-_COOKIE = re.compile(r"(?i)(\b(?:set-)?cookie:\s*).+")
+_COOKIE = re.compile(r"(?i)(\b(?:set-)?cookie:\s*)[^'\"\n]+")  # to the end of its header, not of a script
 #: the end of an option's name that says its value is a secret: `--password`, `--db-pass`,
 #: `--db_password` (argparse's spelling), `--secret-key`, `--passphrase`, `--credentials`, `--pw`;
 #: `-p`-like short forms are left
 _SECRET_NAME = (
     r"(?:password|passwd|(?<![a-z])pass|passphrase|(?<![a-z])pwd?|token|secret(?:[-_][a-z]{1,16})?"
     r"|(?:api|access|private|secret|wandb|hf|openai|license|signing|encryption|master|client)[-_.]?key"
-    r"|(?<![a-z])auth|credentials?)"
+    r"|credentials?)"
 )
 #: an option's name before that end: letters, digits, `-`, `_` and `.` (`-Dspring.datasource.password=`)
 _OPTION_HEAD = r"--?[a-z0-9_.-]{0,40}"
@@ -60,6 +63,8 @@ _AUTH = re.compile(
     r"(?i)(authorization:\s*[a-z-]{1,32}\s+|\bbearer\s+(?=[A-Za-z0-9._~+/=-]{16,})"
     r"|\bcurl\b[^|;&\n]{0,512}?\s(?:-u|--user)[\s=]+[^:\s]{1,64}:)\S+"
 )
+#: `--auth X` (a server's password or token); `--no-auth`, `--enable-auth` are flags (found by a helper)
+_AUTH_OPTION = re.compile(r"(?i)^--?auth(?:[-_]token)?$")
 #: curl's options whose value is `user:password`
 _CURL_USER = ("-u", "--user", "--proxy-user", "-U")
 #: programs whose short option takes a password: MySQL's and MariaDB's clients `-pSECRET` (attached
@@ -98,6 +103,7 @@ def redact_text(text: str) -> str:
     text = _URL_USERINFO.sub(rf"\1:{MASK}@", text)
     text = _KEYWORD.sub(rf"\1{MASK}", text)
     text = _QUERY_SECRET.sub(rf"\1{MASK}", text)
+    text = _ENV_TEXT.sub(rf"\1{MASK}", text)
     text = _NETRC.sub(rf"\1{MASK}", text)
     text = _XML_SECRET.sub(rf"\1{MASK}\2", text)
     text = _COOKIE.sub(rf"\1{MASK}", text)
@@ -205,7 +211,7 @@ def redact_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
             hide_next = apart
         elif short and arg.startswith(short) and not arg.startswith("--"):
             new = short + MASK
-        elif (curl and arg in _CURL_USER) or _SECRET_OPTION.match(arg):
+        elif (curl and arg in _CURL_USER) or _SECRET_OPTION.match(arg) or _AUTH_OPTION.match(arg):
             hide_next = True
         elif m := (_SECRET_ASSIGN.match(arg) or _ENV_ASSIGN.match(arg)):
             new = m.group(1) + MASK

@@ -12,6 +12,7 @@ from functools import cached_property
 from vastprobe.analysis.waitgraph.edges import Task, WaitEdge, main_task
 from vastprobe.analysis.waitgraph.index import WaitIndex
 from vastprobe.model import Evidence, FileLock, Process, Unavailable
+from vastprobe.untrusted.numbers import read_int
 
 #: SQLite's lock bytes start at 0x40000000 (its PENDING_BYTE): PENDING, RESERVED, then the SHARED range
 SQLITE_PENDING, SQLITE_SHARED = "1073741824", "1073741826"  # RESERVED is 1073741825
@@ -154,7 +155,7 @@ class LockEdges(WaitIndex):
             lk = held.get(req.number)
             holders: tuple[int, ...] = ()
             if lk is not None and lk.pid is not None and lk.pid in self.tree.by_pid:
-                holders = (lk.pid,)
+                holders = (lk.pid, *self._co_holders(req, lk, p.pid))
             elif path is not None:  # the locker is gone or not visible: who still has the file open
                 holders = tuple(sorted({pid for pid, _e in self._fds.paths.get(path, []) if pid != p.pid}))
             where = path or f"inode {req.inode} on device {req.device}"
@@ -172,6 +173,23 @@ class LockEdges(WaitIndex):
                 lock=lk,
                 thread=t.tid,
             )
+
+    def _co_holders(self, req: FileLock, blocker: FileLock, waiter: int) -> tuple[int, ...]:
+        """The other holders of locks that keep `req` out beside the one the kernel names: readers of a
+        shared lock a writer waits for. The waiter needs every one of them to let go (one asleep on a
+        timer, named alone, cancelled the proof against a stuck one; found by a helper). At most 8."""
+        _waiting, held = self._locks
+        out: dict[int, None] = {}
+        for lk in held.values():
+            if len(out) >= 8:
+                break
+            if lk is blocker or lk.pid is None or lk.pid in (waiter, blocker.pid) or lk.pid not in self.tree.by_pid:
+                continue
+            if (lk.device, lk.inode) != (req.device, req.inode) or (lk.kind == "FLOCK") != (req.kind == "FLOCK"):
+                continue
+            if "WRITE" in (lk.access, req.access) and _overlap(lk, req):
+                out.setdefault(lk.pid, None)
+        return tuple(out)
 
     def _sqlite_busy_edge(self, p: Process) -> WaitEdge | None:
         """SQLite's busy handler sleeps between attempts, so no kernel wait names the lock; its lock
@@ -310,3 +328,15 @@ class LockEdges(WaitIndex):
         if len(journaled) == 1:
             return journaled[0]
         return next(iter(files)) if len(files) == 1 else None
+
+
+def _overlap(a: FileLock, b: FileLock) -> bool:
+    """Whether two locks' byte ranges meet (a flock is the whole file; `EOF` is no end)."""
+    if a.kind == "FLOCK":
+        return True
+    a0, b0 = read_int(a.start), read_int(b.start)
+    a1 = None if a.end == "EOF" else read_int(a.end)
+    b1 = None if b.end == "EOF" else read_int(b.end)
+    if a0 is None or b0 is None:
+        return True  # unreadable: taken to meet, as the kernel's blocker says one does
+    return (a1 is None or b0 <= a1) and (b1 is None or a0 <= b1)
