@@ -42,3 +42,6 @@ def test_the_kernels_lines_behind_loggers_heads_are_events_and_task_named_ones_a
         assert len(parse_kernel_lines(line)) == 1, line
     for line in TASK_NAMED:
         assert parse_kernel_lines(line) == (), line
+    # a task named like a marker that invokes the OOM killer itself is that, not the marker
+    (event,) = parse_kernel_lines("[ 1.0] oom-kill:x invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0")
+    assert (event.kind, event.comm) == ("oom-invoked", "oom-kill:x")

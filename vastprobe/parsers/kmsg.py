@@ -413,14 +413,14 @@ def _event(msg: str) -> dict[str, object] | None:
         msg = msg[m.end() :]
         if _TASK_LINE.match(msg):
             return None
+    if 0 < (i := msg.find(" invoked oom-killer:")) <= COMM_MAX:  # first: the task's name opens it
+        return {"kind": "oom-invoked", "comm": msg[:i].strip()}
     if (i := msg.find("Killed process ")) >= 0 and _KILLED_HEAD.fullmatch(msg, 0, i):
         return _killed(msg, i + 15)
     if msg.startswith("oom-kill:"):
         return _summary(msg[9:])
     if msg.startswith("oom_reaper: "):
         return _reaper(msg[12:])
-    if 0 < (i := msg.find(" invoked oom-killer:")) <= COMM_MAX:
-        return {"kind": "oom-invoked", "comm": msg[:i].strip()}
     if msg.startswith("memory: usage ") and (u := _USAGE.match(msg)):
         return {"kind": "memcg-usage", "usage_kb": read_int(u.group(1)), "limit_kb": read_int(u.group(2))}
     if msg.startswith("Task in ") and (t := _TASK_IN.match(msg)):
