@@ -46,6 +46,7 @@ import re
 
 from vastprobe.clock import utc_struct
 from vastprobe.model import KernelEvent, KernelLog
+from vastprobe.parsers.kmsg_message import kernel_message
 from vastprobe.untrusted.numbers import read_digits, read_float, read_hex, read_int
 
 #: Longest line read; the kernel's own records are at most ~1 KiB, a syslog prefix adds little.
@@ -381,18 +382,6 @@ _EVENT_TEXT = re.compile("|".join(re.escape(w) for w in _EVENT_WORDS))
 _KILLED_HEAD = re.compile(r"(?:(?:Memory cgroup )?[Oo]ut of memory(?: \([a-z_]+\))?: )?")
 #: The NVSwitch driver's device name before its SXid: "nvidia-nvswitch3: "
 _SXID_HEAD = re.compile(r"nvidia-nvswitch[0-9]{1,3}: ")
-#: Heads that loggers and dmesg's options write before the kernel's message, which _strip_prefix
-#: leaves (a tenant writes no line's start): printk's caller id "[   T25726] ", a syslog priority
-#: "<3>", a bracketed stamp of any form ("[  +0.000123]", "[Mar 2 17:35]", "[ 1.5 <    0.000123>]",
-#: a localised ctime), epoch seconds, an ISO date, "host kernel: ", "host kernel - - - " (RFC 5424),
-#: rsyslog's "kern.err ". A marker after them opened the line before it was anchored (found by a helper)
-_LOGGER_HEAD = re.compile(
-    r"(?:<[0-9]{1,3}>[0-9]? ?|\[[^\]'\"`]{1,48}\] ?|[0-9]{9,11}\.[0-9]{1,9} "
-    r"|(?:[A-Z][a-z]{2} )?[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9:.,+-]{8,32}(?: [A-Z]{2,5})? "
-    r"|[^\s'\"`]{1,64} kernel(?:: | - - - )|kernel: |kern\.[a-z]{3,7} )"
-)
-#: A line the kernel writes about one task, opening with its name: "NAME[812]: segfault at …"
-_TASK_LINE = re.compile(r"[^\n]{1,16}\[[0-9]{1,10}\]: ")
 #: The longest name a task has (TASK_COMM_LEN less its NUL), which "NAME invoked oom-killer:" opens with
 COMM_MAX = 15
 
@@ -403,16 +392,10 @@ def _event(msg: str) -> dict[str, object] | None:
     logs an unknown mount option verbatim, "Unknown parameter 'NVRM: Xid (…): 79'", and a segfault
     line opens with the task's name, "GPU is lost[812]: segfault at …"), which made a host with no
     fault STALLED (found by a helper)."""
-    msg = msg.lstrip()  # a message's continuation is indented ("               NVRM: fallen off the bus …")
-    if _TASK_LINE.match(msg):
-        return None  # a task's own line (a segfault, a trap): its name and its library's are the tenant's
-    for _ in range(4):  # what loggers and dmesg's options put before the kernel's message
-        m = _LOGGER_HEAD.match(msg)
-        if m is None or not m.end():
-            break
-        msg = msg[m.end() :]
-        if _TASK_LINE.match(msg):
-            return None
+    found = kernel_message(msg)
+    if found is None:
+        return None
+    msg = found
     if 0 < (i := msg.find(" invoked oom-killer:")) <= COMM_MAX:  # first: the task's name opens it
         return {"kind": "oom-invoked", "comm": msg[:i].strip()}
     if (i := msg.find("Killed process ")) >= 0 and _KILLED_HEAD.fullmatch(msg, 0, i):
