@@ -474,12 +474,10 @@ def test_a_co_holder_asleep_on_a_timer_does_not_free_a_stuck_one(reap, tmp_path:
     share. One holder asleep on a timer cancelled the proof for both: DEGRADED, exit 0 (found by a
     helper). Each holder must wake by itself for the proof to fall."""
     lock = tmp_path / "shared.lock"
-    holders = []
     for run in (("sleep", "1000"), PAUSE):
         h = subprocess.Popen(["flock", "-s", str(lock), *run], start_new_session=True)
         reap.append(h)
         wait_for(lambda h=h: children_of(h.pid) != [], what="a reader holding its share")  # type: ignore[misc]
-        holders.append(h)
     job = subprocess.Popen(["bash", "-c", f"flock -x {lock} echo got; echo done"], start_new_session=True)
     reap.append(job)
     wait_for(lambda: find_desc(job.pid, "flock", "locks_lock") is not None, what="the writer blocked")

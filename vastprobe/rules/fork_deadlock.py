@@ -78,7 +78,6 @@ def check(ctx: Context) -> Iterator[Finding]:
             )
         if waiting:
             summary += f"; {', '.join(ctx.proc_label(w) for w, _e in waiting[:2])} wait(s) on it"
-        python = is_python(ctx, p.pid) or (parent is not None and is_python(ctx, parent.pid))
         if not forked:
             # not forked from a threaded parent: the thread that would have released it is gone (a
             # producer or notifier that died with an exception); the fork advice misled (found by a helper)
@@ -88,20 +87,20 @@ def check(ctx: Context) -> Iterator[Finding]:
                 f"exception; see its log), or a lock it took twice; see where it waits: {stack_command(ctx, p.pid)}"
             )
             pids = (p.pid, *(w for w, _e in waiting))
-            yield META.finding(summary, pids, ev, hint)
-            continue
-        hint = (
-            f"kill {p.pid}: it cannot go on. Then start workers without fork in a threaded program"
-            + (
-                ": the `spawn` or `forkserver` start method (multiprocessing.set_start_method('spawn'), "
-                "DataLoader(multiprocessing_context='spawn')), or no lock held by another thread across fork"
-                if python
-                else " (posix_spawn, or fork before any thread starts), or register at-fork handlers "
-                "(pthread_atfork) that take and release the lock"
+        else:
+            python = is_python(ctx, p.pid) or (parent is not None and is_python(ctx, parent.pid))
+            hint = (
+                f"kill {p.pid}: it cannot go on. Then start workers without fork in a threaded program"
+                + (
+                    ": the `spawn` or `forkserver` start method (multiprocessing.set_start_method('spawn'), "
+                    "DataLoader(multiprocessing_context='spawn')), or no lock held by another thread across fork"
+                    if python
+                    else " (posix_spawn, or fork before any thread starts), or register at-fork handlers "
+                    "(pthread_atfork) that take and release the lock"
+                )
+                + f"; see where it waits: {stack_command(ctx, p.pid)}"
             )
-            + f"; see where it waits: {stack_command(ctx, p.pid)}"
-        )
-        pids = (p.pid, *([parent.pid] if parent is not None else []), *(w for w, _e in waiting if w != p.ppid))
+            pids = (p.pid, *([parent.pid] if parent is not None else []), *(w for w, _e in waiting if w != p.ppid))
         yield META.finding(summary, pids, ev, hint)
 
 

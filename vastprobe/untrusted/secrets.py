@@ -200,9 +200,9 @@ def redact_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
     prog = argv[0].rsplit("/", 1)[-1] if argv else ""
     curl = prog == "curl"
     short, apart = _SHORT_SECRET.get(prog, ("", False))
-    for arg in argv[:1]:
-        out.append(redact_text(arg))
-        changed = out[0] != arg
+    if argv:  # the program: its own name, never an option's value
+        out.append(redact_text(argv[0]))
+        changed = out[0] != argv[0]
     for arg in argv[1:]:
         new = arg
         if hide_next:

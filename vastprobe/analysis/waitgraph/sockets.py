@@ -173,31 +173,40 @@ class SocketEdges(WaitIndex):
             if sock is None or sock.state not in ("ESTABLISHED", "CONNECTED"):
                 continue
             if sock.proto.startswith("tcp"):
-                holders: set[int] = set()
-                for peer in self._tcp_peers.get((sock.remote, sock.local), []):
-                    if peer.inode != sock.inode:
-                        holders.update(self._fds.sockets.get(peer.inode, []))
+                holders = self._mirror_holders(sock)
                 out |= holders
                 unseen += not holders
             elif sock.peer_inode:
                 out.update(self._fds.sockets.get(sock.peer_inode, []))
         return out - {pid}, unseen
 
-    def unseen_ends(self, pid: int) -> tuple[str, ...]:
-        """The remote ends of the established TCP connections `pid` holds whose other end no process
-        here holds (another host): where a rank's peers are, which tells two jobs under one id apart."""
+    def _mirror_holders(self, sock: Socket) -> set[int]:
+        """The processes here holding the other end of TCP socket `sock` (its mirror-image row)."""
+        holders: set[int] = set()
+        for peer in self._tcp_peers.get((sock.remote, sock.local), []):
+            if peer.inode != sock.inode:
+                holders.update(self._fds.sockets.get(peer.inode, []))
+        return holders
+
+    def _remote_ends(self, pid: int, state: str) -> tuple[str, ...]:
+        """The remote ends of the TCP connections `pid` holds in `state` whose other end no process
+        here holds (another host), each once."""
         p = self.tree.by_pid.get(pid)
         if p is None or isinstance(p.fds, Unavailable):
             return ()
         out = []
         for e in p.fds:
             sock = self._sockets.get(e.socket_inode) if e.socket_inode is not None else None
-            if sock is None or sock.state != "ESTABLISHED" or not sock.proto.startswith("tcp"):
+            if sock is None or sock.state != state or not sock.proto.startswith("tcp"):
                 continue
-            mirror = self._tcp_peers.get((sock.remote, sock.local), [])
-            if not any(self._fds.sockets.get(peer.inode) for peer in mirror if peer.inode != sock.inode):
+            if not self._mirror_holders(sock):
                 out.append(sock.remote)
         return tuple(dict.fromkeys(out))
+
+    def unseen_ends(self, pid: int) -> tuple[str, ...]:
+        """The remote ends of the established TCP connections `pid` holds whose other end no process
+        here holds (another host): where a rank's peers are, which tells two jobs under one id apart."""
+        return self._remote_ends(pid, "ESTABLISHED")
 
     def closed_by_peer(self, pid: int) -> tuple[str, ...]:
         """The remote ends of the TCP connections `pid` holds that the other end closed (CLOSE_WAIT:
@@ -205,19 +214,5 @@ class SocketEdges(WaitIndex):
         closed it. A distributed job's pairs live as long as the job."""
         found = self._closed.get(pid)
         if found is None:
-            found = self._closed[pid] = self._closed_by_peer(pid)
+            found = self._closed[pid] = self._remote_ends(pid, "CLOSE_WAIT")
         return found
-
-    def _closed_by_peer(self, pid: int) -> tuple[str, ...]:
-        p = self.tree.by_pid.get(pid)
-        if p is None or isinstance(p.fds, Unavailable):
-            return ()
-        out = []
-        for e in p.fds:
-            sock = self._sockets.get(e.socket_inode) if e.socket_inode is not None else None
-            if sock is None or sock.state != "CLOSE_WAIT" or not sock.proto.startswith("tcp"):
-                continue
-            mirror = self._tcp_peers.get((sock.remote, sock.local), [])
-            if not any(self._fds.sockets.get(peer.inode) for peer in mirror if peer.inode != sock.inode):
-                out.append(sock.remote)
-        return tuple(dict.fromkeys(out))
