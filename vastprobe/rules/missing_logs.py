@@ -130,12 +130,13 @@ def _judged(
     """A quiet log is evidence, not a verdict: an error only while the job is seen not to move, and
     a warning while it computes or does I/O (its evidence added to `ev`)."""
     job = h.writers or (tuple(sorted(ctx.scope)) if ctx.bounded else ())
-    busy = _busy(ctx, _behind(ctx, job)) if sev == "error" else []
+    behind = _behind(ctx, job) if sev == "error" else ()
+    busy = _busy(ctx, behind)
     if sev == "error" and not busy and not _still(ctx, job):
         # a quiet log alone is no stall: only a job seen not to move over the window makes it one
         sev = "warning"
         ev.append(Evidence("progress", _why_not_judged(ctx, job)))
-    elif sev == "error" and not busy and (sleepers := ctx.timer_sleepers(_behind(ctx, job))):
+    elif sev == "error" and not busy and (sleepers := ctx.timer_sleepers(behind)):
         # asleep on a timer is no holder proven not to move: the job wakes by itself (a polling loop's
         # pause, a back-off, `time.sleep(3600)`) and read STALLED (found by a helper)
         sev = "warning"
