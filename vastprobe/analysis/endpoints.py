@@ -1,10 +1,11 @@
 """What a host's report keeps of its sockets for a sweep to join hosts by connection: the waits on a
 TCP connection whose other end no process here holds (RemotePeer), and the sockets processes here
-serve on (ServedSocket: listeners, and connections accepted on a listening port). Both are bounded:
-a busy server's thousands of connections are not the report's to carry."""
+serve on (ServedSocket: listeners, and connections accepted on a listening port) or opened (clients'
+ends). Both are bounded: a busy server's thousands of connections are not the report's to carry."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import islice
 from typing import TYPE_CHECKING
 
@@ -31,22 +32,40 @@ def remote_peer(tree: ProcessTree, edge: WaitEdge) -> RemotePeer | None:
     return RemotePeer(edge.waiter, p.comm if p else "?", edge.socket.local, edge.socket.remote)
 
 
+def client_peer(ctx: Context, session: int) -> RemotePeer | None:
+    """A server's session (a database backend) whose client is on another host: its connection, as
+    a wait its client holds (a backend idle in a transaction keeps its locks until that client acts)."""
+    for edge in ctx.graph.edges(session):
+        peer = remote_peer(ctx.tree, edge)
+        if peer is not None:
+            return replace(peer, client_holds=True)
+    return None
+
+
 def remote_waits(ctx: Context) -> tuple[RemotePeer, ...]:
     """Waiters in scope blocked on a TCP connection whose peer is not on this host (no holder, no
-    listener here queues it)."""
+    listener here queues it); and the sessions that hold a lock others wait for, whose client is on
+    another host (db-lock-wait's likely holders)."""
     out: dict[int, RemotePeer] = {}
     for s in ctx.stalled_chains:
-        peer = remote_peer(ctx.tree, s.edge) if s.edge is not None else None
-        if peer is not None and peer.pid in ctx.scope and peer.pid not in out:
-            out[peer.pid] = peer
-            if len(out) >= MAX_WAITS:
-                break
-    return tuple(out.values())
+        if s.edge is None:
+            continue
+        peers = [remote_peer(ctx.tree, s.edge)]
+        if s.edge.kind == "db-lock":
+            peers += [client_peer(ctx, h) for h in s.edge.holders]
+        for peer in peers:
+            if peer is not None and (peer.pid in ctx.scope or peer.client_holds) and peer.pid not in out:
+                out[peer.pid] = peer
+        if len(out) >= MAX_WAITS:
+            break
+    return tuple(out.values())[:MAX_WAITS]
 
 
 def served(ctx: Context) -> tuple[ServedSocket, ...]:
     """Listening sockets held by a process here, then connections accepted on their ports, then any
-    other connection held by a process that cannot move (stopped, D) or with bytes unread in it."""
+    other connection held by a process that cannot move (stopped, D) or with bytes unread in it, then
+    the connections processes here opened (a client's end: where a server's session on another host,
+    held until its client acts, leads)."""
     table = ctx.snapshot.sockets
     if not isinstance(table, SocketTable):
         return ()
@@ -60,6 +79,9 @@ def served(ctx: Context) -> tuple[ServedSocket, ...]:
     seen = {s.inode for s in accepted}
     stuck = [s for s in tcp if s.state != "LISTEN" and s.remote and s.inode not in seen and _stuck(ctx, s)]
     accepted += stuck
+    seen.update(s.inode for s in stuck)
+    opened = [s for s in tcp if s.state == "ESTABLISHED" and s.remote and s.inode not in seen]
+    accepted += opened
     out = []
     under: dict[int, tuple[tuple[int, ...], str]] = {}  # a server's many connections share one holder
     relayed: dict[int, tuple[tuple[str, str], ...]] = {}
@@ -75,8 +97,9 @@ def served(ctx: Context) -> tuple[ServedSocket, ...]:
             if s.remote and holder.pid not in relayed:
                 relayed[holder.pid] = _relays_to(ctx, holder)
             relays = relayed[holder.pid] if s.remote else ()
+            mine = s.state != "LISTEN" and s.local_address[1] not in ports  # not accepted here: opened here
             out.append(ServedSocket(s.local, s.remote if s.state != "LISTEN" else "", holder.pid, holder.comm,
-                                    holder.state, below, s.recv_queue or 0, idle, moving, relays))  # fmt: skip
+                                    holder.state, below, s.recv_queue or 0, idle, moving, relays, mine))  # fmt: skip
     return tuple(out)
 
 

@@ -35,13 +35,17 @@ class RemotePeer:
     local: str  # "10.0.0.4:51234"
     remote: str  # "10.0.0.5:6379"
     listener: bool = False  # the connection sits in a listener's accept queue there (no socket holds it yet)
+    #: a server's session here that holds what others wait for (a lock) until its client, at the other
+    #: end, ends its transaction: that client is what holds them (db-lock-wait's holder from another host)
+    client_holds: bool = False
 
 
 @dataclass(frozen=True)
 class ServedSocket:
     """A TCP socket a process here serves on: a listener, or a connection accepted on one of this
     host's listening ports; or any connection whose holder is stopped or in D state, or that holds
-    bytes nobody read. A sweep finds here the other end of another host's wait."""
+    bytes nobody read; then the connections processes here opened (clients' ends). A sweep finds here
+    the other end of another host's wait."""
 
     local: str  # "10.0.0.5:6379"
     remote: str  # "" for a listener
@@ -58,6 +62,9 @@ class ServedSocket:
     #: the holder relays (socat, `ssh -L`, a TCP proxy): the connections it opened, (local, remote), at
     #: most 8: where a sweep follows the wait on to another host
     relays_to: tuple[tuple[str, str], ...] = ()
+    #: a connection a process here opened (its local port is none this host listens on): a client's end,
+    #: where a server's session on another host that holds others until its client acts leads
+    opened: bool = False
 
 
 @dataclass(frozen=True)

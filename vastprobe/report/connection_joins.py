@@ -7,7 +7,9 @@ address that host has (hosts behind one address differ by the port they listen o
 host counts: an end that two hosts could hold is left unjoined.
 
 The waiting host's finding then names the host and the process that hold it, at the severity what
-holds it proves (a stopped holder: an error), and that host's report says who waits on it."""
+holds it proves (a stopped holder: an error), and that host's report says who waits on it. A server's
+session that holds others (a database backend idle in a transaction, holding a lock) until its client
+acts is joined the other way: the client's host is told, at the severity of the finding it causes."""
 
 from __future__ import annotations
 
@@ -183,6 +185,8 @@ def _joined(
     a: HostReport, b: HostReport, w: RemotePeer, s: ServedSocket, via: tuple[tuple[str, ServedSocket], ...] = ()
 ) -> tuple[HostReport, HostReport]:
     """`via`: the relays on the way from `a`'s wait to `b`'s end, (their host, their socket)."""
+    if w.client_holds:
+        return _held_by_client(a, b, w, s)
     sev, how = _holder_severity(b, s)
     end = "".join(f"{r.comm} ({r.pid}) on {t}, relaying to " for t, r in via) + f"{s.comm} ({s.pid}) on {b.target}"
     conn = f"TCP {w.local} -> {w.remote}"
@@ -220,5 +224,30 @@ def _joined(
         (s.pid,), (Evidence("this run", line[:400]),),
         f"resume it with `kill -CONT {s.pid}`, or find who stopped it" if s.state in ("T", "t")
         else f"look at what {s.comm} ({s.pid}) waits on", remote=a.target,
+    )  # fmt: skip
+    return a, added(b, told)
+
+
+def _held_by_client(a: HostReport, b: HostReport, w: RemotePeer, s: ServedSocket) -> tuple[HostReport, HostReport]:
+    """`a`'s finding names a server's session (w) that holds others until its client acts; `s`, the
+    client's end on `b`, is that client: `a`'s finding names it, and `b` is told at that finding's
+    severity (the client is what to act on). Found by a helper: the psql on a third host that kept a
+    row lock in an open transaction read HEALTHY, and nothing named it."""
+    own = next((f for f in a.findings if f.peer == w), None)
+    if own is None:
+        return a, b
+    conn = f"TCP {w.remote} -> {w.local}"
+    line = f"{b.target}: {s.comm} ({s.pid}) is the client of {w.comm} ({w.pid}) over {conn}"
+    a = swap(a, own, replace(own, evidence=(*own.evidence, Evidence("this run", line[:400])), remote=b.target))
+    if SEVERITY_ORDER[own.severity] < SEVERITY_ORDER["warning"]:
+        return a, b
+    summary = (
+        f"{s.comm} ({s.pid}) is the client of {w.comm} ({w.pid}) on {a.target}, which others wait behind: {own.summary}"
+    )
+    told = Finding(
+        own.rule, own.code, own.severity, summary[:600], (s.pid,),
+        (Evidence("this run", f"{a.target}: {w.comm} ({w.pid}) serves {s.comm} ({s.pid}) here over {conn}"[:400]),),
+        f"{s.comm} ({s.pid}) keeps that session's transaction open: commit or roll back in it, or end it; "
+        f"see {a.target}'s report (`vastprobe diagnose {a.target}`)", remote=a.target,
     )  # fmt: skip
     return a, added(b, told)

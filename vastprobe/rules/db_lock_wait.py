@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from vastprobe.analysis.endpoints import client_peer
 from vastprobe.analysis.waitgraph.locks import process_title
 from vastprobe.model import Evidence, Finding
 from vastprobe.rules.base import Context, Rule, RuleMeta
@@ -32,6 +33,8 @@ def check(ctx: Context) -> Iterator[Finding]:
         doing = process_title(backend).removeprefix("postgres: ")
         via = f" on its PostgreSQL backend {backend.pid} ({doing})" if backend.pid != waiter.pid else f" ({doing})"
         clients = {h: _client(ctx, h) for h in edge.holders}
+        # a holder whose client is on another host: a sweep that probed that host names the client there
+        away = {h: peer for h in edge.holders if clients[h] is None and (peer := client_peer(ctx, h)) is not None}
         titles = [process_title(ctx.tree.by_pid[h]) for h in edge.holders if h in ctx.tree.by_pid]
         how = (
             "idle in a transaction"
@@ -43,13 +46,26 @@ def check(ctx: Context) -> Iterator[Finding]:
         )
         if edge.holders:
             held = ", ".join(
-                f"backend {h}" + (f" (its client: {ctx.proc_label(c)})" if c is not None else "")
+                f"backend {h}"
+                + (
+                    f" (its client: {ctx.proc_label(c)})"
+                    if c is not None
+                    else f" (its client: {away[h].remote}, not on this host)"
+                    if h in away
+                    else ""
+                )
                 for h, c in list(clients.items())[:4]
             )
             summary = f"{waiter.comm} ({waiter.pid}) waits{via} for a lock; likely held by {held}, {how}"
             first = edge.holders[0]
             client = clients[first]
-            finish = f"commit or roll back in its client ({ctx.proc_label(client)}), or " if client else ""
+            finish = (
+                f"commit or roll back in its client ({ctx.proc_label(client)}), or "
+                if client
+                else f"commit or roll back in its client (at {away[first].remote}, on another host), or "
+                if first in away
+                else ""
+            )
             hint = (
                 f"the session {how} keeps its locks until it ends: {finish}end it from SQL with "
                 f"`SELECT pg_terminate_backend({first});`. Confirm first: `SELECT pid, state, wait_event, "
@@ -73,6 +89,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             hint,
             sev,
             caused_by="oom-killed-child" if stall.oom else None,
+            peer=next(iter(away.values()), None),
         )
 
 
