@@ -8,13 +8,18 @@ nothing named it; the operator had to run the SQL in the hint to find it."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import gzip
+import json
 import os
 import pwd
 import shutil
 import subprocess
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -35,15 +40,16 @@ def _postgres_user() -> bool:
     return True
 
 
-pytestmark = [
+#: the live scene's needs (the recorded one's test needs none of them)
+LIVE = [
     pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)"),
     pytest.mark.skipif(not BIN or shutil.which("psql") is None, reason="needs PostgreSQL (Debian package postgresql)"),
     pytest.mark.skipif(not _postgres_user() or os.geteuid() != 0, reason="needs root and the postgres user"),
 ]
 
 
-@pytest.fixture
-def data_dir() -> Iterator[Path]:
+@contextlib.contextmanager
+def pg_data() -> Iterator[Path]:
     """An initdb'd cluster directory the postgres user owns (not started: host B runs the server)."""
     d = Path(tempfile.mkdtemp(prefix="vp-pgj-", dir="/tmp"))
     shutil.chown(d, "postgres")
@@ -54,6 +60,12 @@ def data_dir() -> Iterator[Path]:
         yield d
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    with pg_data() as d:
+        yield d
 
 
 def _titles(h: Sshd) -> dict[int, str]:
@@ -69,10 +81,20 @@ def _titles(h: Sshd) -> dict[int, str]:
     return out
 
 
-def test_the_client_holding_a_row_lock_from_a_third_host_is_named_there(fleet: Fleet, data_dir: Path) -> None:  # noqa: F811
+@dataclass(frozen=True)
+class RowLock:
+    a: Sshd  # psql waiting on the row
+    b: Sshd  # the server
+    c: Sshd  # psql holding the row in an open transaction
+    holder: int  # the backend idle in the transaction, its pid in B's namespace
+    client: int  # C's psql, its pid in C's namespace
+
+
+def row_lock(fleet: Fleet, data: Path) -> RowLock:  # noqa: F811
+    """The three hosts, once A's update waits (also fixtures/joins/record.py's scene)."""
     port = free_ports(1)[0]
-    b = fleet.host(f"runuser -u postgres -- {BIN[-1]}/postgres -D {data_dir}/data -c listen_addresses=127.0.0.1 "
-                   f"-p {port} -k {data_dir} -c fsync=off -c shared_buffers=16MB")  # fmt: skip
+    b = fleet.host(f"runuser -u postgres -- {BIN[-1]}/postgres -D {data}/data -c listen_addresses=127.0.0.1 "
+                   f"-p {port} -k {data} -c fsync=off -c shared_buffers=16MB")  # fmt: skip
     psql = f"psql -h 127.0.0.1 -p {port} -U postgres -X -q"
     up = [*psql.split(), "-c", "select 1"]
     wait_for(lambda: subprocess.run(up, capture_output=True).returncode == 0, timeout=60, what="postgres answering")
@@ -84,7 +106,19 @@ def test_the_client_holding_a_row_lock_from_a_third_host_is_named_there(fleet: F
     wait_for(lambda: any("UPDATE waiting" in t for t in _titles(b).values()), what="A's update waiting")
     holder = next(p for p, t in _titles(b).items() if "idle in transaction" in t)
     client = next(p for p, t in _titles(c).items() if t.split(" ")[0].endswith("psql"))
+    return RowLock(a, b, c, holder, client)
 
+
+def live(test: Callable[..., None]) -> Callable[..., None]:
+    for mark in LIVE:
+        test = mark(test)
+    return test
+
+
+@live
+def test_the_client_holding_a_row_lock_from_a_third_host_is_named_there(fleet: Fleet, data_dir: Path) -> None:  # noqa: F811
+    lock = row_lock(fleet, data_dir)
+    a, b, c, holder, client = lock.a, lock.b, lock.c, lock.holder, lock.client
     rc, got = fleet.sweep(a.target, b.target, c.target)
     on_b = next(f for f in got[b.target]["findings"] if f["rule"] == "db-lock-wait")
     assert on_b["severity"] == "error" and got[b.target]["verdict"] == "stalled", on_b
@@ -107,3 +141,42 @@ def test_the_client_holding_a_row_lock_from_a_third_host_is_named_there(fleet: F
     rc, got = fleet.sweep(a.target, c.target)
     assert got[c.target]["verdict"] == "healthy", got[c.target]["findings"]
     assert not any(f["rule"] == "db-lock-wait" for f in got[c.target]["findings"])
+
+
+FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures" / "joins"
+
+
+def _analyze(tmp_path: Path, *hosts: str) -> tuple[int, dict[str, dict]]:
+    files = []
+    for i, h in enumerate(hosts):
+        f = tmp_path / f"{i}-{h}.json"
+        f.write_bytes(gzip.decompress((FIXTURES / f"pg-row-lock-{h}.json.gz").read_bytes()))
+        files.append(str(f))
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "analyze", *files, "--format", "json"],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.stdout, r.stderr
+    return r.returncode, {f"{i}-{h['target']}": h for i, h in enumerate(json.loads(r.stdout)["hosts"])}
+
+
+def test_captures_of_the_three_hosts_analysed_together_name_the_client(tmp_path: Path) -> None:
+    """The same scene recorded (fixtures/joins/record.py): `analyze A B C` reads the hosts as a sweep
+    does; each capture alone reads as its host alone."""
+    pids = json.loads((FIXTURES / "pg-row-lock.json").read_text())
+    rc, got = _analyze(tmp_path, "A", "B", "C")
+    a, b, c = got.values()
+    told = [f for f in c["findings"] if f["rule"] == "db-lock-wait"]
+    assert told and told[0]["severity"] == "error", c["findings"]
+    assert told[0]["summary"].startswith(f"psql ({pids['client']}) is the client of postgres ({pids['holder']}) on "
+                                         f"{b['target']}, which others wait behind: "), told[0]["summary"]  # fmt: skip
+    assert c["verdict"] == "stalled" and b["verdict"] == "stalled" and a["verdict"] == "stalled" and rc == 1
+    assert any(f["rule"] == "socket-peer-wait" and f["remote"] == b["target"] for f in a["findings"]), a["findings"]
+
+    rc, got = _analyze(tmp_path, "C")
+    (c,) = got.values()
+    assert c["verdict"] == "healthy" and rc == 0, c["findings"]
+    rc, got = _analyze(tmp_path, "A")  # its other end out of sight: no proof
+    (a,) = got.values()
+    assert a["verdict"] != "stalled" and rc == 0, a["findings"]
+    # one host's captures of two moments are not one run: read each alone
+    rc, got = _analyze(tmp_path, "C", "C")
+    assert [h["verdict"] for h in got.values()] == ["healthy", "healthy"] and rc == 0

@@ -108,11 +108,13 @@ def analyze(
 
     The scope is the capture's own (`collect --pid/--match`) unless --pid/--match are given here.
     A capture whose raw bytes do not match their recorded sha256 is reported as an error, not analysed.
+    Captures of several hosts are read together, as a sweep of them would be.
 
     [b]Examples[/b]
       vastprobe analyze snap.json
       vastprobe analyze snap.json --pid 4242 --format json
       gunzip -c snap.json.gz | vastprobe analyze -
+      vastprobe analyze a.json b.json c.json   # three hosts of one job, joined
     """
     from dataclasses import replace
 
@@ -140,6 +142,10 @@ def analyze(
             usage_error(f"capture of {cap.target}: scope {exc.format_message()}")
         opts = replace(base, params=cap.params, pids=scope_pids, matches=scope_matches)
         reports.append(report_of(cap, opts))
+    if len({r.target for r in reports}) == len(reports):  # a run's hosts, read as one story as a sweep reads them
+        from vastprobe.report.joins import join_hosts
+
+        reports = join_hosts(reports)
     code = exit_code(reports)
     emit(ReportsDocument(reports, code, 0, report.snapshot, report.verbose, report.brief), chosen)
     raise typer.Exit(code)
