@@ -9,11 +9,12 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import local_snapshot, proc_state, run_probe_raw, wait_for
+from tests.helpers import local_snapshot, proc_state, proc_wchan, run_probe_raw, wait_for
 from vastprobe.analysis.scope import compute_scope
 from vastprobe.model import FdEntry, HostSnapshot, verdict
 from vastprobe.parsers import kmsg
@@ -262,6 +263,47 @@ def test_busy_no_progress_through_the_cli_without_a_log() -> None:
     (f,) = [f for f in host["findings"] if f["rule"] == "gpu-busy-no-progress"]
     assert f["severity"] == "warning" and f["code"] == "VP120"  # no --log: the logs could not be checked
     assert any("no --log" in e["detail"] for e in f["evidence"])
+
+
+#: A trainer's CPU side while its GPU computes: both threads asleep in a blocking sync (poll with no
+#: timeout), its log written at each epoch's end
+_SYNCING = (
+    "import select, sys, threading; print('epoch 1 loss 2.31', flush=True); "
+    "threading.Thread(target=lambda: select.select([], [], [])).start(); select.select([], [], [])"
+)
+
+
+@pytest.mark.parametrize("named", ["log", "found"])
+def test_a_job_whose_gpu_computes_behind_a_quiet_log_is_not_stalled(tmp_path: Path, named: str) -> None:
+    """Found by a helper: a trainer whose epoch logs at its end, its GPU at 91% of its power limit,
+    read STALLED (missing-logs: the job did not move) with and without --log."""
+    log = tmp_path / "train.log"
+    with log.open("w") as out:
+        job = subprocess.Popen([sys.executable, "-c", _SYNCING], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: log.stat().st_size > 0 and proc_wchan(job.pid) != "", what="the job to log and block")
+        old = time.time() - 600
+        os.utime(log, (old, old))
+        got = {}
+        for scenario in ("busy", "hung"):
+            env = {**gpu_env(scenario), "VASTPROBE_STANDIN_APP_PID": str(job.pid)}
+            args = ("--log", str(log)) if named == "log" else ()
+            r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json",
+                                "--pid", str(job.pid), *args], capture_output=True, text=True, env=env,
+                               timeout=120)  # fmt: skip
+            got[scenario] = (r.returncode, json.loads(r.stdout)["hosts"][0])
+    finally:
+        job.kill()
+        job.wait()
+    rc, host = got["busy"]
+    (f,) = [f for f in host["findings"] if f["rule"] == "missing-logs"]
+    assert f["severity"] == "warning" and f["summary"].endswith("the log is quiet while it computes"), f
+    assert any("draws 512 W of its 700 W limit in every sample" in e["detail"] for e in f["evidence"]), f
+    assert host["verdict"] == "degraded" and rc == 0, host["findings"]
+    # the same job beside a GPU that runs nothing is still the stall it was
+    rc, host = got["hung"]
+    (f,) = [f for f in host["findings"] if f["rule"] == "missing-logs"]
+    assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["findings"]
 
 
 # ---------------------------------------------------------------- more of nvidia-smi

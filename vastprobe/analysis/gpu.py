@@ -144,6 +144,25 @@ def gpu_users(snapshot: HostSnapshot, scope: frozenset[int]) -> list[GpuUser]:
     return out
 
 
+#: A GPU drawing at least this share of its power limit computes: a rank spinning in a hung collective
+#: shows 100% utilisation at a tenth of it (71 W of 700 W, NCCL#968), a job that trains draws most of it.
+COMPUTING_POWER = 0.5
+
+
+def gpu_computing(snapshot: HostSnapshot, pids: frozenset[int]) -> str | None:
+    """A GPU one of `pids` uses, drawing at least half its power limit in every sample, in words: the
+    job computes there while its CPU threads sleep in a blocking sync. None: no such sign."""
+    rows = [g for sample in snapshot.gpus.samples for g in sample]
+    for u in gpu_users(snapshot, pids):
+        mine = [g for g in rows if u.gpu_uuid and g.uuid == u.gpu_uuid]
+        if mine and all(
+            g.power_w is not None and g.power_limit_w and g.power_w >= COMPUTING_POWER * g.power_limit_w for g in mine
+        ):
+            g = mine[-1]
+            return f"the GPU of pid {u.pid} draws {g.power_w:.0f} W of its {g.power_limit_w:.0f} W limit"
+    return None
+
+
 def gpu_expected(snapshot: HostSnapshot, scope: frozenset[int], expect: bool | None) -> tuple[bool, str]:
     if expect is not None:
         return expect, "--expect-gpu" if expect else "--no-expect-gpu"

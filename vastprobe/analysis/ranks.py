@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from vastprobe.analysis.gpu import gpu_users
+from vastprobe.analysis.gpu import gpu_computing, gpu_users
 from vastprobe.analysis.waitgraph.edges import untimed_futex
 from vastprobe.clock import utc_text
 from vastprobe.model import HOLDING, DistributedJob, JobRank, Process, ProcIO, RankState, Syscall
@@ -85,11 +85,6 @@ def find_jobs(ctx: SnapshotView, chains: Sequence[StalledChain]) -> list[Distrib
     return jobs
 
 
-#: A GPU drawing at least this share of its power limit computes: a rank spinning in a hung collective
-#: shows 100% utilisation at a tenth of it (71 W of 700 W, NCCL#968), a rank that trains draws most of it.
-COMPUTING_POWER = 0.5
-
-
 def _progress(ctx: SnapshotView, procs: list[Process]) -> str | None:
     """What says the ranks here move on, beyond a busy CPU (a rank spinning in a collective burns one
     too): bytes written between the samples (a log line, a progress bar, a checkpoint: write(2)'s
@@ -100,16 +95,7 @@ def _progress(ctx: SnapshotView, procs: list[Process]) -> str | None:
         if isinstance(a, ProcIO) and isinstance(b, ProcIO) and b.wchar > a.wchar:
             wrote = byte_size(b.wchar - a.wchar)
             return f"{_rank_name(p)} (pid {p.pid}) wrote {wrote} between the samples"
-    users = gpu_users(ctx.snapshot, frozenset(p.pid for p in procs))
-    rows = [g for sample in ctx.snapshot.gpus.samples for g in sample]
-    for u in users:
-        mine = [g for g in rows if u.gpu_uuid and g.uuid == u.gpu_uuid]
-        if mine and all(
-            g.power_w is not None and g.power_limit_w and g.power_w >= COMPUTING_POWER * g.power_limit_w for g in mine
-        ):
-            g = mine[-1]
-            return f"the GPU of pid {u.pid} draws {g.power_w:.0f} W of its {g.power_limit_w:.0f} W limit"
-    return None
+    return gpu_computing(ctx.snapshot, frozenset(p.pid for p in procs))
 
 
 def _rank_name(p: Process) -> str:

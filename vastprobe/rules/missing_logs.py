@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from vastprobe.analysis.gpu import gpu_computing
 from vastprobe.analysis.logs import LogHealth
 from vastprobe.model import Evidence, FileStat, Finding, NotRead, Severity
 from vastprobe.rules.base import Context, Rule, RuleMeta
@@ -152,7 +153,7 @@ def _judged(
         ev += [Evidence("progress", text) for text in busy]
         summary += ": the log is quiet while it computes"
         hint = (
-            "the job is busy on the CPU or doing I/O but not logging: a long step with no output (an epoch that logs "
+            "the job is busy on the CPU or its GPU, or doing I/O, but not logging: a long step with no output (an epoch that logs "
             "at its end), a loop or a retry; if it should have logged by now, see where it spins (py-spy dump, "
             "gdb -p, perf top)"
         )
@@ -234,6 +235,10 @@ def _busy(ctx: Context, pids: tuple[int, ...]) -> list[str]:
             )
         elif pr.io_bytes is not None and pr.io_bytes >= BUSY_IO:
             out.append(f"{ctx.proc_label(pid)} read or wrote {pr.io_bytes} B over the {window:.1f}s between samples")
+    if not out and (gpu := gpu_computing(ctx.snapshot, frozenset(pids))) is not None:
+        # its CPU threads asleep in a blocking sync while its GPU computes: a trainer whose epoch logs at
+        # its end read STALLED beside a GPU at 91% of its power limit (found by a helper)
+        out.append(f"{gpu} in every sample")
     return out[:4]
 
 
