@@ -272,3 +272,38 @@ def test_a_jobs_two_clients_of_a_blocked_server_are_judged_by_the_proven_one(rea
     f = finding(host)
     assert f["severity"] == "error" and "has not accepted the connection (1 queued" in f["summary"], f["summary"]
     assert host["verdict"] == "stalled" and rc == 1
+
+
+#: A server that sends half its answer, then waits for ever on an Event nothing sets (one thread, a
+#: private futex with no timeout: nothing can wake it)
+HALF_ANSWER = r"""
+import socket, threading
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(4)
+print(s.getsockname()[1], flush=True)
+c, _ = s.accept()
+c.recv(65536)
+c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 4194304\r\n\r\n" + bytes(1 << 20))
+threading.Event().wait()
+"""
+
+
+def test_a_download_from_a_server_locked_for_ever_is_a_stall_when_the_job_is_named(reap) -> None:
+    """Found by a helper: the whole host read STALLED (fork-deadlock on the server), while the job
+    named alone, the server out of its scope, read HEALTHY with a note: a holder proven not to move is
+    the proof whatever the scope."""
+    srv = subprocess.Popen([sys.executable, "-c", HALF_ANSWER], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(srv)
+    assert srv.stdout is not None
+    port = srv.stdout.readline().strip()
+    get = f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/').read()"
+    job = subprocess.Popen([sys.executable, "-c", get], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: proc_wchan(srv.pid) == "futex_do_wait" and proc_wchan(job.pid) == "wait_woken",
+             what="the server locked, the client reading")  # fmt: skip
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+    f = finding(host)
+    assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["findings"]
+    assert "for ever on a lock no thread of its own can release" in proof(f), f["evidence"]

@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from vastprobe.analysis.gpu import idle_gpus
-from vastprobe.analysis.waitgraph.edges import Chain, Hop, WaitEdge
+from vastprobe.analysis.signal_waiters import waits_for_a_signal
+from vastprobe.analysis.waitgraph.edges import Chain, Hop, WaitEdge, private_untimed_wait
 from vastprobe.analysis.waitgraph.locks import process_title
 from vastprobe.analysis.wchan_families import family
 from vastprobe.model import Evidence, Process, Syscall
@@ -161,6 +162,13 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
     window = f"{ctx.snapshot.sample_window:.1f}s"
     who, several = _holders(ctx, edge.holders)
     holds = "hold" if several else "holds"
+    if all(_locked_for_ever(ctx, h) for h in edge.holders):
+        # fork-deadlock's proof, whatever the holder holds: a download from a server that is, read HEALTHY
+        # when the job was named (the server out of scope), STALLED for the whole host (found by a helper)
+        return (
+            f"{who} {'wait' if several else 'waits'} for ever on a lock no thread of {'their' if several else 'its'} "
+            f"own can release (one thread, in a private futex wait with no timeout), and did nothing over {window}"
+        )
     if kind in ("tcp", "unix-socket"):
         if edge.listener is not None and edge.listener.recv_queue:
             return (
@@ -194,6 +202,16 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
                 "session-level lock (pg_advisory_lock) is held until it is released or the session ends"
             )
     return None
+
+
+def _locked_for_ever(ctx: SnapshotView, pid: int) -> bool:
+    """docs/rules/fork-deadlock.md's proof: one thread, asleep on a private futex with no timeout (no
+    other process can wake it, and no thread of its own is left to), and no handler of a signal that
+    could (a service waiting to be told to stop)."""
+    p = ctx.tree.by_pid.get(pid)
+    if p is None or p.threads != 1 or p.state != "S" or private_untimed_wait(p.syscall) is None:
+        return False
+    return not waits_for_a_signal(p, ctx.tree.by_pid.get(p.ppid))
 
 
 def _awaits_requests_only(ctx: SnapshotView, pid: int) -> bool:
