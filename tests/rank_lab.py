@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import selectors
+import signal
 import socket
 import subprocess
 import sys
@@ -69,6 +70,8 @@ def rank_main() -> None:
                 f.read()
         elif how == "oom":
             _hog = bytearray(1 << 30)  # past the memory cgroup's limit
+        elif how == "pause":
+            signal.pause()  # waits for a signal nothing sends (Python handles only SIGINT)
     if os.environ.get("LAB_SPIN"):  # NCCL's waiting ranks: the host thread polls the GPU, a CPU at full use
         os.nice(19)  # a test's spinning ranks must not starve the machine's other work
         log = open(f"{os.environ['LAB_LOG']}.{rank}", "a") if os.environ.get("LAB_LOG") else None  # noqa: SIM115

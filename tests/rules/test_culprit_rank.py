@@ -110,6 +110,19 @@ def test_a_stopped_rank_holds_the_job(reap, tmp_path: Path) -> None:
     assert f"kill -CONT {pids[1]}" in f["hint"] and rc == 1
 
 
+def test_a_rank_waiting_for_a_signal_holds_the_job(reap, tmp_path: Path) -> None:
+    """Found by a helper: a rank stuck in signal.pause() (its other threads idle) was said to wait in a
+    collective, like the ranks waiting on it, and the job read HEALTHY, exit 0."""
+    pids = start_job(reap, tmp_path, "pause")
+    waiting(pids)
+    wait_for(lambda: proc_wchan(pids[1]).endswith("sys_pause"), what="rank 1 in pause()")
+    rc, host = vastprobe_json("--match", pids.match, "--sample", "1")
+    f = culprit_finding(host)
+    assert f["summary"].startswith(f"rank 1 (pid {pids[1]}, python") and "waits for a signal" in f["summary"], f
+    assert "2 other ranks (0, 2) wait on it in a collective" in f["summary"]
+    assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1
+
+
 def test_a_killed_rank_is_gone_and_holds_the_job(reap, tmp_path: Path) -> None:
     pids = start_job(reap, tmp_path, "none")
     waiting(pids)

@@ -191,6 +191,10 @@ def _classify(
         return r("elsewhere", f"waits on {edges[0].what}, not on another rank")
     if kind in ("fifo-open", "pipe-read", "pipe-write", "file-lock", "fuse", "nfs", "tty", "child", "stopped"):
         return r("elsewhere", f"waits in {p.wchan} ({kind}), not on another rank")
+    if kind == "signal":
+        # pause(), sigsuspend, sigwait: no collective waits so; a rank stuck in signal.pause() was said to
+        # wait in a collective, and its job read HEALTHY (found by a helper)
+        return r("elsewhere", f"waits for a signal in {p.wchan}, not on another rank")
     if peers:
         return r("collective", f"waits ({kind}) with {peers} connection(s) to other ranks")
     return r("elsewhere", f"waits in {p.wchan}, connected to no other rank")
