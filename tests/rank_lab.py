@@ -53,7 +53,9 @@ def rank_main() -> None:
             sel.select()
             time.sleep(3600)
 
-    threading.Thread(target=tcp_loop, name="gloo_tcp_loop", daemon=True).start()
+    # LAB_LOOPLESS: ranks whose communication thread has ended (a peer closed): single-threaded
+    if str(rank) not in os.environ.get("LAB_LOOPLESS", "").split(","):
+        threading.Thread(target=tcp_loop, name="gloo_tcp_loop", daemon=True).start()
     recorded = os.environ.get("LAB_FR_FIXTURE")  # the flight recorder's dump, as torch writes it on a timeout
     prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE")
     if recorded and prefix and os.path.exists(f"{recorded}/nccl_trace_rank_{rank}"):
@@ -72,6 +74,8 @@ def rank_main() -> None:
             _hog = bytearray(1 << 30)  # past the memory cgroup's limit
         elif how == "pause":
             signal.pause()  # waits for a signal nothing sends (Python handles only SIGINT)
+        elif how == "exit":
+            os._exit(1)  # a rank that crashed
     if os.environ.get("LAB_SPIN"):  # NCCL's waiting ranks: the host thread polls the GPU, a CPU at full use
         os.nice(19)  # a test's spinning ranks must not starve the machine's other work
         log = open(f"{os.environ['LAB_LOG']}.{rank}", "a") if os.environ.get("LAB_LOG") else None  # noqa: SIM115
@@ -108,9 +112,10 @@ def launch(ports: str, run_id: str, culprit: int, how: str, path: str = "") -> N
         for i, r in enumerate(local)
     ]
     # (the run id in each rank's argv: a test matches its own job, not another test's on the machine)
-    # torchrun's agent: it watches its workers (here without tearing the others down when one dies)
+    # torchrun's agent: it watches its workers (here without tearing the others down when one dies);
+    # LAB_NO_REAP: a launcher that waits on another child, so that a rank that exits stays a zombie
     while True:
-        for p in ranks:
+        for p in ranks if not os.environ.get("LAB_NO_REAP") else ():
             p.poll()
         time.sleep(0.5)
 

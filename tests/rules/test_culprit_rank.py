@@ -123,6 +123,26 @@ def test_a_rank_waiting_for_a_signal_holds_the_job(reap, tmp_path: Path) -> None
     assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1
 
 
+@pytest.mark.parametrize("reaped", [True, False])
+def test_a_rank_that_exited_is_named_and_a_single_threaded_one_is_not_gone(reap, tmp_path: Path, reaped: bool) -> None:
+    """Found by a helper: rank 1 exited; rank 2, whose communication thread ended with it, is left with
+    one thread, and the probe read only multi-threaded processes' environments: "rank 2 is gone" in an
+    error while rank 2 ran; with rank 1 a zombie its launcher had not reaped, rank 1 was named nowhere."""
+    env = {"LAB_LOOPLESS": "2", **({} if reaped else {"LAB_NO_REAP": "1"})}
+    pids = start_job(reap, tmp_path, "exit", env=env)
+    waiting(pids)
+    wait_for(lambda: proc_state(pids[1]) == (None if reaped else "Z"), what="rank 1 exited")
+    rc, host = vastprobe_json("--match", pids.match, "--sample", "1")
+    f = culprit_finding(host)
+    gone = "no process is this local rank any more" if reaped else f"exited (pid {pids[1]}, python"
+    assert f["summary"].startswith("rank 1 of 3 in job") and f" is gone: {gone}" in f["summary"], f["summary"]
+    assert "2 other ranks (0, 2) wait on it" in f["summary"]
+    assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1
+    ranks = [(x["rank"], x["pid"], x["state"]) for x in host["jobs"][0]["ranks"]]
+    assert (2, pids[2], "collective") in ranks and [r for r in ranks if r[2] == "gone"] == [(1, None, "gone")], ranks
+    assert not any("rank 2" in g["summary"] and "gone" in g["summary"] for g in host["findings"]), host["findings"]
+
+
 def test_a_killed_rank_is_gone_and_holds_the_job(reap, tmp_path: Path) -> None:
     pids = start_job(reap, tmp_path, "none")
     waiting(pids)

@@ -222,9 +222,18 @@ def _gone(ctx: SnapshotView, procs: list[Process]) -> list[JobRank]:
     oom = [
         m for m in ctx.oom_matches if m.relevant and m.event.comm in comms and (m.loser in launchers or m.loser is None)
     ]
+    # a rank that exited while its launcher waits on another child (torchrun's agent polls; a launcher
+    # that waits in rank order) is a zombie under it: its environment is gone with it
+    zombies = [q for q in ctx.snapshot.processes if q.state == "Z" and q.ppid in launchers and q.comm in comms]
     out = []
     for i, n in enumerate(missing):
-        if i < len(oom):
+        if i >= len(oom) and len(missing) - len(oom) == 1 and len(zombies) == 1:
+            z = zombies[0]
+            launcher = ctx.tree.by_pid.get(z.ppid)
+            why = f"gone: exited (pid {z.pid}, {z.comm}, a zombie its launcher" + (
+                f" {launcher.comm} ({launcher.pid}) has not reaped)" if launcher is not None else " has not reaped)"
+            )
+        elif i < len(oom):
             e, loser = oom[i].event, oom[i].loser
             under = ctx.tree.by_pid.get(loser) if loser is not None else None
             when = utc_text(e.wall_time, "%H:%M:%S UTC", "") if e.wall_time else ""

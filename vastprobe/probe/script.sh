@@ -217,10 +217,16 @@ VP_USER_AWK='/^\/proc\/[0-9]+\/stat:/ {
 	if (f[1] == "Z" && nz++ < 64) print "z" p
 	# multi-threaded: the newest 192 of the job, then the newest others (a busy host runs more than
 	# the bound, and its daemons and other tenants must not push the threads of the job out)
-	if (f[18] > 1) { if (nj && q in job) mj[nmj++ % 192] = "+" p; else mt[nt++ % 192] = "+" p }
+	# a program by its parent and its name: a rank whose other threads ended (its peers closed) is
+	# single-threaded beside ranks that are not, and was said to be gone
+	lp = index($0, "(")
+	kin = f[2] " " substr($0, lp + 1, length($0) - length(s) - lp - 2)
+	if (f[18] > 1) { mk[kin] = 1; if (nj && q in job) mj[nmj++ % 192] = "+" p; else mt[nt++ % 192] = "+" p }
 	# single-threaded processes asleep on a terminal (the newest 32): their environ says which tmux
 	# pane or screen window the terminal is (TMUX_PANE, STY), for a prompt nobody answers
 	else if (f[5] != 0 && f[1] == "S") tt[ntt++ % 32] = "e" p
+	# other single-threaded ones: their environ when a multi-threaded sibling runs the same program
+	else if (f[1] != "Z") { sk[ns % 256] = kin; sp[ns++ % 256] = "e" p }
 	# with --py-spy: Python programs (by their comm) that are neither in D state nor zombies, nor
 	# the parent of the probe (a local run: vastprobe itself); with --pid, those of the job, else
 	# the newest
@@ -245,6 +251,7 @@ END {
 	for (i = nmj - 1; i >= 0 && i >= nmj - 192; i--) { print mj[i % 192]; nl++ }
 	for (i = nt - 1; i >= 0 && i >= nt - 192 && nl < 192; i--) { print mt[i % 192]; nl++ }
 	for (i = ntt - 1; i >= 0 && i >= ntt - 32; i--) print tt[i % 32]
+	for (i = ns - 1; i >= 0 && i >= ns - 256 && nsib < 32; i--) if (sk[i % 256] in mk) { print sp[i % 256]; nsib++ }
 	for (i = 0; i < nun; i++) print un[i]
 	for (i = npy - 1; nj == 0 && i >= 0 && i >= npy - 8; i--) print pyl[i % 8]
 }'
