@@ -25,6 +25,11 @@ from vastprobe.rule_options import RuleOptions
 BUSY_CPU_SHARE = 0.5
 
 
+#: What a thread may wait on beside a main thread asleep on a timer, for the process to wake by itself:
+#: the timer, or I/O it idles on (not a lock, a D state or a stop: those may be what holds the job)
+_IDLE_BESIDE_A_TIMER = frozenset({"sleep", "pipe-read", "socket-read", "accept", "event-loop", "tty", "signal"})
+
+
 class SnapshotView:
     """One snapshot with the derived views every analysis needs, computed once."""
 
@@ -109,12 +114,22 @@ class SnapshotView:
 
     def on_timer(self, pid: int) -> bool:
         """Asleep on a timer (nanosleep) in every sample, with every thread read: it wakes by itself
-        when its time is up. A thread waiting elsewhere may be what the job waits on, so it is not."""
+        when its time is up. Its main thread so, and each other one asleep on a timer or idle on I/O
+        (a pipe, a socket, a poll: a log pump, a subprocess's reader) counts too: a server whose handler
+        sleeps 4 s beside such a thread read STALLED, its "proof" line naming the nanosleep (found by a
+        helper). A thread waiting on a lock, in D state or stopped may be what the job waits on (two
+        threads deadlocked beside a sleeping main one), so then it is not."""
         p = self.tree.by_pid.get(pid)
         if p is None or p.state != "S" or any(s.state != "S" for s in p.samples):
             return False
         tasks = self.graph.all_tasks(p)
-        return tasks is not None and all(self.graph.task_kind(p, t) == "sleep" for t in tasks)
+        if tasks is None:
+            return False
+        kinds = {t.tid: self.graph.task_kind(p, t) for t in tasks}
+        others = [t for t in tasks if t.tid is not None]
+        return kinds.get(None) == "sleep" and all(
+            kinds[t.tid] in _IDLE_BESIDE_A_TIMER and t.state == "S" for t in others
+        )
 
     def timer_sleepers(self, pids: tuple[int, ...]) -> tuple[int, ...]:
         """The processes of a job asleep on timers, where that is all the job waits on: each of `pids`
