@@ -85,6 +85,7 @@ def served(ctx: Context) -> tuple[ServedSocket, ...]:
     out = []
     under: dict[int, tuple[tuple[int, ...], str]] = {}  # a server's many connections share one holder
     relayed: dict[int, tuple[tuple[str, str], ...]] = {}
+    timer: dict[int, bool] = {}
     for s in (*listening, *accepted)[:MAX_SERVED]:
         holder = ctx.tree.by_pid.get(graph.socket_holders(s.inode)[0])
         if holder is not None:
@@ -98,8 +99,11 @@ def served(ctx: Context) -> tuple[ServedSocket, ...]:
                 relayed[holder.pid] = _relays_to(ctx, holder)
             relays = relayed[holder.pid] if s.remote else ()
             mine = s.state != "LISTEN" and s.local_address[1] not in ports  # not accepted here: opened here
+            if holder.pid not in timer:
+                timer[holder.pid] = ctx.wakes_by_itself(holder.pid)
             out.append(ServedSocket(s.local, s.remote if s.state != "LISTEN" else "", holder.pid, holder.comm,
-                                    holder.state, below, s.recv_queue or 0, idle, moving, relays, mine))  # fmt: skip
+                                    holder.state, below, s.recv_queue or 0, idle, moving, relays, mine,
+                                    timer[holder.pid]))  # fmt: skip
     return tuple(out)
 
 

@@ -65,6 +65,9 @@ class ServedSocket:
     #: a connection a process here opened (its local port is none this host listens on): a client's end,
     #: where a server's session on another host that holds others until its client acts leads
     opened: bool = False
+    #: its holder sleeps on a timer (or waits on children that do): it moves again by itself, so its
+    #: stillness over the window proves nothing (docs/evidence.md)
+    timer: bool = False
 
 
 @dataclass(frozen=True)
