@@ -66,6 +66,38 @@ def test_memory_held_no_kernels_is_hung() -> None:
     assert host["snapshot"]["gpus"]["apps"][0]["pid"] == 4242
 
 
+#: An inference server with no requests: its model loaded, it waits in accept()
+_IDLE_SERVER = (
+    "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(8); print('ready', flush=True); s.accept()"
+)
+#: The same program hung outside any request: a wait nothing ends
+_HUNG = "import signal; print('ready', flush=True); signal.pause()"
+
+
+@pytest.mark.parametrize("program", ["server", "hung"])
+def test_an_idle_inference_server_holding_gpu_memory_is_not_stalled(program: str) -> None:
+    """Found by a helper: a server in accept() with its model in GPU memory and no request to run read
+    STALLED, exit 1 (idle-gpu), while the same idle server's quiet log was no finding at all."""
+    job = subprocess.Popen([sys.executable, "-c", _IDLE_SERVER if program == "server" else _HUNG],
+                           stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert job.stdout is not None and job.stdout.readline().strip() == "ready"
+        wait_for(lambda: proc_state(job.pid) == "S", what="the program waiting")
+        env = {**gpu_env("hung"), "VASTPROBE_STANDIN_APP_PID": str(job.pid)}
+        r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json",
+                            "--pid", str(job.pid)], capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+        rc, host = r.returncode, json.loads(r.stdout)["hosts"][0]
+    finally:
+        job.kill()
+        job.wait()
+    (f,) = [f for f in host["findings"] if f["rule"] == "idle-gpu"]
+    if program == "server":
+        assert f["severity"] == "info" and f["summary"].endswith("its holder is a server waiting for requests"), f
+        assert host["verdict"] == "healthy" and rc == 0, host["findings"]
+    else:
+        assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["findings"]
+
+
 def test_busy_gpu_is_fine() -> None:
     _rc, host = diagnose("busy", "--sample", "0.3", "--pid", "1", "--expect-gpu")
     assert not [f for f in host["findings"] if f["rule"].startswith(("idle-gpu", "gpu-"))]

@@ -147,6 +147,34 @@ def test_a_job_computing_behind_its_logs_writer_is_not_stalled(tmp_path: Path, r
         assert host["verdict"] == "degraded" and rc == 0, [(g["rule"], g["severity"]) for g in host["findings"]]
 
 
+@pytest.mark.parametrize("holder", ["computes", "paused"])
+def test_a_job_queued_on_the_lock_of_a_run_that_computes_is_not_stalled(tmp_path: Path, reap, holder: str) -> None:
+    """A cron run waits its turn on the flock of the previous run, which still computes; its own log
+    went quiet 20 minutes ago. Judged by the waiter alone (it did not move), it read STALLED, exit 1,
+    the lock wait unsaid (found by a helper). What it waits on computes: a warning. A previous run
+    that waits for a signal nothing sends still holds it for ever: the stall it was."""
+    lock, log = tmp_path / "job.lock", tmp_path / "job.log"
+    body = "while True: pass" if holder == "computes" else "signal.pause()"
+    prev = subprocess.Popen(["flock", str(lock), sys.executable, "-c", f"import signal\n{body}"],
+                            start_new_session=True)  # fmt: skip
+    reap.append(prev)
+    wait_for(lambda: any("python" in proc_text(k, "comm") for k in descendants(prev.pid)), what="the previous run")
+    log.write_text("run 1 done\n")
+    old = time.time() - 1200
+    os.utime(log, (old, old))
+    job = subprocess.Popen(["flock", str(lock), "sh", "-c", f"echo run 2 >> {log}"], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: proc_text(job.pid, "wchan") == "locks_lock_inode_wait", what="the job queued on the lock")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--log", str(log), "--sample", "1")
+    if holder == "computes":
+        f = next(f for f in host["findings"] if f["rule"] == "missing-logs")
+        assert f["severity"] == "warning" and f["summary"].endswith("the log is quiet while it computes"), f
+        assert any("python" in e["detail"] and "of CPU" in e["detail"] for e in f["evidence"]), f["evidence"]
+        assert host["verdict"] == "degraded" and rc == 0, [(g["rule"], g["severity"]) for g in host["findings"]]
+    else:
+        assert host["verdict"] == "stalled" and rc == 1, [(g["rule"], g["severity"]) for g in host["findings"]]
+
+
 def cpu_seconds(pid: int) -> float:
     try:
         f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

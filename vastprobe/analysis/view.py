@@ -152,6 +152,14 @@ class SnapshotView:
         moves again when the time is up, however still it was over the window."""
         return bool(self.timer_sleepers((pid, *(d.pid for d in self.tree.descendants(pid)))))
 
+    def serving(self, pid: int) -> bool:
+        """A server waiting for requests: in accept(), or in an event loop over a listening socket."""
+        p = self.tree.by_pid.get(pid)
+        if p is None:
+            return False
+        kind = self.graph.kind(p)
+        return kind == "accept" or (kind == "event-loop" and self.graph.listens(p))
+
     def in_scope(self) -> list[Process]:
         return [p for p in self.snapshot.processes if p.pid in self.scope]
 

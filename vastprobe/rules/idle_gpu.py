@@ -43,7 +43,24 @@ def check(ctx: Context) -> Iterator[Finding]:
             summary = f"GPU {idle.index} has nothing on it while the workload should be using it"
             hint = "the GPU work never started or died: check for OOM kills, crashed children and the job's log"
         sev = "error" if len(idle.utilizations) >= 2 else "warning"  # one 0% reading is weak evidence
+        if idle.allocated and mine and all(_server_idle(ctx, u.pid) for u in mine):
+            # an inference server with no requests holds its model and runs nothing: idle by design, as a
+            # quiet daemon's log is; it read STALLED, exit 1 (found by a helper)
+            sev, summary = "info", summary + ": its holder is a server waiting for requests"
+            hint = "an idle inference server holds its model in GPU memory; if requests should be arriving, check its clients"
         yield META.finding(summary, [u.pid for u in mine], ev, hint, sev)  # type: ignore[arg-type]
 
+
+def _server_idle(ctx: Context, pid: int) -> bool:
+    """The GPU's user waits for requests, or its parent does and runs the same program (an inference
+    server's GPU worker under its API server), and the user itself sleeps. Not any ancestor: a trainer
+    started from an ssh session is under sshd's listener."""
+    p = ctx.tree.by_pid.get(pid)
+    if p is None or p.state != "S":
+        return False
+    if ctx.serving(p.pid):
+        return True
+    parent = ctx.tree.by_pid.get(p.ppid)
+    return parent is not None and parent.comm == p.comm and ctx.serving(parent.pid)
 
 RULE = Rule(META, check)

@@ -20,7 +20,7 @@ def _finding(ctx: Context, h: LogHealth) -> Finding | None:
     if h.log.found:
         if h.state not in ("stale", "empty", "deleted-open"):
             return None  # found open: it exists, and a rotation or a fatal tail needs its --log
-        if h.state != "deleted-open" and h.writers and all(_serving(ctx, w) for w in h.writers):
+        if h.state != "deleted-open" and h.writers and all(ctx.serving(w) for w in h.writers):
             return None  # a server waiting for its next request logs nothing meanwhile: a quiet daemon
         # each writer once: one holding it on stdout and stderr was named twice (found by a helper)
         who = ", ".join(ctx.proc_label(pid) for pid in h.writers[:3]) + (" and others" if len(h.writers) > 3 else "")
@@ -119,7 +119,10 @@ def _state_words(ctx: Context, h: LogHealth, path: str, ev: list[Evidence]) -> t
             "error",
             f"{path} has not been written for {h.age:.0f}s (over --stale-after {ctx.options.stale_after:.0f}s)",
         )
-        hint = "the job stopped logging: see the other findings for why it stopped"
+        hint = (
+            "the job stopped logging and did not move over the window: see what it waits on (the findings "
+            "about its processes, `py-spy dump`, /proc/PID/stack)"
+        )
     else:
         return None
     return sev, summary, hint
@@ -166,7 +169,8 @@ MAX_BEHIND = 64
 
 
 def _behind(ctx: Context, writers: tuple[int, ...]) -> tuple[int, ...]:
-    """The writers, what they run, and what feeds the pipes they read: a launcher holding the log
+    """The writers, what they run, what feeds the pipes they read, and what holds what they wait on
+    (a lock, a server here): a launcher holding the log
     while its child computes (`exec >> job.log`, then the trainer), and `python train.py | tee job.log`,
     whose log's only writer is `tee`, idle on its pipe while python computes, read STALLED (found by a
     helper). The job computes there, not in the writer."""
@@ -179,16 +183,17 @@ def _behind(ctx: Context, writers: tuple[int, ...]) -> tuple[int, ...]:
             if len(out) >= MAX_BEHIND:
                 return tuple(out)
             out.setdefault(q, None)
+    # and what they wait on: a cron run queued on the flock of the previous run, which still computes,
+    # read STALLED behind its stale log, the lock wait unsaid (found by a helper)
+    for pid in tuple(out):
+        for edge in ctx.graph.edges(pid):
+            # the holder and what it runs (`flock job.lock python step.py`: flock holds it, python computes)
+            for h in edge.holders:
+                for q in (h, *(d.pid for d in ctx.tree.descendants(h))):
+                    if len(out) >= MAX_BEHIND:
+                        return tuple(out)
+                    out.setdefault(q, None)
     return tuple(out)
-
-
-def _serving(ctx: Context, pid: int) -> bool:
-    """A server waiting for requests: in accept(), or in an event loop over a listening socket."""
-    p = ctx.tree.by_pid.get(pid)
-    if p is None:
-        return False
-    kind = ctx.graph.kind(p)
-    return kind == "accept" or (kind == "event-loop" and ctx.graph.listens(p))
 
 
 def _still(ctx: Context, pids: tuple[int, ...]) -> bool:
