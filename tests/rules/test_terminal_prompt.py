@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import children_of, proc_wchan, vastprobe_json, wait_for
+from tests.helpers import children_of, proc_state, proc_wchan, vastprobe_json, wait_for
 from tests.sshd import Sshd, start_sshd
+from vastprobe.analysis.terminals import interactive_shell
 from vastprobe.model import Process
-from vastprobe.rules.terminal_prompt import _interactive
 
 pytestmark = pytest.mark.skipif(
     shutil.which("script") is None or shutil.which("ssh") is None, reason="needs script (bsdutils) and ssh"
@@ -222,4 +222,36 @@ def test_which_shells_are_at_their_own_prompt(argv: tuple[str, ...], interactive
                 threads=1, rss_kb=None, hwm_kb=None, uid=0, tracer_pid=0, nspid=(9,), sig_ign=None, sig_cgt=None,
                 cmdline=argv, wchan="n_tty_read", fds=(), fds_truncated=False, memory_cgroup=None, cgroup_v2=None,
                 samples=(), kernel_thread=False)  # fmt: skip
-    assert _interactive(p) is interactive
+    assert interactive_shell(p) is interactive
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_a_job_suspended_with_ctrl_z_in_an_interactive_shell_is_a_note_on_a_whole_host(tmp_path: Path) -> None:
+    """Someone on a shared machine pressed Ctrl-Z on a pager in their shell: nothing waits on it, its
+    user resumes it with `fg`. The whole host read STALLED, exit 1, on it (found by a helper). Named
+    with --pid, it is the job, stopped: a stall."""
+    sock = tmp_path / "tmux.sock"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TMUX")}
+    tmux = ["tmux", "-S", str(sock)]
+    subprocess.run([*tmux, "new-session", "-d", "-s", "z", "bash --norc --noprofile"], check=True, env=env)
+    try:
+        shell = int(subprocess.run([*tmux, "display", "-p", "-t", "z", "#{pane_pid}"], capture_output=True, text=True,
+                                   check=True).stdout)  # fmt: skip
+        at_prompt = ("n_tty_read", "wait_woken", "poll_schedule_timeout.constprop.0", "poll_schedule_timeout")
+        wait_for(lambda: proc_wchan(shell) in at_prompt, what="the shell at its prompt")
+        subprocess.run([*tmux, "send-keys", "-t", "z", "sleep 600", "Enter"], check=True)
+        wait_for(lambda: descendant(shell, "sleep") is not None, what="the job started")
+        job = descendant(shell, "sleep")
+        assert job is not None
+        subprocess.run([*tmux, "send-keys", "-t", "z", "C-z"], check=True)
+        wait_for(lambda: proc_state(job) == "T" and proc_wchan(shell) in at_prompt,
+                 what="the job suspended, the shell back at its prompt")  # fmt: skip
+        _rc, whole = vastprobe_json("--sample", "0.5")
+        mine = [f for f in whole["findings"] if job in f["pids"] or shell in f["pids"]]
+        assert [(f["rule"], f["severity"]) for f in mine] == [("stopped-child", "info")], mine
+        assert "a job suspended in an interactive shell" in mine[0]["summary"] and "`fg`" in mine[0]["hint"]
+        rc, named = vastprobe_json("--pid", str(job), "--sample", "0.5")
+        f = next(f for f in named["findings"] if f["rule"] == "stopped-child")
+        assert f["severity"] == "error" and named["verdict"] == "stalled" and rc == 1, named["findings"]
+    finally:
+        subprocess.run([*tmux, "kill-server"], check=False)

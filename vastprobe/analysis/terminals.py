@@ -18,6 +18,32 @@ if TYPE_CHECKING:
     from vastprobe.analysis.view import SnapshotView
 
 
+SHELLS = frozenset({"bash", "sh", "dash", "zsh", "fish", "ash", "ksh", "mksh", "tcsh", "csh", "busybox"})
+TAKES_VALUE = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
+
+
+def interactive_shell(p: Process) -> bool:
+    """A shell started to read commands (a login shell, -i, no script and no -c), by its argv; a
+    shell with no argv to read falls back to leading its session, as a terminal's first shell does.
+    A shell running a script or -c that reads the terminal is a prompt like any other."""
+    if not p.cmdline:
+        return p.session == p.pid
+    if p.cmdline[0].startswith("-"):
+        return True  # login shell
+    flags, args = "", list(p.cmdline[1:])
+    if p.comm == "busybox" and args[:1] in (["sh"], ["ash"]):
+        args.pop(0)
+    while args and args[0].startswith(("-", "+")) and args[0] not in ("-", "--"):
+        arg = args.pop(0)
+        if arg in TAKES_VALUE and args:
+            args.pop(0)
+        elif not arg.startswith("--"):
+            flags += arg[1:]
+    if args[:1] in (["-"], ["--"]):
+        args.pop(0)
+    return "i" in flags or "s" in flags or ("c" not in flags and not args)
+
+
 @dataclass(frozen=True)
 class TerminalPlace:
     words: str  # "in tmux pane %3 (session train, server 812)"; "" when nothing more is known

@@ -63,4 +63,5 @@ def _server_idle(ctx: Context, pid: int) -> bool:
     parent = ctx.tree.by_pid.get(p.ppid)
     return parent is not None and parent.comm == p.comm and ctx.serving(parent.pid)
 
+
 RULE = Rule(META, check)

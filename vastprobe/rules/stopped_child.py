@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from vastprobe.model import Evidence, Finding
+from vastprobe.analysis.terminals import SHELLS, interactive_shell
+from vastprobe.model import Evidence, Finding, Process
 from vastprobe.rules.base import Context, Rule, RuleMeta
 from vastprobe.rules.chains import resume_hint
 
@@ -25,7 +26,27 @@ def check(ctx: Context) -> Iterator[Finding]:
         if parent is not None:
             ev.append(Evidence("parent", f"{parent.pid} ({parent.comm}) state {parent.state}, wchan {parent.wchan}"))
         hint = resume_hint(ctx, p.pid)
+        shell = _suspended_at_a_prompt(ctx, p)
+        if shell is not None and not ctx.options.explicit_scope:
+            # Ctrl-Z in someone's shell on a shared machine: its user resumes it with `fg`, nothing waits
+            # on it; the whole host read STALLED for a suspended pager (found by a helper). Named with
+            # --pid/--match, it is the job, and a stall
+            ev.append(Evidence("terminal", f"a job of {ctx.proc_label(shell.pid)}, an interactive shell at its prompt"))
+            summary = f"{p.comm} ({p.pid}) is stopped ({p.state}): a job suspended in an interactive shell"
+            yield META.finding(summary, [p.pid], ev, hint, "info")
+            continue
         yield META.finding(f"{p.comm} ({p.pid}) is stopped ({p.state})", [p.pid], ev, hint)
+
+
+def _suspended_at_a_prompt(ctx: Context, p: Process) -> Process | None:
+    """The interactive shell whose background job `p` is, stopped by job control (Ctrl-Z, SIGTTIN,
+    SIGTTOU), while that shell holds its terminal's foreground (at its prompt, waiting on no child)."""
+    if p.state != "T" or p.tracer_pid or not p.tty_nr or not p.tpgid or p.tpgid <= 0 or p.tpgid == p.pgrp:
+        return None
+    shell = ctx.tree.by_pid.get(p.ppid)
+    if shell is None or shell.comm not in SHELLS or not interactive_shell(shell) or shell.pgrp != p.tpgid:
+        return None
+    return shell if shell.state == "S" and ctx.graph.kind(shell) != "child" else None
 
 
 RULE = Rule(META, check)

@@ -15,15 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from vastprobe.analysis.stalls import stall_evidence
-from vastprobe.analysis.terminals import terminal_place
+from vastprobe.analysis.terminals import SHELLS, interactive_shell, terminal_place
 from vastprobe.analysis.wchan_families import waited_fd
 from vastprobe.model import Evidence, Finding, Process, Severity, Unavailable
 from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
 from vastprobe.rules.chains import link
 
 META = RuleMeta("terminal-prompt", "VP116", "warning", "a process waits for input at a terminal nobody types at")
-SHELLS = frozenset({"bash", "sh", "dash", "zsh", "fish", "ash", "ksh", "mksh", "tcsh", "csh", "busybox"})
-TAKES_VALUE = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
 
 
 def _controlling(p: Process) -> str | None:
@@ -32,32 +30,10 @@ def _controlling(p: Process) -> str | None:
     return f"/dev/pts/{(major - 136) * 256 + minor}" if 136 <= major <= 143 else None
 
 
-def _interactive(p: Process) -> bool:
-    """A shell started to read commands (a login shell, -i, no script and no -c), by its argv; a
-    shell with no argv to read falls back to leading its session, as a terminal's first shell does.
-    A shell running a script or -c that reads the terminal is a prompt like any other."""
-    if not p.cmdline:
-        return p.session == p.pid
-    if p.cmdline[0].startswith("-"):
-        return True  # login shell
-    flags, args = "", list(p.cmdline[1:])
-    if p.comm == "busybox" and args[:1] in (["sh"], ["ash"]):
-        args.pop(0)
-    while args and args[0].startswith(("-", "+")) and args[0] not in ("-", "--"):
-        arg = args.pop(0)
-        if arg in TAKES_VALUE and args:
-            args.pop(0)
-        elif not arg.startswith("--"):
-            flags += arg[1:]
-    if args[:1] in (["-"], ["--"]):
-        args.pop(0)
-    return "i" in flags or "s" in flags or ("c" not in flags and not args)
-
-
 def _own_prompt(p: Process, tty: str | None) -> bool:
     """An interactive shell at its prompt, reading the terminal that is its stdin: the session's
     first shell, or one started inside it (`bash` typed at a prompt, `sh -c 'dash -i'`)."""
-    if p.comm not in SHELLS or not _interactive(p):
+    if p.comm not in SHELLS or not interactive_shell(p):
         return False
     stdin = None if isinstance(p.fds, Unavailable) else next((e.path for e in p.fds if e.fd == 0), None)
     return tty is None or stdin == tty
