@@ -182,3 +182,51 @@ def test_the_hint_on_kills_elsewhere_says_what_ran_short() -> None:
     cg, glob = OomMatch(memcg, None, "", "elsewhere"), OomMatch(host, None, "", "elsewhere")
     assert "hit their limits" in _where_short([cg, cg])
     assert "short of memory now" in _where_short([cg, glob])
+
+
+def test_a_job_that_noticed_the_kill_and_went_on_is_not_stalled(reap, memcg: MemoryCgroup, tmp_path) -> None:
+    """Found by a helper: a job whose worker was OOM-killed noticed (exit 137), retried with a smaller
+    batch and kept writing its log; it read STALLED, exit 1, beside its growing log. A past kill is
+    no stall while the job goes on: a warning. The same kill beside a parent that waits on for ever
+    (its log still) stays the stall it is."""
+    cg, log = memcg, tmp_path / "job.log"
+    retry = f"while :; do echo step >> {log}; sleep 0.1; done"
+    for went_on in (True, False):
+        log.write_text("")
+        after = retry if went_on else "sleep 1000"
+        script = (f"echo $$ > {cg.procs_file}; {sys.executable} -c 'import time; time.sleep(1); {HOG}'; "
+                  f"echo retrying >> {log}; {after}")  # fmt: skip
+        before = cg.oom_kills()
+        p = subprocess.Popen(["bash", "-c", script], start_new_session=True)
+        reap.append(p)
+        wait_for(lambda b=before: cg.oom_kills() > b and "retrying" in log.read_text(), timeout=30, what="the kill")
+        rc, host = vastprobe_json("--pid", str(p.pid), "--log", str(log), "--sample", "0.5")
+        (f,) = [f for f in host["findings"] if f["rule"] == "oom-killed-child" and f["pids"] == [p.pid]]
+        if went_on:
+            assert f["severity"] == "warning" and f["summary"].endswith(": the job went on"), f
+            assert any(e["source"] == "progress" and "grew over the window" in e["detail"] for e in f["evidence"])
+            assert host["verdict"] == "degraded" and rc == 0, [(g["rule"], g["severity"]) for g in host["findings"]]
+        else:
+            assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, f
+        p.kill()
+        p.wait()
+
+
+def test_a_guessed_loser_is_not_said_to_have_lost_the_victim(reap, memcg: MemoryCgroup) -> None:
+    """Found by a helper: a service sharing the job's memory cgroup, the watched process closest to the
+    victim, was said to have lost a child it never had. Only the cgroup ties them: the words say so,
+    and the job, which computes on, is not stalled by it."""
+    cg = memcg
+    loop = subprocess.Popen(["bash", "-c", f"echo $$ > {cg.procs_file}; {sys.executable} -c '{HOG}'; "
+                             "while :; do :; done"], start_new_session=True)  # fmt: skip
+    reap.append(loop)
+    wait_for(lambda: cg.oom_kills() >= 1, timeout=30, what="the kill")
+    service = subprocess.Popen(["sh", "-c", f"echo $$ > {cg.procs_file}; exec sleep 1000"], start_new_session=True)
+    reap.append(service)
+    wait_for(lambda: str(service.pid) in cg.procs_file.read_text(), what="the service in the cgroup")
+    rc, host = vastprobe_json("--pid", str(service.pid), "--pid", str(loop.pid), "--sample", "0.3")
+    (f,) = [f for f in host["findings"] if f["rule"] == "oom-killed-child" and f["pids"]]
+    assert f"{service.pid} (sleep), in its memory cgroup, may have lost it" in f["summary"], f["summary"]
+    # nothing ties the kill to a process that stopped: the job computes on (its loop), a warning
+    assert f["severity"] == "warning" and f["summary"].endswith(": the job went on"), f
+    assert host["verdict"] == "degraded" and rc == 0, [(g["rule"], g["severity"]) for g in host["findings"]]

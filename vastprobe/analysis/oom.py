@@ -29,6 +29,8 @@ class OomMatch:
     how: str  # how the victim was tied to the job, or why it was not
     tie: Literal["job", "before", "elsewhere"]  # the job's kill, or context: before it started, or not its own
     cgroup: str | None = None  # the memory cgroup the kill is placed in (the log's, or the job's that counted it)
+    #: the loser is only the watched process closest to the victim, no sign that it was its parent
+    guessed: bool = False
 
     @property
     def relevant(self) -> bool:
@@ -289,7 +291,7 @@ def _blame(ev: KernelEvent, pool: list[Process], ties: _Ties, how: str, bounded:
             names = ", ".join(f"{p.comm} ({p.pid})" for p in cands[:4])
             return OomMatch(ev, None, f"{how}; which of its launchers lost it ({names}) nothing shows", "job")
         loser = max(cands, key=lambda p: (p.starttime, p.pid))
-        return OomMatch(ev, loser.pid, f"{how}; {why}", "job")
+        return OomMatch(ev, loser.pid, f"{how}; {why}", "job", guessed=why == "the closest watched process")
     return OomMatch(ev, None, how, "job")
 
 

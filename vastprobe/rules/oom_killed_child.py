@@ -105,17 +105,48 @@ def check(ctx: Context) -> Iterator[Finding]:
             ev.append(Evidence("limit", limit))
         if m.loser is not None:
             ev.append(Evidence("lost by", f"{ctx.proc_label(m.loser)}: {m.how}"))
-        summary = f"{e.comm} was OOM-killed {_when(e.wall_time)}" + (
-            f"; {ctx.proc_label(m.loser)} lost it" if m.loser else ""
+        # the closest watched process is no sign of a parent: a service sharing the cgroup was said to
+        # have lost a child it never had (found by a helper)
+        lost = (
+            f"{ctx.proc_label(m.loser)}, in its memory cgroup, may have lost it"
+            if m.guessed
+            else (f"{ctx.proc_label(m.loser)} lost it")
         )
+        summary = f"{e.comm} was OOM-killed {_when(e.wall_time)}; {lost}"
+        sev: Severity | None = None if bounded else "warning"
+        went_on = _went_on(ctx, m.loser, whole_scope=m.guessed)
+        if went_on and sev is None:
+            # a job that noticed and went on (a retry with a smaller batch) is not stalled by a past kill:
+            # it read STALLED beside its growing log (found by a helper)
+            sev, summary = "warning", summary + ": the job went on"
+            ev.append(Evidence("progress", went_on))
         yield META.finding(
             summary,
-            [m.loser] if m.loser else [],
+            [m.loser],
             ev,
             "give the job more memory (or a smaller batch), and make its parent notice a child killed by SIGKILL (exit 137)",
-            None if bounded else "warning",
+            sev,
         )
     yield from _from_cgroups(ctx)
+
+
+def _went_on(ctx: Context, loser: int, whole_scope: bool = False) -> str | None:
+    """What says the loser's part of the job went on over the window, in words: a log its processes
+    hold grew, or one of them computes. None when nothing did, or with one sample. A trickle of I/O is
+    not enough: an idle daemon beside a parent waiting for ever on its killed child reads files too."""
+    if not ctx.two_samples:
+        return None
+    # a guessed loser is no sign of which part of the job lost the victim: then any of it
+    part = tuple(sorted(ctx.scope)) if whole_scope else (loser, *(d.pid for d in ctx.tree.descendants(loser)))
+    for h in ctx.log_healths:
+        # a log its processes hold, or the job's --log that nobody holds open (`echo … >> job.log`)
+        if h.grew and (set(h.writers) & set(part) or (not h.log.found and not h.writers)):
+            return f"{h.log.path} grew over the window"
+    for pid in part:
+        pr = ctx.progress.get(pid)
+        if pr is not None and pr.sampled and ctx.computes(pid):
+            return f"{ctx.proc_label(pid)} used {ctx.cpu_seconds(pid):.2f}s of CPU over the window"
+    return None
 
 
 def _from_cgroups(ctx: Context) -> Iterator[Finding]:
