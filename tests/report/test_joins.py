@@ -550,8 +550,8 @@ if mode == "compute":
     c.recv(100)
     while True:                             # a slow answer: it works on it
         pass
-while True:
-    time.sleep(3600)                        # accepted, never reads the request
+import signal
+signal.pause()                              # accepted, never reads the request (not on a timer: that wakes by itself)
 """
 PY_CLIENT = """
 import socket, sys

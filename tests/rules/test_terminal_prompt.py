@@ -7,6 +7,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -255,3 +256,28 @@ def test_a_job_suspended_with_ctrl_z_in_an_interactive_shell_is_a_note_on_a_whol
         assert f["severity"] == "error" and named["verdict"] == "stalled" and rc == 1, named["findings"]
     finally:
         subprocess.run([*tmux, "kill-server"], check=False)
+
+
+#: A REPL with a connection open, at its prompt: select() on its terminal alone (psql's way)
+_REPL = (
+    "import select, socket, sys; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1); "
+    "c = socket.create_connection(s.getsockname()); a, _ = s.accept(); "
+    "select.select([sys.stdin], [], [])"
+)
+
+
+def test_a_repl_selecting_on_its_terminal_is_not_said_to_poll_its_connection(reap) -> None:
+    """Found by a helper: psql at its prompt selects on fd 0, its terminal, and was said to poll its only
+    connection, its server blamed for not answering. select()'s first argument says which fds it
+    watches: none past the terminal."""
+    top = under_a_terminal(reap, f"{shlex.quote(sys.executable)} -c {shlex.quote(_REPL)}")
+    wait_for(lambda: (k := descendant(top.pid, "python3") or descendant(top.pid, "python")) is not None
+             and proc_wchan(k).startswith(("poll_schedule_timeout", "do_select")), what="the REPL at its prompt")  # fmt: skip
+    repl = descendant(top.pid, "python3") or descendant(top.pid, "python")
+    assert repl is not None
+    rc, host = vastprobe_json("--pid", str(repl), "--sample", "0.5")
+    socket_waits = [f for f in host["findings"] if f["rule"] == "socket-peer-wait"]
+    assert not socket_waits, socket_waits
+    assert not any("polls its only connection" in e["detail"] for f in host["findings"] for e in f["evidence"])
+    [f] = prompts(host)  # a named job waiting for typed input over the window: the stall it is
+    assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["findings"]

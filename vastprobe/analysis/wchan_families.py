@@ -153,8 +153,11 @@ def wait_kind(wchan: str | Unavailable | None, syscall: Syscall | Unavailable | 
 
 
 def waited_fd(syscall: Syscall | Unavailable | None) -> int | None:
-    """The fd a blocked read/write/recv/send/flock/fcntl/accept/connect is on (its first argument)."""
+    """The fd a blocked read/write/recv/send/flock/fcntl/accept/connect is on (its first argument), or
+    0 for a select() of fd 0 alone."""
     if isinstance(syscall, Syscall) and syscall.name in FD_SYSCALLS and syscall.args:
         fd = syscall.args[0]
         return fd if 0 <= fd < 1 << 20 else None
+    if isinstance(syscall, Syscall) and syscall.name in ("select", "pselect6") and syscall.args[:1] == (1,):
+        return 0  # select's first argument is the highest fd watched plus one: fd 0 alone (a REPL's prompt)
     return None

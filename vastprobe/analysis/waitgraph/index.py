@@ -189,7 +189,7 @@ class WaitIndex:
         if t.state not in ("S", "D"):
             return None
         kind = wait_kind(wchan, t.syscall if isinstance(t.syscall, Syscall) else None)
-        if kind == "other":
+        if kind == "other" or (kind == "event-loop" and waited_fd(t.syscall) == 0):
             kind = self._kind_from_fd(p, t) or kind
         if kind == "child" and (t.tid is not None or not any(k.state != "Z" for k in self.tree.kids(p.pid))):
             return "signal"  # a sigsuspend with no live child waits for a signal, not a child

@@ -70,6 +70,10 @@ class SocketEdges(WaitIndex):
         if len(conn) != 1:
             return None
         sock, fd = conn[0]
+        if not isinstance(sc, Unavailable) and sc.name in ("select", "pselect6") and sc.args and sc.args[0] <= fd:
+            # select's first argument is the highest fd watched plus one: psql at its prompt selects on
+            # its terminal (fd 0) alone, and was said to poll its connection (found by a helper)
+            return None
         edge = self._tcp_edge(p, sock, fd) if sock.proto.startswith("tcp") else self._unix_edge(p, sock, fd)
         return WaitEdge(
             edge.waiter,
