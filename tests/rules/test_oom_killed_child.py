@@ -230,3 +230,22 @@ def test_a_guessed_loser_is_not_said_to_have_lost_the_victim(reap, memcg: Memory
     # nothing ties the kill to a process that stopped: the job computes on (its loop), a warning
     assert f["severity"] == "warning" and f["summary"].endswith(": the job went on"), f
     assert host["verdict"] == "degraded" and rc == 0, [(g["rule"], g["severity"]) for g in host["findings"]]
+
+
+def test_kills_one_parent_lost_are_one_finding_headed_by_the_latest(reap, memcg: MemoryCgroup) -> None:
+    """Found by a helper: a cgroup that OOMs every minute gave one finding and one incident per kill,
+    each headed with the first kill's time. One parent's kills of one program are one finding now,
+    counted, with the latest's time in its summary and its incident's headline."""
+    cg = memcg
+    hog = f"{sys.executable} -c 'import time; time.sleep(1); {HOG}'"
+    p = subprocess.Popen(["bash", "-c", f"echo $$ > {cg.procs_file}; {hog}; {hog}; sleep 1000 & wait"],
+                         start_new_session=True)  # fmt: skip
+    reap.append(p)
+    wait_for(lambda: cg.oom_kills() >= 2, timeout=30, what="two kills")
+    rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0.3")
+    mine = [f for f in host["findings"] if f["rule"] == "oom-killed-child" and f["pids"] == [p.pid]]
+    assert len(mine) == 1 and " was OOM-killed 2 times, the latest " in mine[0]["summary"], mine
+    latest = mine[0]["summary"].split("the latest ", 1)[1].split(" UTC", 1)[0][-8:]  # HH:MM:SS
+    (incident,) = [i for i in host["incidents"] if i["root"]["summary"] == mine[0]["summary"]]
+    assert f"OOM-killed 2 times, the latest at {latest} UTC" in incident["headline"], incident["headline"]
+    assert mine[0]["severity"] == "error" and host["verdict"] == "stalled" and rc == 1

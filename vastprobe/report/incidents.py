@@ -122,9 +122,13 @@ def _oom_phrase(ctx: Context | None, f: Finding) -> str:
     """`cuzk-bench was OOM-killed at 00:57:10 UTC (memory cgroup limit 64 MiB)`, from the kill itself."""
     if ctx is None:
         return f.summary
-    for m in ctx.oom_matches:
-        if m.relevant and m.loser is not None and m.loser in f.pids:
+    lines = {ev.detail for ev in f.evidence if ev.source == "kernel log"}
+    for m in reversed(ctx.oom_matches):
+        # the latest kill this finding is about (its kernel lines are its evidence): several kills lost
+        # by one parent all read the first one's time (found by a helper)
+        if m.relevant and m.loser is not None and m.loser in f.pids and (not lines or m.event.line[:400] in lines):
             e = m.event
+            n = sum(1 for k in ctx.oom_matches if k.relevant and k.loser == m.loser and k.event.comm == e.comm)
             limit = e.limit_kb // 1024 if e.limit_kb else None
             if limit is None:
                 cg = next((c for c in ctx.snapshot.cgroups if e.task_memcg and c.path == e.task_memcg), None)
@@ -132,7 +136,8 @@ def _oom_phrase(ctx: Context | None, f: Finding) -> str:
             why = f" (memory cgroup limit {limit} MiB)" if limit else ""
             if not why and e.constraint and "MEMCG" not in e.constraint:
                 why = " (the machine ran out of memory)"
-            return f"{e.comm or '?'} was OOM-killed at {_clock(e.wall_time)}{why}"
+            times = f" {n} times, the latest" if n > 1 else ""
+            return f"{e.comm or '?'} was OOM-killed{times} at {_clock(e.wall_time)}{why}"
     return f.summary
 
 

@@ -50,7 +50,6 @@ def _where_short(matches: list[OomMatch]) -> str:
 
 
 def check(ctx: Context) -> Iterator[Finding]:
-    snap = ctx.snapshot
     # with no --pid/--match there is no job, only a whole host: say what was in scope, not "the job"
     job = "the watched job" if ctx.options.explicit_scope else "the processes in scope"
     # host-wide facts, said once and only when they bear on the job: kills from before it started
@@ -82,52 +81,58 @@ def check(ctx: Context) -> Iterator[Finding]:
         "check which service runs in that memory cgroup, and give it more memory",
         "warning",
     )
+    # one finding for the kills one parent lost of one program: a cgroup that OOMs every minute gave
+    # one warning and one incident each, all headed with the first kill's time (found by a helper)
+    groups: dict[tuple[int, str, bool], list[OomMatch]] = {}
     for m in ctx.oom_matches:
-        if not m.relevant or m.loser is None:
-            continue
-        e = m.event
-        rss = (e.anon_rss_kb or 0) + (e.file_rss_kb or 0) if e.anon_rss_kb is not None else None
-        ev = [Evidence("kernel log", e.line[:400])]
-        ev.append(
-            Evidence(
-                "victim", f"{e.comm} (host pid {e.pid}), {_mib(rss)} resident at death, killed {_when(e.wall_time)}"
-            )
-        )
-        limit = f"memory cgroup limit {_mib(e.limit_kb)} ({e.memcg or e.task_memcg})" if e.limit_kb else None
-        if limit is None:
-            where = e.task_memcg or m.cgroup
-            cg = next((c for c in snap.cgroups if where and c.path == where), None)
-            if cg is not None and cg.limit_bytes:
-                limit = f"memory cgroup limit {cg.limit_bytes // 2**20} MiB ({cg.path})"
-            elif e.constraint and "MEMCG" not in e.constraint:
-                limit = f"the whole machine ran out of memory ({e.constraint})"
-        if limit:
-            ev.append(Evidence("limit", limit))
-        if m.loser is not None:
-            ev.append(Evidence("lost by", f"{ctx.proc_label(m.loser)}: {m.how}"))
-        # the closest watched process is no sign of a parent: a service sharing the cgroup was said to
-        # have lost a child it never had (found by a helper)
-        lost = (
-            f"{ctx.proc_label(m.loser)}, in its memory cgroup, may have lost it"
-            if m.guessed
-            else (f"{ctx.proc_label(m.loser)} lost it")
-        )
-        summary = f"{e.comm} was OOM-killed {_when(e.wall_time)}; {lost}"
-        sev: Severity | None = None if bounded else "warning"
-        went_on = _went_on(ctx, m.loser, whole_scope=m.guessed)
-        if went_on and sev is None:
-            # a job that noticed and went on (a retry with a smaller batch) is not stalled by a past kill:
-            # it read STALLED beside its growing log (found by a helper)
-            sev, summary = "warning", summary + ": the job went on"
-            ev.append(Evidence("progress", went_on))
-        yield META.finding(
-            summary,
-            [m.loser],
-            ev,
-            "give the job more memory (or a smaller batch), and make its parent notice a child killed by SIGKILL (exit 137)",
-            sev,
-        )
+        if m.relevant and m.loser is not None:
+            groups.setdefault((m.loser, m.event.comm or "?", m.guessed), []).append(m)
+    for (loser, _comm, _guessed), group in sorted(groups.items(), key=lambda kv: ctx.oom_matches.index(kv[1][-1])):
+        yield _kills_finding(ctx, loser, group, bounded)
     yield from _from_cgroups(ctx)
+
+
+def _kills_finding(ctx: Context, loser: int, group: list[OomMatch], bounded: bool) -> Finding:
+    """The kills of one program one watched process lost (the latest's detail; the last three lines)."""
+    m = group[-1]
+    e = m.event
+    rss = (e.anon_rss_kb or 0) + (e.file_rss_kb or 0) if e.anon_rss_kb is not None else None
+    ev = [Evidence("kernel log", k.event.line[:400]) for k in group[-3:]]
+    ev.append(
+        Evidence("victim", f"{e.comm} (host pid {e.pid}), {_mib(rss)} resident at death, killed {_when(e.wall_time)}")
+    )
+    limit = f"memory cgroup limit {_mib(e.limit_kb)} ({e.memcg or e.task_memcg})" if e.limit_kb else None
+    if limit is None:
+        where = e.task_memcg or m.cgroup
+        cg = next((c for c in ctx.snapshot.cgroups if where and c.path == where), None)
+        if cg is not None and cg.limit_bytes:
+            limit = f"memory cgroup limit {cg.limit_bytes // 2**20} MiB ({cg.path})"
+        elif e.constraint and "MEMCG" not in e.constraint:
+            limit = f"the whole machine ran out of memory ({e.constraint})"
+    if limit:
+        ev.append(Evidence("limit", limit))
+    ev.append(Evidence("lost by", f"{ctx.proc_label(loser)}: {m.how}"))
+    # the closest watched process is no sign of a parent: a service sharing the cgroup was said to
+    # have lost a child it never had (found by a helper)
+    them = "it" if len(group) == 1 else "them"
+    lost = (
+        f"{ctx.proc_label(loser)}, in its memory cgroup, may have lost {them}"
+        if m.guessed
+        else (f"{ctx.proc_label(loser)} lost {them}")
+    )
+    when = _when(e.wall_time) if len(group) == 1 else f"{len(group)} times, the latest {_when(e.wall_time)}"
+    summary = f"{e.comm} was OOM-killed {when}; {lost}"
+    sev: Severity | None = None if bounded else "warning"
+    went_on = _went_on(ctx, loser, whole_scope=m.guessed)
+    if went_on and sev is None:
+        # a job that noticed and went on (a retry with a smaller batch) is not stalled by a past kill:
+        # it read STALLED beside its growing log (found by a helper)
+        sev, summary = "warning", summary + ": the job went on"
+        ev.append(Evidence("progress", went_on))
+    hint = (
+        "give the job more memory (or a smaller batch), and make its parent notice a child killed by SIGKILL (exit 137)"
+    )
+    return META.finding(summary, [loser], ev, hint, sev)
 
 
 def _went_on(ctx: Context, loser: int, whole_scope: bool = False) -> str | None:
