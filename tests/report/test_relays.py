@@ -144,7 +144,7 @@ def test_a_wait_through_a_relay_on_another_host_names_the_end_two_hosts_on(fleet
     ), told["summary"]
     assert told["severity"] == "error" and told["remote"] == c.target
     (relay,) = [f for f in got[b.target]["findings"] if f["rule"] == "socket-peer-wait"]
-    assert relay["summary"].endswith(f"on {c.target} is stopped (T)") and relay["remote"] == c.target, relay
+    assert relay["summary"].endswith(f"on {c.target}: stopped (T)") and relay["remote"] == c.target, relay
     assert server > 0
 
 
@@ -180,3 +180,38 @@ def test_a_client_through_an_ssh_tunnel_is_held_by_the_server_at_its_far_end(fle
     else:
         assert rc == 0 and got[a.target]["verdict"] == "healthy", got[a.target]["headline"]
         assert got[b.target]["verdict"] == "healthy", got[b.target]["headline"]
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None or shutil.which("tar") is None, reason="needs the OpenSSH client")
+@pytest.mark.parametrize("scope", [(), ("--match", "tar|ssh")], ids=["whole", "match"])
+def test_a_copy_through_a_jump_host_is_held_by_the_stopped_receiver_beyond_it(fleet: Fleet, scope: tuple) -> None:
+    """`tar | ssh -J B C 'cat > out'` on A, C's cat stopped. B's sshd session relays the jump's channel
+    to C's sshd, but holds no listener (its parent does): A and B read HEALTHY; scoped, A and B each
+    said the other held it (found by a helper). A forking server's session relays as its parent's."""
+    big = fleet.dir / "big"
+    big.write_bytes(bytes(64 << 20))
+    b = fleet.host("sleep 100000")
+    c = fleet.host("sleep 100000")
+    kh = fleet.dir / "kh"
+    kh.write_text(b.known_hosts.read_text() + c.known_hosts.read_text())
+    cfg = fleet.dir / "ssh_config"
+    cfg.write_text(f"Host *\n  IdentityFile {fleet.key}\n  UserKnownHostsFile {kh}\n  BatchMode yes\n"
+                   "  StrictHostKeyChecking yes\n")  # fmt: skip
+    jump = f"ssh -F {cfg} -J root@127.0.0.1:{b.port} -p {c.port} root@127.0.0.1"
+    a = fleet.host(f"sh -c 'tar cf - -C {fleet.dir} big | {jump} \"cat > {fleet.dir}/out.tar\"'")
+    wait_for(lambda: fleet.find(c, "cat") is not None, timeout=30, what="the receiver on C")
+    cat = fleet.find(c, "cat")
+    assert cat is not None
+    os.kill(cat, signal.SIGSTOP)
+    wait_for(
+        lambda: proc_state(cat) == "T" and fleet.blocked_in(a, "anon_pipe_write"), timeout=30, what="the copy held"
+    )
+    rc, got = fleet.sweep(a.target, b.target, c.target, extra=scope)
+    f = next(f for f in got[a.target]["findings"] if f["rule"] == "socket-peer-wait")
+    assert (
+        f"on {b.target}, relaying to sshd (" in f["summary"] and f"on {c.target}: its host says: cat (" in f["summary"]
+    )
+    assert f["severity"] == "error" and got[a.target]["verdict"] == "stalled", f["summary"]
+    relay = next(f for f in got[b.target]["findings"] if " relays " in f["summary"])
+    assert relay["severity"] == "error" and relay["remote"] == c.target, relay["summary"]
+    assert got[b.target]["verdict"] == "stalled" and got[c.target]["verdict"] == "stalled" and rc == 1

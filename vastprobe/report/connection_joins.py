@@ -85,9 +85,9 @@ def join_connections(reports: Sequence[HostReport]) -> list[HostReport]:
     ends = _ends(reports)
     hits = [(i, w, *hit) for i, r in enumerate(reports) for w in r.remote_waits if (hit := _other_end(ends, i, w))]
     # the joins that change a verdict first: a fact joined later ("B reads healthy") then reads the final one
-    hits.sort(key=lambda h: _holder_severity(out[h[2]], h[3])[0] is None)
+    hits.sort(key=lambda h: _holder_severity(out[h[2]], h[3], h[1])[0] is None)
     for i, w, j, s in _holders_first(hits):
-        path = _relayed_on(ends, out, j, s)
+        path = _relayed_on(ends, out, j, s, w)
         if path:  # a relay holds it, and passes it on to what holds it further
             k, end = path[-1]
             for (h, relay), (_n, nxt) in zip(((j, s), *path[:-1]), path, strict=True):
@@ -117,26 +117,28 @@ def _holders_first(hits: list[_Hit]) -> list[_Hit]:
 MAX_RELAYS = 4
 
 
-def _relayed_on(ends: _Ends, out: Sequence[HostReport], j: int, s: ServedSocket) -> list[tuple[int, ServedSocket]]:
+def _relayed_on(
+    ends: _Ends, out: Sequence[HostReport], j: int, s: ServedSocket, w: RemotePeer
+) -> list[tuple[int, ServedSocket]]:
     """Where a relay that holds a connection (and says nothing of its own about it) passes it on:
     the hosts of the run, in turn, whose served sockets are the other ends of the connections each
     relay opened, up to the first whose holder is held (stopped, not reading, named by a finding).
     Empty when it is no relay, when it worked over the window, or when no held end is found."""
     path: list[tuple[int, ServedSocket]] = []
     seen = {j}
-    cur_j, cur = j, s
+    cur_j, cur, back = j, s, w
     while len(path) < MAX_RELAYS and cur.relays_to and cur.idle is not False:
-        if _holder_severity(out[cur_j], cur)[0] is not None:
+        if _holder_severity(out[cur_j], cur, back)[0] is not None:
             break
-        nxt = next((hit for local, remote in cur.relays_to
-                    if (hit := _other_end(ends, cur_j, RemotePeer(cur.pid, cur.comm, local, remote))) is not None
+        nxt = next(((hit, peer) for local, remote in cur.relays_to
+                    if (hit := _other_end(ends, cur_j, peer := RemotePeer(cur.pid, cur.comm, local, remote))) is not None
                     and hit[0] not in seen), None)  # fmt: skip
         if nxt is None:
             return []
-        path.append(nxt)
-        seen.add(nxt[0])
-        cur_j, cur = nxt
-    return path if path and _holder_severity(out[cur_j], cur)[0] is not None else []
+        path.append(nxt[0])
+        seen.add(nxt[0][0])
+        (cur_j, cur), back = nxt
+    return path if path and _holder_severity(out[cur_j], cur, back)[0] is not None else []
 
 
 def _told_relays(relay_host: HostReport, relay: ServedSocket, nxt: ServedSocket, end_host: HostReport,
@@ -144,23 +146,33 @@ def _told_relays(relay_host: HostReport, relay: ServedSocket, nxt: ServedSocket,
     """A relay's host, told that its relay waits on what holds the connection further on."""
     sev, how = _holder_severity(end_host, end)
     summary = (f"{relay.comm} ({relay.pid}) relays {relay.remote} -> {relay.local} on to {nxt.local}, whose other "
-               f"end is held: {end.comm} ({end.pid}) on {end_host.target} is {how}")  # fmt: skip
+               f"end is held: {end.comm} ({end.pid}) on {end_host.target}: {how}")  # fmt: skip
     ev = Evidence("this run", f"{end_host.target}: {end.comm} ({end.pid}) holds {end.local}: {how}"[:400])
     hint = f"see {end_host.target}'s report (`vastprobe diagnose {end_host.target} --pid {end.pid}`)"
     return added(relay_host, Finding(RULE, CODE, sev or "warning", summary, (relay.pid,), (ev,), hint,
                                      remote=end_host.target))  # fmt: skip
 
 
-def _about(host: HostReport, s: ServedSocket) -> list[Finding]:
+def _about(host: HostReport, s: ServedSocket, back: RemotePeer | None = None) -> list[Finding]:
     """The findings of `host` about what serves the socket: its holder, or, while the holder did
     nothing over the window, a process under it (an ssh session's command: sshd holds the connection,
     the stopped `cat` it runs is what the finding names). A holder that works is not held by a child
-    of its own: a busy server's stopped helper was blamed for its client's wait."""
+    of its own: a busy server's stopped helper was blamed for its client's wait. Not a finding about
+    its wait back on the same connection (`back`, seen from its side): a relay reading its client,
+    and the client waiting on the relay, each quoted the other, and the stop beyond the relay went
+    unsaid (`ssh -J B C`; found by a helper)."""
     mine = {s.pid, *(s.below if s.idle is not False else ())}
-    return [f for f in host.findings if mine.intersection(f.pids)]
+    return [f for f in host.findings if mine.intersection(f.pids) and not _mirrors(f, back)]
 
 
-def _holder_severity(holder_host: HostReport, s: ServedSocket) -> tuple[Severity | None, str]:
+def _mirrors(f: Finding, w: RemotePeer | None) -> bool:
+    """`f` is about a wait on the connection `w` waits on, from its other end."""
+    return w is not None and f.peer is not None and (f.peer.local, f.peer.remote) == (w.remote, w.local)
+
+
+def _holder_severity(
+    holder_host: HostReport, s: ServedSocket, back: RemotePeer | None = None
+) -> tuple[Severity | None, str]:
     """How badly what holds the other end holds it, in words: stopped, in D state, or named by a
     finding of its own host (its worst)."""
     if s.state in ("T", "t"):
@@ -174,7 +186,7 @@ def _holder_severity(holder_host: HostReport, s: ServedSocket) -> tuple[Severity
         )
     if s.remote and s.queued and s.idle and not s.timer:  # docs/evidence.md's idle server, its client's bytes unread
         return "error", f"not reading: the {s.queued} B sent to it sit unread, and it did nothing over the window"
-    theirs = _about(holder_host, s)
+    theirs = _about(holder_host, s, back)
     if theirs:
         worst = max(theirs, key=lambda f: SEVERITY_ORDER[f.severity])
         if SEVERITY_ORDER[worst.severity] >= SEVERITY_ORDER["warning"]:
@@ -207,7 +219,7 @@ def _joined(
     """`via`: the relays on the way from `a`'s wait to `b`'s end, (their host, their socket)."""
     if w.client_holds:
         return _held_by_client(a, b, w, s)
-    sev, how = _holder_severity(b, s)
+    sev, how = _holder_severity(b, s, w)
     end = "".join(f"{r.comm} ({r.pid}) on {t}, relaying to " for t, r in via) + f"{s.comm} ({s.pid}) on {b.target}"
     conn = f"TCP {w.local} -> {w.remote}"
     held = "accepted it" if s.remote else f"listens on {s.local}, the connection in its queue"
@@ -236,7 +248,7 @@ def _joined(
                      remote=b.target, peer=w)  # fmt: skip
     a = swap(a, own, joined) if own is not None else added(a, joined)
     line = f"{a.target}: {w.comm} ({w.pid}) waits on {s.comm} ({s.pid}) here over {conn}"
-    theirs = next(iter(sorted(_about(b, s), key=lambda f: -SEVERITY_ORDER[f.severity])), None)
+    theirs = next(iter(sorted(_about(b, s, w), key=lambda f: -SEVERITY_ORDER[f.severity])), None)
     if theirs is not None:
         return a, swap(b, theirs, replace(theirs, evidence=(*theirs.evidence, Evidence("this run", line[:400]))))
     told = Finding(

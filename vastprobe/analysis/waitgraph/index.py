@@ -115,7 +115,8 @@ class WaitIndex:
     def relayed(self, p: Process) -> frozenset[int]:
         """The TCP connections a process holding a listening socket opened itself (its local port is
         none it listens on), where it holds connections accepted on its ports too: what a relay
-        (socat, `ssh -L`, a TCP proxy) passes its clients' bytes on to. Empty for a plain server
+        (socat, `ssh -L`, a TCP proxy) passes its clients' bytes on to. A forking server's child
+        (sshd's session, the same program) counts its parent's listener. Empty for a plain server
         and for a process that holds no listener."""
         found = self._relays.get(p.pid)
         if found is None:
@@ -135,6 +136,12 @@ class WaitIndex:
 
     def _relayed(self, p: Process) -> frozenset[int]:
         tcp, ports = self._tcp_held(p)
+        parent = self.tree.by_pid.get(p.ppid)
+        if not ports and parent is not None and p.comm.startswith(parent.comm):
+            # a forking server's child holds what its parent accepted, not the listener: sshd's session
+            # process relays a jump host's channel (`ssh -J B C`), and A read HEALTHY behind C's
+            # stopped receiver (found by a helper)
+            ports = self._tcp_held(parent)[1]
         conns = [s for s in tcp if s.state == "ESTABLISHED" and s.remote]
         if not ports or not any(s.local_address[1] in ports for s in conns):
             return frozenset()
