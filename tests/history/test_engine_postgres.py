@@ -8,6 +8,7 @@ import json
 import multiprocessing
 import multiprocessing.synchronize
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests import pg_cluster
+from tests.helpers import proc_state, wait_for
 from tests.history.test_store import PLAN, STEP, T0, five_sweeps, report
 from tests.sshd import free_port
 from vastprobe.history import schema
@@ -194,6 +196,21 @@ def test_a_dead_or_wrong_database_is_one_line_and_exit_2_after_the_output(
     assert want in r.stderr, r.stderr
     shown = run("history", "--history", url)
     assert shown.returncode == 2 and shown.stderr.count("\n") == 1 and "wrong-pass-Q7" not in shown.stderr
+
+
+def test_a_stall_found_while_the_database_is_down_exits_1(pg: pg_cluster.Cluster, reap) -> None:
+    """Found by a helper: a sweep that found a stalled host exited 2 with its PostgreSQL history down,
+    and cron, which acts on 1, never saw the stall. The stall wins; stderr still says the history is gone."""
+    url = pg.url(db="vastprobe").replace(pg_cluster.quote(pg.socket_dir, safe=""), "%2Ftmp%2Fno-such-vp-dir")
+    job = subprocess.Popen(["sleep", "600"])
+    reap.append(job)
+    os.kill(job.pid, signal.SIGSTOP)
+    wait_for(lambda: proc_state(job.pid) == "T", what="the job stopped")
+    r = run("sweep", "local", "--pid", str(job.pid), "--history", url, "--format", "json")
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert json.loads(r.stdout)["hosts"][0]["verdict"] == "stalled"
+    assert r.stderr.startswith("vastprobe: error: history postgresql://") and "this run was not recorded" in r.stderr
+    assert r.stderr.count("postgresql://") == 1, r.stderr  # the URL once (it was said twice)
 
 
 def test_a_malformed_url_is_a_usage_error_before_any_host(tmp_path: Path) -> None:

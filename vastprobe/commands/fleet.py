@@ -8,7 +8,7 @@ import json
 from typing import Optional
 
 from vastprobe.commands.checks import history_url_problem
-from vastprobe.commands.common import EXIT_INTERRUPTED, EXIT_USAGE, usage_error
+from vastprobe.commands.common import EXIT_INTERRUPTED, EXIT_STALLED, EXIT_USAGE, usage_error
 from vastprobe.notices import say
 
 
@@ -133,7 +133,9 @@ class FleetMemory:
 
     def exit_code(self, code: int) -> int:
         """A shared (PostgreSQL) history that could not be written fails the run with exit 2, after the
-        findings were printed and written: every shard's memory depends on it, so it must not go unseen."""
-        if self.failed is not None and code != EXIT_INTERRUPTED:
+        findings were printed and written: every shard's memory depends on it, so it must not go unseen.
+        A stall found wins: cron must see it, and stderr says the history is gone (a stalled host
+        read exit 2 while the database was down; found by a helper)."""
+        if self.failed is not None and code not in (EXIT_INTERRUPTED, EXIT_STALLED):
             return EXIT_USAGE
         return code

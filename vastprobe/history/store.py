@@ -92,7 +92,9 @@ def _errors(location: Location, doing: str, secrets: Sequence[str] = ()):  # typ
     except SchemaError as exc:
         raise HistoryError(f"history {where} {exc}; {doing}", shared) from exc
     except _driver_errors() as exc:
-        raise HistoryError(f"history {where}: {reason(exc, secrets)}; {doing}", shared) from exc
+        why = reason(exc, secrets)
+        why = why.removeprefix(f"{where}: ")  # the engine's own errors name the URL too: once is enough
+        raise HistoryError(f"history {where}: {why}; {doing}", shared) from exc
 
 
 #: Files SQLite opens beside the database: a link planted at any of them would be written through.
