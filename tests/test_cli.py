@@ -41,6 +41,21 @@ def test_diagnose_local_json() -> None:
     assert doc["summary"]["exit_code"] == r.returncode and doc["summary"]["verdict"][host["verdict"]] == 1
 
 
+def test_a_pid_that_matches_nothing_beside_one_that_does_is_said() -> None:
+    """Found by a helper: `--pid 1 --pid 4000000` diagnosed pid 1 alone and said nothing of the
+    mistyped one. One line on stderr names it; the diagnosis of the rest stands."""
+    job = subprocess.Popen(["sleep", "600"])
+    try:
+        free = next(p for p in range(4_000_000, 4_000_100) if not Path(f"/proc/{p}").exists())
+        r = run("diagnose", "local", "--pid", str(job.pid), "--pid", str(free), "--format", "json", "--sample", "0.2")
+    finally:
+        job.kill()
+        job.wait()
+    host = json.loads(r.stdout)["hosts"][0]
+    assert r.stderr == f"vastprobe: warning: local: --pid {free} matched no process; diagnosed the rest of the scope\n"
+    assert host["verdict"] == "healthy" and r.returncode == 0 and host["scope"] == [job.pid], host["findings"]
+
+
 def test_piped_json_leaves_the_snapshot_out() -> None:
     """`vastprobe diagnose local | jq` or a cron mail: the findings and the summary, not 0.1-0.6 MB of
     evidence on one line; --snapshot puts it in."""

@@ -82,6 +82,21 @@ def diagnose(
         code = memory.exit_code(code)
     left = len(entries) - len(done)
     emit(ReportsDocument(reports, code, left, report.snapshot, report.verbose, report.brief), chosen)
+    _say_unmatched(reports, options.pids)
     if interrupted:
         say_interrupted(done, entries, "targets")
     raise typer.Exit(code)
+
+
+def _say_unmatched(reports: list, pids: tuple[int, ...]) -> None:
+    """A --pid that matched no process, beside others that did: the diagnosis is of the others, and a
+    mistyped PID went unsaid (found by a helper). One line each host."""
+    from vastprobe.commands.common import say
+
+    for r in reports:
+        if r.status != "ok" or not r.scope:
+            continue
+        missed = [p for p in pids if p not in set(r.scope)]
+        if missed:
+            which = ", ".join(f"--pid {p}" for p in missed)
+            say(f"vastprobe: warning: {r.target}: {which} matched no process; diagnosed the rest of the scope")

@@ -82,7 +82,7 @@ SampleOpt = Annotated[
 PidOpt = Annotated[
     Optional[list[int]],
     typer.Option("--pid", metavar="PID", callback=checks.pids, rich_help_panel=P_SCOPE, autocompletion=complete_pids,
-                 help="Root process of interest, with its descendants (repeatable). Matching nothing: verdict unknown, exit 3."),
+                 help="Root process of interest, with its descendants (repeatable). Matching nothing: verdict unknown, exit 3; one of several matching nothing: a warning on stderr."),
 ]  # fmt: skip
 MatchOpt = Annotated[
     Optional[list[str]],
