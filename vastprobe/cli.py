@@ -21,6 +21,7 @@ import typer
 from vastprobe import __version__
 from vastprobe.commands import collect, diagnose, history, rules, sweep, watch
 from vastprobe.commands.common import (
+    COLLECT_EPILOG,
     CONTEXT,
     EXIT_EPILOG,
     EXIT_FAILED,
@@ -29,6 +30,7 @@ from vastprobe.commands.common import (
     EXIT_PIPE,
     EXIT_TERMINATED,
     EXIT_USAGE,
+    LISTING_EPILOG,
     Command,
     click_exceptions,
     terminated,
@@ -129,7 +131,13 @@ COMMANDS: dict[str, Callable[..., Any]] = {
     "watch": watch.watch,
 }
 #: The exit codes' footer of a command whose codes differ from every other's.
-EPILOGS = {"watch": watch.EXIT_EPILOG}
+EPILOGS = {
+    "watch": watch.EXIT_EPILOG,
+    "collect": COLLECT_EPILOG,
+    "rules": LISTING_EPILOG,
+    "probe-script": LISTING_EPILOG,
+    "history": LISTING_EPILOG,
+}
 for _name, _callback in COMMANDS.items():
     app.command(_name, cls=Command, context_settings=CONTEXT, epilog=EPILOGS.get(_name, EXIT_EPILOG))(_callback)
 

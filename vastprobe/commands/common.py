@@ -23,6 +23,14 @@ EXIT_CODES = {
     EXIT_INTERRUPTED: "interrupted (Ctrl-C), after printing what finished",
 }
 EXIT_EPILOG = "[b]Exit codes[/b]: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()) + "."
+#: Commands that diagnose nothing (`rules`, `probe-script`, `history`) never say "stalled": their codes
+#: (found by a helper: every command's help carried diagnose's)
+LISTING_EPILOG = f"[b]Exit codes[/b]: {EXIT_OK} done; {EXIT_USAGE} {EXIT_CODES[EXIT_USAGE]}; {EXIT_FAILED} {EXIT_CODES[EXIT_FAILED]}."
+COLLECT_EPILOG = (
+    f"[b]Exit codes[/b]: {EXIT_OK} the capture was written; {EXIT_USAGE} {EXIT_CODES[EXIT_USAGE]}; {EXIT_UNPROBED} "
+    f"the target could not be probed (the failed try is written, saying why); {EXIT_FAILED} "
+    f"{EXIT_CODES[EXIT_FAILED]}; {EXIT_INTERRUPTED} interrupted (Ctrl-C)."
+)
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
 #: Set by cli's SIGTERM handler: an interrupted run then exits 143, not 130.

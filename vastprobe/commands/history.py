@@ -11,7 +11,7 @@ import typer
 
 from vastprobe.commands.common import EXIT_OK, EXIT_USAGE, usage_error
 from vastprobe.commands.fleet import default_history, history_location
-from vastprobe.commands.options import P_HISTORY, FormatOpt, HistoryOpt, JsonOpt, complete_targets
+from vastprobe.commands.options import P_HISTORY, HistoryOpt, JsonOpt, ListingFormatOpt, complete_targets
 from vastprobe.commands.settings import output_format
 from vastprobe.notices import say
 
@@ -41,7 +41,7 @@ def history_command(
             help="Window for transitions and flapping: back from now (24h, 7d) or a time (2026-12-02T14:00).",
         ),
     ] = "24h",
-    fmt: FormatOpt = None,
+    fmt: ListingFormatOpt = None,
     json_flag: JsonOpt = False,
     output: ExportOutputOpt = None,
 ) -> None:

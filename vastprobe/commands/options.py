@@ -123,6 +123,11 @@ FormatOpt = Annotated[
         "--format", rich_help_panel=P_OUTPUT, help="table on a terminal (json with --snapshot), json otherwise."
     ),
 ]
+#: `rules` and `history`, which have no --snapshot
+ListingFormatOpt = Annotated[
+    Optional[OutputFormat],
+    typer.Option("--format", rich_help_panel=P_OUTPUT, help="table on a terminal, json otherwise."),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", rich_help_panel=P_OUTPUT, help="Short for --format json.")]
 FailOnOpt = Annotated[
     FailOn,
@@ -197,13 +202,13 @@ HostKeyOpt = Annotated[
 ]  # fmt: skip
 VerboseOpt = Annotated[
     int,
-    typer.Option("-v", "--verbose", count=True, show_default=False, rich_help_panel=P_OUTPUT,
+    typer.Option("-v", "--verbose", count=True, show_default=False, rich_help_panel=P_OUTPUT, metavar="",
                  help="More detail: the report lists every process in scope and every finding in full; "
                       "SSH handshake detail on stderr (-vv, -vvv: more)."),
 ]  # fmt: skip
 ReportVerboseOpt = Annotated[
     int,
-    typer.Option("-v", "--verbose", count=True, show_default=False, rich_help_panel=P_OUTPUT,
+    typer.Option("-v", "--verbose", count=True, show_default=False, rich_help_panel=P_OUTPUT, metavar="",
                  help="The report lists every process in scope and every finding in full."),
 ]  # fmt: skip
 BriefOpt = Annotated[

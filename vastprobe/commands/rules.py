@@ -11,7 +11,7 @@ import typer
 
 from vastprobe.commands.common import usage_error
 from vastprobe.commands.option_groups import with_groups
-from vastprobe.commands.options import PROBE_GROUP, FormatOpt, JsonOpt, ProbeFlags, complete_rules
+from vastprobe.commands.options import PROBE_GROUP, JsonOpt, ListingFormatOpt, ProbeFlags, complete_rules
 from vastprobe.commands.settings import output_format, probe_options
 
 
@@ -20,7 +20,7 @@ def rules(
         Optional[str],
         typer.Argument(metavar="[RULE]", help="A slug or code: explain that rule.", autocompletion=complete_rules),
     ] = None,
-    fmt: FormatOpt = None,
+    fmt: ListingFormatOpt = None,
     json_flag: JsonOpt = False,
 ) -> None:
     """The rule catalogue: slug, code, severity, one line each; with a name, that rule's page (docs/rules).
