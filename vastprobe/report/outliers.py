@@ -5,8 +5,8 @@ the hosts that lack what nearly all the others share, or have what nearly none o
 A stuck collective looks the same on every host but the one that caused it, so a host is described
 by the features a stuck host changes: its status, verdict, each rule at warning or above, each of
 the job's processes (command name, state and wait channel of one that did not move between the
-probe's samples; one that moved counts as "moving" whatever its state at the instant of the
-sample) and whether its GPUs are busy or idle. Features are voted on one by one rather than as one
+probe's samples; one that moved, or sleeps on a timer, counts as "moving" whatever its state at the
+instant of the sample) and whether its GPUs are busy or idle. Features are voted on one by one rather than as one
 signature, so benign variety (a wait channel that differs on a third of the hosts) flags no one,
 while the one host whose verdict, rules or processes nobody else shares is flagged.
 
@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 
 from vastprobe.analysis.gpu import idle_gpus
 from vastprobe.analysis.progress import progress
+from vastprobe.analysis.wchan_families import wait_kind
 from vastprobe.model import HostReport, Outlier, Unavailable
 from vastprobe.untrusted.safe import safe
 
@@ -115,7 +116,11 @@ def features(r: HostReport) -> frozenset[Feature]:
             if two and not pr.sampled:
                 continue  # started or ended between the samples: a passing process, not the job's shape
             state = p.samples[-1].state if p.samples else p.state
-            if pr.sampled and pr.moved:
+            wchan = p.wchan if isinstance(p.wchan, str) else None
+            # asleep on a timer is a poll between moves: a launcher polling every 0.5 s read "moving" on
+            # some hosts and "S in hrtimer_nanosleep" on others, and an innocent host was an outlier
+            # (found by a helper)
+            if (pr.sampled and pr.moved) or (state == "S" and wait_kind(wchan, None) == "sleep"):
                 out.add(("proc", p.comm, "moving", ""))
             elif state == "R":
                 out.add(("proc", p.comm, "R", ""))
