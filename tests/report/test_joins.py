@@ -305,6 +305,12 @@ def test_a_job_held_by_ranks_on_two_hosts_names_both(fleet: Fleet) -> None:
     (job,) = doc["summary"]["jobs"]
     named = {(job["holder"]["host"], job["holder"]["rank"])} | {(o["host"], o["rank"]) for o in job["also_held_by"]}
     assert named == {(a.target, 1), (c.target, 4)}, job
+    # of two holders alike, the lower rank is the job's holder, whatever order the hosts finished in (it
+    # changed between sweeps); the other's host is told who waits, not to run a sweep it is in
+    assert (job["holder"]["host"], job["holder"]["rank"]) == (a.target, 1), job
+    also = next(h for h in doc["hosts"] if h["target"] == c.target)
+    assert not any("a sweep of them says" in f["summary"] for f in also["findings"]), also["findings"]
+    assert any("ranks 2, 3 on 1 other host(s) of this run wait on it" in f["summary"] for f in also["findings"])
     told = culprit(next(h for h in doc["hosts"] if h["target"] == b.target))
     assert told["severity"] == "error" and "holds it too: stopped (T)" in str(told["evidence"]), told
     holder = next(h for h in doc["hosts"] if h["target"] == job["holder"]["host"])

@@ -80,8 +80,11 @@ def jobs_across_hosts(reports: Sequence[HostReport]) -> list[JobAcrossHosts]:
             continue
         if len(parts) < 2 and not parts[0][1].closed:
             continue
+        # of equal strength, by rank number: the order the hosts finished in chose before, and the job's
+        # holder changed from one sweep to the next (found by a helper)
         holding = sorted(
-            ((t, c) for t, j in parts for c in j.culprits if c.state in HOLDING), key=lambda h: _STRENGTH[h[1].state]
+            ((t, c) for t, j in parts for c in j.culprits if c.state in HOLDING),
+            key=lambda h: (_STRENGTH[h[1].state], h[1].rank is None, h[1].rank or 0, h[0]),
         )
         straggling = [(t, c) for t, j in parts for c in j.culprits if c.state not in HOLDING]
         if _each_held_elsewhere(parts, holding):
@@ -200,6 +203,12 @@ def join_jobs(reports: Sequence[HostReport]) -> list[HostReport]:
             out[h] = added(out[h], _gone_here(job, c))
         elif hjob is not None and held is not None and job.waiting:
             out[h] = swap(out[h], held, _holder_joined(held, hjob, c, job.waiting))
+        for target, o in job.also:  # a second holder's host: told who waits too, not to run a sweep it is in
+            k = index[target]
+            ojob = next((j for t, j in job.parts if t == target), None)
+            own = _culprit_finding(out[k], o, ojob)
+            if ojob is not None and own is not None and job.waiting:
+                out[k] = swap(out[k], own, _holder_joined(own, ojob, o, job.waiting))
     return out
 
 
