@@ -223,7 +223,7 @@ def test_a_rank_killed_on_a_host_with_no_other_rank_of_the_job_is_named(fleet: F
     told, gone = culprit(got[a.target]), culprit(got[b.target])
     assert rc == 1 and got[a.target]["verdict"] == "stalled" and got[b.target]["verdict"] == "stalled", (
         rc, got[a.target]["headline"], got[b.target]["headline"])  # fmt: skip
-    assert told["summary"].startswith(f"rank 1 ({b.target}) holds job {run} (torchelastic): it is gone: no process "
+    assert told["summary"].startswith(f"rank 1 ({b.target}) holds job {run} (torchelastic): it is gone: no rank "
                                       f"of the job is left on {b.target}"), told["summary"]  # fmt: skip
     assert "(CLOSE_WAIT)" in told["summary"] and told["severity"] == "error" and told["remote"] == b.target
     assert gone["summary"] == (f"rank 1 of 2 of job {run} (torchelastic) is gone from this host: rank 0 on "
@@ -234,6 +234,7 @@ def test_a_rank_killed_on_a_host_with_no_other_rank_of_the_job_is_named(fleet: F
     table = fleet.run("sweep", a.target, b.target, fmt="table")
     assert table.returncode == 1 and "internal error" not in table.stderr, table.stderr
     assert f"held by: rank 1 on {b.target} (stalled): gone" in table.stdout, table.stdout
+    assert "missing:" not in table.stdout, table.stdout  # rank 1, gone, is no rank missing besides
     alone = fleet.run("diagnose", a.target)  # A on its own
     host = json.loads(alone.stdout)["hosts"][0]
     if spin:  # a busy rank: nothing on A alone says whether it computes or spins

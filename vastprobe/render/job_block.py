@@ -50,7 +50,11 @@ def job_block(console: Console, job: JobAcrossHosts, verdict_of: Mapping[str, st
     if moving:
         hanging(console, "", pad + Text("moving:  ", style="bold"),
                 Text(f"[{len(moving)}: {fold_hosts(moving, limit)}] (their ranks show progress)"))  # fmt: skip
-    if job.missing:
-        shown = ", ".join(map(str, job.missing[:16])) + (" …" if len(job.missing) > 16 else "")
+    # a rank named gone above is no rank missing besides (the two lines contradicted each other; found
+    # by a helper)
+    gone = {h.rank for _t, h in ((where, c), *job.also) if h.state == "gone"}
+    missing = [m for m in job.missing if m not in gone]
+    if missing:
+        shown = ", ".join(map(str, missing[:16])) + (" …" if len(missing) > 16 else "")
         hanging(console, "", pad + Text("missing: ", style="bold"),
-                Text(f"rank(s) {shown}: on no host of this run, alive or gone"))  # fmt: skip
+                Text(f"rank(s) {shown}: seen on no host of this run"))  # fmt: skip

@@ -176,7 +176,7 @@ def _gone_from(
             which = (
                 "" if len(missing) == 1 else f" (ranks {', '.join(map(str, missing[:8]))} are on no host of the run)"
             )
-            why = (f"gone: no process of the job is left on {hosts[0]}{which}, and {who} holds its connection to "
+            why = (f"gone: no rank of the job is left on {hosts[0]}{which}, and {who} holds its connection to "
                    f"{end}, which {hosts[0]} closed (CLOSE_WAIT)")  # fmt: skip
             return hosts[0], JobRank(missing[0] if len(missing) == 1 else None, None, None, "gone", why)
     return None
