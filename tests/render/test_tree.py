@@ -82,3 +82,28 @@ def test_a_d_state_chain_is_drawn_like_a_stopped_one(reap, tmp_path: Path) -> No
     assert "waits on it" in lines[0] and "uninterruptible" in lines[0]
     i = next(n for n, line in enumerate(lines) if line.startswith(f"     {job.pid} bash  S do_wait"))
     assert lines[i + 1].startswith(f"     └─ waits for child → {vforker} vforker  ◀ blocker (uninterruptible)  D ")
+
+
+def test_only_the_stopped_blocker_is_marked_stopped(reap) -> None:
+    """`yes | bash -c 'cat'`, cat stopped: the pipe's reader bash (in S, waiting for cat) and cat are
+    both blockers of the writer's chain; bash was marked "blocker (stopped)" too (found by a helper)."""
+    job = subprocess.Popen(["sh", "-c", "yes | bash -c 'cat > /dev/null; true'"], start_new_session=True)
+    reap.append(job)
+
+    def cat() -> int | None:
+        for b in children_of(job.pid):
+            for k in children_of(b):
+                if Path(f"/proc/{k}/comm").read_text().strip() == "cat":
+                    return k
+        return None
+
+    wait_for(lambda: cat() is not None, what="cat started")
+    c = cat()
+    assert c is not None
+    os.kill(c, 19)  # SIGSTOP
+    wait_for(lambda: proc_wchan(c) == "do_signal_stop", what="cat stopped")
+    lines = table(job.pid)
+    marked = [line for line in lines if "◀ blocker" in line]
+    assert any(f"{c} cat  ◀ blocker (stopped)" in line for line in marked), lines
+    assert not [line for line in marked if "(stopped)" in line and " bash " in line], marked
+    assert "STALLED" in lines[0], lines[0]  # a stopped process the job waits on: the stall it is

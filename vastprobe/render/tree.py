@@ -76,7 +76,10 @@ def draw_picture(snap: HostSnapshot, pic: WaitPicture) -> list[Text]:
         if root and len(roots) > 1 and pid != roots[0]:
             parent = by_pid.get(p.ppid)
             note = f"parent {p.ppid} {safe(parent.comm, 32)}" if parent is not None else f"parent {p.ppid}"
-        return node_text(snap, p, (pic.why or "") if pid in blockers else None, note)
+        why = pic.why or ""
+        if why == "stopped" and p.state not in ("T", "t"):
+            why = ""  # a blocker of the chain that is not the stopped one: its parent in S was marked so
+        return node_text(snap, p, why if pid in blockers else None, note)
 
     todo: list[tuple[int, str, str, bool]] = [(r, "", "", True) for r in reversed(roots)]
     while todo:

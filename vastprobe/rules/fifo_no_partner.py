@@ -34,8 +34,10 @@ def check(ctx: Context) -> Iterator[Finding]:
             marked(f"{via} is blocked opening {edge.what}", s, sev),  # type: ignore[arg-type]
             s.chain.pids,
             [*chain_evidence(ctx, s), *stall.evidence],
-            "whatever should open the other end never did (it failed, or was never started): start it, or "
-            f"kill {opener.pid}; open FIFOs with O_NONBLOCK or a timeout where the partner may not come",
+            # "never did" was untrue of a producer that opens it once a minute (found by a helper)
+            "nothing had the other end open over the window: if a producer opens it from time to time, this is "
+            "its wait between batches; if one should have it open now, it failed or was never started: start it, "
+            f"or kill {opener.pid}; open FIFOs with O_NONBLOCK or a timeout where the partner may not come",
             sev,  # type: ignore[arg-type]
             caused_by="oom-killed-child" if stall.oom else None,
         )
