@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -221,3 +222,28 @@ def test_help_everywhere_with_examples_and_exit_codes() -> None:
     assert "Usage: vastprobe diagnose [OPTIONS] TARGET..." in d.stdout
     assert "SSH (as OpenSSH" in d.stdout and "--known-hosts" in d.stdout.split("SSH (as OpenSSH")[1]
     assert subprocess.run([sys.executable, "-m", "vastprobe", "-h"], capture_output=True).returncode == 0
+
+
+def test_conflicting_formats_an_empty_inventory_and_a_capitalised_local_are_said(tmp_path: Path) -> None:
+    """Found by a helper: `--json --format table` printed JSON silently; an empty inventory file was
+    told to give an INVENTORY; `diagnose LOCAL` went to SSH without a word on `local`."""
+
+    def vp(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "vastprobe", *args], capture_output=True, text=True, timeout=60,
+                              input=stdin)  # fmt: skip
+
+    r = vp("diagnose", "local", "--json", "--format", "table")
+    assert r.returncode == 2 and r.stdout == "" and "--json and --format table ask for two formats" in r.stderr
+    empty = tmp_path / "hosts.txt"
+    empty.write_text("# nothing yet\n\n")
+    r = vp("sweep", str(empty))
+    assert r.returncode == 2 and f"no targets in {empty}: it holds no host" in r.stderr, r.stderr
+    r = vp("sweep", "-", stdin="")
+    assert r.returncode == 2 and "no targets in stdin" in r.stderr, r.stderr
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        return  # the name is looked up only in a network namespace of its own: no packet leaves loopback
+    r = subprocess.run(["unshare", "--net", sys.executable, "-m", "vastprobe", "diagnose", "LOCAL", "--format", "json",
+                        "--connect-timeout", "5"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    host = json.loads(r.stdout)["hosts"][0]
+    assert host["status"] == "unreachable" and host["verdict"] == "unknown" and r.returncode == 3
+    assert host["error"].endswith("; for this machine, use `local`"), host["error"]

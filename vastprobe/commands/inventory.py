@@ -154,6 +154,9 @@ def inventory_entries(inventory: Optional[str], flags: InventoryFlags, context: 
     if not entries and listed and inventory is None and not nodes and not hostfiles:
         say("vastprobe sweep: nothing to sweep")  # no container running now: no error for a cron sweep
         raise typer.Exit(EXIT_OK)
+    given = [("stdin" if x == "-" else x) for x in (inventory, *map(str, hostfiles)) if x is not None]
+    if not entries and given:  # it was given, and holds none (it said "give an INVENTORY"; found by a helper)
+        usage_error(f"no targets in {', '.join(given)}: it holds no host (only blank lines or comments?)")
     if not entries:
         usage_error("no targets: give an INVENTORY, -w NODES, --hostfile FILE or --from KIND[:QUERY]")
     try:

@@ -17,7 +17,10 @@ from vastprobe.render.formats import FORMATS, Format, OutputFormat
 
 
 def output_format(fmt: Optional[OutputFormat], json_flag: bool, snapshot: bool = False) -> Format:
-    """--json, else --format, else json for --snapshot (only JSON carries it), else table on a terminal, json otherwise."""
+    """--json, else --format, else json for --snapshot (only JSON carries it), else table on a terminal, json
+    otherwise. --json beside another --format is a usage error (it printed JSON silently; found by a helper)."""
+    if json_flag and fmt is not None and fmt.value != "json":
+        usage_error(f"--json and --format {fmt.value} ask for two formats: give one of them")
     if json_flag:
         return FORMATS["json"]
     if fmt is not None:

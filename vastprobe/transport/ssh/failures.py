@@ -85,7 +85,9 @@ def describe(
         return ProbeFailure("timeout", late if arrived else f"{late}; {NOTHING_ARRIVED}")
     if isinstance(exc, socket.gaierror):
         note = f" ({r.alias_note})" if r.alias_note else ""
-        return ProbeFailure("unreachable", f"{where}: cannot resolve host name {r.host!r}: {exc.strerror}{note}")
+        # `diagnose LOCAL` went to SSH without a word on `local` (found by a helper)
+        here = "; for this machine, use `local`" if r.host.lower() == "local" else ""
+        return ProbeFailure("unreachable", f"{where}: cannot resolve host name {r.host!r}: {exc.strerror}{note}{here}")
     if isinstance(exc, ConnectionRefusedError):
         here = " For this machine without SSH, use `local`." if r.host in ("localhost", "127.0.0.1", "::1") else ""
         return ProbeFailure(
