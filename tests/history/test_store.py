@@ -166,6 +166,17 @@ def test_forward_migration_keeps_the_data(tmp_path: Path, monkeypatch: pytest.Mo
     assert m["x"].change == "still" and m["x"].verdict_since == T0
 
 
+def test_an_empty_file_holds_no_history_yet_and_the_next_sweep_writes_it(tmp_path: Path) -> None:
+    """Found by a helper: a 0-byte --history was called "from an older vastprobe"."""
+    path = tmp_path / "h.sqlite"
+    path.touch()
+    with pytest.raises(HistoryError, match="holds no vastprobe history yet"):
+        open_history(path, readonly=True)
+    with HistoryStore(path) as store:
+        m = store.record([report("x", "stalled", ("stopped-child",))], started_at=T0, finished_at=T0)
+    assert m["x"].change == "new" and m["x"].verdict == "stalled"
+
+
 def test_a_newer_file_and_a_foreign_database_are_refused_untouched(tmp_path: Path) -> None:
     newer = tmp_path / "newer.sqlite"
     _write_v1(newer)

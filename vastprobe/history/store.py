@@ -176,7 +176,9 @@ def open_history(location: Location, readonly: bool = False, busy_timeout: float
 def _check_readable(db: Database) -> None:
     from vastprobe.history.schema import _version
 
-    if db.engine != SQLITE and _version(db)[:2] == (0, 0):
+    version = _version(db)
+    # an empty file too (no object in it): not "from an older vastprobe" (found by a helper)
+    if version[:2] == (0, 0) and (db.engine != SQLITE or version[2] == 0):
         raise SchemaError("holds no vastprobe history yet (a sweep writes it)")
     if needs_migration(db):
         raise SchemaError("is from an older vastprobe; the next sweep migrates it")
