@@ -189,3 +189,26 @@ def test_hostile_vast_fields_are_skipped_rows_and_stay_inert(fleet, tmp_path: Pa
     assert "5 hosts: 4 skipped, 1 ok" in out
     assert "ssh_port 'abc' is not a port" in out and "\\x1b]0;pwned" in out
     assert 'vastprobe_sweep_hosts{status="skipped"} 4' in prom.read_text()
+
+
+@pytest.mark.parametrize("stopped", [False, True])
+def test_an_output_that_cannot_be_written_is_one_line_and_a_stall_still_exits_1(reap, stopped: bool) -> None:
+    """Found by a helper: --output on a full disk was an "internal error", exit 4, whatever the sweep
+    found. One line now, after the report; exit 2, or 1 where a target is stalled (cron acts on 1)."""
+    import os
+    import signal
+
+    from tests.helpers import proc_state, wait_for
+
+    job = subprocess.Popen(["sleep", "600"])
+    reap.append(job)
+    if stopped:
+        os.kill(job.pid, signal.SIGSTOP)
+        wait_for(lambda: proc_state(job.pid) == "T", what="the job stopped")
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "sweep", "local", "--pid", str(job.pid), "--no-history",
+                        "--format", "json", "--output", "/dev/full", "--sample", "0.2"],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    host = json.loads(r.stdout)["hosts"][0]
+    assert r.stderr == "vastprobe: error: --output /dev/full: cannot write it: No space left on device\n", r.stderr
+    assert host["verdict"] == ("stalled" if stopped else "healthy"), host["findings"]
+    assert r.returncode == (1 if stopped else 2)

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from vastprobe.commands import checks
-from vastprobe.commands.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_UNPROBED, exit_code, usage_error
+from vastprobe.commands.common import EXIT_INTERRUPTED, EXIT_OK, EXIT_UNPROBED, EXIT_USAGE, exit_code, usage_error
 from vastprobe.commands.option_groups import with_groups
 from vastprobe.commands.options import (
     P_OUTPUT,
@@ -83,9 +83,11 @@ def collect(
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
-        from vastprobe.fileio import write_atomic
+        from vastprobe.fileio import write_or_say
 
-        written = write_atomic(output.expanduser(), text)
+        written = output.expanduser()
+        if not write_or_say(written, text, "-o"):
+            raise typer.Exit(EXIT_USAGE)  # nothing was saved: a full disk was an "internal error" (found by a helper)
         if cap.status == "ok":
             say(f"saved {target} ({len(cap.output)} bytes of probe output) to {written}")
         else:  # the record of a failed try (`analyze` reads it as that status), not a snapshot

@@ -13,6 +13,8 @@ from vastprobe.commands import checks
 from vastprobe.commands.common import (
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_STALLED,
+    EXIT_USAGE,
     exit_code,
     interrupted_code,
     run_entries,
@@ -133,7 +135,8 @@ def sweep(
         if output is not None or prom is not None:
             say("vastprobe: --output/--prom not written: the sweep did not finish")
         raise typer.Exit(EXIT_INTERRUPTED)
-    _write_files(doc, chosen, memory, output, prom)
+    if not _write_files(doc, chosen, memory, output, prom) and code != EXIT_STALLED:
+        code = EXIT_USAGE  # an output that could not be written fails the run, unless a stall was found
     raise typer.Exit(code)
 
 
@@ -185,21 +188,23 @@ def _run_with_progress(entries, options, concurrency: int, lines: _Lines, snapsh
             progress.stop()
 
 
-def _write_files(doc, chosen, memory: FleetMemory, output: Optional[Path], prom: Optional[Path]) -> None:  # type: ignore[no-untyped-def]
-    """--output and --prom, each written whole or not at all."""
+def _write_files(doc, chosen, memory: FleetMemory, output: Optional[Path], prom: Optional[Path]) -> bool:  # type: ignore[no-untyped-def]
+    """--output and --prom, each written whole or not at all; False (and one line each) where one could
+    not be written (a full disk was an "internal error", exit 4; found by a helper)."""
     from dataclasses import replace
 
-    from vastprobe.fileio import write_atomic
+    from vastprobe.fileio import write_or_say
     from vastprobe.render.formats import document_text
 
+    ok = True
     if output is not None:
-        write_atomic(output.expanduser(), document_text(replace(doc, verbose=0), chosen))
+        ok = write_or_say(output.expanduser(), document_text(replace(doc, verbose=0), chosen), "--output")
     if prom is not None:
         from vastprobe.render.prometheus import render_prometheus
 
         # 0644: node_exporter reads it as another user, and it holds no secret (targets, statuses,
         # rule slugs and severities: no argv, no path)
         reports = doc.reports
-        write_atomic(
-            prom.expanduser(), render_prometheus(reports, memory=memory.memory, shard=memory.shard), mode=0o644
-        )
+        text = render_prometheus(reports, memory=memory.memory, shard=memory.shard)
+        ok = write_or_say(prom.expanduser(), text, "--prom", mode=0o644) and ok
+    return ok
