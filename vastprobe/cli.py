@@ -30,6 +30,7 @@ from vastprobe.commands.common import (
     EXIT_PIPE,
     EXIT_TERMINATED,
     EXIT_USAGE,
+    LISTING,
     LISTING_EPILOG,
     Command,
     click_exceptions,
@@ -131,13 +132,7 @@ COMMANDS: dict[str, Callable[..., Any]] = {
     "watch": watch.watch,
 }
 #: The exit codes' footer of a command whose codes differ from every other's.
-EPILOGS = {
-    "watch": watch.EXIT_EPILOG,
-    "collect": COLLECT_EPILOG,
-    "rules": LISTING_EPILOG,
-    "probe-script": LISTING_EPILOG,
-    "history": LISTING_EPILOG,
-}
+EPILOGS = {"watch": watch.EXIT_EPILOG, "collect": COLLECT_EPILOG, **dict.fromkeys(LISTING, LISTING_EPILOG)}
 for _name, _callback in COMMANDS.items():
     app.command(_name, cls=Command, context_settings=CONTEXT, epilog=EPILOGS.get(_name, EXIT_EPILOG))(_callback)
 

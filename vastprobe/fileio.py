@@ -219,17 +219,3 @@ def output_path_problem(path: str | os.PathLike[str]) -> str | None:
     if not os.access(directory, os.W_OK | os.X_OK):
         return f"{directory}: directory not writable"
     return None
-
-
-def write_or_say(path: Path, data: str | bytes, option: str, mode: int | None = PRIVATE) -> bool:
-    """write_atomic, or one line on stderr naming the option and why (a full disk, a read-only file
-    system, no permission) and False: the run's report was printed already, and a traceback or an
-    "internal error" helps nobody."""
-    from vastprobe.notices import say
-
-    try:
-        write_atomic(path, data, mode=mode)
-    except OSError as exc:
-        say(f"vastprobe: error: {option} {path}: cannot write it: {exc.strerror or exc}")
-        return False
-    return True

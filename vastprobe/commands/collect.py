@@ -83,7 +83,7 @@ def collect(
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
-        from vastprobe.fileio import write_or_say
+        from vastprobe.commands.common import write_or_say
 
         written = output.expanduser()
         if not write_or_say(written, text, "-o"):

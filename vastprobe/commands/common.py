@@ -3,6 +3,7 @@ diagnose and sweep (Ctrl-C and SIGTERM keep what finished)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, NoReturn
 
 from typer.core import TyperCommand
@@ -23,8 +24,9 @@ EXIT_CODES = {
     EXIT_INTERRUPTED: "interrupted (Ctrl-C), after printing what finished",
 }
 EXIT_EPILOG = "[b]Exit codes[/b]: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()) + "."
-#: Commands that diagnose nothing (`rules`, `probe-script`, `history`) never say "stalled": their codes
-#: (found by a helper: every command's help carried diagnose's)
+#: Commands that diagnose nothing never say "stalled": their codes (found by a helper: every command's
+#: help carried diagnose's)
+LISTING = ("rules", "probe-script", "history")
 LISTING_EPILOG = f"[b]Exit codes[/b]: {EXIT_OK} done; {EXIT_USAGE} {EXIT_CODES[EXIT_USAGE]}; {EXIT_FAILED} {EXIT_CODES[EXIT_FAILED]}."
 COLLECT_EPILOG = (
     f"[b]Exit codes[/b]: {EXIT_OK} the capture was written; {EXIT_USAGE} {EXIT_CODES[EXIT_USAGE]}; {EXIT_UNPROBED} "
@@ -113,3 +115,17 @@ def say_interrupted(done: list, entries: list, unit: str = "hosts") -> None:
     left = [e.target for e in entries if e.target not in finished]
     shown = ", ".join(left[:8]) + (f" (+{len(left) - 8} more)" if len(left) > 8 else "")
     say(f"\nvastprobe: interrupted: {len(done)} of {len(entries)} {unit} finished; {len(left)} did not: {shown}")
+
+
+def write_or_say(path: Path, data: str | bytes, option: str, mode: int | None = 0o600) -> bool:
+    """write_atomic, or one line on stderr naming the option and why (a full disk, a read-only file
+    system, no permission) and False: the run's report was printed already, and a traceback or an
+    "internal error" helps nobody."""
+    from vastprobe.fileio import write_atomic
+
+    try:
+        write_atomic(path, data, mode=mode)
+    except OSError as exc:
+        say(f"vastprobe: error: {option} {path}: cannot write it: {exc.strerror or exc}")
+        return False
+    return True

@@ -193,7 +193,7 @@ def _write_files(doc, chosen, memory: FleetMemory, output: Optional[Path], prom:
     not be written (a full disk was an "internal error", exit 4; found by a helper)."""
     from dataclasses import replace
 
-    from vastprobe.fileio import write_or_say
+    from vastprobe.commands.common import write_or_say
     from vastprobe.render.formats import document_text
 
     ok = True
