@@ -157,10 +157,11 @@ class H(http.server.BaseHTTPRequestHandler):
         time.sleep(2)  # a slow upstream call: longer than the window
         self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(b"ok")
     def log_message(self, *a): pass
-if sys.argv[1:] == ["pump"]:  # a helper thread idle on a quiet pipe (a log pump, a subprocess's reader)
-    import os, threading
-    r, w = os.pipe()
-    threading.Thread(target=os.read, args=(r, 1), daemon=True).start()
+if sys.argv[1:] == ["pump"]:  # a helper thread idle on a quiet pipe: the reader of a child's output
+    import subprocess, threading
+    child = subprocess.Popen([sys.executable, "-c", "import os; os.read(0, 1)"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)  # it ends when this server does (its stdin closes)
+    threading.Thread(target=child.stdout.read, daemon=True).start()
 s = http.server.HTTPServer(("127.0.0.1", 0), H)
 print(s.server_address[1], flush=True)
 s.serve_forever()
@@ -314,3 +315,37 @@ def test_a_download_from_a_server_locked_for_ever_is_a_stall_when_the_job_is_nam
     f = finding(host)
     assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["findings"]
     assert "for ever on a lock no thread of its own can release" in proof(f), f["evidence"]
+
+
+#: A server deadlocked on its own pipes: two workers each read a pipe only the other writes, under a
+#: main loop of `time.sleep(1)`; it never accepts again
+SELF_DEADLOCK = r"""
+import os, socket, threading, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1)
+print(s.getsockname()[1], flush=True)
+(r1, w1), (r2, w2) = os.pipe(), os.pipe()
+threading.Thread(target=lambda: (os.read(r1, 1), os.write(w2, b"x")), daemon=True).start()
+threading.Thread(target=lambda: (os.read(r2, 1), os.write(w1, b"x")), daemon=True).start()
+while True:
+    time.sleep(1)
+"""
+
+
+def test_a_client_of_a_server_deadlocked_on_its_own_pipes_under_a_timer_loop_is_stalled(reap) -> None:
+    """Found by a helper: with its main thread asleep in a `time.sleep(1)` loop, the server was taken
+    to wake by itself, though its workers wait on pipes only the process writes: a client stuck in its
+    accept queue read DEGRADED, and across two hosts HEALTHY. What only the process holds is no I/O
+    from outside: the proof stands."""
+    srv = subprocess.Popen([sys.executable, "-c", SELF_DEADLOCK], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(srv)
+    assert srv.stdout is not None
+    port = srv.stdout.readline().strip()
+    wait_for(lambda: len(list(Path(f"/proc/{srv.pid}/task").iterdir())) == 3, what="the workers started")
+    c = subprocess.Popen([sys.executable, "-c", CONNECT, port], start_new_session=True)
+    reap.append(c)
+    wait_for(lambda: proc_wchan(c.pid) == "wait_woken", what="the client waiting")
+    rc, host = vastprobe_json("--pid", str(c.pid), "--sample", "1")
+    f = finding(host)
+    assert f["severity"] == "error" and "has not accepted the connection" in f["summary"], f["summary"]
+    assert host["verdict"] == "stalled" and rc == 1

@@ -118,7 +118,8 @@ class SnapshotView:
         (a pipe, a socket, a poll: a log pump, a subprocess's reader) counts too: a server whose handler
         sleeps 4 s beside such a thread read STALLED, its "proof" line naming the nanosleep (found by a
         helper). A thread waiting on a lock, in D state or stopped may be what the job waits on (two
-        threads deadlocked beside a sleeping main one), so then it is not."""
+        threads deadlocked beside a sleeping main one), so then it is not; nor one waiting on I/O only
+        this process can end (a pipe only it writes)."""
         p = self.tree.by_pid.get(pid)
         if p is None or p.state != "S" or any(s.state != "S" for s in p.samples):
             return False
@@ -127,9 +128,14 @@ class SnapshotView:
             return False
         kinds = {t.tid: self.graph.task_kind(p, t) for t in tasks}
         others = [t for t in tasks if t.tid is not None]
-        return kinds.get(None) == "sleep" and all(
+        if kinds.get(None) != "sleep" or not all(
             kinds[t.tid] in _IDLE_BESIDE_A_TIMER and t.state == "S" for t in others
-        )
+        ):
+            return False
+        # a thread waiting on what only this process holds (a pipe only it writes) is no I/O from outside:
+        # two workers each reading a pipe the other writes, under a main loop of `time.sleep(1)`, are
+        # deadlocked, and a sweep of its clients read HEALTHY (found by a helper)
+        return not any(self.graph.waits_on_itself(p, t) for t in others)
 
     def timer_sleepers(self, pids: tuple[int, ...]) -> tuple[int, ...]:
         """The processes of a job asleep on timers, where that is all the job waits on: each of `pids`
@@ -150,7 +156,9 @@ class SnapshotView:
     def wakes_by_itself(self, pid: int) -> bool:
         """Asleep on a timer, or waiting on children that are (`sleep 3` between a script's steps): it
         moves again when the time is up, however still it was over the window."""
-        return bool(self.timer_sleepers((pid, *(d.pid for d in self.tree.descendants(pid)))))
+        # asleep on a timer itself, whatever its children do (the reader of a child's output); else each
+        # child it waits for, in turn
+        return self.on_timer(pid) or bool(self.timer_sleepers((pid, *(d.pid for d in self.tree.descendants(pid)))))
 
     def serving(self, pid: int) -> bool:
         """A server waiting for requests: in accept(), or in an event loop over a listening socket."""

@@ -97,6 +97,11 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
                 ):
                     yield edge
 
+    def waits_on_itself(self, p: Process, t: Task) -> bool:
+        """One thread of `p` waits on what only `p` holds (a pipe only it writes): nothing outside can
+        end that wait."""
+        return any(set(e.holders) == {p.pid} for e in self._task_edges(p, t, self.task_kind(p, t)))
+
     def _task_edges(self, p: Process, t: Task, kind: WaitKind | None) -> Iterator[WaitEdge]:
         if kind in ("pipe-read", "pipe-write"):
             yield from self._pipe_edges(p, kind, t)
