@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import local_snapshot, proc_state, proc_wchan, run_probe_raw, wait_for
+from tests.helpers import children_of, local_snapshot, proc_state, proc_wchan, run_probe_raw, wait_for
 from vastprobe.analysis.scope import compute_scope
 from vastprobe.model import FdEntry, HostSnapshot, verdict
 from vastprobe.parsers import kmsg
@@ -72,23 +73,40 @@ _IDLE_SERVER = (
 )
 #: The same program hung outside any request: a wait nothing ends
 _HUNG = "import signal; print('ready', flush=True); signal.pause()"
+#: A trainer hung on the GPU, forked by a program whose main thread waits in accept() (a notebook kernel)
+_UNDER_A_SERVER = (
+    "import os, signal, socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(8)\n"
+    "if os.fork() == 0:\n    print('ready', flush=True); signal.pause()\ns.accept()"
+)
+#: A server whose event loop read a client's request and never answers (its engine hung), the client
+#: waiting on it
+_IN_FLIGHT = (
+    "import selectors, socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(8)\n"
+    "c = socket.create_connection(s.getsockname()); c.sendall(b'infer'); a, _ = s.accept(); a.recv(5)\n"
+    "import os\nif os.fork() == 0:\n    c.recv(1); os._exit(0)\n"
+    "sel = selectors.DefaultSelector(); sel.register(s, selectors.EVENT_READ); sel.register(a, selectors.EVENT_READ)\n"
+    "print('ready', flush=True); sel.select()"
+)
 
 
-@pytest.mark.parametrize("program", ["server", "hung"])
+@pytest.mark.parametrize("program", ["server", "hung", "under-a-server", "in-flight"])
 def test_an_idle_inference_server_holding_gpu_memory_is_not_stalled(program: str) -> None:
     """Found by a helper: a server in accept() with its model in GPU memory and no request to run read
-    STALLED, exit 1 (idle-gpu), while the same idle server's quiet log was no finding at all."""
-    job = subprocess.Popen([sys.executable, "-c", _IDLE_SERVER if program == "server" else _HUNG],
-                           stdout=subprocess.PIPE, text=True)  # fmt: skip
+    STALLED, exit 1 (idle-gpu), while the same idle server's quiet log was no finding at all. Only the
+    server itself, with no request in flight: a hung trainer a notebook-kernel-like server forked, and
+    a server whose client waits on a request it read, are the stalls they were (found by a helper)."""
+    code = {"server": _IDLE_SERVER, "hung": _HUNG, "under-a-server": _UNDER_A_SERVER, "in-flight": _IN_FLIGHT}[program]
+    job = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert job.stdout is not None and job.stdout.readline().strip() == "ready"
-        wait_for(lambda: proc_state(job.pid) == "S", what="the program waiting")
-        env = {**gpu_env("hung"), "VASTPROBE_STANDIN_APP_PID": str(job.pid)}
+        gpu = next(iter(children_of(job.pid)), job.pid) if program == "under-a-server" else job.pid
+        wait_for(lambda: proc_state(gpu) == "S", what="the program waiting")
+        env = {**gpu_env("hung"), "VASTPROBE_STANDIN_APP_PID": str(gpu)}
         r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json",
-                            "--pid", str(job.pid)], capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+                            "--pid", str(gpu)], capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
         rc, host = r.returncode, json.loads(r.stdout)["hosts"][0]
     finally:
-        job.kill()
+        os.killpg(job.pid, signal.SIGKILL)
         job.wait()
     (f,) = [f for f in host["findings"] if f["rule"] == "idle-gpu"]
     if program == "server":

@@ -52,16 +52,19 @@ def check(ctx: Context) -> Iterator[Finding]:
 
 
 def _server_idle(ctx: Context, pid: int) -> bool:
-    """The GPU's user waits for requests, or its parent does and runs the same program (an inference
-    server's GPU worker under its API server), and the user itself sleeps. Not any ancestor: a trainer
-    started from an ssh session is under sshd's listener."""
+    """The GPU's user waits for requests (in accept(), or an event loop over a listener), and no
+    process here waits on it (a request in flight). Only the user itself: a hung trainer forked by a
+    notebook kernel (an event loop over a listener) read HEALTHY, and so did a hung inference server
+    with a client waiting on it (found by a helper)."""
     p = ctx.tree.by_pid.get(pid)
-    if p is None or p.state != "S":
+    if p is None or p.state != "S" or not ctx.serving(pid):
         return False
-    if ctx.serving(p.pid):
-        return True
-    parent = ctx.tree.by_pid.get(p.ppid)
-    return parent is not None and parent.comm == p.comm and ctx.serving(parent.pid)
+    return not any(
+        e.kind in ("tcp", "unix-socket") and pid in e.holders  # a client waiting on it (its launcher may wait)
+        for q in ctx.snapshot.processes
+        if q.pid != pid
+        for e in ctx.graph.edges(q.pid)
+    )
 
 
 RULE = Rule(META, check)
