@@ -136,21 +136,22 @@ def _kills_finding(ctx: Context, loser: int, group: list[OomMatch], bounded: boo
 
 
 def _went_on(ctx: Context, loser: int, whole_scope: bool = False) -> str | None:
-    """What says the loser's part of the job went on over the window, in words: a log its processes
-    hold grew, or one of them computes. None when nothing did, or with one sample. A trickle of I/O is
-    not enough: an idle daemon beside a parent waiting for ever on its killed child reads files too."""
+    """What says the process that lost the victim went on over the window, in words: it computes, or
+    it did I/O (a retry loop's `echo >> job.log`, its next worker started). None when it did not, or
+    with one sample. The loser itself: a heartbeat sidecar writing the job's log beside a launcher
+    that waits for ever on its killed worker's result made the kill a warning (found by a helper). A
+    guessed loser (only the memory cgroup ties it) is no sign of which part lost it: then any of the
+    job."""
     if not ctx.two_samples:
         return None
-    # a guessed loser is no sign of which part of the job lost the victim: then any of it
-    part = tuple(sorted(ctx.scope)) if whole_scope else (loser, *(d.pid for d in ctx.tree.descendants(loser)))
-    for h in ctx.log_healths:
-        # a log its processes hold, or the job's --log that nobody holds open (`echo … >> job.log`)
-        if h.grew and (set(h.writers) & set(part) or (not h.log.found and not h.writers)):
-            return f"{h.log.path} grew over the window"
-    for pid in part:
+    for pid in tuple(sorted(ctx.scope)) if whole_scope else (loser,):
         pr = ctx.progress.get(pid)
-        if pr is not None and pr.sampled and ctx.computes(pid):
+        if pr is None or not pr.sampled or not pr.moved:
+            continue
+        if ctx.computes(pid):
             return f"{ctx.proc_label(pid)} used {ctx.cpu_seconds(pid):.2f}s of CPU over the window"
+        if pr.io_bytes:
+            return f"{ctx.proc_label(pid)} read or wrote {pr.io_bytes} B over the window"
     return None
 
 
