@@ -228,9 +228,11 @@ def test_which_shells_are_at_their_own_prompt(argv: tuple[str, ...], interactive
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 def test_a_job_suspended_with_ctrl_z_in_an_interactive_shell_is_a_note_on_a_whole_host(tmp_path: Path) -> None:
-    """Someone on a shared machine pressed Ctrl-Z on a pager in their shell: nothing waits on it, its
-    user resumes it with `fg`. The whole host read STALLED, exit 1, on it (found by a helper). Named
-    with --pid, it is the job, stopped: a stall."""
+    """Someone on a shared machine pressed Ctrl-Z on a pager or a REPL in their shell: nothing waits on
+    it, its user resumes it with `fg`. The whole host read STALLED, exit 1, on it (found by a helper).
+    Named with --pid, it is the job, stopped: a stall. A program that is no such tool (a trainer run
+    with `&`, here a `sleep`) stopped the same way is a stall on the whole host too: nothing in /proc
+    tells its SIGTTIN or SIGSTOP from a Ctrl-Z (found by a helper)."""
     sock = tmp_path / "tmux.sock"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TMUX")}
     tmux = ["tmux", "-S", str(sock)]
@@ -239,19 +241,27 @@ def test_a_job_suspended_with_ctrl_z_in_an_interactive_shell_is_a_note_on_a_whol
         shell = int(subprocess.run([*tmux, "display", "-p", "-t", "z", "#{pane_pid}"], capture_output=True, text=True,
                                    check=True).stdout)  # fmt: skip
         at_prompt = ("n_tty_read", "wait_woken", "poll_schedule_timeout.constprop.0", "poll_schedule_timeout")
-        wait_for(lambda: proc_wchan(shell) in at_prompt, what="the shell at its prompt")
-        subprocess.run([*tmux, "send-keys", "-t", "z", "sleep 600", "Enter"], check=True)
-        wait_for(lambda: descendant(shell, "sleep") is not None, what="the job started")
-        job = descendant(shell, "sleep")
-        assert job is not None
-        subprocess.run([*tmux, "send-keys", "-t", "z", "C-z"], check=True)
-        wait_for(lambda: proc_state(job) == "T" and proc_wchan(shell) in at_prompt,
-                 what="the job suspended, the shell back at its prompt")  # fmt: skip
+        jobs = {}
+        for name, line in (("python3", "/usr/bin/python3 -q"), ("sleep", "sleep 600")):
+            wait_for(lambda: proc_wchan(shell) in at_prompt, what="the shell at its prompt")
+            subprocess.run([*tmux, "send-keys", "-t", "z", line, "Enter"], check=True)
+            wait_for(lambda n=name: descendant(shell, n) is not None, what=f"{name} started")
+            job = descendant(shell, name)
+            assert job is not None
+            if name == "python3":
+                wait_for(lambda j=job: proc_wchan(j) in at_prompt, what="the REPL at its prompt")
+            subprocess.run([*tmux, "send-keys", "-t", "z", "C-z"], check=True)
+            wait_for(lambda j=job: proc_state(j) == "T" and proc_wchan(shell) in at_prompt,
+                     what=f"{name} suspended, the shell back at its prompt")  # fmt: skip
+            jobs[name] = job
         _rc, whole = vastprobe_json("--sample", "0.5")
-        mine = [f for f in whole["findings"] if job in f["pids"] or shell in f["pids"]]
-        assert [(f["rule"], f["severity"]) for f in mine] == [("stopped-child", "info")], mine
-        assert "a job suspended in an interactive shell" in mine[0]["summary"] and "`fg`" in mine[0]["hint"]
-        rc, named = vastprobe_json("--pid", str(job), "--sample", "0.5")
+        mine = {p: [(f["rule"], f["severity"]) for f in whole["findings"] if p in f["pids"]] for p in jobs.values()}
+        assert mine[jobs["python3"]] == [("stopped-child", "info")], whole["findings"]
+        assert mine[jobs["sleep"]] == [("stopped-child", "error")], whole["findings"]
+        assert whole["verdict"] == "stalled"  # the stopped sleep, at least
+        note = next(f for f in whole["findings"] if jobs["python3"] in f["pids"])
+        assert "a job suspended in an interactive shell" in note["summary"] and "`fg`" in note["hint"]
+        rc, named = vastprobe_json("--pid", str(jobs["python3"]), "--sample", "0.5")
         f = next(f for f in named["findings"] if f["rule"] == "stopped-child")
         assert f["severity"] == "error" and named["verdict"] == "stalled" and rc == 1, named["findings"]
     finally:

@@ -38,10 +38,30 @@ def check(ctx: Context) -> Iterator[Finding]:
         yield META.finding(f"{p.comm} ({p.pid}) is stopped ({p.state})", [p.pid], ev, hint)
 
 
+#: Programs a person suspends with Ctrl-Z at a terminal: pagers, editors, monitors, REPLs
+INTERACTIVE = frozenset({
+    "less", "more", "most", "man", "pager", "vi", "vim", "nvim", "view", "nano", "pico", "emacs", "mg", "joe",
+    "top", "htop", "btop", "atop", "watch", "mc", "tig", "mutt", "ipython", "ipython3", "psql", "mysql", "sqlite3",
+    "redis-cli", "irb", "node",
+})  # fmt: skip
+
+
+def _interactive_tool(p: Process) -> bool:
+    """A pager, an editor, a monitor or a REPL (a Python with no script), by its name: what someone
+    suspends at a prompt. A trainer `python train.py &` stopped by SIGTTIN or SIGSTOP looks the same in
+    /proc, and read HEALTHY on a whole host in a first version (found by a helper)."""
+    if p.comm in INTERACTIVE or p.comm in SHELLS:
+        return p.comm not in SHELLS or interactive_shell(p)
+    return p.comm.startswith("python") and len([a for a in p.cmdline[1:] if not a.startswith("-")]) == 0
+
+
 def _suspended_at_a_prompt(ctx: Context, p: Process) -> Process | None:
     """The interactive shell whose background job `p` is, stopped by job control (Ctrl-Z, SIGTTIN,
-    SIGTTOU), while that shell holds its terminal's foreground (at its prompt, waiting on no child)."""
+    SIGTTOU), while that shell holds its terminal's foreground (at its prompt, waiting on no child),
+    where `p` is a tool someone uses at a terminal (a pager, an editor, a REPL)."""
     if p.state != "T" or p.tracer_pid or not p.tty_nr or not p.tpgid or p.tpgid <= 0 or p.tpgid == p.pgrp:
+        return None
+    if not _interactive_tool(p):
         return None
     shell = ctx.tree.by_pid.get(p.ppid)
     if shell is None or shell.comm not in SHELLS or not interactive_shell(shell) or shell.pgrp != p.tpgid:
