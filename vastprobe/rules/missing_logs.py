@@ -136,6 +136,9 @@ def _judged(
     job = h.writers or (tuple(sorted(ctx.scope)) if ctx.bounded else ())
     behind = _behind(ctx, job) if sev == "error" else ()
     busy = _busy(ctx, behind)
+    # else what it waits on: a blocker that works holds nobody, but the job itself does not compute
+    # (a writer blocked on a full pipe whose reader spins was said to compute; found by a helper)
+    waited = _busy(ctx, _waited_on(ctx, behind)) if sev == "error" and not busy else []
     if sev == "error" and not busy and not _still(ctx, job):
         # a quiet log alone is no stall: only a job seen not to move over the window makes it one
         sev = "warning"
@@ -150,6 +153,15 @@ def _judged(
             "the job is asleep on a timer and wakes by itself: a long sleep, a back-off or the pause of a polling "
             "loop; if it should have logged by now, see what it waits for between sleeps (its script, py-spy dump)"
         )
+    if waited and not busy:
+        ev += [Evidence("progress", text) for text in waited]
+        summary += ": the job waits on what computes"
+        hint = (
+            "the job is blocked on a process that is busy (a lock's holder still at work, a reader that spins "
+            "without reading): see what that process does (py-spy dump, gdb -p, perf top); once it lets go, the "
+            "job goes on"
+        )
+        sev = "warning"
     if busy:
         # a quiet log is evidence, not a verdict: a job that computes (an epoch that logs once in ten
         # minutes) is no stall, whether the log was named (--log) or found open
@@ -169,8 +181,7 @@ MAX_BEHIND = 64
 
 
 def _behind(ctx: Context, writers: tuple[int, ...]) -> tuple[int, ...]:
-    """The writers, what they run, what feeds the pipes they read, and what holds what they wait on
-    (a lock, a server here): a launcher holding the log
+    """The writers, what they run and what feeds the pipes they read: a launcher holding the log
     while its child computes (`exec >> job.log`, then the trainer), and `python train.py | tee job.log`,
     whose log's only writer is `tee`, idle on its pipe while python computes, read STALLED (found by a
     helper). The job computes there, not in the writer."""
@@ -183,16 +194,23 @@ def _behind(ctx: Context, writers: tuple[int, ...]) -> tuple[int, ...]:
             if len(out) >= MAX_BEHIND:
                 return tuple(out)
             out.setdefault(q, None)
-    # and what they wait on: a cron run queued on the flock of the previous run, which still computes,
-    # read STALLED behind its stale log, the lock wait unsaid (found by a helper)
-    for pid in tuple(out):
+    return tuple(out)
+
+
+def _waited_on(ctx: Context, job: tuple[int, ...]) -> tuple[int, ...]:
+    """What holds what the job's processes wait on, and what it runs: a cron run queued on the flock of
+    the previous run, which still computes, read STALLED behind its stale log, the lock wait unsaid
+    (found by a helper). `flock job.lock python step.py`: flock holds it, python computes."""
+    out: dict[int, None] = {}
+    mine = set(job)
+    for pid in job:
         for edge in ctx.graph.edges(pid):
-            # the holder and what it runs (`flock job.lock python step.py`: flock holds it, python computes)
             for h in edge.holders:
                 for q in (h, *(d.pid for d in ctx.tree.descendants(h))):
                     if len(out) >= MAX_BEHIND:
                         return tuple(out)
-                    out.setdefault(q, None)
+                    if q not in mine:
+                        out.setdefault(q, None)
     return tuple(out)
 
 
