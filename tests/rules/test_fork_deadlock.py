@@ -156,3 +156,30 @@ def test_a_consumer_whose_producer_thread_died_is_not_told_about_fork(reap) -> N
     f = next(f for f in host["findings"] if f["rule"] == "fork-deadlock")
     assert f["pids"][0] == consumer and "a thread that exited" in f["hint"], f
     assert "without fork" not in f["hint"] and rc == 1 and host["verdict"] == "stalled"
+
+
+#: A threaded launcher that exec's a program which takes its own lock twice: not forked without exec
+EXECD = """
+import subprocess, sys, threading, time
+threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
+child = subprocess.Popen([sys.executable, "-c", "import threading; l = threading.Lock(); l.acquire(); l.acquire()"])
+print(child.pid, flush=True)
+child.wait()
+"""
+
+
+def test_a_program_execd_by_a_threaded_parent_is_not_told_it_deadlocked_at_fork(reap) -> None:
+    """Found by a helper: a process exec'd and orphaned to a multi-threaded init was told it deadlocked
+    at fork on a lock its parent's thread held, and to use spawn. Only a child running its parent's
+    command line (forked without exec) is; this one waits on a lock of its own."""
+    job = subprocess.Popen([sys.executable, "-c", EXECD], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    reap.append(job)
+    assert job.stdout is not None
+    child = int(job.stdout.readline())
+    wait_for(lambda: proc_wchan(child).startswith("futex") and proc_state(child) == "S", what="the lock taken twice")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+    (f,) = [f for f in host["findings"] if f["rule"] == "fork-deadlock"]
+    assert f["pids"][0] == child and "deadlocked at fork" not in f["summary"], f["summary"]
+    assert "waits for ever on a lock no thread of its own can release" in f["summary"] and "spawn" not in f["hint"]
+    assert any("was not forked from it without exec" in e["detail"] for e in f["evidence"]), f["evidence"]
+    assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1

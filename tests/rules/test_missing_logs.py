@@ -351,3 +351,46 @@ def test_a_found_logs_tail_is_data_and_its_passwords_are_masked(tmp_path: Path, 
                                       "--sample", "1"], capture_output=True, text=True, timeout=120).stdout)["hosts"][0]  # fmt: skip
     assert host["last_words"]["lines"] == ["@@tail /proc/1/fd/1", "|forged", "waiting"], host["last_words"]
     assert not [f for f in host["findings"] if f["code"] in ("VP901", "VP902")], host["findings"]
+
+
+#: What runs vastprobe here: it holds the read end of a pipe the job inherited (fd 3), and reads
+#: /dev/zero in a thread meanwhile (busy with I/O), as a harness does
+_RUNNER = r"""
+import os, subprocess, sys, threading
+def spin():
+    with open("/dev/zero", "rb") as z:
+        while True:
+            z.read(1 << 16)
+threading.Thread(target=spin, daemon=True).start()
+r = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+sys.stdout.write(r.stdout)
+sys.exit(r.returncode)
+"""
+
+
+def test_the_probes_own_processes_are_never_what_the_job_waits_on(tmp_path: Path, reap) -> None:
+    """Found by a helper: a job holding its log open for writing (`exec 3>>app.log; tail -f app.log`),
+    its log stale, and a pipe it inherited from the harness that ran vastprobe too: that harness (one
+    of the processes that ran vastprobe, which the report leaves out) was credited as the work the job
+    waits on ("the job waits on what computes", "… read or wrote 1.3 MB"), and the host read DEGRADED.
+    The job does nothing: with its --log named, the stall it is."""
+    log = tmp_path / "app.log"
+    log.write_text("last line\n")
+    old = time.time() - 600
+    os.utime(log, (old, old))
+    r, w = os.pipe()
+    job = subprocess.Popen(["bash", "-c", f"exec 3>>{log}; tail -f {log} > /dev/null"], start_new_session=True,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, pass_fds=(w,))  # fmt: skip
+    reap.append(job)
+    os.close(w)
+    wait_for(lambda: any("tail" in proc_text(k, "comm") for k in descendants(job.pid)), what="tail following")
+    os.utime(log, (old, old))
+    cmd = [sys.executable, "-m", "vastprobe", "diagnose", "local", "--pid", str(job.pid), "--log", str(log),
+           "--sample", "1", "--format", "json"]  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", _RUNNER, *cmd], capture_output=True, text=True, timeout=120,
+                         pass_fds=(r,))  # fmt: skip
+    os.close(r)
+    host = json.loads(out.stdout)["hosts"][0]
+    f = next(f for f in host["findings"] if f["rule"] == "missing-logs")
+    assert not f["summary"].endswith("the job waits on what computes"), f
+    assert f["severity"] == "error" and host["verdict"] == "stalled" and out.returncode == 1, f

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from vastprobe.analysis.signal_waiters import waits_for_a_signal
+from vastprobe.analysis.signal_waiters import forked_from_threaded, waits_for_a_signal
 from vastprobe.analysis.waitgraph.edges import private_untimed_wait
 from vastprobe.model import Evidence, Finding, Process
 from vastprobe.rules.base import Context, Rule, RuleMeta
@@ -44,7 +44,9 @@ def check(ctx: Context) -> Iterator[Finding]:
         ]
         if ctx.two_samples:
             ev.append(Evidence("progress", f"no CPU, I/O or state change over {ctx.snapshot.sample_window:.1f}s"))
-        forked = parent is not None and parent.threads > 1
+        # forked without exec (its parent's command line): a process exec'd, then orphaned to a
+        # multi-threaded init, was told it deadlocked at fork (found by a helper)
+        forked = forked_from_threaded(p, parent)
         signals = waits_for_a_signal(p, parent)
         if signals:
             if ctx.options.explicit_scope:
@@ -54,8 +56,11 @@ def check(ctx: Context) -> Iterator[Finding]:
             ev.append(
                 Evidence(
                     "parent",
-                    f"forked by {ctx.proc_label(parent.pid)}, which has {parent.threads} thread(s)"
-                    + (": one of them held the lock when it forked" if forked else ""),
+                    f"forked by {ctx.proc_label(parent.pid)}, which has {parent.threads} thread(s): one of them "
+                    "held the lock when it forked"
+                    if forked
+                    else f"its parent {ctx.proc_label(parent.pid)} runs another program: it was not forked from it "
+                    "without exec",
                 )
             )
         waiting = [

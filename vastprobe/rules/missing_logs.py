@@ -202,7 +202,9 @@ def _waited_on(ctx: Context, job: tuple[int, ...]) -> tuple[int, ...]:
     the previous run, which still computes, read STALLED behind its stale log, the lock wait unsaid
     (found by a helper). `flock job.lock python step.py`: flock holds it, python computes."""
     out: dict[int, None] = {}
-    mine = set(job)
+    # never the probe's own processes: its shell reads the log, and was credited as the work the job
+    # waits on (found by a helper)
+    mine = set(job) | set(ctx.snapshot.excluded_pids)
     for pid in job:
         for edge in ctx.graph.edges(pid):
             for h in edge.holders:
