@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import descendants, proc_wchan, vastprobe_json, wait_for
-from tests.sshd import Sshd, start_sshd
+from tests.sshd import Sshd, free_port, start_sshd
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None or shutil.which("ssh") is None, reason="needs git and ssh")
 
@@ -126,3 +126,50 @@ def test_a_clone_whose_server_stopped_names_the_server(reap, sshd: Sshd, repo: P
     finally:
         for pid in server:
             os.kill(pid, signal.SIGCONT)
+
+
+#: git pack-objects' output, passed on slowly (uploadpack.packObjectsHook): a long pack stream
+SLOW_PACK = """#!/bin/sh
+"$@" | python3 -c 'import os, sys, time
+while (b := os.read(0, 65536)):
+    os.write(1, b); time.sleep(0.05)'
+"""
+
+
+@pytest.mark.skipif(shutil.which("git-daemon") is None and not Path("/usr/lib/git-core/git-daemon").exists(),
+                    reason="needs git daemon")  # fmt: skip
+def test_a_clone_over_git_protocol_whose_upload_pack_stopped_is_a_stall(reap, repo: Path, tmp_path: Path) -> None:
+    """Found by a helper: `git clone git://…` with the server's upload-pack stopped mid-pack read HEALTHY
+    for --pid of the clone. Its main thread reads index-pack's output, index-pack reads the clone's
+    pipe, and the clone's demux thread reads the connection whose other end is stopped: that thread's
+    read holds the loop."""
+    hook = tmp_path / "slow-pack.sh"
+    hook.write_text(SLOW_PACK)
+    hook.chmod(0o755)
+    config = tmp_path / "gitconfig"
+    config.write_text(f"[uploadpack]\n\tpackObjectsHook = {hook}\n")
+    port = free_port()
+    daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", f"--base-path={repo.parent}", "--export-all",
+                               "--listen=127.0.0.1", f"--port={port}", str(repo.parent)],
+                              env={**os.environ, "GIT_CONFIG_GLOBAL": str(config)}, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    reap.append(daemon)
+    wait_for(lambda: f":{port:04X} " in Path("/proc/net/tcp").read_text(), what="git daemon listening")
+    job = subprocess.Popen(["git", "clone", "-q", f"git://127.0.0.1:{port}/{repo.name}", str(tmp_path / "clone")],
+                           start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    reap.append(job)
+    wait_for(lambda: any(b"index-pack" in cmdline(d) for d in descendants(job.pid)), timeout=30, what="index-pack")
+    upload = next(d for d in descendants(daemon.pid) if b"upload-pack" in cmdline(d))
+    os.kill(upload, signal.SIGSTOP)
+    try:
+        wait_for(lambda: len({proc_wchan(int(t.name)) for t in Path(f"/proc/{job.pid}/task").iterdir()}
+                             & {"wait_woken", "anon_pipe_read"}) == 2, timeout=30,
+                 what="the clone reading index-pack, its demux thread the server")  # fmt: skip
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+        assert not [f for f in host["findings"] if f["rule"] == "deadlock"], host["findings"]
+        peer = [f for f in host["findings"] if f["rule"] == "socket-peer-wait"]
+        assert peer and f"{upload} (git" in peer[0]["summary"] and "T do_signal_stop" in peer[0]["summary"], peer
+        assert host["verdict"] == "stalled" and rc == 1
+    finally:
+        os.kill(upload, signal.SIGCONT)
+        os.killpg(daemon.pid, signal.SIGKILL)

@@ -74,6 +74,12 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
         if kind == "event-loop":
             found += [e for e in (self._db_lock_edge(p),) if e is not None]
         yield from found
+        if kind in ("pipe-read", "pipe-write"):
+            # a pipe to a helper it feeds from another thread (git's fetch: index-pack's output read while
+            # the demux thread feeds it from the server): that thread's read of a connection whose other
+            # end cannot move holds the whole loop; a clone behind a stopped upload-pack read HEALTHY
+            # (found by a helper)
+            yield from self._frozen_reads(p)
         if found or kind in ("pipe-read", "pipe-write", "fifo-open", "file-lock", "fuse", "event-loop", "sleep"):
             return  # an event loop or a sleep can act by itself: its threads' waits are not the process's
         if kind == "futex" and isinstance(p.syscall, Syscall) and not untimed_futex(p.syscall):
@@ -95,6 +101,14 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
                 if edge is not None and (
                     any(self._frozen(h) for h in edge.holders) or (self.relayed(p) and self._relay_keeps(p, edge))
                 ):
+                    yield edge
+
+    def _frozen_reads(self, p: Process) -> Iterator[WaitEdge]:
+        """The threads but the main one reading a connection whose other end cannot move (stopped, D)."""
+        for t in self.tasks(p)[1:]:
+            if self.task_kind(p, t) == "socket-read":
+                edge = self._socket_edge(p, t)
+                if edge is not None and any(self._frozen(h) for h in edge.holders):
                     yield edge
 
     def waits_on_itself(self, p: Process, t: Task) -> bool:
