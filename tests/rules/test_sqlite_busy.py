@@ -4,12 +4,16 @@ who holds SQLite's lock bytes."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-from tests.helpers import children_of, proc_wchan, vastprobe_json, wait_for
+import pytest
+
+from tests.helpers import children_of, proc_state, proc_wchan, vastprobe_json, wait_for
 
 HOLDER = """
 import signal, sqlite3, sys
@@ -181,11 +185,18 @@ def test_a_wal_writer_retrying_an_open_transactions_write_lock_is_named(reap, tm
     assert "only reads" in f["hint"] and not any(e["source"] == "proof" for e in f["evidence"])
 
 
-def test_a_wal_reader_between_its_queries_beside_an_open_write_is_never_stalled(reap, tmp_path: Path) -> None:
+@pytest.mark.parametrize("holder_state", ["asleep", "stopped"])
+def test_a_wal_reader_between_its_queries_beside_an_open_write_is_never_stalled(
+    reap, tmp_path: Path, holder_state: str
+) -> None:
     """The control: WAL readers never wait for the writer. One asleep between its queries holds the
-    same locks as a waiting writer; it may get the warning above, never a stall."""
+    same locks as a waiting writer; it may get the warning above, never a stall, whatever the writer
+    does: with the writer stopped, the reader read STALLED, exit 1 (found by a helper)."""
     db = tmp_path / "runs.sqlite"
     holder = wal_hold(reap, db)
+    if holder_state == "stopped":
+        os.kill(holder.pid, signal.SIGSTOP)
+        wait_for(lambda: proc_state(holder.pid) == "T", what="the writer stopped")
     reader = (f"import sqlite3, time; c = sqlite3.connect({str(db)!r}, timeout=100000)\n"
               "while True: c.execute('select count(*) from t').fetchall(); time.sleep(5)")  # fmt: skip
     job = subprocess.Popen([sys.executable, "-c", reader], start_new_session=True)
