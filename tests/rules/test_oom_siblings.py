@@ -50,6 +50,8 @@ def test_a_kill_beside_two_launchers_is_the_cgroups_not_the_newest_launchers(rea
         assert "with no watched parent to name" in f["summary"]
         details = [e["detail"] for e in f["evidence"]]
         assert len(details) == len(set(details)), details  # no evidence line twice
+        # the memory cgroup by name: "that memory cgroup" named none (found by a helper)
+        assert cg.name in f["hint"] and any(cg.name in d for d in details), (f["hint"], details)
     finally:
         cg.remove()
 

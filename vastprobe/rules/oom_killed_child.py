@@ -73,12 +73,16 @@ def check(ctx: Context) -> Iterator[Finding]:
     # a kill tied to the job stalls it when the scope is the job; on a whole host it is a warning
     # unless a waiting chain depends on it (do-wait-orphan then says so, with this as its cause)
     bounded = ctx.bounded
+    unnamed = [m for m in ctx.oom_matches if m.relevant and m.loser is None]
+    # the cgroups by name: "that memory cgroup" named none (found by a helper)
+    cgroups = sorted({g for m in unnamed if (g := m.event.task_memcg or m.cgroup or m.event.memcg)})
+    where = ", ".join(cgroups[:4]) + (f" and {len(cgroups) - 4} more" if len(cgroups) > 4 else "")
     yield from _folded(
-        [m for m in ctx.oom_matches if m.relevant and m.loser is None],
+        unnamed,
         "in memory cgroups of watched processes, with no watched parent to name",
         "context",
-        "the host lost processes to the OOM killer",
-        "check which service runs in that memory cgroup, and give it more memory",
+        "the host lost processes to the OOM killer" + (f"; in {where}" if where else ""),
+        f"check which service runs in {where or 'that memory cgroup'}, and give it more memory",
         "warning",
     )
     # one finding for the kills one parent lost of one program: a cgroup that OOMs every minute gave
