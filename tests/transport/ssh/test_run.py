@@ -136,6 +136,19 @@ def test_closed_port_is_unreachable_fast() -> None:
     assert time.monotonic() - t0 < 10
 
 
+def test_a_port_that_is_no_ssh_server_is_said_so(reap) -> None:
+    """Found by a helper: an HTTP port given for SSH's read "the server closed the connection
+    (Connection lost)" and no more."""
+    srv = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    reap.append(srv)
+    assert srv.stdout is not None
+    port = int(srv.stdout.readline().split(" port ")[1].split()[0])
+    rc, host, _ = vp(f"root@127.0.0.1:{port}", "--connect-timeout", "5")
+    assert host["status"] == "unreachable" and host["verdict"] == "unknown" and rc == 3, host
+    assert host["error"].endswith(f"before the SSH handshake finished (Connection lost); is port {port} an SSH server?")
+
+
 @pytest.mark.slow
 def test_hanging_force_command_times_out(tmp_path: Path) -> None:
     s = start_sshd(tmp_path / "hang", force_command="sleep 600")

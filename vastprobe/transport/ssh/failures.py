@@ -98,7 +98,11 @@ def describe(
         return ProbeFailure(status_os, f"{where}: {exc.strerror or exc}")
     if isinstance(exc, asyncssh.DisconnectError):
         status: Status = "unreachable" if phase == "connect" else "probe-error"
-        return ProbeFailure(status, f"{where}: the server closed the connection ({exc.reason or type(exc).__name__})")
+        why = exc.reason or type(exc).__name__
+        if phase == "connect":  # an HTTP or database port given for SSH's: "Connection lost" said no more
+            return ProbeFailure(status, f"{where}: the server closed the connection before the SSH handshake "
+                                        f"finished ({why}); is port {r.port} an SSH server?")  # fmt: skip
+        return ProbeFailure(status, f"{where}: the server closed the connection ({why})")
     if isinstance(exc, asyncssh.ChannelOpenError):
         return ProbeFailure("probe-error", f"{where}: the server refused a session channel: {exc.reason}")
     return ProbeFailure("probe-error", f"{where}: {type(exc).__name__}: {exc}")
