@@ -455,6 +455,45 @@ def test_flock_waiter_names_the_holder_and_the_file(reap, tmp_path: Path) -> Non
     assert any(e["source"] == "proof" and "holds the lock and did nothing" in e["detail"] for e in f["evidence"])
 
 
+#: The previous cron run: it holds the job's flock and polls its step child once a second
+POLLING_HOLDER = """
+import fcntl, subprocess, sys, time
+f = open(sys.argv[1], "w"); fcntl.flock(f, fcntl.LOCK_EX)
+code = {"stopped": "import time\\nwhile True: time.sleep(0.1)", "computes": "while True: pass"}[sys.argv[2]]
+p = subprocess.Popen([sys.executable, "-c", code])
+print(p.pid, flush=True)
+while p.poll() is None:
+    time.sleep(1)
+"""
+
+
+@pytest.mark.parametrize("step", ["stopped", "computes"])
+def test_a_lock_holder_polling_its_step_on_a_timer_is_judged_by_the_step(reap, tmp_path: Path, step: str) -> None:
+    """Found by a helper: the holder sleeps on a timer between polls of its step child, so it was taken
+    to wake by itself, and the next run queued on its flock read DEGRADED while the step was stopped
+    for good. Its step stopped: the stall it is; its step at work: a warning at most."""
+    lock = tmp_path / "job.lock"
+    holder = subprocess.Popen([sys.executable, "-c", POLLING_HOLDER, str(lock), step], stdout=subprocess.PIPE,
+                              text=True, start_new_session=True)  # fmt: skip
+    reap.append(holder)
+    assert holder.stdout is not None
+    child = int(holder.stdout.readline())
+    if step == "stopped":
+        os.kill(child, signal.SIGSTOP)
+        wait_for(lambda: proc_state(child) == "T", what="the step stopped")
+    job = subprocess.Popen(["flock", "-x", str(lock), "true"], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: proc_wchan(job.pid) == "locks_lock_inode_wait", what="the next run queued on the lock")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+    f = next(f for f in host["findings"] if f["rule"] == "file-lock-wait")
+    if step == "stopped":
+        assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, f
+    else:
+        assert f["severity"] != "error" and host["verdict"] != "stalled" and rc == 0, f
+    os.kill(child, signal.SIGCONT)
+    os.kill(child, signal.SIGKILL)
+
+
 def test_a_lock_holder_asleep_on_a_timer_is_no_proof(reap, tmp_path: Path) -> None:
     """The previous cron run holds the lock and works in steps (`echo; sleep 3`), or sleeps out a
     long step (`sleep 1000`): asleep on a timer, it moves again by itself. Over a 1 s window it did

@@ -157,6 +157,12 @@ class H(http.server.BaseHTTPRequestHandler):
         time.sleep(2)  # a slow upstream call: longer than the window
         self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(b"ok")
     def log_message(self, *a): pass
+if sys.argv[1:] == ["wakeup"]:  # a thread reading its own wake-up pipe (signal.set_wakeup_fd's)
+    import os, signal, threading
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    signal.set_wakeup_fd(w)
+    threading.Thread(target=os.read, args=(r, 1), daemon=True).start()
 if sys.argv[1:] == ["pump"]:  # a helper thread idle on a quiet pipe: the reader of a child's output
     import subprocess, threading
     child = subprocess.Popen([sys.executable, "-c", "import os; os.read(0, 1)"], stdin=subprocess.PIPE,
@@ -168,15 +174,15 @@ s.serve_forever()
 """
 
 
-@pytest.mark.parametrize("threads", ["one", "pump"])
+@pytest.mark.parametrize("threads", ["one", "pump", "wakeup"])
 def test_clients_of_a_slow_single_threaded_server_are_not_stalled(reap, tmp_path: Path, threads: str) -> None:
     """http.server's HTTPServer serves one request at a time, each 2 s; two clients loop, so one
     always sits in the accept queue while the server sleeps in the other's handler. It accepted none
     over the 1 s window and read STALLED, exit 1, in 6 of 8 runs (found by a helper): asleep on a
     timer, the server moves again by itself. No proof: at worst a warning. `pump`: beside a helper
     thread idle on a pipe, it read STALLED again, its proof line naming the nanosleep (found by a
-    helper)."""
-    srv = subprocess.Popen([sys.executable, "-c", SLOW_SERVER, *([threads] if threads == "pump" else [])],
+    helper); `wakeup`: beside a thread reading its own wake-up pipe, as well (found by a helper)."""
+    srv = subprocess.Popen([sys.executable, "-c", SLOW_SERVER, *([threads] if threads != "one" else [])],
                            stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
     reap.append(srv)
     assert srv.stdout is not None

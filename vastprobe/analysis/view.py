@@ -135,7 +135,9 @@ class SnapshotView:
         # a thread waiting on what only this process holds (a pipe only it writes) is no I/O from outside:
         # two workers each reading a pipe the other writes, under a main loop of `time.sleep(1)`, are
         # deadlocked, and a sweep of its clients read HEALTHY (found by a helper)
-        return not any(self.graph.waits_on_itself(p, t) for t in others)
+        # one thread reading a pipe of its own is a wake-up channel (`signal.set_wakeup_fd`, an event
+        # loop's self-pipe), which the main thread writes when it wakes; two or more, a cycle among them
+        return sum(1 for t in others if self.graph.waits_on_itself(p, t)) < 2
 
     def timer_sleepers(self, pids: tuple[int, ...]) -> tuple[int, ...]:
         """The processes of a job asleep on timers, where that is all the job waits on: each of `pids`
@@ -156,9 +158,25 @@ class SnapshotView:
     def wakes_by_itself(self, pid: int) -> bool:
         """Asleep on a timer, or waiting on children that are (`sleep 3` between a script's steps): it
         moves again when the time is up, however still it was over the window."""
-        # asleep on a timer itself, whatever its children do (the reader of a child's output); else each
-        # child it waits for, in turn
-        return self.on_timer(pid) or bool(self.timer_sleepers((pid, *(d.pid for d in self.tree.descendants(pid)))))
+        below = tuple(d.pid for d in self.tree.descendants(pid))
+        if self.timer_sleepers((pid, *below)):
+            return True  # each asleep on a timer, or waiting for a child that is
+        # asleep on a timer itself, with children that wait on it alone (the reader of a pipe it feeds):
+        # a child stopped, or stuck on what only it holds, keeps the holder's work from ever ending (a cron
+        # run polling its stopped child under its flock read DEGRADED; found by a helper)
+        return self.on_timer(pid) and all(self._waits_on_the_family(q, {pid, *below}) for q in below)
+
+    def _waits_on_the_family(self, pid: int, family: set[int]) -> bool:
+        """Working (it moved over the window), asleep on a timer, waiting for a child, or waiting on what
+        another of `family` holds."""
+        q = self.tree.by_pid.get(pid)
+        pr = self.progress.get(pid)
+        if q is not None and pr is not None and pr.sampled and pr.moved and q.state not in ("T", "t"):
+            return True  # a child at work: the holder's work goes on
+        if q is None or q.state != "S" or self.on_timer(pid) or self.graph.kind(q) == "child":
+            return q is not None and q.state == "S"
+        edges = self.graph.edges(pid)
+        return bool(edges) and all(e.holders and set(e.holders) <= family - {pid} for e in edges)
 
     def serving(self, pid: int) -> bool:
         """A server waiting for requests: in accept(), or in an event loop over a listening socket."""
