@@ -6,7 +6,9 @@ anything: a note, exit 0."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import proc_wchan, vastprobe_json, wait_for
+from tests.helpers import proc_state, proc_wchan, vastprobe_json, wait_for
 
 REDIS = shutil.which("redis-server")
 
@@ -355,3 +357,51 @@ def test_a_client_of_a_server_deadlocked_on_its_own_pipes_under_a_timer_loop_is_
     f = finding(host)
     assert f["severity"] == "error" and "has not accepted the connection" in f["summary"], f["summary"]
     assert host["verdict"] == "stalled" and rc == 1
+
+
+#: A job whose main thread reads its computing child's output, while a side thread sends telemetry
+#: to a server (argv[1]) and reads its acknowledgements
+TELEMETRY_JOB = r"""
+import socket, subprocess, sys, threading, time
+def tele():
+    c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+    while True:
+        c.sendall(b"metrics\n"); c.recv(100); time.sleep(0.05)
+threading.Thread(target=tele, daemon=True).start()
+child = subprocess.Popen([sys.executable, "-c", "while True: pass"], stdout=subprocess.PIPE)
+print(child.pid, flush=True)
+child.stdout.read()
+"""
+ECHO = """
+import socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(4)
+print(s.getsockname()[1], flush=True)
+c, _ = s.accept()
+while (d := c.recv(100)):
+    c.sendall(b"ack\\n")
+"""
+
+
+def test_a_side_threads_stopped_telemetry_server_does_not_hold_a_working_job(reap) -> None:
+    """Found by a helper: following a side thread's read of a stopped peer beside the main thread's pipe
+    wait (git's loop with index-pack) made a job whose child computes read STALLED, held by its
+    telemetry server. Only where the pipe leads back into the process is that thread's read followed."""
+    srv = subprocess.Popen([sys.executable, "-c", ECHO], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    reap.append(srv)
+    assert srv.stdout is not None
+    port = srv.stdout.readline().strip()
+    job = subprocess.Popen([sys.executable, "-c", TELEMETRY_JOB, port], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    assert job.stdout is not None
+    child = int(job.stdout.readline())
+    os.kill(srv.pid, signal.SIGSTOP)
+    wait_for(lambda: proc_wchan(job.pid) == "anon_pipe_read" and proc_state(srv.pid) == "T", what="the job reading")
+    try:
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+    finally:
+        os.kill(srv.pid, signal.SIGCONT)
+        os.kill(child, signal.SIGKILL)
+    assert host["verdict"] != "stalled" and rc == 0, [
+        (f["rule"], f["severity"], f["summary"]) for f in host["findings"]
+    ]

@@ -74,11 +74,12 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
         if kind == "event-loop":
             found += [e for e in (self._db_lock_edge(p),) if e is not None]
         yield from found
-        if kind in ("pipe-read", "pipe-write"):
+        if kind in ("pipe-read", "pipe-write") and self._loops_back(p, found):
             # a pipe to a helper it feeds from another thread (git's fetch: index-pack's output read while
             # the demux thread feeds it from the server): that thread's read of a connection whose other
             # end cannot move holds the whole loop; a clone behind a stopped upload-pack read HEALTHY
-            # (found by a helper)
+            # (found by a helper). Only such a loop: a side thread's telemetry to a stopped server, beside
+            # a child that computes, holds nothing the job needs (found by a helper)
             yield from self._frozen_reads(p)
         if found or kind in ("pipe-read", "pipe-write", "fifo-open", "file-lock", "fuse", "event-loop", "sleep"):
             return  # an event loop or a sleep can act by itself: its threads' waits are not the process's
@@ -102,6 +103,21 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
                     any(self._frozen(h) for h in edge.holders) or (self.relayed(p) and self._relay_keeps(p, edge))
                 ):
                     yield edge
+
+    def _loops_back(self, p: Process, found: list[WaitEdge]) -> bool:
+        """The pipe `p` waits on is held by a process that waits on a pipe `p` holds (git and its
+        index-pack), which another thread of `p` must feed."""
+        for e in found:
+            for h in e.holders:
+                q = self.tree.by_pid.get(h)
+                if q is None or h == p.pid:
+                    continue
+                hk = self.task_kind(q, main_task(q))
+                if hk in ("pipe-read", "pipe-write") and any(
+                    p.pid in back.holders for back in self._pipe_edges(q, hk, main_task(q))
+                ):
+                    return True
+        return False
 
     def _frozen_reads(self, p: Process) -> Iterator[WaitEdge]:
         """The threads but the main one reading a connection whose other end cannot move (stopped, D)."""
