@@ -78,6 +78,12 @@ _UNDER_A_SERVER = (
     "import os, signal, socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(8)\n"
     "if os.fork() == 0:\n    print('ready', flush=True); signal.pause()\ns.accept()"
 )
+#: An inference server: the API process listens, its engine (forked: the same program) holds the GPU
+#: and waits on a connection to the API process for its next piece of work
+_ENGINE = (
+    "import os, socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(8); a, b = socket.socketpair()\n"
+    "if os.fork() == 0:\n    print('ready', flush=True); b.recv(1)\ns.accept()"
+)
 #: A server whose event loop read a client's request and never answers (its engine hung), the client
 #: waiting on it
 _IN_FLIGHT = (
@@ -89,17 +95,18 @@ _IN_FLIGHT = (
 )
 
 
-@pytest.mark.parametrize("program", ["server", "hung", "under-a-server", "in-flight"])
+@pytest.mark.parametrize("program", ["server", "engine", "in-flight", "hung", "under-a-server"])
 def test_an_idle_inference_server_holding_gpu_memory_is_not_stalled(program: str) -> None:
     """Found by a helper: a server in accept() with its model in GPU memory and no request to run read
-    STALLED, exit 1 (idle-gpu), while the same idle server's quiet log was no finding at all. Only the
-    server itself, with no request in flight: a hung trainer a notebook-kernel-like server forked, and
-    a server whose client waits on a request it read, are the stalls they were (found by a helper)."""
-    code = {"server": _IDLE_SERVER, "hung": _HUNG, "under-a-server": _UNDER_A_SERVER, "in-flight": _IN_FLIGHT}[program]
+    STALLED, exit 1 (idle-gpu), while the same idle server's quiet log was no finding at all; and its
+    engine, a worker it forked waiting on it for work (found by a helper). A hung trainer a
+    notebook-kernel-like server forked, in a lock wait, is the stall it was (found by a helper)."""
+    code = {"server": _IDLE_SERVER, "hung": _HUNG, "under-a-server": _UNDER_A_SERVER, "in-flight": _IN_FLIGHT,
+            "engine": _ENGINE}[program]  # fmt: skip
     job = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert job.stdout is not None and job.stdout.readline().strip() == "ready"
-        gpu = next(iter(children_of(job.pid)), job.pid) if program == "under-a-server" else job.pid
+        gpu = next(iter(children_of(job.pid)), job.pid) if program in ("under-a-server", "engine") else job.pid
         wait_for(lambda: proc_state(gpu) == "S", what="the program waiting")
         env = {**gpu_env("hung"), "VASTPROBE_STANDIN_APP_PID": str(gpu)}
         r = subprocess.run([sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json",
@@ -109,9 +116,12 @@ def test_an_idle_inference_server_holding_gpu_memory_is_not_stalled(program: str
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
     (f,) = [f for f in host["findings"] if f["rule"] == "idle-gpu"]
-    if program == "server":
+    if program in ("server", "engine", "in-flight"):
+        # in-flight: its client waits on a request the server read; an idle keep-alive looks the same in
+        # /proc (docs/evidence.md), and an idle server with one read STALLED in a second version
         assert f["severity"] == "info" and f["summary"].endswith("its holder is a server waiting for requests"), f
-        assert host["verdict"] == "healthy" and rc == 0, host["findings"]
+        # the engine's and the client's waits are a note or a warning (no proof), never the idle GPU's stall
+        assert host["verdict"] in ("healthy", "degraded") and rc == 0, host["findings"]
     else:
         assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["findings"]
 

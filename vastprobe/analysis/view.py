@@ -186,6 +186,27 @@ class SnapshotView:
         kind = self.graph.kind(p)
         return kind == "accept" or (kind == "event-loop" and self.graph.listens(p))
 
+    def waits_for_requests(self, pid: int) -> bool:
+        """The GPU's user waits for requests (in accept(), or an event loop over a listener), or it is a
+        worker of such a server (its parent, the same program) waiting on I/O for its next piece of work
+        (an inference server's engine polling the API process). Not a process a server forked that waits
+        on anything else: a hung trainer under a notebook-kernel-like server, in a lock wait, read HEALTHY
+        in a first version (found by a helper). A client waiting on the server is no request in flight as
+        far as /proc shows: an idle keep-alive connection looks the same (docs/evidence.md), and an idle
+        server with one read STALLED (found by a helper)."""
+        p = self.tree.by_pid.get(pid)
+        if p is None or p.state != "S":
+            return False
+        if self.serving(pid):
+            return True
+        parent = self.tree.by_pid.get(p.ppid)
+        return (
+            parent is not None
+            and parent.comm == p.comm
+            and self.serving(parent.pid)
+            and self.graph.kind(p) in ("event-loop", "socket-read", "accept")
+        )
+
     def in_scope(self) -> list[Process]:
         return [p for p in self.snapshot.processes if p.pid in self.scope]
 

@@ -43,28 +43,12 @@ def check(ctx: Context) -> Iterator[Finding]:
             summary = f"GPU {idle.index} has nothing on it while the workload should be using it"
             hint = "the GPU work never started or died: check for OOM kills, crashed children and the job's log"
         sev = "error" if len(idle.utilizations) >= 2 else "warning"  # one 0% reading is weak evidence
-        if idle.allocated and mine and all(_server_idle(ctx, u.pid) for u in mine):
+        if idle.allocated and mine and all(ctx.waits_for_requests(u.pid) for u in mine):
             # an inference server with no requests holds its model and runs nothing: idle by design, as a
             # quiet daemon's log is; it read STALLED, exit 1 (found by a helper)
             sev, summary = "info", summary + ": its holder is a server waiting for requests"
             hint = "an idle inference server holds its model in GPU memory; if requests should be arriving, check its clients"
         yield META.finding(summary, [u.pid for u in mine], ev, hint, sev)  # type: ignore[arg-type]
-
-
-def _server_idle(ctx: Context, pid: int) -> bool:
-    """The GPU's user waits for requests (in accept(), or an event loop over a listener), and no
-    process here waits on it (a request in flight). Only the user itself: a hung trainer forked by a
-    notebook kernel (an event loop over a listener) read HEALTHY, and so did a hung inference server
-    with a client waiting on it (found by a helper)."""
-    p = ctx.tree.by_pid.get(pid)
-    if p is None or p.state != "S" or not ctx.serving(pid):
-        return False
-    return not any(
-        e.kind in ("tcp", "unix-socket") and pid in e.holders  # a client waiting on it (its launcher may wait)
-        for q in ctx.snapshot.processes
-        if q.pid != pid
-        for e in ctx.graph.edges(q.pid)
-    )
 
 
 RULE = Rule(META, check)
