@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 from tests.cgroup_lab import MemoryCgroup
 from tests.helpers import children_of, vastprobe_json, wait_for
@@ -197,7 +198,9 @@ def test_a_job_that_noticed_the_kill_and_went_on_is_not_stalled(reap, memcg: Mem
     # log grows, the loser does not go on (a first version took it for going on; found by a helper)
     beat = f"import time\nwhile True:\n    open({str(log)!r}, 'a').write('beat\\n'); time.sleep(0.1)"
     sidecar = f'{sys.executable} -c "{beat}" & sleep 1000'
-    for went_on, after in ((True, retry), (False, "sleep 1000"), (False, sidecar)):
+    # a launcher that started its worker again and waits for it while it computes (found by a helper)
+    rerun = f"{sys.executable} -c 'while True: pass'"
+    for went_on, after in ((True, retry), (True, rerun), (False, "sleep 1000"), (False, sidecar)):
         log.write_text("")
         script = (f"echo $$ > {cg.procs_file}; {sys.executable} -c 'import time; time.sleep(1); {HOG}'; "
                   f"echo retrying >> {log}; {after}")  # fmt: skip
@@ -205,13 +208,13 @@ def test_a_job_that_noticed_the_kill_and_went_on_is_not_stalled(reap, memcg: Mem
         p = subprocess.Popen(["bash", "-c", script], start_new_session=True)
         reap.append(p)
         wait_for(lambda b=before: cg.oom_kills() > b and "retrying" in log.read_text(), timeout=30, what="the kill")
+        if after == rerun:  # the launcher's own write well before the window: only its worker works
+            wait_for(lambda: time.time() - log.stat().st_mtime > 1.5, what="the launcher waiting on its worker")
         rc, host = vastprobe_json("--pid", str(p.pid), "--log", str(log), "--sample", "0.5")
         (f,) = [f for f in host["findings"] if f["rule"] == "oom-killed-child" and f["pids"] == [p.pid]]
         if went_on:
             assert f["severity"] == "warning" and f["summary"].endswith(": the job went on"), f
-            assert any(
-                e["source"] == "progress" and f"{p.pid} (bash) read or wrote" in e["detail"] for e in f["evidence"]
-            )
+            assert any(e["source"] == "progress" for e in f["evidence"]), f["evidence"]
             assert host["verdict"] == "degraded" and rc == 0, [(g["rule"], g["severity"]) for g in host["findings"]]
         else:
             assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, f

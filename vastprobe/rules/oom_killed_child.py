@@ -156,6 +156,12 @@ def _went_on(ctx: Context, loser: int, whole_scope: bool = False) -> str | None:
             return f"{ctx.proc_label(pid)} used {ctx.cpu_seconds(pid):.2f}s of CPU over the window"
         if pr.io_bytes:
             return f"{ctx.proc_label(pid)} read or wrote {pr.io_bytes} B over the window"
+    # a worker it started again, computing (a launcher that retried waits for it): CPU only, not a
+    # sidecar's writes (a launcher retrying its killed worker read STALLED; found by a helper)
+    for d in ctx.tree.descendants(loser):
+        pr = ctx.progress.get(d.pid)
+        if pr is not None and pr.sampled and ctx.computes(d.pid):
+            return f"{ctx.proc_label(d.pid)}, under it, used {ctx.cpu_seconds(d.pid):.2f}s of CPU over the window"
     return None
 
 
