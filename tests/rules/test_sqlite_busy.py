@@ -206,3 +206,6 @@ def test_a_wal_reader_between_its_queries_beside_an_open_write_is_never_stalled(
     assert locks_of(holder.pid)
     rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
     assert host["verdict"] != "stalled" and rc == 0, host["findings"]
+    if holder_state == "stopped":  # a writer behind it reads the same: the hint names the holder's state
+        f = next(f for f in host["findings"] if f["rule"] == "file-lock-wait")
+        assert "which holds the write lock, is stopped: if" in f["hint"], f["hint"]

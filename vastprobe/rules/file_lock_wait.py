@@ -86,10 +86,20 @@ def check(ctx: Context) -> Iterator[Finding]:
                     f"{ctx.proc_label(edge.waiter)} only reads, it sleeps between its queries and waits on nothing"
                 )
         if edge.retry == "sqlite-wal" and sev in ("error", "critical"):
-            # a WAL reader asleep between its queries holds the same locks: a warning whatever the holder
-            # does (the docs' word); a stopped writer made a reader that worked read STALLED (found by a
-            # helper). The holder's own stop is its own finding
+            # a WAL reader between its queries holds the same locks: a warning whatever the holder does
+            # (the docs' word); a stopped writer made a reader that worked read STALLED (found by a
+            # helper). A writer retrying behind it reads so too, with --pid on it alone, as far as /proc
+            # tells them apart: the hint names the holder's state
             sev = "warning"
+            frozen = [
+                h for h in edge.holders if (q := ctx.tree.by_pid.get(h)) is not None and q.state in ("T", "t", "D")
+            ]
+            if frozen:
+                hint += (
+                    f"; {ctx.proc_label(frozen[0])}, which holds the write lock, is "
+                    f"{'stopped' if ctx.tree.by_pid[frozen[0]].state != 'D' else 'in D state'}: if "
+                    f"{ctx.proc_label(edge.waiter)} writes, that is what holds it"
+                )
         yield META.finding(
             marked(summary, s, sev),
             (*s.chain.pids, *[h for h in edge.holders if h not in s.chain.pids]),
