@@ -47,8 +47,9 @@ def history_command(
 ) -> None:
     """What the recorded sweeps say per host: the state and since when, the last time healthy,
     transitions and flapping. Exit 2 when the history is missing or unreadable.
-    `history export` writes the whole history as NDJSON; `history import FILE|-` merges such a dump
-    into --history (an SQLite file into a shared PostgreSQL database: docs/deploy.md).
+    `history export` writes the whole history as NDJSON; `history import FILE|-` adds such a dump to
+    --history (an SQLite file into a shared PostgreSQL database: docs/deploy.md); a host --history
+    already holds keeps its record, and the dump's observations of it are not imported.
 
     [b]Examples[/b]
       vastprobe history
