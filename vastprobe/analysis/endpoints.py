@@ -99,11 +99,14 @@ def served(ctx: Context) -> tuple[ServedSocket, ...]:
                 relayed[holder.pid] = _relays_to(ctx, holder)
             relays = relayed[holder.pid] if s.remote else ()
             mine = s.state != "LISTEN" and s.local_address[1] not in ports  # not accepted here: opened here
-            if holder.pid not in timer:
+            # read only where its queue holds work and it did nothing (connection_joins): asked there alone,
+            # not of every holder of every socket of every host of a sweep
+            queued = s.recv_queue or 0
+            if queued and idle and holder.pid not in timer:
                 timer[holder.pid] = ctx.wakes_by_itself(holder.pid)
             out.append(ServedSocket(s.local, s.remote if s.state != "LISTEN" else "", holder.pid, holder.comm,
-                                    holder.state, below, s.recv_queue or 0, idle, moving, relays, mine,
-                                    timer[holder.pid]))  # fmt: skip
+                                    holder.state, below, queued, idle, moving, relays, mine,
+                                    timer[holder.pid] if queued and idle else False))  # fmt: skip
     return tuple(out)
 
 

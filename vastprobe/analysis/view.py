@@ -118,8 +118,8 @@ class SnapshotView:
         (a pipe, a socket, a poll: a log pump, a subprocess's reader) counts too: a server whose handler
         sleeps 4 s beside such a thread read STALLED, its "proof" line naming the nanosleep (found by a
         helper). A thread waiting on a lock, in D state or stopped may be what the job waits on (two
-        threads deadlocked beside a sleeping main one), so then it is not; nor one waiting on I/O only
-        this process can end (a pipe only it writes)."""
+        threads deadlocked beside a sleeping main one), so then it is not; nor two or more waiting on
+        I/O only this process can end (pipes only it writes)."""
         p = self.tree.by_pid.get(pid)
         if p is None or p.state != "S" or any(s.state != "S" for s in p.samples):
             return False
@@ -132,11 +132,10 @@ class SnapshotView:
             kinds[t.tid] in _IDLE_BESIDE_A_TIMER and t.state == "S" for t in others
         ):
             return False
-        # a thread waiting on what only this process holds (a pipe only it writes) is no I/O from outside:
-        # two workers each reading a pipe the other writes, under a main loop of `time.sleep(1)`, are
-        # deadlocked, and a sweep of its clients read HEALTHY (found by a helper)
-        # one thread reading a pipe of its own is a wake-up channel (`signal.set_wakeup_fd`, an event
-        # loop's self-pipe), which the main thread writes when it wakes; two or more, a cycle among them
+        # threads waiting on what only this process holds: one is a wake-up channel (`signal.set_wakeup_fd`,
+        # an event loop's self-pipe) the main thread writes when it wakes; two or more, a cycle among them
+        # (two workers each reading a pipe the other writes, under a main loop of `time.sleep(1)`, read
+        # HEALTHY across hosts; found by a helper)
         return sum(1 for t in others if self.graph.waits_on_itself(p, t)) < 2
 
     def timer_sleepers(self, pids: tuple[int, ...]) -> tuple[int, ...]:
@@ -170,11 +169,15 @@ class SnapshotView:
         """Working (it moved over the window), asleep on a timer, waiting for a child, or waiting on what
         another of `family` holds."""
         q = self.tree.by_pid.get(pid)
+        if q is None:
+            return False
         pr = self.progress.get(pid)
-        if q is not None and pr is not None and pr.sampled and pr.moved and q.state not in ("T", "t"):
+        if pr is not None and pr.sampled and pr.moved and q.state not in ("T", "t"):
             return True  # a child at work: the holder's work goes on
-        if q is None or q.state != "S" or self.on_timer(pid) or self.graph.kind(q) == "child":
-            return q is not None and q.state == "S"
+        if q.state != "S":
+            return False
+        if self.on_timer(pid) or self.graph.kind(q) == "child":
+            return True
         edges = self.graph.edges(pid)
         return bool(edges) and all(e.holders and set(e.holders) <= family - {pid} for e in edges)
 

@@ -66,7 +66,8 @@ class ServedSocket:
     #: where a server's session on another host that holds others until its client acts leads
     opened: bool = False
     #: its holder sleeps on a timer (or waits on children that do): it moves again by itself, so its
-    #: stillness over the window proves nothing (docs/evidence.md)
+    #: stillness over the window proves nothing (docs/evidence.md). Asked only where `queued` and
+    #: `idle` (the one place it is read): False elsewhere
     timer: bool = False
 
 

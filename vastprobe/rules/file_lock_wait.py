@@ -91,13 +91,14 @@ def check(ctx: Context) -> Iterator[Finding]:
             # helper). A writer retrying behind it reads so too, with --pid on it alone, as far as /proc
             # tells them apart: the hint names the holder's state
             sev = "warning"
-            frozen = [
-                h for h in edge.holders if (q := ctx.tree.by_pid.get(h)) is not None and q.state in ("T", "t", "D")
-            ]
-            if frozen:
+            frozen = next(
+                (q for h in edge.holders if (q := ctx.tree.by_pid.get(h)) is not None and q.state in ("T", "t", "D")),
+                None,
+            )
+            if frozen is not None:
+                state = "in D state" if frozen.state == "D" else "stopped"
                 hint += (
-                    f"; {ctx.proc_label(frozen[0])}, which holds the write lock, is "
-                    f"{'stopped' if ctx.tree.by_pid[frozen[0]].state != 'D' else 'in D state'}: if "
+                    f"; {ctx.proc_label(frozen.pid)}, which holds the write lock, is {state}: if "
                     f"{ctx.proc_label(edge.waiter)} writes, that is what holds it"
                 )
         yield META.finding(

@@ -128,6 +128,20 @@ def _state_words(ctx: Context, h: LogHealth, path: str, ev: list[Evidence]) -> t
     return sev, summary, hint
 
 
+#: (summary's end, hint) of a quiet log beside a job that computes, or waits on what computes
+_COMPUTES = (
+    ": the log is quiet while it computes",
+    "the job is busy on the CPU or its GPU, or doing I/O, but not logging: a long step with no output (an epoch that "
+    "logs at its end), a loop or a retry; if it should have logged by now, see where it spins (py-spy dump, gdb -p, "
+    "perf top)",
+)
+_WAITS_ON_WORK = (
+    ": the job waits on what computes",
+    "the job is blocked on a process that is busy (a lock's holder still at work, a reader that spins without "
+    "reading): see what that process does (py-spy dump, gdb -p, perf top); once it lets go, the job goes on",
+)
+
+
 def _judged(
     ctx: Context, h: LogHealth, sev: Severity, summary: str, hint: str, ev: list[Evidence]
 ) -> tuple[Severity, str, str]:
@@ -153,26 +167,13 @@ def _judged(
             "the job is asleep on a timer and wakes by itself: a long sleep, a back-off or the pause of a polling "
             "loop; if it should have logged by now, see what it waits for between sleeps (its script, py-spy dump)"
         )
-    if waited and not busy:
-        ev += [Evidence("progress", text) for text in waited]
-        summary += ": the job waits on what computes"
-        hint = (
-            "the job is blocked on a process that is busy (a lock's holder still at work, a reader that spins "
-            "without reading): see what that process does (py-spy dump, gdb -p, perf top); once it lets go, the "
-            "job goes on"
-        )
-        sev = "warning"
-    if busy:
-        # a quiet log is evidence, not a verdict: a job that computes (an epoch that logs once in ten
-        # minutes) is no stall, whether the log was named (--log) or found open
-        ev += [Evidence("progress", text) for text in busy]
-        summary += ": the log is quiet while it computes"
-        hint = (
-            "the job is busy on the CPU or its GPU, or doing I/O, but not logging: a long step with no output (an epoch that logs "
-            "at its end), a loop or a retry; if it should have logged by now, see where it spins (py-spy dump, "
-            "gdb -p, perf top)"
-        )
-        sev = "warning"
+    # a quiet log is evidence, not a verdict: a job that computes (an epoch that logs once in ten
+    # minutes) is no stall, whether the log was named (--log) or found open; nor one that waits on what
+    # computes (busy and waited are never both found)
+    work, (ending, work_hint) = (busy, _COMPUTES) if busy else (waited, _WAITS_ON_WORK)
+    if work:
+        ev += [Evidence("progress", text) for text in work]
+        summary, hint, sev = summary + ending, work_hint, "warning"
     return sev, summary, hint
 
 

@@ -50,9 +50,11 @@ def _interactive_tool(p: Process) -> bool:
     """A pager, an editor, a monitor or a REPL (a Python with no script), by its name: what someone
     suspends at a prompt. A trainer `python train.py &` stopped by SIGTTIN or SIGSTOP looks the same in
     /proc, and read HEALTHY on a whole host in a first version (found by a helper)."""
-    if p.comm in INTERACTIVE or p.comm in SHELLS:
-        return p.comm not in SHELLS or interactive_shell(p)
-    return p.comm.startswith("python") and len([a for a in p.cmdline[1:] if not a.startswith("-")]) == 0
+    if p.comm in SHELLS:
+        return interactive_shell(p)
+    if p.comm in INTERACTIVE:
+        return True
+    return p.comm.startswith("python") and not [a for a in p.cmdline[1:] if not a.startswith("-")]
 
 
 def _suspended_at_a_prompt(ctx: Context, p: Process) -> Process | None:
