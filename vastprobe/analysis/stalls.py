@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from vastprobe.analysis.gpu import gpu_users, idle_gpus
+from vastprobe.analysis.gpu import idle_gpus
 from vastprobe.analysis.signal_waiters import waits_for_a_signal
 from vastprobe.analysis.waitgraph.edges import Chain, Hop, WaitEdge, private_untimed_wait
 from vastprobe.analysis.waitgraph.locks import process_title
@@ -103,8 +103,7 @@ def stall_evidence(ctx: SnapshotView, pids: Iterable[int], waiter: int) -> Stall
         holders = ctx.gpu_holders
         # a server waiting for requests holds its model and runs nothing by design: no sign work should
         # be happening (an inference engine waiting on its API process read STALLED; found by a helper)
-        users = [u.pid for u in gpu_users(ctx.snapshot, ctx.scope)]
-        if users and all(ctx.waits_for_requests(u) for u in users):
+        if ctx.gpus_serve_requests:
             holders, bounded = [], False
         if (holders and _related(ctx, chain_pids, waiter, holders)) or (not holders and bounded):
             for idle in idle_gpus(ctx.snapshot):

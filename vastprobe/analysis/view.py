@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from vastprobe.analysis.gpu import gpu_expected, gpu_holders
+from vastprobe.analysis.gpu import gpu_expected, gpu_holders, gpu_users
 from vastprobe.analysis.logs import LogHealth, found_logs, log_health
 from vastprobe.analysis.oom import OomMatch, job_is_bounded, match_oom_kills
 from vastprobe.analysis.progress import Progress, progress
@@ -68,6 +68,13 @@ class SnapshotView:
     @cached_property
     def gpu_holders(self) -> list[int]:
         return gpu_holders(self.snapshot, self.scope)
+
+    @cached_property
+    def gpus_serve_requests(self) -> bool:
+        """Every GPU user in scope waits for requests (waits_for_requests): GPUs idle by design, asked
+        once per chain by stall_evidence."""
+        users = [u.pid for u in gpu_users(self.snapshot, self.scope)]
+        return bool(users) and all(self.waits_for_requests(u) for u in users)
 
     @cached_property
     def gpu_expected(self) -> tuple[bool, str]:

@@ -96,7 +96,8 @@ def _say_unmatched(reports: list, pids: tuple[int, ...]) -> None:
     for r in reports:
         if r.status != "ok" or not r.scope:
             continue
-        missed = [p for p in pids if p not in set(r.scope)]
+        scope = set(r.scope)
+        missed = [p for p in pids if p not in scope]
         if missed:
             which = ", ".join(f"--pid {p}" for p in missed)
             say(f"vastprobe: warning: {r.target}: {which} matched no process; diagnosed the rest of the scope")

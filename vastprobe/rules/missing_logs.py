@@ -128,7 +128,7 @@ def _state_words(ctx: Context, h: LogHealth, path: str, ev: list[Evidence]) -> t
     return sev, summary, hint
 
 
-#: (summary's end, hint) of a quiet log beside a job that computes, or waits on what computes
+#: (summary's end, hint) of a quiet log beside a job that computes, waits on what computes, or sleeps on a timer
 _COMPUTES = (
     ": the log is quiet while it computes",
     "the job is busy on the CPU or its GPU, or doing I/O, but not logging: a long step with no output (an epoch that "
@@ -140,6 +140,19 @@ _WAITS_ON_WORK = (
     "the job is blocked on a process that is busy (a lock's holder still at work, a reader that spins without "
     "reading): see what that process does (py-spy dump, gdb -p, perf top); once it lets go, the job goes on",
 )
+_SLEEPS = (
+    ": the job sleeps on a timer",
+    "the job is asleep on a timer and wakes by itself: a long sleep, a back-off or the pause of a polling "
+    "loop; if it should have logged by now, see what it waits for between sleeps (its script, py-spy dump)",
+)
+
+
+def _eased(summary: str, ev: list[Evidence], texts: list[str], words: tuple[str, str]) -> tuple[Severity, str, str]:
+    """A quiet log's error made a warning by what the job does instead (`texts`, added to `ev` as
+    progress): its summary ends with, and its hint is, `words`."""
+    ending, hint = words
+    ev.extend(Evidence("progress", text) for text in texts)
+    return "warning", summary + ending, hint
 
 
 def _judged(
@@ -160,20 +173,13 @@ def _judged(
     elif sev == "error" and not busy and (sleepers := ctx.timer_sleepers(behind)):
         # asleep on a timer is no holder proven not to move: the job wakes by itself (a polling loop's
         # pause, a back-off, `time.sleep(3600)`) and read STALLED (found by a helper)
-        sev = "warning"
-        summary += ": the job sleeps on a timer"
-        ev.append(Evidence("progress", _sleeping(ctx, sleepers)))
-        hint = (
-            "the job is asleep on a timer and wakes by itself: a long sleep, a back-off or the pause of a polling "
-            "loop; if it should have logged by now, see what it waits for between sleeps (its script, py-spy dump)"
-        )
+        sev, summary, hint = _eased(summary, ev, [_sleeping(ctx, sleepers)], _SLEEPS)
     # a quiet log is evidence, not a verdict: a job that computes (an epoch that logs once in ten
     # minutes) is no stall, whether the log was named (--log) or found open; nor one that waits on what
     # computes (busy and waited are never both found)
-    work, (ending, work_hint) = (busy, _COMPUTES) if busy else (waited, _WAITS_ON_WORK)
+    work, words = (busy, _COMPUTES) if busy else (waited, _WAITS_ON_WORK)
     if work:
-        ev += [Evidence("progress", text) for text in work]
-        summary, hint, sev = summary + ending, work_hint, "warning"
+        sev, summary, hint = _eased(summary, ev, work, words)
     return sev, summary, hint
 
 
