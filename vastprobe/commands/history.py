@@ -9,7 +9,7 @@ from typing import Annotated, NoReturn, Optional
 
 import typer
 
-from vastprobe.commands.common import EXIT_OK, EXIT_USAGE, usage_error
+from vastprobe.commands.common import EXIT_OK, EXIT_USAGE, usage_error, write_or_say
 from vastprobe.commands.fleet import default_history, history_location
 from vastprobe.commands.options import P_HISTORY, HistoryOpt, JsonOpt, ListingFormatOpt, complete_targets
 from vastprobe.commands.settings import output_format
@@ -128,10 +128,8 @@ def _history_transfer(words: list[str], location, output: Optional[Path]) -> NoR
             raise typer.Exit(EXIT_USAGE) from exc
         if output is None:
             sys.stdout.write(lines)
-        else:
-            from vastprobe.fileio import write_atomic
-
-            write_atomic(output.expanduser(), lines)
+        elif not write_or_say(output.expanduser(), lines, "-o"):
+            raise typer.Exit(EXIT_USAGE)  # as collect's -o: a full disk was an "internal error", exit 4
         raise typer.Exit(EXIT_OK)
     if len(args) != 1:
         usage_error("history import takes one dump: a file from history export, or - for stdin")
