@@ -159,23 +159,22 @@ def test_probe_script_prints_portable_sh() -> None:
     assert subprocess.run(["dash", "-n"], input=r.stdout, text=True).returncode == 0
 
 
-def test_hostile_names_do_not_reach_the_terminal(tmp_path: Path) -> None:
+def test_hostile_names_do_not_reach_the_terminal(tmp_path: Path, reap) -> None:
     """A process whose argv holds an escape sequence and rich markup is shown inert."""
-    evil = "\x1b]0;pwned\x07[bold red]X[/bold red]\x1b[2J"
-    p = subprocess.Popen(["sh", "-c", "sleep 120", evil])
-    try:
-        import os
+    import os
 
-        wide = {**os.environ, "COLUMNS": "400"}
-        r = run("diagnose", "local", "--format", "table", "--sample", "0", "--pid", str(p.pid), "-v", env=wide)
-        assert "\x1b" not in r.stdout
-        assert "\\x1b]0;pwned\\x07[bold red]X[/bold red]" in r.stdout
-        j = run("diagnose", "local", "--format", "json", "--sample", "0", "--pid", str(p.pid), "--snapshot")
-        doc = json.loads(j.stdout)
-        argv = next(x for x in doc["hosts"][0]["snapshot"]["processes"] if x["pid"] == p.pid)["cmdline"]
-        assert argv[-1] == evil
-    finally:
-        p.kill()
+    evil = "\x1b]0;pwned\x07[bold red]X[/bold red]\x1b[2J"
+    # its own group, reaped whole: sh forks its sleep, which outlived a kill of sh alone for 120 s
+    p = subprocess.Popen(["sh", "-c", "sleep 120", evil], start_new_session=True)
+    reap.append(p)
+    wide = {**os.environ, "COLUMNS": "400"}
+    r = run("diagnose", "local", "--format", "table", "--sample", "0", "--pid", str(p.pid), "-v", env=wide)
+    assert "\x1b" not in r.stdout
+    assert "\\x1b]0;pwned\\x07[bold red]X[/bold red]" in r.stdout
+    j = run("diagnose", "local", "--format", "json", "--sample", "0", "--pid", str(p.pid), "--snapshot")
+    doc = json.loads(j.stdout)
+    argv = next(x for x in doc["hosts"][0]["snapshot"]["processes"] if x["pid"] == p.pid)["cmdline"]
+    assert argv[-1] == evil
 
 
 def test_rules_catalogue_and_explain() -> None:
