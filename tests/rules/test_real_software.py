@@ -62,6 +62,21 @@ def find_desc(root: int, name: str, wchan: str = "") -> int | None:
     return next((d for d in descendants(root) if comm(d) == name and proc_wchan(d).startswith(wchan)), None)
 
 
+def accepted_unread(server: int, port: int) -> bool:
+    """The server holds an accepted connection on PORT with bytes it has not read: until it has
+    accepted, a loaded machine shows the request queued on a socket no process owns yet."""
+    try:
+        inodes = {os.readlink(f"/proc/{server}/fd/{fd}") for fd in os.listdir(f"/proc/{server}/fd")}
+    except OSError:
+        return False
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        f = line.split()
+        local, state, unread, inode = int(f[1].split(":")[1], 16), f[3], int(f[4].split(":")[1], 16), f[9]
+        if local == port and state == "01" and unread > 0 and f"socket:[{inode}]" in inodes:
+            return True
+    return False
+
+
 @pytest.fixture
 def silent_server(reap):
     srv = subprocess.Popen([sys.executable, "-c", SILENT_SERVER], stdout=subprocess.PIPE, text=True,
@@ -84,6 +99,7 @@ def test_curl_against_a_server_that_accepted_and_never_answers(silent_server, re
     wait_for(lambda: find_desc(job.pid, "curl") is not None, what="curl started")
     curl = find_desc(job.pid, "curl")
     wait_for(lambda: proc_wchan(curl).startswith(("poll", "do_sys_poll", "do_epoll")), what="curl waiting")
+    wait_for(lambda: accepted_unread(srv.pid, port), what="the request accepted and left unread")
     rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
     f = finding(host, "socket-peer-wait")
     assert srv.pid in f["pids"] and curl in f["pids"] and f["pids"][0] == job.pid
@@ -313,6 +329,7 @@ def test_python_client_blocked_in_recv_with_a_stale_log_is_a_stall(silent_server
     reap.append(job)
     wait_for(lambda: any(proc_wchan(d) in ("wait_woken", "sk_wait_data") for d in descendants(job.pid)),
              what="client in recv")  # fmt: skip
+    wait_for(lambda: accepted_unread(srv.pid, port), what="the request accepted and left unread")
     rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5", "--log", str(log), "--stale-after", "60")
     f = finding(host, "socket-peer-wait")
     assert f["severity"] == "error" and rc == 1
