@@ -283,7 +283,13 @@ def test_a_jobs_two_clients_of_a_blocked_server_are_judged_by_the_proven_one(rea
         out = subprocess.run(["ss", "-Htnl", f"sport = :{port}"], capture_output=True, text=True).stdout.split()
         return len(out) > 1 and out[1] == "1"
 
+    def sent() -> bool:  # curl past its connect, its request queued: it no longer moves by itself
+        rows = subprocess.run(["ss", "-Htn", "state", "established", f"sport = :{port}"],
+                              capture_output=True, text=True).stdout.splitlines()  # fmt: skip
+        return any(r.split() and r.split()[0] != "0" for r in rows)
+
     wait_for(queued, what="the second request in the accept queue")
+    wait_for(sent, what="the second request sent")
     rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
     f = finding(host)
     assert f["severity"] == "error" and "has not accepted the connection (1 queued" in f["summary"], f["summary"]
