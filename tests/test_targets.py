@@ -199,3 +199,13 @@ def test_one_host_written_two_ways_is_probed_once() -> None:
     different = ["ROOT@127.0.0.1:2222", "127.0.0.1:2222", "root@127.0.0.1", "root@127.0.0.1:22", "docker:abc"]
     assert len({target_key(t) for t in [same[0], *different]}) == 6
     assert target_key("root@GPU-Box:22") == target_key("root@gpu-box:22")
+
+
+def test_a_vast_status_message_is_masked_before_and_after_its_cut() -> None:
+    """A pull error with a registry password reached the table, the JSON and the history (found by a helper)."""
+    msg = "Error response from daemon: pull https://bot:V1pass@registry.example.com/v2/x: unauthorized; --hf-token V2 DB_PASS=V3"
+    cut = "x" * 120 + " https://bot:V4passwordthatthecutends" + "y" * 60 + "@registry"
+    data = [{"id": 1, "actual_status": "exited", "ssh_host": "h", "ssh_port": 2, "status_msg": m} for m in (msg, cut)]
+    shown = [e.labels["vast_msg"] for e in parse_inventory(json.dumps(data))]
+    assert not any(s in " ".join(shown) for s in ("V1pass", "V2", "V3", "V4pass")), shown
+    assert shown[0].startswith("Error response from daemon: pull https://bot:***@registry.example.com")

@@ -19,6 +19,7 @@ from typing import Any
 
 from vastprobe import jsonnumbers
 from vastprobe.untrusted.numbers import read_int
+from vastprobe.untrusted.secrets import redact_cut, redact_text
 
 MAX_EXPANSION = 100_000
 MAX_TARGET_CHARS = 1024
@@ -385,7 +386,11 @@ def parse_vast(data: Any) -> list[InventoryEntry]:
         # what vast.ai says of the instance: an unreachable host reports it (and rows sort by it)
         for key, field_name, limit in VAST_STATE_FIELDS:
             v = inst.get(field_name)
-            labels[key] = " ".join(_clean(v, limit).split()) if isinstance(v, str) else ""
+            # masked before the cut (a secret cut in half still shows its half) and after it (a URL whose
+            # `@` the cut took): a registry password in a pull error reached the table and the history
+            labels[key] = (
+                redact_cut(" ".join(_clean(redact_text(v[:4096]), limit).split())) if isinstance(v, str) else ""
+            )
         labels = {k: v for k, v in labels.items() if v}
         addr, problem = vast_target(inst)
         status = inst.get("actual_status")

@@ -209,3 +209,66 @@ def test_a_secret_the_probes_own_bounds_cut_is_masked() -> None:
     assert isinstance(tail, str) and "TailSecret" not in tail and tail.startswith("step ok"), tail[:80]
     whole = log_tail(RawSection("log.0", "|p:x@db short file\n|step ok\n", 0), 3, bound)
     assert whole == "p:x@db short file\nstep ok\n"  # a file shorter than the bound: every line its own
+
+
+def test_secrets_one_assignment_deeper_and_by_program_are_masked() -> None:
+    """Forms a helper found shown whole: a secret name one `=`, `.` or quote deeper, KEY names,
+    quoted Authorization headers, and programs whose option or setting is the password; the script
+    after `PGPASSWORD=X` is kept, and look-alikes stay."""
+    argvs = {
+        ("docker", "run", "--env=HF_TOKEN=C1", "img"): ("docker", "run", "--env=HF_TOKEN=***", "img"),
+        ("docker", "build", "--build-arg=GITHUB_TOKEN=C2", "."): ("docker", "build", "--build-arg=GITHUB_TOKEN=***", "."),
+        ("kubectl", "create", "secret", "generic", "db", "--from-literal=password=C3"):
+            ("kubectl", "create", "secret", "generic", "db", "--from-literal=password=***"),
+        ("helm", "upgrade", "x", "--set", "auth.password=C4"): ("helm", "upgrade", "x", "--set", "auth.password=***"),
+        ("helm", "upgrade", "x", "--set=auth.postgresPassword=C5"): ("helm", "upgrade", "x", "--set=auth.postgresPassword=***"),
+        ("redis-server", "--requirepass", "C6", "--masterauth", "C7"): ("redis-server", "--requirepass", "***", "--masterauth", "***"),
+        ("aws", "configure", "set", "aws_secret_access_key", "C9"): ("aws", "configure", "set", "aws_secret_access_key", "***"),
+        ("aws", "configure", "set", "region", "us-east-1"): ("aws", "configure", "set", "region", "us-east-1"),
+        ("docker", "login", "-u", "me", "-p", "C10", "reg"): ("docker", "login", "-u", "me", "-p", "***", "reg"),
+        ("docker", "run", "-p", "8080:80", "img"): ("docker", "run", "-p", "8080:80", "img"),
+        ("sh", "-c", "PGPASSWORD=C11 pg_dump -h db app | gzip"): ("sh", "-c", "PGPASSWORD=*** pg_dump -h db app | gzip"),
+        ("sqlcmd", "-S", "db", "-U", "sa", "-P", "C12"): ("sqlcmd", "-S", "db", "-U", "sa", "-P", "***"),
+        ("ldapsearch", "-x", "-w", "C13"): ("ldapsearch", "-x", "-w", "***"),
+        ("python", "train.py", "--max_tokens=512", "--tokenizer=gpt2", "--num_keys=3"):
+            ("python", "train.py", "--max_tokens=512", "--tokenizer=gpt2", "--num_keys=3"),
+    }  # fmt: skip
+    for argv, shown in argvs.items():
+        assert redact_argv(argv) == shown, argv
+    lines = {
+        "SECRET_KEY='L1' DEBUG=False": "SECRET_KEY=*** DEBUG=False",
+        'secret_key = "L2"': "secret_key = ***",
+        "ENCRYPTION_KEY=L3": "ENCRYPTION_KEY=***",
+        'dsn="password=L5 host=db"': 'dsn="password=*** host=db"',
+        "{'Authorization': 'Basic L6'}": "{'Authorization': 'Basic ***",
+        '{"authorization": "Basic L7"}': '{"authorization": "Basic ***',
+        "Endpoint=x;AccountKey=L8": "Endpoint=x;AccountKey=***",
+        "+ docker run --env=HF_TOKEN=L9 --rm img": "+ docker run --env=HF_TOKEN=*** --rm img",
+        "os.environ['HF_TOKEN'] = 'L10'": "os.environ['HF_TOKEN'] = ***",
+        "GET https://api.x.com/v1?auth=L11 200": "GET https://api.x.com/v1?auth=*** 200",
+        "git clone https://L12aaaaaaaaaaaaaaaaaaaaaaaa@github.com/x.git": "git clone https://***@github.com/x.git",
+        "post https://hooks.slack.com/services/T0/B0/L13": "post https://hooks.slack.com/services/***",
+        "step 10 loss=0.3 tokens=5123 max_tokens=512 monkey=3 hotkey=F1": "step 10 loss=0.3 tokens=5123 max_tokens=512 monkey=3 hotkey=F1",
+    }  # fmt: skip
+    for line, shown in lines.items():
+        assert redact_text(line) == shown, line
+
+
+def test_a_pem_key_is_masked_in_held_tails_and_where_the_window_opens_inside_it() -> None:
+    from vastprobe.parsers.held import _tail_text
+    from vastprobe.untrusted.secrets import redact_lines
+
+    key = ["-----BEGIN OPENSSH PRIVATE KEY-----", "b3BlbnNzaC1rZXktdjEAAAAAKEY1", "-----END OPENSSH PRIVATE KEY-----"]
+    held = _tail_text(["step 1", *key, "step 2"], 0)
+    assert "KEY1" not in held and "step 2" in held and held.startswith("step 1\n-----BEGIN")
+    # the window opens in the key's body: the body lines above its END line go, the lines before them stay
+    cut = [
+        "progress 9",
+        "MIIJKAIBAAKCAgEAKEY2",
+        "Proc-Type: 4,ENCRYPTED",
+        "aGVsbG8gd29ybGQKEY3",
+        "-----END RSA PRIVATE KEY-----",
+        "done",
+    ]
+    assert redact_lines(cut) == ["progress 9", "***", "***", "***", "-----END RSA PRIVATE KEY-----", "done"]
+    assert redact_lines(["step 5", "-----END CERTIFICATE-----"]) == ["step 5", "-----END CERTIFICATE-----"]

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from vastprobe.model import FileStat, HeldFile
 from vastprobe.untrusted.numbers import read_int
-from vastprobe.untrusted.secrets import redact_text
+from vastprobe.untrusted.secrets import redact_lines
 
 _LINE = re.compile(
     r"^/proc/([0-9]{1,10})/fd/([0-9]{1,10}) ([0-9]{1,20}) (-?[0-9]{1,20}) ([0-9]{1,20}) (.{1,40})$", re.ASCII
@@ -65,7 +65,8 @@ def parse_held_section(text: str) -> tuple[HeldFile, ...]:
 
 
 def _tail_text(lines: list[str], size: int) -> str:
-    """Whole lines only (a read of the last bytes of a longer file begins mid-line), masked."""
+    """Whole lines only (a read of the last bytes of a longer file begins mid-line), masked as a
+    `--log` tail is (a PEM key's body too: masked line by line, it showed whole; found by a helper)."""
     if size > sum(len(x.encode()) + 1 for x in lines) and len(lines) > 1:
         lines = lines[1:]
-    return "\n".join(redact_text(x) for x in lines)[:MAX_TAIL_CHARS]
+    return "\n".join(redact_lines(lines))[:MAX_TAIL_CHARS]

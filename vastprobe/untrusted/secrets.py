@@ -14,16 +14,31 @@ MASK = "***"
 #: (a password may hold `@`, `/`, `?` or `#` unescaped); no `://` inside the user part.
 _URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,30}://[^:/@\s]{0,256}):(?:(?!://)\S){0,2048}@")
 #: `password=X` in a libpq keyword string or a URL's query (`?sslpassword=X&…`), `token=`, `secret=`
+#: a `KEY` name that says secret: `SECRET_KEY`, `private_key`, Azure's `AccountKey`
+_KEY_NAMES = r"(?:api|access|secret|private|encryption|account|signing|master)[_-]?key"
+#: what may stand before such a name: a separator, or one `=`, `.` or quote deeper (`--env=HF_TOKEN=X`,
+#: `--set auth.password=X`, `dsn="password=X"`: each showed its secret; found by a helper)
 _KEYWORD = re.compile(
-    r"(?i)((?:^|[?&\s;,(])(?:[A-Za-z_]{0,32}(?:password|passwd|pwd|token|secret|api[_-]?key|access[_-]?key)="
+    rf"(?i)((?:^|[?&\s;,(=.'\"\[{{|/<])(?:[A-Za-z_-]{{0,32}}(?:password|passwd|pwd|token|secret|{_KEY_NAMES})="
     # with spaces around `=` (ini, TOML) only the strong names: `token = tokenizer(…)` is code (found by a helper)
-    r"|[A-Za-z_]{0,32}(?:password|passwd|secret|api[_-]?key|access[_-]?key)\s*=\s*))"
+    rf"|[A-Za-z_]{{0,32}}(?:password|passwd|secret|{_KEY_NAMES})\s*=\s*))"
     r"(?:'[^']*'|\"[^\"]*\"|[^&\s]+)"
 )
 #: `DB_PASS=X` in a text, upper case as an environment's names are (`fwd_pass=3` is no secret)
 _ENV_TEXT = re.compile(r"((?:^|\s)[A-Z][A-Z0-9_]{0,64}_PASS=)\S+")
 #: a signed URL's signature or key in its query (`?sig=`, `&X-Amz-Signature=`, `?key=`)
-_QUERY_SECRET = re.compile(r"(?i)([?&](?:sig|signature|key|x-amz-signature|x-amz-credential|x-goog-signature)=)[^&\s]+")
+_QUERY_SECRET = re.compile(
+    r"(?i)([?&](?:sig|signature|key|auth|x-amz-signature|x-amz-credential|x-goog-signature)=)[^&\s]+"
+)
+#: a token given as a URL's user (`https://ghp_…@github.com`, `https://TOKEN@host/x.git`): 20 or more
+#: token characters, never a user's name; and `os.environ['HF_TOKEN'] = 'X'`, `env["API_KEY"]=X`
+_URL_TOKEN_USER = re.compile(r"(://)[A-Za-z0-9_.~+-]{20,256}@")
+_INDEX_ASSIGN = re.compile(
+    r"(?i)(\[['\"][A-Za-z0-9_]{0,64}(?:password|passwd|token|secret|_key|apikey)['\"]\]\s*=\s*)"
+    r"(?:'[^']*'|\"[^\"]*\"|\S+)"
+)
+#: a Slack webhook's path is its secret
+_WEBHOOK = re.compile(r"(hooks\.slack\.com/services/)\S+")
 #: `.netrc`: `machine HOST login USER password X`
 _NETRC = re.compile(r"(?i)(\b(?:machine|login)\s+\S+\s.{0,256}?\bpassword\s+)\S+")
 #: an XML element that names a secret: `<password>X</password>`
@@ -35,6 +50,7 @@ _COOKIE = re.compile(r"(?i)(\b(?:set-)?cookie:\s*)[^'\"\n]+")  # to the end of i
 #: `-p`-like short forms are left
 _SECRET_NAME = (
     r"(?:password|passwd|(?<![a-z])pass|passphrase|(?<![a-z])pwd?|token|secret(?:[-_][a-z]{1,16})?"
+    r"|requirepass|masterauth"  # redis-server's
     r"|(?:api|access|private|secret|wandb|hf|openai|license|signing|encryption|master|client)[-_.]?key"
     r"|credentials?)"
 )
@@ -60,7 +76,7 @@ _TOKEN_SHAPE = re.compile(
 #: `Authorization: Bearer X` (or any scheme), a bare `Bearer X` that looks like a token, curl's
 #: `-u user:password` within one text (`sh -c 'curl -u …'`, a log line)
 _AUTH = re.compile(
-    r"(?i)(authorization:\s*[a-z-]{1,32}\s+|\bbearer\s+(?=[A-Za-z0-9._~+/=-]{16,})"
+    r"(?i)(authorization['\"]?\s*[:=]\s*['\"]?[a-z-]{1,32}\s+|\bbearer\s+(?=[A-Za-z0-9._~+/=-]{16,})"
     r"|\bcurl\b[^|;&\n]{0,512}?\s(?:-u|--user)[\s=]+[^:\s]{1,64}:)\S+"
 )
 #: `--auth X` (a server's password or token); `--no-auth`, `--enable-auth` are flags (found by a helper)
@@ -77,6 +93,8 @@ _SHORT_SECRET = {
     **dict.fromkeys(("mariadb", "mariadb-dump", "mariadb-admin", "mariadb-import", "mariadb-check"), ("-p", False)),
     "sshpass": ("-p", True),
     "redis-cli": ("-a", True),
+    "sqlcmd": ("-P", True),
+    **dict.fromkeys(("ldapsearch", "ldapadd", "ldapmodify", "ldapdelete", "ldapwhoami", "ldappasswd"), ("-w", True)),
 }
 #: the same within one text (`sh -c 'mysqldump -pX db | gzip'`, a log line)
 _SHORT_INLINE = re.compile(
@@ -93,6 +111,14 @@ _CUT_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,30}://[^:/@\s\[\]]{0,256}
 _ENV_ASSIGN = re.compile(
     r"^((?:[A-Z][A-Z0-9_]{0,64})?(?:PASSWORD|PASSWD|(?<![A-Z])PASS|_PASS|TOKEN|SECRET|_KEY|APIKEY)=).+$"
 )
+#: the same at the head of a script (`sh -c 'PGPASSWORD=X pg_dump …'`): the value to its first blank
+#: or separator, the script after it kept (it was masked whole, the stuck command unseen; found by a helper)
+_ENV_ASSIGN_HEAD = re.compile(
+    r"^((?:[A-Z][A-Z0-9_]{0,64})?(?:PASSWORD|PASSWD|(?<![A-Z])PASS|_PASS|TOKEN|SECRET|_KEY|APIKEY)=)"
+    r"(?:'[^']*'|\"[^\"]*\"|[^\s;&|]+)(?=[\s;&|])"
+)
+#: a program's login whose `-p` is the password (`docker login -p X`; elsewhere docker's `-p` publishes a port)
+_LOGIN_P = frozenset({"docker", "podman", "nerdctl", "buildah", "skopeo", "helm"})
 
 
 def redact_text(text: str) -> str:
@@ -103,6 +129,9 @@ def redact_text(text: str) -> str:
     text = _URL_USERINFO.sub(rf"\1:{MASK}@", text)
     text = _KEYWORD.sub(rf"\1{MASK}", text)
     text = _QUERY_SECRET.sub(rf"\1{MASK}", text)
+    text = _URL_TOKEN_USER.sub(rf"\1{MASK}@", text)
+    text = _INDEX_ASSIGN.sub(rf"\1{MASK}", text)
+    text = _WEBHOOK.sub(rf"\1{MASK}", text)
     text = _ENV_TEXT.sub(rf"\1{MASK}", text)
     text = _NETRC.sub(rf"\1{MASK}", text)
     text = _XML_SECRET.sub(rf"\1{MASK}\2", text)
@@ -119,16 +148,30 @@ _PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,32}PRIVATE KEY-----")
 _PEM_END = re.compile(r"-----END [A-Z0-9 ]{0,32}PRIVATE KEY-----")
 
 
+#: A line of a PEM body: base64, or one of its headers (`Proc-Type:`, `DEK-Info:`)
+_PEM_BODY = re.compile(r"^\s*(?:[A-Za-z0-9+/=]{8,}|Proc-Type:.*|DEK-Info:.*)\s*$")
+
+
 def redact_lines(lines: list[str]) -> list[str]:
     """Lines of a log, each masked as redact_text masks it, and a PEM private key's body masked whole
-    (its lines hold no word that says secret: a log tail printed it; found by a helper)."""
-    out = []
+    (its lines hold no word that says secret: a log tail printed it; found by a helper). A tail's
+    window can open inside a key: an END line with no BEGIN before it masks the body lines above it
+    (46 lines of a 4096-bit key showed so; found by a helper)."""
+    out: list[str] = []
     in_key = False
     for line in lines:
         if in_key:
             end = _PEM_END.search(line)
             in_key = end is None
             out.append(MASK if end is None else MASK + " " + line[end.start() :])
+            continue
+        if (end := _PEM_END.search(line)) is not None:
+            k = len(out)
+            while k > 0 and _PEM_BODY.match(lines[k - 1]):
+                k -= 1
+            out[k:] = [MASK] * (len(out) - k)
+            body = line[: end.start()]
+            out.append((MASK + " " if body.strip() else "") + line[end.start() :])
             continue
         if (m := _PEM_BEGIN.search(line)) is not None:
             in_key = _PEM_END.search(line, m.end()) is None
@@ -179,6 +222,10 @@ _ANY_SECRET = (
     "mariadb",
     "sshpass",
     "redis-cli",
+    "login",  # docker login -p
+    "sqlcmd",
+    "ldap",
+    "hooks.slack",
 )
 
 
@@ -200,6 +247,10 @@ def redact_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
     prog = argv[0].rsplit("/", 1)[-1] if argv else ""
     curl = prog == "curl"
     short, apart = _SHORT_SECRET.get(prog, ("", False))
+    if prog in _LOGIN_P and "login" in argv[1:3]:
+        short, apart = "-p", True
+    # `aws configure set aws_secret_access_key X`: the value after a secret-named setting
+    aws_set = prog == "aws" and argv[1:3] == ("configure", "set")
     if argv:  # the program: its own name, never an option's value
         out.append(redact_text(argv[0]))
         changed = out[0] != argv[0]
@@ -211,8 +262,15 @@ def redact_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
             hide_next = apart
         elif short and arg.startswith(short) and not arg.startswith("--"):
             new = short + MASK
-        elif (curl and arg in _CURL_USER) or _SECRET_OPTION.match(arg) or _AUTH_OPTION.match(arg):
+        elif (
+            (curl and arg in _CURL_USER)
+            or _SECRET_OPTION.match(arg)
+            or _AUTH_OPTION.match(arg)
+            or (aws_set and _KEYWORD.match(arg + "=x"))
+        ):
             hide_next = True
+        elif m := _ENV_ASSIGN_HEAD.match(arg):
+            new = redact_text(m.group(1) + MASK + arg[m.end() :])
         elif m := (_SECRET_ASSIGN.match(arg) or _ENV_ASSIGN.match(arg)):
             new = m.group(1) + MASK
         else:
