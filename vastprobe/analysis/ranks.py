@@ -67,14 +67,7 @@ def find_jobs(ctx: SnapshotView, chains: Sequence[StalledChain]) -> list[Distrib
         ]
         ranks += _gone(ctx, procs)
         world = max((read_int(p.env_value("WORLD_SIZE") or "") or 0 for p in procs), default=0) or None
-        waiting = tuple(r for r in ranks if r.state == "collective")
-        holding = tuple(r for r in ranks if r.state in HOLDING)
-        # a rank that computes while the others wait is a straggler: it holds them only while nothing
-        # here is stuck outright
-        culprits = holding or (tuple(r for r in ranks if r.state == "running") if waiting else ())
-        # ranks holding the job count where someone waits on them: here, or the job's ranks elsewhere
-        if not waiting and (world or 0) <= len(ranks):
-            culprits = ()
+        culprits, waiting = judge(ranks, world)
         closed = tuple(dict.fromkeys(e for p in procs for e in ctx.graph.closed_by_peer(p.pid)))
         peers = tuple(dict.fromkeys(e for p in procs for e in ctx.graph.unseen_ends(p.pid)))[:64]
         jobs.append(
@@ -83,6 +76,21 @@ def find_jobs(ctx: SnapshotView, chains: Sequence[StalledChain]) -> list[Distrib
             )
         )
     return jobs
+
+
+def judge(ranks: Sequence[JobRank], world: int | None) -> tuple[tuple[JobRank, ...], tuple[JobRank, ...]]:
+    """(the ranks holding the job, the ranks waiting in a collective), from the ranks' states."""
+    waiting = tuple(r for r in ranks if r.state == "collective")
+    holding = tuple(r for r in ranks if r.state in HOLDING)
+    # a rank that computes while the others wait is a straggler: it holds them only while nothing
+    # here is stuck outright, and while the waiting ranks do not move on (wrote nothing between the
+    # samples: a training ring's ranks caught computing and receiving by turns named one a straggler)
+    stalled = waiting and not any(r.wrote or r.busy for r in waiting)
+    culprits = holding or (tuple(r for r in ranks if r.state == "running") if stalled else ())
+    # ranks holding the job count where someone waits on them: here, or the job's ranks elsewhere
+    if not waiting and (world or 0) <= len(ranks):
+        culprits = ()
+    return culprits, waiting
 
 
 def _progress(ctx: SnapshotView, procs: list[Process]) -> str | None:
@@ -140,7 +148,11 @@ def _classify(
     gpu = p.env_value("CUDA_VISIBLE_DEVICES")
 
     def r(state: RankState, why: str) -> JobRank:
-        return JobRank(rank, local, p.pid, state, why, gpu, p.comm)
+        waits_on = _tcp_wait(ctx, p) if state in ("elsewhere", "collective") else None
+        busy = bool(ctx.two_samples and p.pid in ctx.progress and ctx.progress[p.pid].cpu_ticks)
+        return JobRank(
+            rank, local, p.pid, state, why, gpu, p.comm, waits_on, ctx.graph.own_ends(p.pid), _wrote(p), busy
+        )
 
     if p.state in ("T", "t"):
         return r("stopped", f"{'traced and held by its tracer' if p.state == 't' else 'stopped'} ({p.state})")
@@ -191,6 +203,10 @@ def _classify(
         return r("elsewhere", f"waits on {edges[0].what}, not on another rank")
     if kind in ("fifo-open", "pipe-read", "pipe-write", "file-lock", "fuse", "nfs", "tty", "child", "stopped"):
         return r("elsewhere", f"waits in {p.wchan} ({kind}), not on another rank")
+    if kind == "sleep":
+        # asleep on a timer: it wakes by itself (a step's pause, a polling loop); a ring whose ranks nap
+        # between steps read "every rank waits in a collective" on four hosts (found by a helper)
+        return r("running", f"sleeps on a timer ({p.wchan}): it wakes by itself")
     if kind == "signal":
         # pause(), sigsuspend, sigwait: no collective waits so; a rank stuck in signal.pause() was said to
         # wait in a collective, and its job read HEALTHY (found by a helper)
@@ -198,6 +214,19 @@ def _classify(
     if peers:
         return r("collective", f"waits ({kind}) with {peers} connection(s) to other ranks")
     return r("elsewhere", f"waits in {p.wchan}, connected to no other rank")
+
+
+def _wrote(p: Process) -> bool:
+    a, b = (p.samples[0].io, p.samples[-1].io) if len(p.samples) >= 2 else (None, None)
+    return isinstance(a, ProcIO) and isinstance(b, ProcIO) and b.wchar > a.wchar
+
+
+def _tcp_wait(ctx: SnapshotView, p: Process) -> str | None:
+    """The remote end of the one TCP connection `p` is blocked on (not one fd of a poll over several)."""
+    for edge in ctx.graph.edges(p.pid):
+        if edge.kind == "tcp" and not edge.poll and edge.socket is not None and edge.socket.remote:
+            return edge.socket.remote
+    return None
 
 
 def _gone(ctx: SnapshotView, procs: list[Process]) -> list[JobRank]:

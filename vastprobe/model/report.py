@@ -156,6 +156,13 @@ class JobRank:
     why: str  # the state, in words
     gpu: str | None = None  # CUDA_VISIBLE_DEVICES as the rank sees it
     comm: str | None = None  # its process's name
+    #: the remote end of the TCP connection it is blocked on (a ring's recv, a store's read), and the
+    #: local ends of its connections: a run matches one rank's wait to the rank holding that end on
+    #: another host (report/job_joins.py); not in the JSON
+    waits_on: str | None = None
+    ends: tuple[str, ...] = ()
+    wrote: bool = False  # it wrote bytes between the samples (a log line, a message to another rank)
+    busy: bool = False  # it used CPU between the samples
 
     @property
     def name(self) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from vastprobe.analysis.ranks import holder_words
+from vastprobe.analysis.ranks import holder_words, judge
 from vastprobe.model import (
     HOLDING,
     ONE_SAMPLE,
@@ -80,6 +80,7 @@ def jobs_across_hosts(reports: Sequence[HostReport]) -> list[JobAcrossHosts]:
             continue
         if len(parts) < 2 and not parts[0][1].closed:
             continue
+        parts = _rejudged(parts, world or None)
         # of equal strength, by rank number: the order the hosts finished in chose before, and the job's
         # holder changed from one sweep to the next (found by a helper)
         holding = sorted(
@@ -92,7 +93,7 @@ def jobs_across_hosts(reports: Sequence[HostReport]) -> list[JobAcrossHosts]:
         named = holding or straggling
         seen = {r.rank for _t, j in parts for r in j.ranks if r.rank is not None}
         missing = tuple(n for n in range(world) if n not in seen)
-        holder = named[0] if named else _gone_from(reports, parts, missing)
+        holder = named[0] if named else _gone_from(reports, parts, missing) or _sink(reports, parts)
         if len(parts) < 2 and holder is None:
             continue
         also = tuple(h for h in holding[1:] if holder is not None and h[0] != holder[0])
@@ -141,6 +142,78 @@ def _collides(parts: Sequence[tuple[str, DistributedJob]]) -> bool:
 _STRENGTH = {"gone": 0, "exited": 0, "stopped": 1, "uninterruptible": 1, "elsewhere": 2}
 
 
+def _owners(parts: Sequence[tuple[str, DistributedJob]]) -> dict[str, tuple[str, JobRank]]:
+    """The local end of each rank's connection -> (its host, the rank)."""
+    owner: dict[str, tuple[str, JobRank]] = {}
+    for t, j in parts:
+        for x in j.ranks:
+            for end in x.ends:
+                owner.setdefault(end, (t, x))
+    return owner
+
+
+def _rejudged(parts: list[tuple[str, DistributedJob]], world: int | None) -> list[tuple[str, DistributedJob]]:
+    """The parts, a rank blocked on a connection whose other end is a rank of the job on another host
+    of the run waiting on that rank, not "elsewhere": each host saw an end it could not name and called
+    it "not on another rank", so a training ring read STALLED on a random host and a deadlocked rank's
+    neighbours were named its holders (found by a helper)."""
+    owner = _owners(parts)
+    out = []
+    for t, j in parts:
+        ranks = []
+        for x in j.ranks:
+            o = owner.get(x.waits_on) if x.waits_on else None
+            if x.state == "elsewhere" and o is not None and o[0] != t:
+                x = replace(
+                    x, state="collective", why=f"waits on {o[1].label} on {o[0]} ({x.waits_on}), a rank of the job"
+                )
+            ranks.append(x)
+        if ranks != list(j.ranks):
+            culprits, waiting = judge(ranks, world)
+            j = replace(j, ranks=tuple(ranks), culprits=culprits, waiting=waiting)
+        out.append((t, j))
+    return out
+
+
+def _sink(reports: Sequence[HostReport], parts: Sequence[tuple[str, DistributedJob]]) -> tuple[str, JobRank] | None:
+    """The rank every chain of waits over the job's connections ends at, itself blocked on no rank,
+    where its own host proves it stuck (an error naming it: a lock no thread of its own releases): the
+    one holding the others. A chain that comes back on itself (every rank receives before it sends)
+    has no holder; nor has one whose end is only caught between two steps (a ring at work named its
+    rank 0 so: a rank waiting in a futex looks the same)."""
+    ranks = [x for _t, j in parts for x in j.ranks]
+    if any(x.state == "running" or x.wrote or x.busy for x in ranks):
+        return None  # a rank at work: the ranks exchange data (a ring caught mid-step named its rank 0)
+    owner = _owners(parts)
+    rank_of: dict[tuple[str, int | None], JobRank] = {(t, x.pid): x for t, j in parts for x in j.ranks if x.pid}
+    link: dict[tuple[str, int | None], tuple[str, int | None]] = {}
+    for t, j in parts:
+        for x in j.ranks:
+            o = owner.get(x.waits_on) if x.waits_on and x.state == "collective" else None
+            if o is not None and (o[0], o[1].pid) != (t, x.pid):
+                link[(t, x.pid)] = (o[0], o[1].pid)
+    ends = set()
+    for start in link:
+        seen, cur = set(), start
+        while cur in link:
+            if cur in seen:
+                return None
+            seen.add(cur)
+            cur = link[cur]
+        ends.add(cur)
+    if len(ends) != 1 or len(link) < 2:
+        return None
+    end = next(iter(ends))
+    sink = rank_of.get(end)
+    if sink is None or sink.state != "collective" or sink.waits_on:
+        return None
+    report = next((r for r in reports if r.target == end[0]), None)
+    if report is None or not _proven_here(report, sink):
+        return None
+    why = f"{sink.why}, and is blocked on no rank: every other rank's wait over the job's connections ends at it"
+    return end[0], replace(sink, state="elsewhere", why=why)
+
+
 def _each_held_elsewhere(parts: Sequence[tuple[str, DistributedJob]], holding: Sequence[tuple[str, JobRank]]) -> bool:
     """Every host's ranks wait on something that is not a rank, and none waits on another rank: a
     job stuck at its rendezvous, each rank reading the stopped store. The first host's rank was said
@@ -187,16 +260,32 @@ def join_jobs(reports: Sequence[HostReport]) -> list[HostReport]:
     out = list(reports)
     index = {r.target: i for i, r in enumerate(out)}
     for job in jobs_across_hosts(reports):
+        cleared = []  # parts whose own culprit the run no longer holds for one
+        for target, part in job.parts:  # the parts as the run judged them (a rank's wait named across hosts)
+            before = out[index[target]]
+            out[index[target]] = _with_part(before, part)
+            was = next((j for j in before.jobs if j.key == part.key and j.ranks != part.ranks), None)
+            changed = was is not None and was.culprits != part.culprits
+            # or it said the holder is on another host, and the run read those hosts
+            if (changed or part.elsewhere) and (job.holder is None or job.holder[0] != target):
+                cleared.append((target, part))
         if job.holder is None:
             if _everyone_waits(job):
                 for target, part in job.parts:
                     out[index[target]] = _told_everyone_waits(out[index[target]], part, job)
+            else:
+                for target, part in cleared:
+                    out[index[target]] = _told_waits_on_rank(out[index[target]], part, job)
             continue
         h_target, c = job.holder
         h = index[h_target]
         hjob = next((j for t, j in job.parts if t == h_target), None)
         held = _culprit_finding(out[h], c, hjob)
         severity: Severity = held.severity if held is not None else "error" if c.state == "gone" else "warning"
+        if held is not None and severity != "error" and _proven_here(out[h], c):
+            # the holder the run found by following the ranks' waits, proven stuck by its own host
+            severity = "error"
+            out[h] = swap(out[h], held, held := replace(held, severity="error"))
         for target, part in job.held:  # not the holder's, nor a host that names a culprit of its own
             out[index[target]] = _told_holder(out[index[target]], part, job, c, h_target, severity)
         if hjob is None and job.waiting:  # a rank gone from a host with none of the job left
@@ -210,6 +299,18 @@ def join_jobs(reports: Sequence[HostReport]) -> list[HostReport]:
             if ojob is not None and own is not None and job.waiting:
                 out[k] = swap(out[k], own, _holder_joined(own, ojob, o, job.waiting))
     return out
+
+
+def _with_part(r: HostReport, part: DistributedJob) -> HostReport:
+    """The report with its part of the job as the run judged it (the same ranks)."""
+    pids = {x.pid for x in part.ranks}
+    jobs = tuple(part if j.key == part.key and {x.pid for x in j.ranks} == pids else j for j in r.jobs)
+    return r if jobs == r.jobs else replace(r, jobs=jobs)
+
+
+def _proven_here(r: HostReport, c: JobRank) -> bool:
+    """The holder's own host has an error about it (a lock no thread of its own releases)."""
+    return any(f.severity in ("error", "critical") and c.pid in f.pids for f in r.findings if f.rule != RULE)
 
 
 def _everyone_waits(job: JobAcrossHosts) -> bool:
@@ -234,7 +335,44 @@ def _told_everyone_waits(r: HostReport, part: DistributedJob, job: JobAcrossHost
         "the ranks wait on one another: compare where each is (a flight recorder dump, TORCH_NCCL_TRACE_BUFFER_SIZE, "
         "or py-spy dump of each rank) for the collective one of them skipped; restart the job"
     )
-    return swap(r, own, replace(own, summary=summary, evidence=(*own.evidence, ev), hint=hint))
+    # each host's own word was its own view (a rank "not on another rank" was an error); what the run saw
+    # is one story: ranks that moved between the samples are a job at work (a training ring caught in its
+    # receives read STALLED; found by a helper), and still ones wait on one another, no proof of which
+    moving = [p for _t, j in job.parts if (p := j.progress) is not None]
+    if moving:
+        summary = (
+            f"every rank of job {part.words}, on {hosts} hosts of this run, was caught waiting on another rank, "
+            f"and the ranks move on: {moving[0]}"
+        )
+        hint = "a job exchanging data between its ranks is caught so; diagnose again if its log stops"
+        ev2 = (*own.evidence, ev, Evidence("progress", moving[0]))
+        return swap(r, own, replace(own, summary=summary, evidence=ev2, hint=hint, severity="info"))
+    sev: Severity = own.severity if own.severity == "info" else "warning"
+    return swap(r, own, replace(own, summary=summary, evidence=(*own.evidence, ev), hint=hint, severity=sev))
+
+
+def _told_waits_on_rank(r: HostReport, part: DistributedJob, job: JobAcrossHosts) -> HostReport:
+    """A host whose rank waited on a connection it could not name, which the run names a rank of the
+    job, and no rank of the run holds the others: it waits its turn in a job at work (ranks moving or
+    computing), or among ranks that all wait (no proof of which holds them)."""
+    own = _own_finding(r, part)
+    if own is None:
+        return r
+    moving = [p for _t, j in job.parts if (p := j.progress) is not None]
+    running = [f"{x.label} on {t}" for t, j in job.parts for x in j.ranks if x.state == "running"]
+    waits = [x for x in part.ranks if x.state == "collective" and x.waits_on]
+    first = waits[0] if waits else part.ranks[0]
+    summary = f"{first.label} of job {part.words} {first.why}"
+    if moving or running:
+        sign = moving[0] if moving else f"{running[0]} runs"
+        summary += f"; the job's ranks move on ({sign})"
+        sev: Severity = "info"
+    else:
+        summary += "; no rank of the run is seen holding the others"
+        sev = own.severity if own.severity == "info" else "warning"
+    hint = "ranks exchanging data are caught waiting on one another; diagnose again if the job's log stops"
+    ev = Evidence("this run", f"{len(job.parts)} hosts of job {job.key} read together"[:400])
+    return swap(r, own, replace(own, summary=summary, severity=sev, hint=hint, evidence=(*own.evidence, ev)))
 
 
 def _gone_here(job: JobAcrossHosts, c: JobRank) -> Finding:

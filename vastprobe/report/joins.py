@@ -15,4 +15,6 @@ def join_hosts(reports: Sequence[HostReport]) -> list[HostReport]:
     of the run holds; a distributed job's hosts. One host alone is left as it is."""
     if len(reports) < 2:
         return list(reports)
-    return join_jobs(join_connections(join_ssh_hops(reports)))
+    # jobs before connections: a connection's join quotes the other host's word, and a rank's own word
+    # ("waits on TCP …, not on another rank") is only its host's until the job is read across hosts
+    return join_connections(join_jobs(join_ssh_hops(reports)))

@@ -133,6 +133,13 @@ def _culprit(ctx: Context, job: DistributedJob, c: JobRank, waiting: str, stuck:
             f"see where it is ({stack_command(ctx, c.pid) if c.pid else 'its stack'})"
         )
     hint += "; " + _recorder_words(ctx, job)
+    if c.state == "elsewhere" and c.waits_on and any(r.wrote or r.busy for r in (c, *job.waiting)):
+        # blocked on a connection to another host between bytes it or the ranks waiting on it wrote over
+        # the window: a job exchanging data, caught receiving (a training ring read STALLED; found by a helper)
+        severity = "info"
+        summary += (
+            f"; the ranks moved on over the window ({'it' if c.wrote else 'a waiting rank'} wrote between the samples)"
+        )
     if not ctx.two_samples and severity == "error" and c.state in ("running", "elsewhere"):
         severity = "warning"
         summary += ONE_SAMPLE

@@ -207,6 +207,19 @@ class SocketEdges(WaitIndex):
                 out.append(sock.remote)
         return tuple(dict.fromkeys(out))
 
+    def own_ends(self, pid: int) -> tuple[str, ...]:
+        """The local ends of the established TCP connections `pid` holds (at most 32): what another
+        host's process connected to it sees as its remote end, so a run can name who it waits on."""
+        p = self.tree.by_pid.get(pid)
+        if p is None or isinstance(p.fds, Unavailable):
+            return ()
+        out = []
+        for e in p.fds:
+            sock = self._sockets.get(e.socket_inode) if e.socket_inode is not None else None
+            if sock is not None and sock.state == "ESTABLISHED" and sock.proto.startswith("tcp"):
+                out.append(sock.local)
+        return tuple(dict.fromkeys(out))[:32]
+
     def unseen_ends(self, pid: int) -> tuple[str, ...]:
         """The remote ends of the established TCP connections `pid` holds whose other end no process
         here holds (another host): where a rank's peers are, which tells two jobs under one id apart."""

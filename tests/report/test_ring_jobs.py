@@ -1,0 +1,77 @@
+"""A ring job over three hosts (tests/ring_lab.py): each rank sends to the next and receives from the
+previous, blocking, as a collective by hand. Each host sees a rank blocked on a connection whose other
+end it cannot name; the run names it (a rank of the job on another host), so a training ring is not
+STALLED on a random host, and a stopped rank is the job's one holder (found by a helper)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.helpers import wait_for
+from tests.paths import TESTS
+from tests.report import test_joins
+from tests.report.test_joins import Fleet
+from tests.sshd import Sshd, free_ports
+
+pytestmark = pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")
+
+LAB = TESTS / "ring_lab.py"
+fleet = test_joins.fleet  # the fixture: sshd hosts in PID namespaces
+
+
+def ring(fleet: Fleet, nap: float, env: str = "") -> tuple[list[Sshd], Path, str]:
+    """Ranks 0-1 on A, 2 on B, 3 on C."""
+    port, run = free_ports(1)[0], f"ring-{uuid.uuid4().hex[:8]}"
+    ready = fleet.dir / f"ready-{run}"
+    env = f"TR_READY={ready} TR_STEP_SLEEP={nap} {env}"
+    hosts = [
+        fleet.host(f"env {env} {sys.executable} {LAB} launch {run} 4 {ranks} {port}") for ranks in ("0,1", "2", "3")
+    ]
+    wait_for(lambda: all(Path(f"{ready}.{r}").exists() for r in range(4)), timeout=60, what="four ranks in the ring")
+    return hosts, ready, run
+
+
+@pytest.mark.parametrize("nap", [0.0, 0.05])
+def test_a_training_ring_over_three_hosts_is_healthy(fleet: Fleet, nap: float) -> None:
+    """No log: a rank caught in its receive, or asleep between steps, on every host (it read STALLED on
+    a random host each sweep, or DEGRADED everywhere: "no rank is seen holding the others")."""
+    hosts, _ready, _ = ring(fleet, nap)
+    for _ in range(2):
+        rc, got = fleet.sweep(*(h.target for h in hosts))
+        said = {
+            t: (h["verdict"], [(f["rule"], f["severity"], f["summary"]) for f in h["findings"]]) for t, h in got.items()
+        }
+        assert rc == 0 and all(v == "healthy" for v, _f in said.values()), said
+
+
+def test_a_stopped_rank_in_a_ring_is_the_one_holder(fleet: Fleet) -> None:
+    """Rank 2 on B stops at its 40th step; ranks 3, 0 and 1 then wait, each on the rank before it. B's rank
+    holds the job; the others were listed as holders too ("not on another rank") and B was told a sweep of
+    them would say whether they wait on it, in that very sweep."""
+    hosts, _ready, _ = ring(fleet, 0.01, "TR_CULPRIT=2 TR_HOW=stop TR_AT=40")
+    a, b, c = hosts
+    # the ready file holds the rank's PID in its host's namespace: find it from here
+    pid2 = next(p.pid for p in psutil.Process(b.proc.pid).children(recursive=True) if p.cmdline()[-2:-1] == ["rank"])
+    try:
+        wait_for(lambda: Path(f"/proc/{pid2}/stat").read_text().split(") ")[1][0] == "T", what="rank 2 stopped")
+        rc, got = fleet.sweep(a.target, b.target, c.target)
+        assert rc == 1 and all(h["verdict"] == "stalled" for h in got.values()), {
+            t: h["headline"] for t, h in got.items()
+        }
+        mine = next(f for f in got[b.target]["findings"] if f["rule"] == "culprit-rank")
+        assert mine["summary"].startswith("rank 2 (pid ") and "stopped" in mine["summary"], mine["summary"]
+        assert "wait on it" in mine["summary"] and "a sweep of them says" not in mine["summary"], mine["summary"]
+        for h in (a, c):
+            told = next(f for f in got[h.target]["findings"] if f["rule"] == "culprit-rank")
+            assert told["summary"].startswith("rank 2 (pid ") and told["remote"] == b.target, told["summary"]
+            assert "not on another rank" not in told["summary"]
+    finally:
+        os.kill(pid2, signal.SIGCONT)
