@@ -38,3 +38,20 @@ def test_roomy_filesystem_is_fine(tmp_path: Path) -> None:
     log.write_text("ok\n")
     _rc, host = vastprobe_json("--pid", "1", "--sample", "0", "--log", str(log))
     assert not [f for f in host["findings"] if f["rule"] == "disk-full"]
+
+
+def test_a_small_filesystem_mostly_free_is_not_full(tmp_path: Path) -> None:
+    """A 64 MiB tmpfs (docker's /dev/shm) holding a job's fresh log read "is full" at 0.0% used,
+    STALLED: under 256 MiB free counts only on a filesystem 90% used (found by a helper)."""
+    mnt = tmp_path / "shm"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)]).returncode:
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        log = mnt / "job.log"
+        log.write_text("step 1\n")
+        rc, host = vastprobe_json("--pid", "1", "--sample", "0", "--log", str(log), "--stale-after", "100000")
+        assert not [f for f in host["findings"] if f["rule"] == "disk-full"], host["findings"]
+        assert rc == 0 and host["verdict"] != "stalled"
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 
@@ -183,3 +184,43 @@ def test_a_program_execd_by_a_threaded_parent_is_not_told_it_deadlocked_at_fork(
     assert "waits for ever on a lock no thread of its own can release" in f["summary"] and "spawn" not in f["hint"]
     assert any("was not forked from it without exec" in e["detail"] for e in f["evidence"]), f["evidence"]
     assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1
+
+
+#: a server with a SIGTERM handler (as uvicorn has) whose one thread took its lock twice in a handler
+LISTENING_SIGNAL_WAITER = """
+import signal, socket, sys, threading
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
+print(s.getsockname()[1], flush=True)
+c, _ = s.accept()
+c.recv(100)
+lock = threading.Lock(); lock.acquire(); lock.acquire()  # the handler's bug: its own lock, twice
+"""
+
+
+@pytest.mark.parametrize("queued", [True, False])
+def test_a_server_catching_sigterm_with_clients_in_its_accept_queue_is_stuck(reap, queued: bool) -> None:
+    """Named alone, a deadlocked uvicorn read HEALTHY ("it waits for a signal") while the client in its
+    accept queue read STALLED (found by a helper). A server that left connections in its accept queue
+    over the window is no service waiting to be stopped: an error. With no one queued, still a note."""
+    srv = subprocess.Popen([sys.executable, "-c", LISTENING_SIGNAL_WAITER], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(srv)
+    assert srv.stdout is not None
+    port = int(srv.stdout.readline())
+    first = socket.create_connection(("127.0.0.1", port))
+    first.sendall(b"GET /\\r\\n")
+    wait_for(lambda: proc_wchan(srv.pid).startswith("futex"), what="the server on its own lock")
+    second = socket.create_connection(("127.0.0.1", port)) if queued else None
+    rc, host = vastprobe_json("--pid", str(srv.pid), "--sample", "0.3")
+    mine = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"] if srv.pid in f["pids"]]
+    if queued:
+        assert [(r, sev) for r, sev, _s in mine] == [("fork-deadlock", "error")], mine
+        assert "1 connection(s) wait in the accept queue" in mine[0][2], mine
+        assert host["verdict"] == "stalled" and rc == 1
+    else:
+        assert [(r, sev) for r, sev, _s in mine] == [("fork-deadlock", "info")], mine
+        assert host["verdict"] == "healthy" and rc == 0
+    for c in (first, second):
+        if c is not None:
+            c.close()

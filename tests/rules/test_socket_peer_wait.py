@@ -411,3 +411,44 @@ def test_a_side_threads_stopped_telemetry_server_does_not_hold_a_working_job(rea
     assert host["verdict"] != "stalled" and rc == 0, [
         (f["rule"], f["severity"], f["summary"]) for f in host["findings"]
     ]
+
+
+STOPPING_SERVER = r"""
+import os, signal, socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(4)
+print(s.getsockname()[1], flush=True)
+c, _ = s.accept()
+os.kill(os.getpid(), signal.SIGSTOP)  # stopped before it reads the request
+"""
+POLLING_CLIENT = r"""
+import socket, sys
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1]))); c.sendall(b"GET /\r\n")
+c.settimeout(0.002)
+while True:
+    try:
+        if not c.recv(100):
+            break
+    except socket.timeout:
+        pass
+"""
+
+
+def test_a_stopped_server_is_not_said_to_move_for_its_polling_clients_wakes(reap) -> None:
+    """The client polls with a short timeout (it wakes twenty times a second); the server is stopped.
+    The progress line named the server "some CPU, I/O or state change": the client's movement, said of
+    the blocker (found by a helper). Each now says its own."""
+    srv = subprocess.Popen([sys.executable, "-c", STOPPING_SERVER], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(srv)
+    assert srv.stdout is not None
+    port = srv.stdout.readline().strip()
+    client = subprocess.Popen([sys.executable, "-c", POLLING_CLIENT, port], start_new_session=True)
+    reap.append(client)
+    wait_for(lambda: Path(f"/proc/{srv.pid}/stat").read_text().split(") ")[1][0] == "T", what="the server stopped")
+    rc, host = vastprobe_json("--pid", str(client.pid), "--sample", "0.5")
+    f = finding(host)
+    lines = [e["detail"] for e in f["evidence"] if e["source"] == "progress"]
+    assert lines and not any(
+        line.startswith(f"{srv.pid} (python") and ": some" in line.split(";")[0] for line in lines
+    ), lines
+    assert host["verdict"] == "stalled" and rc == 1, f["summary"]

@@ -86,6 +86,7 @@ def served(ctx: Context) -> tuple[ServedSocket, ...]:
     under: dict[int, tuple[tuple[int, ...], str]] = {}  # a server's many connections share one holder
     relayed: dict[int, tuple[tuple[str, str], ...]] = {}
     timer: dict[int, bool] = {}
+    reading: dict[int, tuple[str, str] | None] = {}
     for s in (*listening, *accepted)[:MAX_SERVED]:
         holder = ctx.tree.by_pid.get(graph.socket_holders(s.inode)[0])
         if holder is not None:
@@ -104,10 +105,20 @@ def served(ctx: Context) -> tuple[ServedSocket, ...]:
             queued = s.recv_queue or 0
             if queued and idle and holder.pid not in timer:
                 timer[holder.pid] = ctx.wakes_by_itself(holder.pid)
+                reading[holder.pid] = _reading_off_host(ctx, holder)
             out.append(ServedSocket(s.local, s.remote if s.state != "LISTEN" else "", holder.pid, holder.comm,
                                     holder.state, below, queued, idle, moving, relays, mine,
-                                    timer[holder.pid] if queued and idle else False))  # fmt: skip
+                                    timer[holder.pid] if queued and idle else False,
+                                    reading[holder.pid] if queued and idle else None))  # fmt: skip
     return tuple(out)
+
+
+def _reading_off_host(ctx: Context, holder: Process) -> tuple[str, str] | None:
+    """The one TCP connection `holder` is blocked reading whose other end no process here holds."""
+    for e in ctx.graph.edges(holder.pid):
+        if e.kind == "tcp" and not e.poll and not e.holders and e.socket is not None and e.socket.remote:
+            return e.socket.local, e.socket.remote
+    return None
 
 
 def _relays_to(ctx: Context, holder: Process) -> tuple[tuple[str, str], ...]:

@@ -16,6 +16,7 @@ from vastprobe.analysis.logs import LogHealth, found_logs, log_health
 from vastprobe.analysis.oom import OomMatch, job_is_bounded, match_oom_kills
 from vastprobe.analysis.progress import Progress, progress
 from vastprobe.analysis.tree import ProcessTree
+from vastprobe.analysis.waitgraph.edges import timed_wait
 from vastprobe.analysis.waitgraph.graph import WaitGraph
 from vastprobe.model import HostSnapshot, LogFile, Process, available
 from vastprobe.probe.sources import PROC
@@ -134,9 +135,11 @@ class SnapshotView:
         if tasks is None:
             return False
         kinds = {t.tid: self.graph.task_kind(p, t) for t in tasks}
+        # a wait with a deadline is a timer too (a futex or an event loop's wait with a timeout)
+        timed = {t.tid for t in tasks if t.state == "S" and timed_wait(t.syscall)}
         others = [t for t in tasks if t.tid is not None]
-        if kinds.get(None) != "sleep" or not all(
-            kinds[t.tid] in _IDLE_BESIDE_A_TIMER and t.state == "S" for t in others
+        if (kinds.get(None) != "sleep" and None not in timed) or not all(
+            (kinds[t.tid] in _IDLE_BESIDE_A_TIMER or t.tid in timed) and t.state == "S" for t in others
         ):
             return False
         # threads waiting on what only this process holds: one is a wake-up channel (`signal.set_wakeup_fd`,

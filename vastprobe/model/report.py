@@ -69,6 +69,11 @@ class ServedSocket:
     #: stillness over the window proves nothing (docs/evidence.md). Asked only where `queued` and
     #: `idle` (the one place it is read): False elsewhere
     timer: bool = False
+    #: the connection (local, remote) to another host its holder is blocked reading, asked where `queued`
+    #: and `idle`: a server that waits on one client while another's bytes sit unread holds nobody by
+    #: itself; the wait goes on to that host (a parameter server behind a slow worker made three hosts
+    #: STALLED; found by a helper)
+    waits_on: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -127,10 +127,10 @@ def _relayed_on(
     path: list[tuple[int, ServedSocket]] = []
     seen = {j}
     cur_j, cur, back = j, s, w
-    while len(path) < MAX_RELAYS and cur.relays_to and cur.idle is not False:
+    while len(path) < MAX_RELAYS and (hops := cur.relays_to or _read(cur)) and cur.idle is not False:
         if _holder_severity(out[cur_j], cur, back)[0] is not None:
             break
-        nxt = next(((hit, peer) for local, remote in cur.relays_to
+        nxt = next(((hit, peer) for local, remote in hops
                     if (hit := _other_end(ends, cur_j, peer := RemotePeer(cur.pid, cur.comm, local, remote))) is not None
                     and hit[0] not in seen), None)  # fmt: skip
         if nxt is None:
@@ -139,6 +139,10 @@ def _relayed_on(
         seen.add(nxt[0][0])
         (cur_j, cur), back = nxt
     return path if path and _holder_severity(out[cur_j], cur, back)[0] is not None else []
+
+
+def _read(s: ServedSocket) -> tuple[tuple[str, str], ...]:
+    return (s.waits_on,) if s.waits_on is not None else ()
 
 
 def _told_relays(relay_host: HostReport, relay: ServedSocket, nxt: ServedSocket, end_host: HostReport,
@@ -184,7 +188,9 @@ def _holder_severity(
             f"not accepting: {s.queued} connection(s) wait in the accept queue of {s.local}, and it accepted none "
             "and did nothing over the window"
         )
-    if s.remote and s.queued and s.idle and not s.timer:  # docs/evidence.md's idle server, its client's bytes unread
+    # docs/evidence.md's idle server, its client's bytes unread; not one blocked reading another host's
+    # client meanwhile (a parameter server waiting on a slow worker): the wait goes on there (_relayed_on)
+    if s.remote and s.queued and s.idle and not s.timer and s.waits_on is None:
         return "error", f"not reading: the {s.queued} B sent to it sit unread, and it did nothing over the window"
     theirs = _about(holder_host, s, back)
     if theirs:

@@ -91,6 +91,24 @@ def stack_evidence(ctx: Context, pids: tuple[int, ...], programs: int = 2) -> li
     return out
 
 
+def _progress_words(ctx: Context, s: StalledChain) -> str:
+    """Who moved over the window, by name: the chain's stillness was said of its blockers, and a
+    stopped server read "some CPU, I/O or state change" for its client's tick (found by a helper)."""
+    window = f"over {ctx.snapshot.sample_window:.1f}s"
+    who = ", ".join(ctx.proc_label(b) for b in s.blockers[:4])
+    if s.idle:
+        return f"{who}: no CPU, I/O or state change {window}"
+
+    def moved(pid: int) -> bool:
+        pr = ctx.progress.get(pid)
+        return pr is not None and pr.moved
+
+    if any(moved(b) for b in s.blockers[:4]):
+        return f"{', '.join(ctx.proc_label(b) for b in s.blockers[:4] if moved(b))}: some CPU, I/O or state change {window}"
+    movers = ", ".join(ctx.proc_label(p) for p in s.chain.pids if moved(p))
+    return f"{who}: no CPU, I/O or state change {window}" + (f"; {movers}: some" if movers else "")
+
+
 def chain_evidence(ctx: Context, s: StalledChain) -> list[Evidence]:
     ev = [Evidence("wait chain", chain_text(ctx, s.chain)), *thread_evidence(ctx, s.chain.pids)]
     seen = set()
@@ -100,13 +118,7 @@ def chain_evidence(ctx: Context, s: StalledChain) -> list[Evidence]:
                 seen.add(e)
                 ev.append(e)
     if s.idle is not None:
-        who = ", ".join(ctx.proc_label(b) for b in s.blockers[:4])
-        ev.append(
-            Evidence(
-                "progress",
-                f"{who}: {'no' if s.idle else 'some'} CPU, I/O or state change over {ctx.snapshot.sample_window:.1f}s",
-            )
-        )
+        ev.append(Evidence("progress", _progress_words(ctx, s)))
     if s.dead_end:
         ev.append(Evidence("blocker", s.dead_end))
     if s.proof:

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 from vastprobe.analysis.signal_waiters import forked_from_threaded, waits_for_a_signal
 from vastprobe.analysis.waitgraph.edges import private_untimed_wait
-from vastprobe.model import Evidence, Finding, Process
+from vastprobe.model import Evidence, Finding, Process, SocketTable, Unavailable
 from vastprobe.rules.base import Context, Rule, RuleMeta
 from vastprobe.rules.chains import asleep_throughout, is_python, stack_command
 
@@ -110,20 +110,46 @@ def check(ctx: Context) -> Iterator[Finding]:
 
 
 def _signal_waiter(ctx: Context, p: Process, call: str, signals: list[str]) -> Finding:
-    """A lock only a signal handler can release, in a program with handlers of its own: a note."""
-    summary = (
-        f"{p.comm} ({p.pid}) waits on a lock no thread of its own can release, and catches {', '.join(signals)}: "
-        "it waits for a signal (a service waiting to be stopped looks like this)"
-    )
+    """A lock only a signal handler can release, in a program with handlers of its own: a note; but a
+    server with connections in its accept queue that it left there over the window is no service
+    waiting to be stopped: a deadlocked uvicorn named alone read HEALTHY while its queued client read
+    STALLED (found by a helper)."""
     ev = [
         Evidence("/proc/syscall", f"{ctx.proc_label(p.pid)}: {call}"),
         Evidence("/proc/status", f"{p.pid} has 1 thread, and handlers for {', '.join(signals)} (SigCgt)"),
     ]
+    queued = _undrained_listener(ctx, p)
+    if queued is not None:
+        sock, n = queued
+        summary = (
+            f"{p.comm} ({p.pid}) waits on a lock no thread of its own can release, and {n} connection(s) wait in "
+            f"the accept queue of {sock}, which it holds and did not drain over the window: a server stuck, not a "
+            "service waiting to be stopped"
+        )
+        ev.append(Evidence("/proc/net/tcp", f"{sock} LISTEN, {n} connection(s) queued, none accepted over the window"))
+        hint = f"kill {p.pid} (restart the server): its clients wait for ever; see where it waits: {stack_command(ctx, p.pid)}"
+        return META.finding(summary, (p.pid,), ev, hint, "error")
+    summary = (
+        f"{p.comm} ({p.pid}) waits on a lock no thread of its own can release, and catches {', '.join(signals)}: "
+        "it waits for a signal (a service waiting to be stopped looks like this)"
+    )
     hint = (
         f"if {p.comm} should be working, nothing will wake it but a signal: see where it waits "
         f"({stack_command(ctx, p.pid)})"
     )
     return META.finding(summary, (p.pid,), ev, hint, "info")
+
+
+def _undrained_listener(ctx: Context, p: Process) -> tuple[str, int] | None:
+    """A listening socket `p` holds with connections queued in both samples' window (two samples)."""
+    table = ctx.snapshot.sockets
+    if not ctx.two_samples or not isinstance(table, SocketTable) or isinstance(p.fds, Unavailable):
+        return None
+    inodes = {fd.socket_inode for fd in p.fds if fd.socket_inode is not None}
+    for sock in table.sockets:
+        if sock.inode in inodes and sock.state == "LISTEN" and sock.recv_queue:
+            return sock.local, sock.recv_queue
+    return None
 
 
 RULE = Rule(META, check)

@@ -97,6 +97,34 @@ def untimed_futex(sc: Syscall | Unavailable) -> bool:
     return isinstance(sc, Syscall) and sc.name == "futex" and len(sc.args) > 3 and sc.args[3] == 0
 
 
+def timed_wait(sc: Syscall | Unavailable) -> bool:
+    """A blocking call with a deadline, which returns by itself when its time is up: a futex wait with
+    a timeout (`Event.wait(30)`, Java's `Thread.sleep`, a scheduler's next run), an event loop's wait
+    for its next timer (`asyncio.sleep`, libuv's `setInterval`), `select`/`poll` with a timeout. Only
+    nanosleep was read as a timer, and a scheduler between hourly runs read STALLED (found by a helper)."""
+    if not isinstance(sc, Syscall) or sc.name is None:
+        return False
+    a = sc.args
+
+    def pointer(i: int) -> bool:  # a timeout given by address: NULL waits for ever
+        return len(a) > i and a[i] != 0
+
+    def millis(i: int) -> bool:  # a timeout in milliseconds: a negative one waits for ever
+        return len(a) > i and (a[i] & 0xFFFFFFFF) < 0x80000000
+
+    return {
+        "futex": lambda: pointer(3),
+        "epoll_wait": lambda: millis(3),
+        "epoll_pwait": lambda: millis(3),
+        "epoll_pwait2": lambda: pointer(3),
+        "poll": lambda: millis(2),
+        "ppoll": lambda: pointer(2),
+        "select": lambda: pointer(4),
+        "pselect6": lambda: pointer(4),
+        "rt_sigtimedwait": lambda: pointer(2),
+    }.get(sc.name, lambda: False)()
+
+
 FUTEX_PRIVATE_FLAG = 128
 FUTEX_CLOCK_REALTIME = 256
 #: futex ops that wait: FUTEX_WAIT, FUTEX_LOCK_PI, FUTEX_WAIT_BITSET, FUTEX_WAIT_REQUEUE_PI, FUTEX_LOCK_PI2
