@@ -452,3 +452,32 @@ def test_a_stopped_server_is_not_said_to_move_for_its_polling_clients_wakes(reap
         line.startswith(f"{srv.pid} (python") and ": some" in line.split(";")[0] for line in lines
     ), lines
     assert host["verdict"] == "stalled" and rc == 1, f["summary"]
+
+
+LOCKED_SERVER = r"""
+import socket, threading
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(4)
+print(s.getsockname()[1], flush=True)
+c, _ = s.accept()
+c.recv(100)
+lock = threading.Lock(); lock.acquire(); lock.acquire()  # its one thread on its own lock: for ever
+"""
+
+
+def test_a_client_polling_fast_on_a_server_locked_for_ever_is_stalled(reap) -> None:
+    """A client waiting with a 1 ms socket timeout burns CPU, which counted as the chain moving: no
+    finding, HEALTHY, while the server, one thread on its own lock, was proven stuck (found by a helper).
+    The holder's own stillness and its lock prove it whatever the waiter does."""
+    srv = subprocess.Popen([sys.executable, "-c", LOCKED_SERVER], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(srv)
+    assert srv.stdout is not None
+    port = srv.stdout.readline().strip()
+    client = subprocess.Popen([sys.executable, "-c", POLLING_CLIENT.replace("0.002", "0.001"), port],
+                              start_new_session=True)  # fmt: skip
+    reap.append(client)
+    wait_for(lambda: proc_wchan(srv.pid).startswith("futex"), what="the server on its own lock")
+    rc, host = vastprobe_json("--pid", str(client.pid), "--sample", "0.5")
+    f = finding(host)
+    assert f["severity"] == "error" and "for ever on a lock" in " ".join(e["detail"] for e in f["evidence"]), f
+    assert host["verdict"] == "stalled" and rc == 1

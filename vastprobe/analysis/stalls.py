@@ -155,7 +155,20 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
     """Why the chain's blocker is proven not to end the wait by itself, or None. Every proof rests
     on the window: the blocker did nothing over it (no CPU, I/O, context switch or state change), and
     what it holds says it had work waiting that it never took up (docs/evidence.md)."""
-    if not idle or edge is None or not edge.holders:
+    if edge is None or not edge.holders:
+        return None
+    if idle is False:
+        # the waiter moved (a client polling with a 1 ms timeout burns CPU), yet a holder locked for ever
+        # that did nothing itself proves it: the client read HEALTHY, no finding (found by a helper)
+        if _moved(ctx, list(edge.holders)) is False and all(_locked_for_ever(ctx, h) for h in edge.holders):
+            who, several = _holders(ctx, edge.holders)
+            return (
+                f"{who} {'wait' if several else 'waits'} for ever on a lock no thread of {'their' if several else 'its'} "
+                f"own can release (one thread, in a private futex wait with no timeout), and did nothing over "
+                f"{ctx.snapshot.sample_window:.1f}s"
+            )
+        return None
+    if not idle:
         return None
     if all(ctx.wakes_by_itself(h) for h in edge.holders):
         # asleep on a timer, it moves again by itself: a server whose handler sleeps 2 s, a lock holder

@@ -129,7 +129,7 @@ def chain_evidence(ctx: Context, s: StalledChain) -> list[Evidence]:
 def severity(ctx: Context, s: StalledChain, stall: StallEvidence) -> Severity | None:
     if s.dead_end:
         return "error"
-    if s.idle is False:
+    if s.idle is False and not s.proof:  # a proof with the chain moving: its holder is locked for ever
         return None
     if stall or s.proof:
         return "error"  # the end is proven not to move, or other evidence says work should be happening
