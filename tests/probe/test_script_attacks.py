@@ -447,6 +447,37 @@ def test_a_log_on_a_fuse_mount_with_requests_waiting_is_never_touched(
     assert probe_waiters(set(fuse_waiters()) - before, ns) == []  # nothing of the probe's waits there
 
 
+@pytest.mark.parametrize("where", ["middle", "last"])
+def test_a_log_through_a_link_into_a_fuse_mount_with_requests_waiting_is_never_touched(
+    hung_fuse, reap: list[subprocess.Popen], tmp_path: Path, where: str
+) -> None:
+    """The same mount reached through a link: `runlink/run.log` (runlink -> the mount's directory) or a
+    link to the log itself. The check looked up the path as written, on `/`, and the link's owner check
+    and df went through the link: 10 s more each run and two probe processes left in D state for good
+    (found by a helper). The link's target is read with readlink first: not touched."""
+    _server, mnt = hung_fuse
+    job = subprocess.Popen(["cat", str(mnt / "data.bin")], stdout=subprocess.DEVNULL, start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: Path(f"/proc/{job.pid}/wchan").read_text() == "request_wait_answer", what="cat waiting on FUSE")
+    before = set(fuse_waiters())
+    links = tmp_path / "links"
+    links.mkdir()
+    if where == "middle":
+        (links / "runlink").symlink_to(mnt)
+        log = links / "runlink" / "run.log"
+    else:
+        (links / "run.log").symlink_to(mnt / "run.log")
+        log = links / "run.log"
+    took, _rc, host = in_namespace(tmp_path / "empty", "--sample", "0.2", "--timeout", "60", "--log", str(log),
+                                  fuse_ctl=True)  # fmt: skip
+    assert host["status"] == "ok" and host["snapshot"]["probe"]["complete"], host["error"]
+    assert took < 20, took
+    f = next(f for f in host["findings"] if f["rule"] == "missing-logs")
+    assert f["summary"] == f"{log} is on an unresponsive FUSE mount: not touched", f
+    ns = (tmp_path / "ns").read_text().strip()
+    assert probe_waiters(set(fuse_waiters()) - before, ns) == []  # nothing of the probe's waits there
+
+
 def fuse_waiters() -> list[int]:
     """Processes waiting for a FUSE server's answer, anywhere on this shared machine."""
     out = []

@@ -49,7 +49,13 @@ def test_a_training_ring_over_three_hosts_is_healthy(fleet: Fleet, nap: float) -
         said = {
             t: (h["verdict"], [(f["rule"], f["severity"], f["summary"]) for f in h["findings"]]) for t, h in got.items()
         }
-        assert rc == 0 and all(v == "healthy" for v, _f in said.values()), said
+        # not a page: caught mid-step on a loaded machine, one rank may read as a straggler (a warning)
+        assert rc == 0 and all(v != "stalled" for v, _f in said.values()), said
+        assert not any(sev == "error" or "not on another rank" in s for _v, fs in said.values() for _r, sev, s in fs), (
+            said
+        )
+        if nap:  # ranks asleep between steps: at work, nothing to say
+            assert all(v == "healthy" for v, _f in said.values()), said
 
 
 def test_a_stopped_rank_in_a_ring_is_the_one_holder(fleet: Fleet) -> None:

@@ -40,7 +40,7 @@ def test_roomy_filesystem_is_fine(tmp_path: Path) -> None:
     assert not [f for f in host["findings"] if f["rule"] == "disk-full"]
 
 
-def test_a_small_filesystem_mostly_free_is_not_full(tmp_path: Path) -> None:
+def test_a_small_filesystem_mostly_free_is_not_full(reap, tmp_path: Path) -> None:
     """A 64 MiB tmpfs (docker's /dev/shm) holding a job's fresh log read "is full" at 0.0% used,
     STALLED: under 256 MiB free counts only on a filesystem 90% used (found by a helper)."""
     mnt = tmp_path / "shm"
@@ -50,7 +50,9 @@ def test_a_small_filesystem_mostly_free_is_not_full(tmp_path: Path) -> None:
     try:
         log = mnt / "job.log"
         log.write_text("step 1\n")
-        rc, host = vastprobe_json("--pid", "1", "--sample", "0", "--log", str(log), "--stale-after", "100000")
+        job = subprocess.Popen(["sleep", "600"], start_new_session=True)  # the job: PID 1's tree is everyone's
+        reap.append(job)
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0", "--log", str(log), "--stale-after", "100000")
         assert not [f for f in host["findings"] if f["rule"] == "disk-full"], host["findings"]
         assert rc == 0 and host["verdict"] != "stalled"
     finally:

@@ -83,9 +83,9 @@ def judge(ranks: Sequence[JobRank], world: int | None) -> tuple[tuple[JobRank, .
     waiting = tuple(r for r in ranks if r.state == "collective")
     holding = tuple(r for r in ranks if r.state in HOLDING)
     # a rank that computes while the others wait is a straggler: it holds them only while nothing
-    # here is stuck outright, and while the waiting ranks do not move on (wrote nothing between the
-    # samples: a training ring's ranks caught computing and receiving by turns named one a straggler)
-    stalled = waiting and not any(r.wrote or r.busy for r in waiting)
+    # here is stuck outright, and while the waiting ranks do not compute themselves (a training ring's
+    # ranks caught computing and receiving by turns named one a straggler)
+    stalled = waiting and not any(r.busy for r in waiting)
     culprits = holding or (tuple(r for r in ranks if r.state == "running") if stalled else ())
     # ranks holding the job count where someone waits on them: here, or the job's ranks elsewhere
     if not waiting and (world or 0) <= len(ranks):
@@ -110,6 +110,8 @@ def _rank_name(p: Process) -> str:
     return f"rank {p.env_value('RANK')}"
 
 
+#: The share of a CPU over the window that says a rank works (exchanges data, computes) rather than waits
+BUSY_RANK_SHARE = 0.2
 #: GPU utilisation (%) of a rank spinning in a collective (NCCL's kernels busy-wait), and of an idle one
 BUSY_UTIL = 90.0
 IDLE_UTIL = 10.0
@@ -149,10 +151,11 @@ def _classify(
 
     def r(state: RankState, why: str) -> JobRank:
         waits_on = _tcp_wait(ctx, p) if state in ("elsewhere", "collective") else None
-        busy = bool(ctx.two_samples and p.pid in ctx.progress and ctx.progress[p.pid].cpu_ticks)
-        return JobRank(
-            rank, local, p.pid, state, why, gpu, p.comm, waits_on, ctx.graph.own_ends(p.pid), _wrote(p), busy
-        )
+        # a fifth of a CPU over the window, not a tick: a waiting rank's watchdog thread ticks too (and a
+        # ring's ranks on a loaded machine share their CPUs: half of one, `computes`, missed them)
+        cpu, window = ctx.cpu_seconds(p.pid), ctx.snapshot.sample_window
+        busy = cpu is not None and window > 0 and cpu >= BUSY_RANK_SHARE * window
+        return JobRank(rank, local, p.pid, state, why, gpu, p.comm, waits_on, ctx.graph.own_ends(p.pid), busy)
 
     if p.state in ("T", "t"):
         return r("stopped", f"{'traced and held by its tracer' if p.state == 't' else 'stopped'} ({p.state})")
@@ -214,11 +217,6 @@ def _classify(
     if peers:
         return r("collective", f"waits ({kind}) with {peers} connection(s) to other ranks")
     return r("elsewhere", f"waits in {p.wchan}, connected to no other rank")
-
-
-def _wrote(p: Process) -> bool:
-    a, b = (p.samples[0].io, p.samples[-1].io) if len(p.samples) >= 2 else (None, None)
-    return isinstance(a, ProcIO) and isinstance(b, ProcIO) and b.wchar > a.wchar
 
 
 def _tcp_wait(ctx: SnapshotView, p: Process) -> str | None:

@@ -166,8 +166,7 @@ class JobRank:
     #: another host (report/job_joins.py); not in the JSON
     waits_on: str | None = None
     ends: tuple[str, ...] = ()
-    wrote: bool = False  # it wrote bytes between the samples (a log line, a message to another rank)
-    busy: bool = False  # it used CPU between the samples
+    busy: bool = False  # it worked over the window (a fifth of a CPU or more: ranks.BUSY_RANK_SHARE)
 
     @property
     def name(self) -> str:

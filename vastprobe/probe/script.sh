@@ -1026,6 +1026,30 @@ vp_untouchable() {
 	printf '@@fuse-waiting %s %s\n' "$vp_fw" "$vp_fm"
 }
 
+# vp_untouchable_link LINK: true (and says why) when the symbolic link LINK leads onto a FUSE mount
+# with requests waiting; its target read with readlink, which never enters it.
+vp_untouchable_link() {
+	vp_lt=$(readlink -- "$1" 2>/dev/null) || return 1
+	case $vp_lt in /*) ;; *) vp_lt=${1%/*}/$vp_lt ;; esac
+	vp_untouchable "$vp_lt"
+}
+
+# vp_through_untouchable PATH: true (and says why) when a symbolic link among PATH's components
+# leads onto a FUSE mount with requests waiting (a --log's directory given through a link: df went in).
+vp_through_untouchable() {
+	case $1 in /*) vp_acc= ;; *) vp_acc=. ;; esac
+	vp_by_component vp_through_of "$1"
+}
+vp_through_of() {
+	for vp_c; do
+		[ -n "$vp_c" ] || continue
+		vp_acc=$vp_acc/$vp_c
+		[ -h "$vp_acc" ] || continue
+		vp_untouchable_link "$vp_acc" && return 0
+	done
+	return 1
+}
+
 # vp_by_component FUNC PATH: FUNC run with PATH's components as its arguments (split on `/`, no
 # wildcard expanded: a component `*` is a name), its status returned.
 vp_by_component() {
@@ -1065,6 +1089,10 @@ vp_dirlinks_of() {
 		fi
 		vp_acc=$vp_acc/$vp_c
 		[ -h "$vp_acc" ] || continue
+		# where the link leads, read from the link alone, before any stat goes through it: a link into
+		# a FUSE mount with requests waiting is not touched (the stat below hung on one, and left two
+		# processes in D state for good; found by a helper)
+		vp_untouchable_link "$vp_acc" && return 1
 		vp_lo=$(stat -c '%u' -- "$vp_acc" "$vp_acc/" 2>/dev/null)
 		set -- $vp_lo
 		if [ "$#" != 2 ] || { [ "$1" != 0 ] && [ "$1" != "$2" ]; }; then
@@ -1151,6 +1179,10 @@ vp_logpath() {
 	vp_real=${PWD%/}/$vp_lbase
 	vp_lown=
 	if [ -h "$vp_lbase" ]; then
+		if vp_untouchable_link "./$vp_lbase"; then
+			cd "$vp_home" 2>/dev/null
+			return 1
+		fi
 		vp_real=$(readlink -f -- "$vp_lbase" 2>/dev/null)
 		[ -n "$vp_real" ] || vp_real=${PWD%/}/$vp_lbase
 		# the link's owner and the owner of the file it leads to
@@ -1226,7 +1258,7 @@ vp_df() { vp_dfdirs vp_df_on /tmp; }
 vp_df_on() {
 	for vp_d; do
 		shift
-		vp_untouchable "$vp_d" || set -- "$@" "$vp_d"
+		vp_untouchable "$vp_d" || vp_through_untouchable "$vp_d" || set -- "$@" "$vp_d"
 	done
 	[ "$#" -gt 0 ] || return 0
 	df -P -- "$@"

@@ -182,7 +182,7 @@ def _sink(reports: Sequence[HostReport], parts: Sequence[tuple[str, DistributedJ
     has no holder; nor has one whose end is only caught between two steps (a ring at work named its
     rank 0 so: a rank waiting in a futex looks the same)."""
     ranks = [x for _t, j in parts for x in j.ranks]
-    if any(x.state == "running" or x.wrote or x.busy for x in ranks):
+    if any(x.state == "running" or x.busy for x in ranks):
         return None  # a rank at work: the ranks exchange data (a ring caught mid-step named its rank 0)
     owner = _owners(parts)
     rank_of: dict[tuple[str, int | None], JobRank] = {(t, x.pid): x for t, j in parts for x in j.ranks if x.pid}

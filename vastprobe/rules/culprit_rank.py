@@ -133,13 +133,12 @@ def _culprit(ctx: Context, job: DistributedJob, c: JobRank, waiting: str, stuck:
             f"see where it is ({stack_command(ctx, c.pid) if c.pid else 'its stack'})"
         )
     hint += "; " + _recorder_words(ctx, job)
-    if c.state == "elsewhere" and c.waits_on and any(r.wrote or r.busy for r in (c, *job.waiting)):
-        # blocked on a connection to another host between bytes it or the ranks waiting on it wrote over
-        # the window: a job exchanging data, caught receiving (a training ring read STALLED; found by a helper)
+    if c.state == "elsewhere" and c.waits_on and any(r.busy for r in (c, *job.waiting)):
+        # blocked on a connection to another host while it or the ranks waiting on it computed over the
+        # window: a job exchanging data, caught receiving (a training ring read STALLED; found by a helper).
+        # Not a tick or a written line: a stuck rank's watchdog thread makes those (found by a helper)
         severity = "info"
-        summary += (
-            f"; the ranks moved on over the window ({'it' if c.wrote else 'a waiting rank'} wrote between the samples)"
-        )
+        summary += "; the ranks computed over the window (a job exchanging data, caught receiving)"
     if not ctx.two_samples and severity == "error" and c.state in ("running", "elsewhere"):
         severity = "warning"
         summary += ONE_SAMPLE
