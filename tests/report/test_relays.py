@@ -182,6 +182,31 @@ def test_a_client_through_an_ssh_tunnel_is_held_by_the_server_at_its_far_end(fle
         assert got[b.target]["verdict"] == "healthy", got[b.target]["headline"]
 
 
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client")
+def test_a_client_through_two_chained_ssh_tunnels_is_held_by_the_stopped_server_beyond_them(fleet: Fleet) -> None:
+    """A's client -> A's `ssh -L` into B -> B's sshd session -> B's own `ssh -L` into C -> C's stopped
+    server. A read HEALTHY while B and C read STALLED: the wait stopped at B's sshd session, whose
+    connection goes on to a listener on its own host (found by a helper). It is followed there."""
+    sport, bport, aport = free_ports(3)
+    c, _server = _stopped_server(fleet, sport)
+    kh = fleet.dir / "known_hosts_tunnels"
+    kh.write_text(c.known_hosts.read_text())
+    opts = f"-i {fleet.key} -o UserKnownHostsFile={kh} -o BatchMode=yes -o StrictHostKeyChecking=yes"
+    b = fleet.host(f"ssh -N -L {bport}:127.0.0.1:{sport} -p {c.port} {opts} root@127.0.0.1")
+    wait_for(lambda: _listening(bport), timeout=20, what="B's tunnel listening")
+    kh.write_text(c.known_hosts.read_text() + b.known_hosts.read_text())
+    (fleet.dir / "a.sh").write_text(
+        f"ssh -N -L {aport}:127.0.0.1:{bport} -p {b.port} {opts} root@127.0.0.1 &\n"
+        f"exec {sys.executable} {fleet.dir / 'client.py'} {aport} {fleet.dir / 'go'}\n"
+    )
+    a = fleet.host(f"sh {fleet.dir / 'a.sh'}")
+    wait_for(lambda: _listening(aport), timeout=20, what="A's tunnel listening")
+    _client_waits(fleet, a)
+    rc, got = fleet.sweep(a.target, b.target, c.target)
+    assert rc == 1 and all(h["verdict"] == "stalled" for h in got.values()), {t: h["headline"] for t, h in got.items()}
+    assert f"on {c.target}" in got[a.target]["headline"], got[a.target]["headline"]
+
+
 @pytest.mark.skipif(shutil.which("ssh") is None or shutil.which("tar") is None, reason="needs the OpenSSH client")
 @pytest.mark.parametrize("scope", [(), ("--match", "tar|ssh")], ids=["whole", "match"])
 def test_a_copy_through_a_jump_host_is_held_by_the_stopped_receiver_beyond_it(fleet: Fleet, scope: tuple) -> None:

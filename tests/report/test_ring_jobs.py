@@ -81,3 +81,22 @@ def test_a_stopped_rank_in_a_ring_is_the_one_holder(fleet: Fleet) -> None:
             assert "not on another rank" not in told["summary"]
     finally:
         os.kill(pid2, signal.SIGCONT)
+
+
+def test_a_rank_that_computes_for_ever_is_the_rings_straggler(fleet: Fleet) -> None:
+    """Rank 2 on B computes from its 40th step on; the others wait on it, each on the rank before. As on
+    one host, a straggler: a warning naming it on every host (across hosts the job read HEALTHY, each
+    host a note that the ranks move on; found by a helper)."""
+    hosts, _ready, _ = ring(fleet, 0.01, "TR_CULPRIT=2 TR_HOW=compute TR_AT=40")
+    a, b, c = hosts
+    busy = next(p for p in psutil.Process(b.proc.pid).children(recursive=True) if p.cmdline()[-2:-1] == ["rank"])
+    wait_for(lambda: busy.cpu_percent(0.2) > 50, what="rank 2 computing")
+    rc, got = fleet.sweep(a.target, b.target, c.target)
+    said = {
+        t: (h["verdict"], [(f["rule"], f["severity"], f["summary"][:200]) for f in h["findings"]])
+        for t, h in got.items()
+    }
+    assert rc == 0 and all(v == "degraded" for v, _f in said.values()), said
+    for h in (a, b, c):
+        f = next(f for f in got[h.target]["findings"] if f["rule"] == "culprit-rank")
+        assert f["summary"].startswith("rank 2 (pid ") and f["severity"] == "warning", f["summary"]

@@ -125,20 +125,29 @@ def _relayed_on(
     relay opened, up to the first whose holder is held (stopped, not reading, named by a finding).
     Empty when it is no relay, when it worked over the window, or when no held end is found."""
     path: list[tuple[int, ServedSocket]] = []
-    seen = {j}
+    seen = {(j, s.pid)}
     cur_j, cur, back = j, s, w
     while len(path) < MAX_RELAYS and (hops := cur.relays_to or _read(cur)) and cur.idle is not False:
         if _holder_severity(out[cur_j], cur, back)[0] is not None:
             break
         nxt = next(((hit, peer) for local, remote in hops
-                    if (hit := _other_end(ends, cur_j, peer := RemotePeer(cur.pid, cur.comm, local, remote))) is not None
-                    and hit[0] not in seen), None)  # fmt: skip
+                    if (hit := _other_end(ends, cur_j, peer := RemotePeer(cur.pid, cur.comm, local, remote))
+                        or _local_end(ends, cur_j, peer)) is not None
+                    and (hit[0], hit[1].pid) not in seen), None)  # fmt: skip
         if nxt is None:
             return []
         path.append(nxt[0])
-        seen.add(nxt[0][0])
+        seen.add((nxt[0][0], nxt[0][1].pid))
         (cur_j, cur), back = nxt
     return path if path and _holder_severity(out[cur_j], cur, back)[0] is not None else []
+
+
+def _local_end(ends: _Ends, i: int, w: RemotePeer) -> tuple[int, ServedSocket] | None:
+    """The other end of a relay's connection on its own host: an sshd session forwarding to a local
+    `ssh -L` listener that tunnels on (A's client through two chained tunnels read HEALTHY while the
+    redis at their end was stopped; found by a helper)."""
+    mine = [(j, s) for j, s in ends.mirror.get((w.remote, w.local), []) if j == i and s.pid != w.pid]
+    return mine[0] if len(mine) == 1 else None
 
 
 def _read(s: ServedSocket) -> tuple[tuple[str, str], ...]:

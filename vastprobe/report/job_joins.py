@@ -93,7 +93,7 @@ def jobs_across_hosts(reports: Sequence[HostReport]) -> list[JobAcrossHosts]:
         named = holding or straggling
         seen = {r.rank for _t, j in parts for r in j.ranks if r.rank is not None}
         missing = tuple(n for n in range(world) if n not in seen)
-        holder = named[0] if named else _gone_from(reports, parts, missing) or _sink(reports, parts)
+        holder = named[0] if named else _gone_from(reports, parts, missing) or _sink(reports, parts, straggler=True)
         if len(parts) < 2 and holder is None:
             continue
         also = tuple(h for h in holding[1:] if holder is not None and h[0] != holder[0])
@@ -175,15 +175,17 @@ def _rejudged(parts: list[tuple[str, DistributedJob]], world: int | None) -> lis
     return out
 
 
-def _sink(reports: Sequence[HostReport], parts: Sequence[tuple[str, DistributedJob]]) -> tuple[str, JobRank] | None:
+def _sink(
+    reports: Sequence[HostReport], parts: Sequence[tuple[str, DistributedJob]], straggler: bool = False
+) -> tuple[str, JobRank] | None:
     """The rank every chain of waits over the job's connections ends at, itself blocked on no rank,
     where its own host proves it stuck (an error naming it: a lock no thread of its own releases): the
     one holding the others. A chain that comes back on itself (every rank receives before it sends)
     has no holder; nor has one whose end is only caught between two steps (a ring at work named its
     rank 0 so: a rank waiting in a futex looks the same)."""
     ranks = [x for _t, j in parts for x in j.ranks]
-    if any(x.state == "running" or x.busy for x in ranks):
-        return None  # a rank at work: the ranks exchange data (a ring caught mid-step named its rank 0)
+    if any(x.busy for x in ranks if x.state != "running"):
+        return None  # a waiting rank at work: the ranks exchange data (a ring caught mid-step named its rank 0)
     owner = _owners(parts)
     rank_of: dict[tuple[str, int | None], JobRank] = {(t, x.pid): x for t, j in parts for x in j.ranks if x.pid}
     link: dict[tuple[str, int | None], tuple[str, int | None]] = {}
@@ -205,6 +207,14 @@ def _sink(reports: Sequence[HostReport], parts: Sequence[tuple[str, DistributedJ
         return None
     end = next(iter(ends))
     sink = rank_of.get(end)
+    if straggler and sink is not None and sink.state == "running" and sink.busy:
+        # every other rank's wait ends at a rank that computes, the waiting ones still: a straggler (a
+        # warning), as on one host; across hosts the job read HEALTHY, every host a note (found by a helper)
+        return end[0], replace(
+            sink, why=f"{sink.why}, while every other rank's wait over the job's connections ends at it"
+        )
+    if any(x.state == "running" for x in ranks):
+        return None
     if sink is None or sink.state != "collective" or sink.waits_on:
         return None
     report = next((r for r in reports if r.target == end[0]), None)
@@ -290,6 +300,11 @@ def join_jobs(reports: Sequence[HostReport]) -> list[HostReport]:
             out[index[target]] = _told_holder(out[index[target]], part, job, c, h_target, severity)
         if hjob is None and job.waiting:  # a rank gone from a host with none of the job left
             out[h] = added(out[h], _gone_here(job, c))
+        elif hjob is not None and held is None and c.state == "running" and job.waiting:  # the straggler's host
+            # its own word was about its rank blocked on another host ("not on another rank"): replaced
+            own = _own_finding(out[h], hjob)
+            told = _straggler_here(hjob, c, job.waiting)
+            out[h] = swap(out[h], own, told) if own is not None else added(out[h], told)
         elif hjob is not None and held is not None and job.waiting:
             out[h] = swap(out[h], held, _holder_joined(held, hjob, c, job.waiting))
         for target, o in job.also:  # a second holder's host: told who waits too, not to run a sweep it is in
@@ -373,6 +388,21 @@ def _told_waits_on_rank(r: HostReport, part: DistributedJob, job: JobAcrossHosts
     hint = "ranks exchanging data are caught waiting on one another; diagnose again if the job's log stops"
     ev = Evidence("this run", f"{len(job.parts)} hosts of job {job.key} read together"[:400])
     return swap(r, own, replace(own, summary=summary, severity=sev, hint=hint, evidence=(*own.evidence, ev)))
+
+
+def _straggler_here(hjob: DistributedJob, c: JobRank, waiting: Sequence[tuple[str, DistributedJob]]) -> Finding:
+    """The straggler's host, where no rank waits on it: told that the job's ranks elsewhere do."""
+    ranks = sorted((x for _t, j in waiting for x in j.ranks), key=lambda x: (x.rank is None, x.rank or 0))
+    hosts = ", ".join(t for t, _j in waiting[:8]) + (" …" if len(waiting) > 8 else "")
+    summary = (
+        f"{holder_words(hjob, c)}; {_ranks(ranks)} on {len(waiting)} other host(s) of this run wait on it ({hosts})"
+    )
+    hint = (
+        f"{c.name} still computes while the others wait: a straggler (uneven data, a slow GPU or node) or a rank that "
+        f"took another code path; see where it is (py-spy dump --pid {c.pid})"
+    )
+    ev = (Evidence("this run", f"{_ranks(ranks)} on other hosts of this run wait on it: {hosts}"[:400]),)
+    return Finding(RULE, CODE, "warning", summary, (c.pid,) if c.pid else (), ev, hint)
 
 
 def _gone_here(job: JobAcrossHosts, c: JobRank) -> Finding:
