@@ -161,12 +161,7 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
         # the waiter moved (a client polling with a 1 ms timeout burns CPU), yet a holder locked for ever
         # that did nothing itself proves it: the client read HEALTHY, no finding (found by a helper)
         if _moved(ctx, list(edge.holders)) is False and all(_locked_for_ever(ctx, h) for h in edge.holders):
-            who, several = _holders(ctx, edge.holders)
-            return (
-                f"{who} {'wait' if several else 'waits'} for ever on a lock no thread of {'their' if several else 'its'} "
-                f"own can release (one thread, in a private futex wait with no timeout), and did nothing over "
-                f"{ctx.snapshot.sample_window:.1f}s"
-            )
+            return _locked_words(ctx, edge.holders)
         return None
     if not idle:
         return None
@@ -182,10 +177,7 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
     if all(_locked_for_ever(ctx, h) for h in edge.holders):
         # fork-deadlock's proof, whatever the holder holds: a download from a server that is, read HEALTHY
         # when the job was named (the server out of scope), STALLED for the whole host (found by a helper)
-        return (
-            f"{who} {'wait' if several else 'waits'} for ever on a lock no thread of {'their' if several else 'its'} "
-            f"own can release (one thread, in a private futex wait with no timeout), and did nothing over {window}"
-        )
+        return _locked_words(ctx, edge.holders)
     if kind in ("tcp", "unix-socket"):
         if edge.listener is not None and edge.listener.recv_queue:
             return (
@@ -219,6 +211,15 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
                 "session-level lock (pg_advisory_lock) is held until it is released or the session ends"
             )
     return None
+
+
+def _locked_words(ctx: SnapshotView, holders: tuple[int, ...]) -> str:
+    who, several = _holders(ctx, holders)
+    return (
+        f"{who} {'wait' if several else 'waits'} for ever on a lock no thread of {'their' if several else 'its'} "
+        f"own can release (one thread, in a private futex wait with no timeout), and did nothing over "
+        f"{ctx.snapshot.sample_window:.1f}s"
+    )
 
 
 def _locked_for_ever(ctx: SnapshotView, pid: int) -> bool:
