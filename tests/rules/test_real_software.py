@@ -932,3 +932,42 @@ def test_log_rotated_by_logrotate_while_the_writer_keeps_the_old_file(reap, tmp_
     assert f["pids"] == [job.pid] and "copytruncate" in f["hint"]
     assert not errors(host), errors(host)
     assert rc == 0
+
+
+FULL_QUEUE_SERVER = """
+import socket, threading
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(0)
+print(s.getsockname()[1], flush=True)
+threading.Event().wait()  # listens, never accepts: its queue fills, and the next SYN is dropped
+"""
+
+
+def _tcp_states(port: int) -> list[str]:
+    """The states of the client ends connecting to `port` (/proc/net/tcp: 01 ESTABLISHED, 02 SYN_SENT)."""
+    rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    return [f[3] for f in rows if int(f[2].split(":")[1], 16) == port]
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
+def test_curl_past_a_full_accept_queue_is_held_by_the_listener(reap) -> None:
+    """The first curl sits in the listener's accept queue; the second's SYN is dropped (SYN_SENT). Only
+    an established connection was taken for curl's wait: the second read HEALTHY beside the first's
+    STALLED across hosts (found by a helper). A connection not yet made is the wait too."""
+    srv = subprocess.Popen([sys.executable, "-c", FULL_QUEUE_SERVER], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(srv)
+    assert srv.stdout is not None
+    port = int(srv.stdout.readline())
+    curls = []
+    for want in ("01", "02"):
+        c = subprocess.Popen(["curl", "-s", "--max-time", "600", f"http://127.0.0.1:{port}/"],
+                             stdout=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        reap.append(c)
+        curls.append(c)
+        wait_for(lambda want=want: want in _tcp_states(port), what=f"a client end in state {want}")
+    late = curls[1]
+    wait_for(lambda: proc_wchan(late.pid).startswith(("poll", "do_sys_poll")), what="the second curl polling")
+    rc, host = vastprobe_json("--pid", str(late.pid), "--sample", "0.5")
+    f = finding(host, "socket-peer-wait")
+    assert "not even made (SYN_SENT)" in f["summary"] and srv.pid in f["pids"], f["summary"]
+    assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1

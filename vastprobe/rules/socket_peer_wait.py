@@ -127,9 +127,12 @@ def _held_words(ctx: Context, w: _Wait, sev: Severity) -> tuple[str, str, Severi
         )
     elif edge.listener is not None:  # the kernel took the connection, the server has not
         queued = edge.listener.recv_queue or 0
-        summary = (
-            f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}: its peer {peer} ({state}) has not "
+        made = edge.socket is None or edge.socket.state != "SYN_SENT"
+        summary = f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}: its peer {peer} ({state}) has not " + (
             f"accepted the connection ({queued} queued on {edge.listener.local})"
+            if made
+            else f"accepted the connections queued before it ({queued} on {edge.listener.local}): its "
+            "queue is full, and this one is not even made (SYN_SENT)"
         )
         hint = (
             f"{peer} holds the listening socket {edge.listener.local} and accepts nothing (its accept loop "

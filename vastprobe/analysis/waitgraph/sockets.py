@@ -61,7 +61,10 @@ class SocketEdges(WaitIndex):
                     continue
                 if sock.state == "LISTEN":
                     return None
-                if sock.state in ("ESTABLISHED", "CONNECTED") and sock.proto in ("tcp", "tcp6", "unix"):
+                # or a connection not yet made (SYN_SENT: a listener whose accept queue is full drops its
+                # SYN): the client past the queue read HEALTHY while those in it read STALLED (found by a helper)
+                connecting = sock.state == "SYN_SENT" and sock.proto in ("tcp", "tcp6")
+                if connecting or (sock.state in ("ESTABLISHED", "CONNECTED") and sock.proto in ("tcp", "tcp6", "unix")):
                     if sock.peer_inode is not None and set(self._fds.sockets.get(sock.peer_inode, [])) <= {p.pid}:
                         continue  # a socketpair with itself: curl's and libuv's wake-up channel
                     conn.append((sock, e.fd))
