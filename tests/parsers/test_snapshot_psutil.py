@@ -35,7 +35,9 @@ def live_tree(tmp_path: Path):
     stopped = subprocess.Popen(["sleep", "302"])
     stopped.send_signal(19)  # SIGSTOP
     wait_for(lambda: proc_state(stopped.pid) == "T", what="child stopped")
-    wait_for(lambda: len(psutil.Process(shell.pid).children()) == 2, what="sleepers started")
+    # forked and exec'd: a child still named sh (not yet sleep) read 'sh' in the probe and 'sleep' in psutil
+    wait_for(lambda: sorted(c.name() for c in psutil.Process(shell.pid).children()) == ["sleep", "sleep"],
+             what="sleepers started")  # fmt: skip
     procs = [threaded, shell, stopped]
     yield [p.pid for p in procs] + [c.pid for c in psutil.Process(shell.pid).children()]
     stopped.send_signal(18)
