@@ -115,8 +115,8 @@ def served(ctx: Context) -> tuple[ServedSocket, ...]:
 
 def _reading_off_host(ctx: Context, holder: Process) -> tuple[str, str] | None:
     """The one TCP connection `holder` is blocked reading whose other end no process here holds."""
-    for e in ctx.graph.edges(holder.pid):
-        if e.kind == "tcp" and not e.poll and not e.holders and e.socket is not None and e.socket.remote:
+    for e in ctx.graph.tcp_waits(holder.pid):
+        if not e.holders and e.socket is not None:
             return e.socket.local, e.socket.remote
     return None
 

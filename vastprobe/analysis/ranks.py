@@ -150,7 +150,8 @@ def _classify(
     gpu = p.env_value("CUDA_VISIBLE_DEVICES")
 
     def r(state: RankState, why: str) -> JobRank:
-        waits_on = _tcp_wait(ctx, p) if state in ("elsewhere", "collective") else None
+        wait = next(ctx.graph.tcp_waits(p.pid), None) if state in ("elsewhere", "collective") else None
+        waits_on = wait.socket.remote if wait is not None and wait.socket is not None else None
         # a fifth of a CPU over the window, not a tick: a waiting rank's watchdog thread ticks too (and a
         # ring's ranks on a loaded machine share their CPUs: half of one, `computes`, missed them)
         cpu, window = ctx.cpu_seconds(p.pid), ctx.snapshot.sample_window
@@ -219,14 +220,6 @@ def _classify(
     return r("elsewhere", f"waits in {p.wchan}, connected to no other rank")
 
 
-def _tcp_wait(ctx: SnapshotView, p: Process) -> str | None:
-    """The remote end of the one TCP connection `p` is blocked on (not one fd of a poll over several)."""
-    for edge in ctx.graph.edges(p.pid):
-        if edge.kind == "tcp" and not edge.poll and edge.socket is not None and edge.socket.remote:
-            return edge.socket.remote
-    return None
-
-
 def _gone(ctx: SnapshotView, procs: list[Process]) -> list[JobRank]:
     """Local ranks the job should have here (LOCAL_WORLD_SIZE) that no process is: killed, or
     OOM-killed (the kernel log names a victim of the ranks' program under their launcher). A gone
@@ -273,6 +266,14 @@ def _gone(ctx: SnapshotView, procs: list[Process]) -> list[JobRank]:
             why = "gone: no process is this local rank any more (killed, or exited)"
         out.append(JobRank(first + n if first is not None and first >= 0 else None, n, None, "gone", why))
     return out
+
+
+def straggler_hint(c: JobRank, stack: str) -> str:
+    """What to do about a rank that computes while the others wait; `stack`: how to see where it is."""
+    return (
+        f"{c.name} still computes while the others wait: a straggler (uneven data, a slow GPU or node) or a rank "
+        f"that took another code path; see where it is ({stack})"
+    )
 
 
 def holder_words(job: DistributedJob, c: JobRank) -> str:

@@ -157,13 +157,12 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
     what it holds says it had work waiting that it never took up (docs/evidence.md)."""
     if edge is None or not edge.holders:
         return None
-    if idle is False:
+    if not idle:
         # the waiter moved (a client polling with a 1 ms timeout burns CPU), yet a holder locked for ever
         # that did nothing itself proves it: the client read HEALTHY, no finding (found by a helper)
-        if _moved(ctx, list(edge.holders)) is False and all(_locked_for_ever(ctx, h) for h in edge.holders):
+        still = idle is False and _moved(ctx, edge.holders) is False
+        if still and all(_locked_for_ever(ctx, h) for h in edge.holders):
             return _locked_words(ctx, edge.holders)
-        return None
-    if not idle:
         return None
     if all(ctx.wakes_by_itself(h) for h in edge.holders):
         # asleep on a timer, it moves again by itself: a server whose handler sleeps 2 s, a lock holder

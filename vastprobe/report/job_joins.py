@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from vastprobe.analysis.ranks import holder_words, judge
+from vastprobe.analysis.ranks import holder_words, judge, straggler_hint
 from vastprobe.model import (
     HOLDING,
     ONE_SAMPLE,
@@ -80,7 +80,8 @@ def jobs_across_hosts(reports: Sequence[HostReport]) -> list[JobAcrossHosts]:
             continue
         if len(parts) < 2 and not parts[0][1].closed:
             continue
-        parts = _rejudged(parts, world or None)
+        owners = _owners(parts)  # the ranks' ends do not change with their states: read once
+        parts = _rejudged(parts, world or None, owners)
         # of equal strength, by rank number: the order the hosts finished in chose before, and the job's
         # holder changed from one sweep to the next (found by a helper)
         holding = sorted(
@@ -93,7 +94,9 @@ def jobs_across_hosts(reports: Sequence[HostReport]) -> list[JobAcrossHosts]:
         named = holding or straggling
         seen = {r.rank for _t, j in parts for r in j.ranks if r.rank is not None}
         missing = tuple(n for n in range(world) if n not in seen)
-        holder = named[0] if named else _gone_from(reports, parts, missing) or _sink(reports, parts, straggler=True)
+        holder = (
+            named[0] if named else _gone_from(reports, parts, missing) or _sink(reports, parts, owners, straggler=True)
+        )
         if len(parts) < 2 and holder is None:
             continue
         also = tuple(h for h in holding[1:] if holder is not None and h[0] != holder[0])
@@ -152,12 +155,13 @@ def _owners(parts: Sequence[tuple[str, DistributedJob]]) -> dict[str, tuple[str,
     return owner
 
 
-def _rejudged(parts: list[tuple[str, DistributedJob]], world: int | None) -> list[tuple[str, DistributedJob]]:
+def _rejudged(
+    parts: list[tuple[str, DistributedJob]], world: int | None, owner: dict[str, tuple[str, JobRank]]
+) -> list[tuple[str, DistributedJob]]:
     """The parts, a rank blocked on a connection whose other end is a rank of the job on another host
     of the run waiting on that rank, not "elsewhere": each host saw an end it could not name and called
     it "not on another rank", so a training ring read STALLED on a random host and a deadlocked rank's
     neighbours were named its holders (found by a helper)."""
-    owner = _owners(parts)
     out = []
     for t, j in parts:
         ranks = []
@@ -176,7 +180,10 @@ def _rejudged(parts: list[tuple[str, DistributedJob]], world: int | None) -> lis
 
 
 def _sink(
-    reports: Sequence[HostReport], parts: Sequence[tuple[str, DistributedJob]], straggler: bool = False
+    reports: Sequence[HostReport],
+    parts: Sequence[tuple[str, DistributedJob]],
+    owner: dict[str, tuple[str, JobRank]],
+    straggler: bool = False,
 ) -> tuple[str, JobRank] | None:
     """The rank every chain of waits over the job's connections ends at, itself blocked on no rank,
     where its own host proves it stuck (an error naming it: a lock no thread of its own releases): the
@@ -186,7 +193,6 @@ def _sink(
     ranks = [x for _t, j in parts for x in j.ranks]
     if any(x.busy for x in ranks if x.state != "running"):
         return None  # a waiting rank at work: the ranks exchange data (a ring caught mid-step named its rank 0)
-    owner = _owners(parts)
     rank_of: dict[tuple[str, int | None], JobRank] = {(t, x.pid): x for t, j in parts for x in j.ranks if x.pid}
     link: dict[tuple[str, int | None], tuple[str, int | None]] = {}
     for t, j in parts:
@@ -397,10 +403,7 @@ def _straggler_here(hjob: DistributedJob, c: JobRank, waiting: Sequence[tuple[st
     summary = (
         f"{holder_words(hjob, c)}; {_ranks(ranks)} on {len(waiting)} other host(s) of this run wait on it ({hosts})"
     )
-    hint = (
-        f"{c.name} still computes while the others wait: a straggler (uneven data, a slow GPU or node) or a rank that "
-        f"took another code path; see where it is (py-spy dump --pid {c.pid})"
-    )
+    hint = straggler_hint(c, f"py-spy dump --pid {c.pid}")
     ev = (Evidence("this run", f"{_ranks(ranks)} on other hosts of this run wait on it: {hosts}"[:400]),)
     return Finding(RULE, CODE, "warning", summary, (c.pid,) if c.pid else (), ev, hint)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from vastprobe.analysis.flight import Stuck, compare, job_dumps
-from vastprobe.analysis.ranks import holder_words
+from vastprobe.analysis.ranks import holder_words, straggler_hint
 from vastprobe.model import DistributedJob, Evidence, Finding, FlightDump, JobRank, Severity
 from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
 from vastprobe.rules.chains import chain_evidence, resume_hint, stack_command, stack_evidence
@@ -123,10 +123,7 @@ def _culprit(ctx: Context, job: DistributedJob, c: JobRank, waiting: str, stuck:
         caused_by = "oom-killed-child" if "OOM" in c.why else None
     elif c.state == "running":
         severity = "warning"
-        hint = (
-            f"{c.name} still computes while the others wait: a straggler (uneven data, a slow GPU or node) or a rank "
-            f"that took another code path; see where it is ({stack_command(ctx, c.pid) if c.pid else 'its stack'})"
-        )
+        hint = straggler_hint(c, stack_command(ctx, c.pid) if c.pid else "its stack")
     else:
         hint = (
             f"{c.name} is not in the collective: fix what it waits on (the evidence shows its chain), or kill the job; "

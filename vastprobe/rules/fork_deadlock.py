@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 from vastprobe.analysis.signal_waiters import forked_from_threaded, waits_for_a_signal
 from vastprobe.analysis.waitgraph.edges import private_untimed_wait
-from vastprobe.model import Evidence, Finding, Process, SocketTable, Unavailable
+from vastprobe.model import Evidence, Finding, Process
 from vastprobe.rules.base import Context, Rule, RuleMeta
 from vastprobe.rules.chains import asleep_throughout, is_python, stack_command
 
@@ -141,15 +141,11 @@ def _signal_waiter(ctx: Context, p: Process, call: str, signals: list[str]) -> F
 
 
 def _undrained_listener(ctx: Context, p: Process) -> tuple[str, int] | None:
-    """A listening socket `p` holds with connections queued in both samples' window (two samples)."""
-    table = ctx.snapshot.sockets
-    if not ctx.two_samples or not isinstance(table, SocketTable) or isinstance(p.fds, Unavailable):
+    """A listening socket `p` holds with connections queued, where two samples say it did nothing."""
+    if not ctx.two_samples:
         return None
-    inodes = {fd.socket_inode for fd in p.fds if fd.socket_inode is not None}
-    for sock in table.sockets:
-        if sock.inode in inodes and sock.state == "LISTEN" and sock.recv_queue:
-            return sock.local, sock.recv_queue
-    return None
+    sock = next((s for s in ctx.graph.listeners(p) if s.recv_queue), None)
+    return (sock.local, sock.recv_queue) if sock is not None and sock.recv_queue else None
 
 
 RULE = Rule(META, check)

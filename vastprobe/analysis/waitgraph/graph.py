@@ -49,6 +49,13 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
             found = self._edges[pid] = tuple(self._derive(p)) if p is not None else ()
         return found
 
+    def tcp_waits(self, pid: int) -> Iterator[WaitEdge]:
+        """`pid`'s waits on one TCP connection it is blocked on (not one fd of a poll over several),
+        its socket's remote end known: where a run of hosts follows it."""
+        for e in self.edges(pid):
+            if e.kind == "tcp" and not e.poll and e.socket is not None and e.socket.remote:
+                yield e
+
     def _derive(self, p: Process) -> Iterator[WaitEdge]:
         main = main_task(p)
         kind = self.kind(p)

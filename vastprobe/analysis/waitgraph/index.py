@@ -104,13 +104,16 @@ class WaitIndex:
     def process(self, pid: int) -> Process | None:
         return self.tree.by_pid.get(pid)
 
+    def listeners(self, p: Process) -> list[Socket]:
+        """The listening sockets `p` holds."""
+        if isinstance(p.fds, Unavailable):
+            return []
+        socks = (self._sockets.get(e.socket_inode) for e in p.fds if e.socket_inode is not None)
+        return [s for s in socks if s is not None and s.state == "LISTEN"]
+
     def listens(self, p: Process) -> bool:
         """Holds a listening socket: a server, which waits for work rather than on its clients."""
-        for e in p.fds if not isinstance(p.fds, Unavailable) else ():
-            sock = self._sockets.get(e.socket_inode) if e.socket_inode is not None else None
-            if sock is not None and sock.state == "LISTEN":
-                return True
-        return False
+        return bool(self.listeners(p))
 
     def relayed(self, p: Process) -> frozenset[int]:
         """The TCP connections a process holding a listening socket opened itself (its local port is

@@ -195,33 +195,20 @@ class SocketEdges(WaitIndex):
                 holders.update(self._fds.sockets.get(peer.inode, []))
         return holders
 
+    def _tcp_in(self, pid: int, state: str) -> list[Socket]:
+        """The TCP sockets `pid` holds in `state`."""
+        p = self.tree.by_pid.get(pid)
+        return [s for s in self._tcp_held(p)[0] if s.state == state] if p is not None else []
+
     def _remote_ends(self, pid: int, state: str) -> tuple[str, ...]:
         """The remote ends of the TCP connections `pid` holds in `state` whose other end no process
         here holds (another host), each once."""
-        p = self.tree.by_pid.get(pid)
-        if p is None or isinstance(p.fds, Unavailable):
-            return ()
-        out = []
-        for e in p.fds:
-            sock = self._sockets.get(e.socket_inode) if e.socket_inode is not None else None
-            if sock is None or sock.state != state or not sock.proto.startswith("tcp"):
-                continue
-            if not self._mirror_holders(sock):
-                out.append(sock.remote)
-        return tuple(dict.fromkeys(out))
+        return tuple(dict.fromkeys(s.remote for s in self._tcp_in(pid, state) if not self._mirror_holders(s)))
 
     def own_ends(self, pid: int) -> tuple[str, ...]:
         """The local ends of the established TCP connections `pid` holds (at most 32): what another
         host's process connected to it sees as its remote end, so a run can name who it waits on."""
-        p = self.tree.by_pid.get(pid)
-        if p is None or isinstance(p.fds, Unavailable):
-            return ()
-        out = []
-        for e in p.fds:
-            sock = self._sockets.get(e.socket_inode) if e.socket_inode is not None else None
-            if sock is not None and sock.state == "ESTABLISHED" and sock.proto.startswith("tcp"):
-                out.append(sock.local)
-        return tuple(dict.fromkeys(out))[:32]
+        return tuple(dict.fromkeys(s.local for s in self._tcp_in(pid, "ESTABLISHED")))[:32]
 
     def unseen_ends(self, pid: int) -> tuple[str, ...]:
         """The remote ends of the established TCP connections `pid` holds whose other end no process
