@@ -162,8 +162,11 @@ def test_a_deadlock_beside_a_heartbeat_thread_is_likely(reap, sample: str) -> No
         return len(waits) == 4 and sum(w.startswith("futex") for w in waits) == 3
 
     wait_for(locked, what="three threads on their locks")
-    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
-    found = [f for f in host["findings"] if f["rule"] == "thread-deadlock"]
+    for _ in range(3):  # the heartbeat caught running (no wait channel yet) may be the one to release a lock
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
+        found = [f for f in host["findings"] if f["rule"] == "thread-deadlock"]
+        if found:
+            break
     assert found, [(f["rule"], f["summary"]) for f in host["findings"]]
     f = found[0]
     assert (

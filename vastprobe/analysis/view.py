@@ -175,6 +175,17 @@ class SnapshotView:
         # run polling its stopped child under its flock read DEGRADED; found by a helper)
         return self.on_timer(pid) and all(self._waits_on_the_family(q, {pid, *below}) for q in below)
 
+    def stopped_below(self, pid: int) -> Process | None:
+        """A process stopped in every sample under `pid`, where `pid` is asleep on a timer and so held
+        (wakes_by_itself is False): a cron run that polls its stopped step under its flock. Its wakes to
+        poll are movement, and dropped the finding whenever one fell in the window (a test's flake)."""
+        if not self.on_timer(pid) or self.wakes_by_itself(pid):
+            return None
+        return next(
+            (d for d in self.tree.descendants(pid) if d.samples and all(s.state in ("T", "t") for s in d.samples)),
+            None,
+        )
+
     def _waits_on_the_family(self, pid: int, family: set[int]) -> bool:
         """Working (it moved over the window), asleep on a timer, waiting for a child, or waiting on what
         another of `family` holds."""

@@ -40,6 +40,8 @@ def check(ctx: Context) -> Iterator[Finding]:
                 f"stuck, and end it (or the job it runs) to free the lock"
             )
             stopped = ctx.tree.by_pid.get(s.chain.end)
+            if stopped is not None and stopped.state not in ("T", "t"):
+                stopped = ctx.stopped_below(stopped.pid)  # the step a holder on a timer polls
             if s.dead_end and stopped is not None and stopped.state in ("T", "t"):
                 hint = (
                     f"{holder_words} holds the lock on {where}{beyond}, and {stopped.comm} ({stopped.pid}) is stopped: "

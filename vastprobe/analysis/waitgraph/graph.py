@@ -5,17 +5,26 @@ derives them), the chains they make from a waiter to its root blocker, and the l
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from functools import cached_property
 
 from vastprobe.analysis.tree import ProcessTree
-from vastprobe.analysis.waitgraph.edges import Chain, Hop, Task, WaitEdge, main_task, untimed_futex
+from vastprobe.analysis.waitgraph.edges import (
+    Chain,
+    Hop,
+    Task,
+    WaitEdge,
+    main_task,
+    private_untimed_wait,
+    untimed_futex,
+)
 from vastprobe.analysis.waitgraph.fuse import FuseEdges
 from vastprobe.analysis.waitgraph.locks import LockEdges
 from vastprobe.analysis.waitgraph.pipes import PipeEdges
 from vastprobe.analysis.waitgraph.polls import PollEdges
 from vastprobe.analysis.waitgraph.pylocks import PyLockEdges
 from vastprobe.analysis.wchan_families import WaitKind
-from vastprobe.model import HostSnapshot, Process, Syscall
+from vastprobe.model import Evidence, HostSnapshot, Process, Syscall
 
 MAX_CHAINS = 32
 MAX_DEPTH = 64
@@ -77,7 +86,7 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
         elif kind is None and not found:
             # caught awake (no wait channel: inside an attempt, between two sleeps): a Python polling
             # lock's frame on its stack says it is in the retry loop all the same
-            found = [e for e in (self._py_lock_edge(p, main),) if e is not None]
+            found = [e for e in (self._py_lock_edge(p, main), self._caught_awake_on(p)) if e is not None][:1]
         if kind == "event-loop":
             found += [e for e in (self._db_lock_edge(p),) if e is not None]
         yield from found
@@ -110,6 +119,24 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
                     any(self._frozen(h) for h in edge.holders) or (self.relayed(p) and self._relay_keeps(p, edge))
                 ):
                     yield edge
+
+    def _caught_awake_on(self, p: Process) -> WaitEdge | None:
+        """Running at the first read and asleep at the last, its only connection's other end held by a
+        process that cannot move (stopped, in D, one thread locked for ever): it waits there whatever it
+        did between. A client polling with a 1 ms timeout, caught running, read HEALTHY beside a stopped
+        server (found by a helper; a test's flake in CI)."""
+        if p.state != "R" or len(p.samples) < 2 or p.last.state != "S":
+            return None
+        edge = self._poll_socket_edge(p)
+        if edge is None or not edge.holders or not all(self._frozen(h) or self._locked(h) for h in edge.holders):
+            return None
+        seen = Evidence("/proc/stat", f"{p.pid} ({p.comm}) was running at the first read, asleep at the last")
+        return replace(edge, evidence=(seen, *edge.evidence[1:]))
+
+    def _locked(self, pid: int) -> bool:
+        """One thread, asleep on a private futex with no timeout: nothing but a signal wakes it."""
+        q = self.tree.by_pid.get(pid)
+        return q is not None and q.threads == 1 and q.state == "S" and private_untimed_wait(q.syscall) is not None
 
     def _loops_back(self, p: Process, found: list[WaitEdge]) -> bool:
         """The pipe `p` waits on is held by a process that waits on a pipe `p` holds (git and its
