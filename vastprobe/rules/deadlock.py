@@ -45,7 +45,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             summary = f"{ctx.proc_label(members[0])} waits on {cycle.edges[0].what} that only it can end"
         else:
             summary = f"{names(ctx, members)} wait on each other in a cycle ({what})"
-        feeder = _feeder(ctx, cycle)
+        feeder = _feeder(ctx, cycle) or _unread_output(ctx, cycle)
         special = None
         if feeder is not None:
             summary, special = feeder
@@ -184,6 +184,30 @@ def _feeder(ctx: Context, cycle: Chain) -> tuple[str, str] | None:
             f"multiprocessing.Queue.put() in the child and join() before get() in the parent (or a DataLoader worker "
             f"whose results nobody collects). Kill {child.pid} to free {parent.pid} now (the queued data is lost); "
             "fix the order: get() every result before join(), or use a Manager queue / cancel_join_thread()"
+        )
+        return summary, hint
+    return None
+
+
+def _unread_output(ctx: Context, cycle: Chain) -> tuple[str, str] | None:
+    """A parent's thread waits for its child to exit while its event loop, watching nothing but its
+    own wake-up channel, never reads the pipe the child fills: asyncio's `await proc.wait()` before
+    reading `proc.stdout` (the Python docs warn of it)."""
+    for i, edge in enumerate(cycle.edges):
+        if edge.kind != "child" or edge.thread is None:
+            continue
+        out = cycle.edges[(i + 1) % len(cycle.edges)]  # the child's wait: writing a pipe only the parent reads
+        if out.kind not in ("pipe", "fifo") or not out.writes or set(out.holders) != {edge.waiter}:
+            continue
+        parent, child = ctx.proc_label(edge.waiter), ctx.proc_label(out.waiter)
+        summary = (
+            f"{parent} waits for {child} to exit, and {child} is blocked writing {out.what.split(' (')[0]}, which "
+            f"{parent}'s event loop does not watch: neither can go on"
+        )
+        hint = (
+            f"{parent} waits for its child before reading its output (asyncio: `await proc.wait()` with stdout=PIPE, "
+            f"while the child writes more than a pipe holds). Kill {out.waiter} to free {edge.waiter} now (its output "
+            "is lost); fix the order: `await proc.communicate()`, or read the output before waiting"
         )
         return summary, hint
     return None

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from vastprobe.analysis.signal_waiters import waits_for_a_signal
-from vastprobe.analysis.waitgraph.edges import private_untimed_wait
-from vastprobe.model import Evidence, Finding, Process
+from vastprobe.analysis.waitgraph.edges import main_task, private_untimed_wait
+from vastprobe.model import Evidence, Finding, Process, Syscall
 from vastprobe.rules.base import Context, Rule, RuleMeta
 from vastprobe.rules.chains import asleep_throughout, stack_command
 
@@ -94,9 +94,43 @@ def _likely(ctx: Context, p: Process) -> Finding | None:
     return META.finding(summary, (p.pid,), ev, hint, "warning")
 
 
+def _sealed_loop(ctx: Context, p: Process) -> Finding | None:
+    """One thread, in an event loop's epoll wait with no timeout whose interest list holds only its own
+    wake-up channel (asyncio's self-socket): no other process can write it, no thread of its own is
+    left to, and no handler of a signal that would. An asyncio task re-entering an asyncio.Lock, or
+    awaiting an Event whose setter died, read HEALTHY (found by a helper)."""
+    if p.threads != 1 or not asleep_throughout(ctx, p) or not ctx.graph.sealed_loop(p, main_task(p)):
+        return None
+    if waits_for_a_signal(p, ctx.tree.by_pid.get(p.ppid)):
+        return None  # a service waiting to be told to stop (asyncio's add_signal_handler): at rest
+    who = ctx.proc_label(p.pid)
+    ev = [
+        Evidence(
+            "/proc/syscall", f"{who}: {p.syscall.name if isinstance(p.syscall, Syscall) else 'epoll'}, no timeout"
+        ),
+        Evidence("/proc/fdinfo", f"{p.pid}: its epoll interest list holds its own wake-up channel alone"),
+        Evidence("/proc/status", f"{p.pid} has 1 thread and catches no signal that would wake it"),
+    ]
+    if ctx.two_samples:
+        ev.append(Evidence("progress", f"no CPU, I/O or state change over {ctx.snapshot.sample_window:.1f}s"))
+    summary = (
+        f"{who} waits in its event loop for ever: with no timeout, on nothing but its own wake-up channel, and no "
+        "thread or signal handler of its own is left to write it"
+    )
+    hint = (
+        f"a task awaits what no task will ever do (asyncio: an asyncio.Lock taken twice, an Event whose setter "
+        f"failed, a future nobody completes); see its stack ({stack_command(ctx, p.pid)}), then kill {p.pid}: "
+        "it cannot go on"
+    )
+    return META.finding(summary, (p.pid,), ev, hint)
+
+
 def check(ctx: Context) -> Iterator[Finding]:
     for p in ctx.in_scope():
         if p.threads < 2:
+            sealed = _sealed_loop(ctx, p)
+            if sealed is not None:
+                yield sealed
             continue
         waits = _thread_waits(ctx, p) if asleep_throughout(ctx, p) else None
         if waits is None or waits.timers:

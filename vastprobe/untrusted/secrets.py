@@ -119,6 +119,16 @@ _ENV_ASSIGN_HEAD = re.compile(
 )
 #: a program's login whose `-p` is the password (`docker login -p X`; elsewhere docker's `-p` publishes a port)
 _LOGIN_P = frozenset({"docker", "podman", "nerdctl", "buildah", "skopeo", "helm"})
+#: the same within one text (`sh -c 'docker login -u me -p X reg && docker push …'`), and aws's setting
+_LOGIN_INLINE = re.compile(
+    r"((?<![\w-])(?:docker|podman|nerdctl|buildah|skopeo|helm)(?:\s+[a-z-]{1,16}){0,2}\s+login\b[^|;&\n]{0,512}?"
+    r"\s-p\s+|\baws\s+configure\s+set\s+\S{0,64}(?:secret|password|token|key)\S{0,64}\s+)"
+    r"(?:'[^']*'|\"[^\"]*\"|[^\s;&|]+)"
+)
+#: openssl's options whose value is a password or a key (`enc -k X`, `-K HEX`, `-passin pass:X`)
+_OPENSSL_SECRET = frozenset({"-k", "-K", "-pass", "-passin", "-passout"})
+#: smbclient's and rpcclient's `-U user%password`: the password after the `%`
+_SMB_USER = re.compile(r"^((?:-U|--user=)?[^%\s]{0,256}%).+$")
 
 
 def redact_text(text: str) -> str:
@@ -140,6 +150,7 @@ def redact_text(text: str) -> str:
     text = _AUTH.sub(rf"\1{MASK}", text)
     text = _TOKEN_SHAPE.sub(MASK, text)
     text = _SHORT_INLINE.sub(rf"\1{MASK}", text)
+    text = _LOGIN_INLINE.sub(rf"\1{MASK}", text)
     return _INLINE_OPTION.sub(rf"\1{MASK}", text)
 
 
@@ -226,6 +237,10 @@ _ANY_SECRET = (
     "sqlcmd",
     "ldap",
     "hooks.slack",
+    "openssl",
+    "htpasswd",
+    "smb",  # smbclient -U user%password
+    "rpcclient",
 )
 
 
@@ -251,6 +266,12 @@ def redact_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
         short, apart = "-p", True
     # `aws configure set aws_secret_access_key X`: the value after a secret-named setting
     aws_set = prog == "aws" and argv[1:3] == ("configure", "set")
+    openssl = prog == "openssl"
+    smb = prog in ("smbclient", "rpcclient", "smbcacls", "smbget")
+    # `htpasswd -b FILE USER PASSWORD` (-b among its flags: -bc, -Bb): the password is the last argument
+    htpasswd = prog == "htpasswd" and any(
+        a.startswith("-") and "b" in a[1:] and not a.startswith("--") for a in argv[1:]
+    )
     if argv:  # the program: its own name, never an option's value
         out.append(redact_text(argv[0]))
         changed = out[0] != argv[0]
@@ -262,8 +283,13 @@ def redact_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
             hide_next = apart
         elif short and arg.startswith(short) and not arg.startswith("--"):
             new = short + MASK
+        elif htpasswd and arg is argv[-1] and len(argv) > 3 and not arg.startswith("-"):
+            new = MASK
+        elif smb and (m := _SMB_USER.match(arg)) and (arg.startswith(("-U", "--user=")) or out[-1] in ("-U", "--user")):
+            new = m.group(1) + MASK
         elif (
             (curl and arg in _CURL_USER)
+            or (openssl and arg in _OPENSSL_SECRET)
             or _SECRET_OPTION.match(arg)
             or _AUTH_OPTION.match(arg)
             or (aws_set and _KEYWORD.match(arg + "=x"))

@@ -23,7 +23,7 @@ from vastprobe.analysis.waitgraph.locks import LockEdges
 from vastprobe.analysis.waitgraph.pipes import PipeEdges
 from vastprobe.analysis.waitgraph.polls import PollEdges
 from vastprobe.analysis.waitgraph.pylocks import PyLockEdges
-from vastprobe.analysis.wchan_families import WaitKind
+from vastprobe.analysis.wchan_families import WaitKind, wait_kind
 from vastprobe.model import Evidence, HostSnapshot, Process, Syscall
 
 MAX_CHAINS = 32
@@ -97,7 +97,9 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
             # (found by a helper). Only such a loop: a side thread's telemetry to a stopped server, beside
             # a child that computes, holds nothing the job needs (found by a helper)
             yield from self._frozen_reads(p)
-        if found or kind in ("pipe-read", "pipe-write", "fifo-open", "file-lock", "fuse", "event-loop", "sleep"):
+        sealed = kind == "event-loop" and self.sealed_loop(p, main)
+        if found or (kind in ("pipe-read", "pipe-write", "fifo-open", "file-lock", "fuse", "event-loop", "sleep")
+                     and not sealed):  # fmt: skip
             return  # an event loop or a sleep can act by itself: its threads' waits are not the process's
         if kind == "futex" and isinstance(p.syscall, Syscall) and not untimed_futex(p.syscall):
             return  # a futex wait with a timeout (Event.wait(5), a join with a timeout): it wakes and acts
@@ -107,7 +109,11 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
         # a pool idles, and following it leads round the pool and back
         for t in self.tasks(p)[1:]:
             tk = self.task_kind(p, t)
-            if tk in ("pipe-write", "socket-write", "file-lock", "fuse"):
+            if sealed and wait_kind(t.wchan if isinstance(t.wchan, str) else None, None) == "child":
+                # the loop wakes when this thread sees a child end (asyncio's child watcher): its wait is
+                # the process's
+                yield from self._watcher_edge(p, t)
+            elif tk in ("pipe-write", "socket-write", "file-lock", "fuse"):
                 yield from self._task_edges(p, t, tk)
             elif tk == "sleep" and (edge := self._py_lock_edge(p, t)) is not None:
                 yield edge  # a worker thread keeps trying a Python polling lock (--py-spy)
@@ -119,6 +125,16 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
                     any(self._frozen(h) for h in edge.holders) or (self.relayed(p) and self._relay_keeps(p, edge))
                 ):
                     yield edge
+
+    def _watcher_edge(self, p: Process, t: Task) -> Iterator[WaitEdge]:
+        jobs = self.jobs(p)
+        if jobs:
+            ev = (
+                Evidence("/proc/syscall", f"{p.pid} ({p.comm}): its event loop waits with no timeout on its own "
+                                          "wake-up channel alone (the epoll interest list)"),
+                Evidence("/proc/wchan", f"{t.who} waits in {t.wchan} for a child to end"),
+            )  # fmt: skip
+            yield WaitEdge(p.pid, "child", tuple(k.pid for k in jobs), "its children's exit", ev, thread=t.tid)
 
     def _caught_awake_on(self, p: Process) -> WaitEdge | None:
         """Running at the first read and asleep at the last, its only connection's other end held by a

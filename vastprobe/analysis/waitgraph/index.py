@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from vastprobe.analysis.tree import ProcessTree
-from vastprobe.analysis.waitgraph.edges import Task, main_task, untimed_futex
+from vastprobe.analysis.waitgraph.edges import Task, main_task, timed_wait, untimed_futex
 from vastprobe.analysis.wchan_families import WaitKind, wait_kind, waited_fd
 from vastprobe.model import (
     FdEntry,
@@ -248,7 +248,11 @@ class WaitIndex:
         if p is None:
             return None
         others = [t for t in self.tasks(p) if t.tid != thread]
-        live = [t for t in others if t.state not in ("T", "t", "Z", "X") and not untimed_futex(t.syscall)]
+        live = [
+            t
+            for t in others
+            if t.state not in ("T", "t", "Z", "X") and not untimed_futex(t.syscall) and not self.sealed_loop(p, t)
+        ]
         # name the thread most likely doing the work: one that runs, then one in a wait of its own,
         # before a server's poll or accept loop (the handler, not the acceptor)
         live.sort(
@@ -272,6 +276,40 @@ class WaitIndex:
         if p.threads > 1 + len(p.threads_detail):  # past the probe's thread bound: not known to be idle
             return f"{p.threads - 1 - len(p.threads_detail)} other thread(s) not read"
         return None
+
+    def sealed_loop(self, p: Process, t: Task) -> bool:
+        """`t` waits in epoll with no timeout on its own wake-up channels alone (a self-pipe, a
+        socketpair, both ends `p`'s): only another thread of `p`, or a signal, can wake it. asyncio's
+        loop awaiting `proc.wait()` before reading the child's output watches its self-socket only, the
+        pipe the child fills not at all (found by a helper: the deadlock read HEALTHY)."""
+        sc = t.syscall
+        if (
+            t.state != "S"
+            or not isinstance(sc, Syscall)
+            or not (sc.name or "").startswith("epoll")
+            or not sc.args
+            or timed_wait(sc)
+            or p.epoll is None
+            or isinstance(p.fds, Unavailable)
+        ):
+            return False
+        watched = {w.fd for w in p.epoll if w.epfd == sc.args[0]}
+        by_fd = {e.fd: e for e in p.fds}
+        return bool(watched) and all((e := by_fd.get(fd)) is not None and self._own_channel(p, e) for fd in watched)
+
+    def _own_channel(self, p: Process, e: FdEntry) -> bool:
+        """A pipe or a socketpair whose ends are all `p`'s: a wake-up channel nobody else can write."""
+        if e.pipe_inode is not None:
+            return self._own_pipe(p, e.pipe_inode)
+        sock = self._sockets.get(e.socket_inode) if e.socket_inode is not None else None
+        if sock is None or sock.peer_inode is None:
+            return False  # an eventfd, a timerfd, a socket to anyone: not known to be its own
+        return set(self._fds.sockets.get(sock.inode, [])) == set(self._fds.sockets.get(sock.peer_inode, [])) == {p.pid}
+
+    def _own_pipe(self, p: Process, ino: int) -> bool:
+        """Both ends of pipe `ino` are this process's alone: a wake-up pipe (the self-pipe trick)."""
+        holders = self._fds.pipes.get(ino, [])
+        return {o.mode for pid, o in holders if pid == p.pid} >= {"r", "w"} and all(pid == p.pid for pid, _o in holders)
 
     def jobs(self, p: Process) -> list[Process]:
         """The children a waiting process waits on: not zombies, and not daemons (a child that

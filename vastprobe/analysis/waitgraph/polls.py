@@ -111,11 +111,6 @@ class PollEdges(SocketEdges):
         out.sort(key=lambda e: (not any(self._frozen(h) for h in e.holders), not e.writes))
         yield from out
 
-    def _own_pipe(self, p: Process, ino: int) -> bool:
-        """Both ends of pipe `ino` are this process's alone: a wake-up pipe (the self-pipe trick)."""
-        holders = self._fds.pipes.get(ino, [])
-        return {o.mode for pid, o in holders if pid == p.pid} >= {"r", "w"} and all(pid == p.pid for pid, _o in holders)
-
     def _pollable(self, p: Process) -> bool:
         """Not a server: a process holding a listening socket waits for work, not on its clients;
         unless it relays (socat, `ssh -L`, a TCP proxy): then what it opened is followed."""

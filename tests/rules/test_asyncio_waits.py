@@ -1,0 +1,106 @@
+"""asyncio programs that can never wake, on real asyncio (found by a helper, each read HEALTHY, exit 0):
+the subprocess deadlock the Python docs warn of (`await proc.wait()` before reading a child's output
+that outgrows the pipe), and a task awaiting what no task will do (an asyncio.Lock taken twice, an
+Event whose setter died). /proc proves each: the loop waits in epoll with no timeout, its interest
+list holds only its own wake-up socket, and nothing else can write it. The controls wait on a
+timer, on a signal handler, on a listening socket, or read the child's output."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import children_of, proc_wchan, vastprobe_json, wait_for
+
+SUBPROCESS = """
+import asyncio, sys
+async def main():
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import sys; sys.stdout.write('x' * 2_000_000); sys.stdout.flush()",
+        stdout=asyncio.subprocess.PIPE)
+    print(proc.pid, flush=True)
+    if sys.argv[1] == "wait-first":
+        await proc.wait()  # the child fills the pipe and blocks; the loop never reads it
+    await proc.communicate()
+    await asyncio.sleep(600)
+asyncio.run(main())
+"""
+
+WAITS = """
+import asyncio, signal, socket, sys
+async def main():
+    mode = sys.argv[1]
+    if mode == "sigterm":  # a service waiting to be told to stop
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    if mode == "server":  # an idle server: its listening socket is in the loop's set
+        await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    print("start", flush=True)
+    if mode == "lock":  # a task re-enters a lock it holds: nothing can ever release it
+        lock = asyncio.Lock()
+        async with lock:
+            async with lock:
+                pass
+    elif mode == "event":  # the task that was to set the event failed first
+        event = asyncio.Event()
+        async def setter():
+            raise RuntimeError("before set()")
+        asyncio.get_running_loop().create_task(setter())
+        await event.wait()
+    elif mode == "sleep":
+        await asyncio.sleep(3600)
+    elif mode == "sigterm":
+        await stop.wait()
+    else:
+        await asyncio.Event().wait()
+asyncio.run(main())
+"""
+
+
+def in_epoll(pid: int) -> bool:
+    return proc_wchan(pid) in ("do_epoll_wait", "ep_poll")
+
+
+@pytest.mark.parametrize("order", ["wait-first", "communicate"])
+def test_an_asyncio_parent_waiting_for_a_child_it_does_not_read_is_deadlocked(reap, order: str) -> None:
+    job = subprocess.Popen([sys.executable, "-c", SUBPROCESS, order], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    assert job.stdout is not None
+    child = int(job.stdout.readline())
+    if order == "wait-first":
+        wait_for(lambda: proc_wchan(child) == "anon_pipe_write" and in_epoll(job.pid), what="the child blocked")
+    else:
+        wait_for(lambda: child not in children_of(job.pid) and in_epoll(job.pid), what="the output read")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
+    found = [f for f in host["findings"] if f["rule"] == "deadlock"]
+    if order == "communicate":
+        assert not found and host["verdict"] == "healthy" and rc == 0, host["findings"]
+        return
+    assert found, [(f["rule"], f["summary"]) for f in host["findings"]]
+    f = found[0]
+    assert f["pids"] == [job.pid, child] and "event loop does not watch" in f["summary"], f["summary"]
+    assert "proc.communicate()" in f["hint"] and f"Kill {child}" in f["hint"], f["hint"]
+    assert any("its own wake-up channel alone" in e["detail"] for e in f["evidence"]), f["evidence"]
+    assert f["severity"] == "critical" and host["verdict"] == "stalled" and rc == 1, host["headline"]
+
+
+@pytest.mark.parametrize("mode", ["lock", "event", "sleep", "sigterm", "server"])
+def test_an_asyncio_task_awaiting_what_no_task_will_do_is_stuck(reap, tmp_path: Path, mode: str) -> None:
+    job = subprocess.Popen([sys.executable, "-c", WAITS, mode], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    assert job.stdout is not None and job.stdout.readline().strip() == "start"
+    wait_for(lambda: in_epoll(job.pid), what="the loop waiting")
+    for sample in ("0.5", "0"):
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
+        found = [f for f in host["findings"] if f["rule"] == "thread-deadlock"]
+        if mode in ("sleep", "sigterm", "server"):
+            assert not found and host["verdict"] == "healthy" and rc == 0, host["findings"]
+            continue
+        assert [f["pids"] for f in found] == [[job.pid]], [(f["rule"], f["summary"]) for f in host["findings"]]
+        assert "waits in its event loop for ever" in found[0]["summary"], found[0]["summary"]
+        assert found[0]["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["headline"]
