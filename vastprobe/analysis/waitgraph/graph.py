@@ -141,8 +141,11 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
         process that cannot move (stopped, in D, one thread locked for ever): it waits there whatever it
         did between. A client polling with a 1 ms timeout, caught running, read HEALTHY beside a stopped
         server (found by a helper; a test's flake in CI)."""
-        if p.state != "R" or len(p.samples) < 2 or p.last.state != "S":
-            return None
+        if p.state != "R" or p.threads != 1 or len(p.samples) < 2 or p.last.state != "S":
+            return None  # one thread: in a threaded one, the running main thread says nothing of the others
+        window = self.snapshot.sample_window * self.snapshot.host.clk_tck
+        if window <= 0 or p.last.cpu_ticks - p.first.cpu_ticks >= window / 2:
+            return None  # busy over the window (BUSY_CPU_SHARE): it computes, whatever its connection
         edge = self._poll_socket_edge(p)
         if edge is None or not edge.holders or not all(self._frozen(h) or self._locked(h) for h in edge.holders):
             return None
