@@ -524,6 +524,27 @@ lock = threading.Lock(); lock.acquire(); lock.acquire()  # its one thread on its
 """
 
 
+@pytest.mark.parametrize("sample", ["0", "0.5"])
+def test_a_client_of_a_server_locked_for_ever_is_stalled_from_one_sample(reap, sample: str) -> None:
+    """The server's one thread waits on its own lock with no timeout: its state is the proof, as
+    fork-deadlock's own finding takes it from one sample. With --sample 0 its client read HEALTHY, a
+    note (found by a helper, a gunicorn handler deadlocked under curl)."""
+    srv = subprocess.Popen([sys.executable, "-c", LOCKED_SERVER], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(srv)
+    assert srv.stdout is not None
+    port = srv.stdout.readline().strip()
+    client = subprocess.Popen([sys.executable, "-c", CONNECT.replace("c.recv", "c.sendall(b'GET /');c.recv"), port],
+                              start_new_session=True)  # fmt: skip
+    reap.append(client)
+    wait_for(lambda: proc_wchan(srv.pid).startswith("futex") and proc_wchan(client.pid) == "wait_woken",
+             what="the server on its own lock, the client waiting")  # fmt: skip
+    rc, host = vastprobe_json("--pid", str(client.pid), "--sample", sample)
+    f = finding(host)
+    assert "for ever on a lock" in proof(f) and ("did nothing over" in proof(f)) == (sample != "0"), proof(f)
+    assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, f["summary"]
+
+
 def test_a_client_polling_fast_on_a_server_locked_for_ever_is_stalled(reap) -> None:
     """A client waiting with a 1 ms socket timeout burns CPU, which counted as the chain moving: no
     finding, HEALTHY, while the server, one thread on its own lock, was proven stuck (found by a helper).

@@ -162,7 +162,9 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
     if not idle:
         # the waiter moved (a client polling with a 1 ms timeout burns CPU), yet a holder locked for ever
         # that did nothing itself proves it: the client read HEALTHY, no finding (found by a helper)
-        still = idle is False and _moved(ctx, edge.holders) is False
+        # one sample (--sample 0): the state is the proof, as fork-deadlock's own finding takes it (a curl
+        # on a server whose handler deadlocked read HEALTHY, a note; found by a helper)
+        still = idle is None or _moved(ctx, edge.holders) is False
         if still and all(_locked_for_ever(ctx, h) for h in edge.holders):
             return _locked_words(ctx, edge.holders)
         return None
@@ -216,10 +218,10 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
 
 def _locked_words(ctx: SnapshotView, holders: tuple[int, ...]) -> str:
     who, several = _holders(ctx, holders)
+    still = f", and did nothing over {ctx.snapshot.sample_window:.1f}s" if ctx.two_samples else ""
     return (
         f"{who} {'wait' if several else 'waits'} for ever on a lock no thread of {'their' if several else 'its'} "
-        f"own can release (one thread, in a private futex wait with no timeout), and did nothing over "
-        f"{ctx.snapshot.sample_window:.1f}s"
+        f"own can release (one thread, in a private futex wait with no timeout){still}"
     )
 
 

@@ -72,8 +72,10 @@ def _idle_chain(ctx: Context, s: StalledChain) -> Finding | None:
     if ctx.graph.kind(end) == "tty":
         return None  # terminal-prompt says what it waits for
     stall = ctx.stall_evidence(s)
-    if not stall:
-        return None  # idle, but nothing says it should be busy: a healthy wait
+    if not stall or (stall.logs_only and ctx.quiet_server(s.waiter) and ctx.quiet_server(end.pid)):
+        # idle, but nothing says it should be busy: a healthy wait. A pre-fork master on its idle workers,
+        # its log quiet: nobody asks (an idle nginx read STALLED with its 10-minute-old log)
+        return None
     waiter = ctx.tree.by_pid[s.waiter]
     ev = chain_evidence(ctx, s) + list(stall.evidence)
     because = " after an OOM kill in the job" if stall.oom else ""

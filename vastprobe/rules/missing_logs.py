@@ -20,7 +20,7 @@ def _finding(ctx: Context, h: LogHealth) -> Finding | None:
     if h.log.found:
         if h.state not in ("stale", "empty", "deleted-open"):
             return None  # found open: it exists, and a rotation or a fatal tail needs its --log
-        if h.state != "deleted-open" and h.writers and all(ctx.serving(w) for w in h.writers):
+        if h.state != "deleted-open" and h.writers and all(ctx.quiet_server(w) for w in h.writers):
             return None  # a server waiting for its next request logs nothing meanwhile: a quiet daemon
         # each writer once: one holding it on stdout and stderr was named twice (found by a helper)
         who = ", ".join(ctx.proc_label(pid) for pid in h.writers[:3]) + (" and others" if len(h.writers) > 3 else "")
