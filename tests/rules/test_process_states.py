@@ -216,6 +216,32 @@ def test_d_state_that_moves_is_slow_not_stuck() -> None:
         assert bool(found) == flagged
 
 
+def test_d_state_on_a_slow_disk_is_a_warning_and_elsewhere_an_error() -> None:
+    """D over the whole window with no I/O completed, in a block-I/O wait: a disk slower than one
+    request a window looks so (`dd oflag=direct` to a throttled disk read STALLED 6 probes of 9, found
+    by a helper); a warning, DEGRADED. The same stillness in a driver's or an RPC's wait stays an error."""
+    import dataclasses
+
+    from tests.helpers import local_snapshot
+    from vastprobe.model.report import verdict
+    from vastprobe.probe.script import ProbeParams
+    from vastprobe.rules.base import RuleOptions
+    from vastprobe.rules.engine import run_rules
+
+    snap = local_snapshot(ProbeParams(sample=0.1))
+    p = next(
+        p for p in snap.processes if len(p.samples) == 2 and not p.kernel_thread and p.pid not in snap.excluded_pids
+    )
+    base = dataclasses.replace(p.samples[0], state="D", utime=7, stime=3)
+    for wchan, severity in (("iomap_dio_rw", "warning"), ("folio_wait_bit_common", "warning"),
+                            ("rpc_wait_bit_killable", "error"), ("uvm_wait_for_gpu", "error")):  # fmt: skip
+        stuck = dataclasses.replace(p, state="D", wchan=wchan, samples=(base, base))
+        s = dataclasses.replace(snap, processes=tuple(stuck if x.pid == p.pid else x for x in snap.processes))
+        found = [f for f in run_rules(s, (p.pid,), RuleOptions()) if f.rule == "d-state"]
+        assert [f.severity for f in found] == [severity], (wchan, found)
+        assert verdict(tuple(found)) == ("degraded" if severity == "warning" else "stalled"), wchan
+
+
 FREEZER_V1 = Path("/sys/fs/cgroup/freezer")
 FREEZER_V2 = Path("/sys/fs/cgroup/unified")
 

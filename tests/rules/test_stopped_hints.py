@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import termios
 from pathlib import Path
 
@@ -72,3 +73,42 @@ def test_a_process_held_by_a_stopped_tracer_names_the_tracer(reap) -> None:
     finally:
         os.kill(tracer.pid, signal.SIGCONT)
         assert not children_of(busy.pid)
+
+
+#: A job making system calls in a loop and logging now and then: under `strace -f` it sits in `t` at
+#: many reads while it runs on
+SYSCALL_LOOP = """
+import os, sys
+f = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+n = 0
+while True:
+    n += 1
+    os.getppid()
+    if n % 2000 == 0:
+        os.write(f, b"tick\\n")
+"""
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
+def test_a_job_running_under_strace_is_not_stopped(reap, tmp_path: Path) -> None:
+    """strace stops its tracee at every system call, so a busy job under `strace -f` is in `t` at half
+    the reads while its CPU and its log move on. Read `t` at both samples, it was "stopped (t)",
+    STALLED, exit 1 (found by a helper, 3 probes of 10). Ten probes: none may be STALLED, and at least
+    one must have read it in `t` at both samples (else the case was not met, and the test says so)."""
+    log = tmp_path / "job.log"
+    tracer = subprocess.Popen(["strace", "-f", "-o", "/dev/null", sys.executable, "-c", SYSCALL_LOOP, str(log)],
+                              start_new_session=True)  # fmt: skip
+    reap.append(tracer)
+    wait_for(lambda: log.exists() and log.stat().st_size > 0, what="the traced job logging")
+    [job] = children_of(tracer.pid)
+    both_t = 0
+    for _ in range(10):
+        rc, host = vastprobe_json("--pid", str(tracer.pid), "--log", str(log), "--sample", "0.3")
+        [p] = [p for p in host["snapshot"]["processes"] if p["pid"] == job]
+        both_t += all(s["state"] == "t" for s in p["samples"])
+        assert not [f for f in host["findings"] if f["rule"] == "stopped-child"], host["findings"]
+        assert host["verdict"] == "healthy" and rc == 0, host["headline"]
+        if both_t >= 2:
+            break
+    if not both_t:
+        pytest.skip("the probe never read the traced job in `t` at both samples in 10 runs (the case not met)")

@@ -128,7 +128,7 @@ def _dead_end(ctx: SnapshotView, edge: WaitEdge | None, end: int) -> str | None:
             return f"no process here has {edge.path} open: a lock file left behind"
         return None
     p = g.process(end)
-    if p is not None and p.samples and all(s.state in ("T", "t") for s in p.samples):
+    if p is not None and ctx.stopped_throughout(p):
         return f"{p.comm} ({p.pid}) is stopped"
     if p is not None and (q := ctx.stopped_below(end)) is not None:
         return f"{p.comm} ({p.pid}) sleeps on a timer, and {q.comm} ({q.pid}) under it is stopped: its work cannot end"

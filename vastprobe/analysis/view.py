@@ -175,6 +175,15 @@ class SnapshotView:
         # run polling its stopped child under its flock read DEGRADED; found by a helper)
         return self.on_timer(pid) and all(self._waits_on_the_family(q, {pid, *below}) for q in below)
 
+    def stopped_throughout(self, p: Process) -> bool:
+        """Stopped (T) or traced (t) in every sample, and it did not run between them: a tracer that
+        steps it (strace) leaves it in t at most reads while its CPU and I/O move on, and a job under
+        `strace -f` read STALLED, "stopped (t)" (found by a helper)."""
+        if not p.samples or any(s.state not in ("T", "t") for s in p.samples):
+            return False
+        pr = self.progress.get(p.pid) if self.two_samples else None
+        return pr is None or not pr.sampled or not (pr.cpu_ticks or pr.io_bytes)
+
     def stopped_below(self, pid: int) -> Process | None:
         """A process stopped in every sample under `pid`, where `pid` is asleep on a timer and so held
         (wakes_by_itself is False): a cron run that polls its stopped step under its flock. Its wakes to
@@ -182,7 +191,7 @@ class SnapshotView:
         if not self.on_timer(pid) or self.wakes_by_itself(pid):
             return None
         return next(
-            (d for d in self.tree.descendants(pid) if d.samples and all(s.state in ("T", "t") for s in d.samples)),
+            (d for d in self.tree.descendants(pid) if self.stopped_throughout(d)),
             None,
         )
 

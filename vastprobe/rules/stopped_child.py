@@ -15,8 +15,8 @@ META = RuleMeta("stopped-child", "VP105", "error", "a watched process is stopped
 
 def check(ctx: Context) -> Iterator[Finding]:
     for p in ctx.in_scope():
-        if not p.samples or any(s.state not in ("T", "t") for s in p.samples):
-            continue
+        if not ctx.stopped_throughout(p):
+            continue  # running between the reads (a tracer stepping it) is not stopped
         if ctx.two_samples and len(p.samples) < 2:
             continue  # seen once, gone by the second sample
         parent = ctx.tree.by_pid.get(p.ppid)
