@@ -421,8 +421,10 @@ def stalled_chains(ctx: SnapshotView) -> list[StalledChain]:
         if not chains:
             continue
         best = min(chains, key=lambda s: _score(s, oom_losers))
-        if best.kind == "child" and any(s.kind == "child" and s.idle is False for s in chains):
-            continue  # a waiter whose jobs still work is waiting as it should
+        polls_stopped = best.dead_end is not None and bool(best.chain.edges) and best.chain.edges[0].inferred
+        if best.kind == "child" and not polls_stopped and any(s.kind == "child" and s.idle is False for s in chains):
+            continue  # a waiter whose jobs still work is waiting as it should (not its loop's `sleep 1` beside
+            # the stopped process it polls for: `while kill -0 P`)
         candidates.append(best)
     # the longest first; among equals, the waiter nearest the top of the tree, then the oldest (not
     # the lowest pid: PIDs wrap, and a pool's worker started after the wrap came before its pool's

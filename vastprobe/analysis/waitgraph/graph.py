@@ -20,6 +20,7 @@ from vastprobe.analysis.waitgraph.edges import (
 )
 from vastprobe.analysis.waitgraph.fuse import FuseEdges
 from vastprobe.analysis.waitgraph.locks import LockEdges
+from vastprobe.analysis.waitgraph.pidwatch import watched_pid
 from vastprobe.analysis.waitgraph.pipes import PipeEdges
 from vastprobe.analysis.waitgraph.polls import PollEdges
 from vastprobe.analysis.waitgraph.pylocks import PyLockEdges
@@ -72,6 +73,7 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
             jobs = self.jobs(p)
             if jobs:
                 yield WaitEdge(p.pid, "child", tuple(k.pid for k in jobs), "its children's exit")
+                yield from self._pid_watch_edges(p)  # `while kill -0 P; do sleep 1; done`: its sleep, and P
             return
         found = list(self._task_edges(p, main, kind))
         if kind == "event-loop":
@@ -82,7 +84,7 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
                 found = polled
         elif kind == "sleep" and not found:
             retries = (self._py_lock_edge(p, main), self._sqlite_busy_edge(p), self._app_lock_edge(p))
-            found = [e for e in retries if e is not None][:1]
+            found = [e for e in retries if e is not None][:1] or list(self._pid_watch_edges(p))
         elif kind is None and not found:
             # caught awake (no wait channel: inside an attempt, between two sleeps): a Python polling
             # lock's frame on its stack says it is in the retry loop all the same
@@ -135,6 +137,18 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
                 Evidence("/proc/wchan", f"{t.who} waits in {t.wchan} for a child to end"),
             )  # fmt: skip
             yield WaitEdge(p.pid, "child", tuple(k.pid for k in jobs), "its children's exit", ev, thread=t.tid)
+
+    def _pid_watch_edges(self, p: Process) -> Iterator[WaitEdge]:
+        """Its wait on a process its command line says it polls for the exit of (tail --pid)."""
+        watched = watched_pid(p)
+        if watched is None:
+            return
+        pid, how = watched
+        q = self.tree.by_pid.get(pid)
+        if q is None or pid == p.pid or q.ppid == p.pid:
+            return
+        ev = (Evidence("/proc/cmdline", f"{p.pid} ({p.comm}) polls for {self._label(pid)} to exit: {how}"),)
+        yield WaitEdge(p.pid, "child", (pid,), f"the exit of {pid}, which it polls for ({how})", ev, inferred=True)
 
     def _caught_awake_on(self, p: Process) -> WaitEdge | None:
         """Running at the first read and asleep at the last, its only connection's other end held by a
