@@ -243,20 +243,21 @@ class SnapshotView:
     def quiet_server(self, pid: int) -> bool:
         """A server with no client waiting: it waits for requests (serving, or a worker of one), or it is
         a pre-fork master holding the listeners and waiting on such workers (nginx's), and no listener
-        it holds has a connection queued. Its log is quiet because nobody asks: an idle nginx read
-        STALLED, exit 1, once its access log was 5 minutes old (found by a helper)."""
+        has a connection queued. Its log is quiet because nobody asks: an idle nginx read STALLED,
+        exit 1, once its access log was 5 minutes old (found by a helper)."""
         p = self.tree.by_pid.get(pid)
-        if p is None or p.state != "S" or any(s.recv_queue for s in self.graph.listeners(p)):
-            return False
-        if self.serving(pid) or self.waits_for_requests(pid):
-            return True
+        if p is None or self._unasked(p, self.serving(pid) or self.waits_for_requests(pid)):
+            return p is not None
         kids = self.graph.jobs(p) if self.graph.kind(p) == "child" and self.graph.listens(p) else []
-        return bool(kids) and all(
-            k.state == "S"
-            and (self.serving(k.pid) or self.waits_for_requests(k.pid))
-            and not any(s.recv_queue for s in self.graph.listeners(k))
-            for k in kids
+        return (
+            self._unasked(p, True)
+            and bool(kids)
+            and all(self._unasked(k, self.serving(k.pid) or self.waits_for_requests(k.pid)) for k in kids)
         )
+
+    def _unasked(self, p: Process, waits: bool) -> bool:
+        """Asleep, waiting for requests (`waits`), and no connection queued on a listener it holds."""
+        return waits and p.state == "S" and not any(s.recv_queue for s in self.graph.listeners(p))
 
     def in_scope(self) -> list[Process]:
         return [p for p in self.snapshot.processes if p.pid in self.scope]
