@@ -381,7 +381,7 @@ def _starve(capture: Path, pid: int) -> None:
     times set back to its first's (what a niced rank on a loaded machine reads). The raw output is the
     probe's own otherwise; its sha256 is computed again, the parsed snapshot left to `analyze`."""
     d = json.loads(capture.read_text())
-    raw = base64.b64decode(d["raw_b64"]).decode()
+    raw = base64.b64decode(d["raw_b64"]).decode("latin-1")  # other tenants' names may be any bytes
     stats = re.findall(rf"^/proc/{pid}/stat:{pid} \(.*$", raw, re.M)
     assert len(stats) == 2, stats
     first = stats[0].rsplit(")", 1)[1].split()
@@ -389,8 +389,8 @@ def _starve(capture: Path, pid: int) -> None:
     assert first[0] == second[0] == "R", (first[0], second[0])  # runnable in both samples
     second[11:13] = first[11:13]  # utime, stime
     raw = raw.replace(stats[1], stats[1].rsplit(")", 1)[0] + ") " + " ".join(second), 1)
-    d["raw_b64"] = base64.b64encode(raw.encode()).decode()
-    d["raw_sha256"] = hashlib.sha256(raw.encode()).hexdigest()
+    d["raw_b64"] = base64.b64encode(raw.encode("latin-1")).decode()
+    d["raw_sha256"] = hashlib.sha256(raw.encode("latin-1")).hexdigest()
     d.pop("snapshot", None)
     capture.write_text(json.dumps(d))
 
@@ -407,7 +407,7 @@ def test_spinning_ranks_one_of_which_got_no_cpu_blame_nobody(reap, tmp_path: Pat
         r = subprocess.run([sys.executable, "-m", "vastprobe", "collect", "local", "--match", pids.match,
                             "--sample", "1", "-o", str(cap)], capture_output=True, text=True, timeout=120)  # fmt: skip
         assert r.returncode == 0, r.stderr
-        raw = base64.b64decode(json.loads(cap.read_text())["raw_b64"]).decode()
+        raw = base64.b64decode(json.loads(cap.read_text())["raw_b64"]).decode("latin-1")
         states = [re.findall(rf"^/proc/{p}/stat:{p} \(.*?\) (\S)", raw, re.M) for p in pids.values()]
         if all(st == ["R", "R"] for st in states):
             break
