@@ -21,8 +21,9 @@ pytestmark = pytest.mark.skipif(
 
 HOLD = """
 import fcntl, os, signal, sys
-fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o640)
-fcntl.lockf(fd, fcntl.LOCK_EX)       # what apt and dpkg take: an fcntl write lock
+for path in sys.argv[1:]:            # apt-get at its prompt holds the frontend lock and dpkg's `lock`
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o640)
+    fcntl.lockf(fd, fcntl.LOCK_EX)   # what apt and dpkg take: an fcntl write lock
 print("held", flush=True)
 signal.pause()                       # stuck (asleep on a timer it would wake by itself: no proof)
 """
@@ -43,8 +44,8 @@ def apt_get(tmp: Path) -> list[str]:
 @pytest.mark.parametrize("sample", ["1", "0"])
 def test_apt_get_waiting_for_the_frontend_lock_names_its_holder(reap, tmp_path: Path, sample: str) -> None:
     lock = tmp_path / "lock-frontend"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)], stdout=subprocess.PIPE, text=True,
-                              start_new_session=True)  # fmt: skip
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path / "lock"), str(lock)], stdout=subprocess.PIPE,
+                              text=True, start_new_session=True)  # fmt: skip
     reap.append(holder)
     assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
     out = tmp_path / "apt.out"

@@ -129,7 +129,10 @@ class LockEdges(WaitIndex):
             theirs = {e.path for e in holder.fds if e.path.startswith("/") and not e.deleted}
             path = next(iter(sorted(mine & theirs)), None)
             if path is None and apt:
-                path = next((f for f in sorted(theirs) if _package_lock(f)), None)
+                # the frontend lock first: apt takes it before dpkg's `lock`, and a waiting apt retries it (an
+                # unattended apt waiting on lock-frontend was said to wait on dpkg's lock; found by a helper)
+                frontend_first = sorted(theirs, key=lambda f: (not f.endswith("/lock-frontend"), f))
+                path = next((f for f in frontend_first if _package_lock(f)), None)
             if path is None:
                 continue
             ev = (
