@@ -17,7 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import proc_state, proc_wchan, vastprobe_json, vastprobe_json_acting_between_samples, wait_for
+from tests.helpers import (
+    children_of,
+    proc_state,
+    proc_wchan,
+    vastprobe_json,
+    vastprobe_json_acting_between_samples,
+    wait_for,
+)
 
 REDIS = shutil.which("redis-server")
 
@@ -565,3 +572,37 @@ def test_a_client_polling_fast_on_a_server_locked_for_ever_is_stalled(reap) -> N
     f = finding(host)
     assert f["severity"] == "error" and "for ever on a lock" in " ".join(e["detail"] for e in f["evidence"]), f
     assert host["verdict"] == "stalled" and rc == 1
+
+
+@pytest.mark.skipif(shutil.which("socat") is None, reason="needs socat (CI installs it)")
+@pytest.mark.parametrize("server", ["idle", "stopped"])
+def test_a_blocking_pop_through_a_relay_is_judged_by_the_server_beyond_it(reap, redis, server: str) -> None:
+    """redis-cli BLPOP through socat: socat sits still in its poll whatever redis does, and the wait read
+    DEGRADED, "socat does not answer", where the same BLPOP straight to redis reads HEALTHY (found by a
+    helper). The relay's far end decides: an idle redis waiting for a push is a wait as it should be;
+    a stopped one holds the client, through socat."""
+    port, pid = redis
+    relay_port = free_port()
+    relay = subprocess.Popen(["socat", f"TCP-LISTEN:{relay_port},bind=127.0.0.1,reuseaddr,fork",
+                              f"TCP:127.0.0.1:{port}"], start_new_session=True)  # fmt: skip
+    reap.append(relay)
+    wait_for(lambda: subprocess.run(["ss", "-ltnH", f"sport = :{relay_port}"], capture_output=True, text=True).stdout
+             .strip() != "", what="socat listening")  # fmt: skip
+    if server == "stopped":
+        os.kill(pid, signal.SIGSTOP)
+        wait_for(lambda: proc_state(pid) == "T", what="redis stopped")
+    cli = subprocess.Popen(["redis-cli", "-h", "127.0.0.1", "-p", str(relay_port), "BLPOP", "jobs", "0"],
+                           stdout=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    reap.append(cli)
+    wait_for(lambda: proc_wchan(cli.pid) in ("wait_woken", "sk_wait_data") and len(children_of(relay.pid)) == 1,
+             what="redis-cli waiting through socat")  # fmt: skip
+    try:
+        rc, host = vastprobe_json("--pid", str(cli.pid), "--sample", "1")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    found = [f for f in host["findings"] if f["rule"] == "socket-peer-wait"]
+    if server == "idle":
+        assert not [f for f in found if f["severity"] != "info"] and host["verdict"] == "healthy" and rc == 0, found
+        return
+    assert found and f"{pid} (redis-server)" in found[0]["summary"], [f["summary"] for f in found]
+    assert found[0]["severity"] == "error" and host["verdict"] == "stalled" and rc == 1

@@ -348,7 +348,11 @@ def _classify(ctx: SnapshotView, chain: Chain) -> StalledChain:
     pids = chain.pids
     start = pids.index(edge.waiter) if edge.waiter in pids else len(pids)
     polls = edge.kind == "file-lock" and edge.inferred
-    beyond = [*edge.holders, *pids[start + 1 if polls else start :]]
+    # a relay's far end too (socat before a redis in BLPOP): the relay sits still while the server it
+    # passes the wait on to works or wakes; the same wait straight to the server read HEALTHY, through
+    # the relay DEGRADED, "socat does not answer" (found by a helper)
+    relayed = [r for h in edge.holders for r in ctx.graph.relay_ends(h)] if kind == "tcp" else []
+    beyond = [*edge.holders, *relayed, *pids[start + 1 if polls else start :]]
     moved = _moved(ctx, beyond) if beyond else None
     dead_end = _dead_end(ctx, edge, chain.end)
     frozen = dead_end is not None and chain.end not in edge.holders and edge.holders

@@ -150,6 +150,18 @@ class WaitIndex:
             return frozenset()
         return frozenset(s.inode for s in conns if s.local_address[1] not in ports)
 
+    def relay_ends(self, pid: int) -> tuple[int, ...]:
+        """The processes here holding the far ends of what relay `pid` opened (socat's redis, an ssh
+        -L tunnel's server): where its clients' requests go on to, so what they wait on moves there."""
+        p = self.tree.by_pid.get(pid)
+        opened = self.relayed(p) if p is not None else frozenset()
+        out: dict[int, None] = {}
+        for ino in opened:
+            sock = self._sockets.get(ino)
+            for peer in self._tcp_peers.get((sock.remote, sock.local), []) if sock is not None else []:
+                out.update((h, None) for h in self._fds.sockets.get(peer.inode, []) if h != pid)
+        return tuple(out)
+
     def relay_has_client(self, p: Process) -> bool:
         """A process here waits on one of the connections the relay accepted (blocked reading it, or
         polling it alone): its client is on this host, and waits."""
