@@ -294,6 +294,29 @@ def test_the_last_words_of_the_log_are_under_the_headline(fd3_job, how: str, giv
     assert host["verdict"] == "stalled" and rc == 1, host["headline"]
 
 
+HEARTBEAT = "import sys, time\nf = open(sys.argv[1], 'a')\nwhile True:\n    f.write('heartbeat ok\\n'); f.flush(); time.sleep(0.3)\n"
+
+
+@pytest.mark.parametrize("given", [False, True], ids=["found", "--log"])
+def test_an_idle_job_logging_to_its_own_file_beside_an_empty_stdout_is_healthy(
+    reap, tmp_path: Path, given: bool
+) -> None:
+    """`timeout 600 python job.py > out.txt 2>&1`, the job logging to job.log: out.txt, empty and old,
+    is held by `timeout` too, which writes no log, so it was taken for the job's log, "silent", with a
+    hint to kill the job: DEGRADED, and so with --log naming job.log (found by a new user's review)."""
+    log, out = tmp_path / "job.log", tmp_path / "out.txt"
+    with out.open("w") as f:
+        job = subprocess.Popen(["timeout", "600", sys.executable, "-c", HEARTBEAT, str(log)], stdout=f,
+                               stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    reap.append(job)
+    wait_for(lambda: log.exists() and log.stat().st_size > 0, what="the job logging")
+    old = time.time() - 1200
+    os.utime(out, (old, old))
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5", *(["--log", str(log)] if given else []))
+    assert not [f for f in host["findings"] if str(out) in f["summary"]], host["findings"]
+    assert host["verdict"] == "healthy" and rc == 0, [(f["rule"], f["summary"]) for f in host["findings"]]
+
+
 QUIET_DAEMON = """
 import asyncio, logging, socket, sys
 logging.basicConfig(filename=sys.argv[1], level=logging.INFO)

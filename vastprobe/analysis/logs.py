@@ -185,8 +185,11 @@ def last_words(healths: Iterable[LogHealth]) -> LastWords | None:
 def found_logs(snapshot: HostSnapshot, scope: frozenset[int]) -> tuple[LogFile, ...]:
     """The logs of the processes in scope, found: each file they hold open write-only that the probe
     stat'ed (their stdout and stderr, or named like a log), once per file, with every holder in
-    scope; not a --log given already."""
-    given = {log.path for log in snapshot.logs}
+    scope; none where --log named the job's log."""
+    if snapshot.logs:
+        # --log said where the job logs: its other files (an empty stdout beside the log it writes) are not
+        # judged; they were, and an idle job logging to the file given read DEGRADED (found by a helper)
+        return ()
     files: dict[int, tuple[str, FileStat]] = {}
     tails: dict[int, str] = {}
     holders: dict[int, list[tuple[int, int, bool]]] = {}
@@ -196,7 +199,7 @@ def found_logs(snapshot: HostSnapshot, scope: frozenset[int]) -> tuple[LogFile, 
         if p is None or isinstance(p.fds, Unavailable):
             continue
         entry = next((e for e in p.fds if e.fd == held.fd and e.mode == "w"), None)
-        if entry is None or entry.path in given or not held.stat.regular:
+        if entry is None or not held.stat.regular:
             continue
         files.setdefault(held.stat.inode, (entry.path, held.stat))
         if held.tail is not None:
@@ -219,5 +222,24 @@ def found_logs(snapshot: HostSnapshot, scope: frozenset[int]) -> tuple[LogFile, 
     return tuple(
         LogFile(path=path, stats=(stat,), tail=tails.get(ino, unread), holders=tuple(holders[ino]), found=True)
         for ino, (path, stat) in files.items()
-        if stat.size or not all(pid in writing for pid, _fd, _d in holders[ino])
+        if stat.size or not _writes_elsewhere([pid for pid, _fd, _d in holders[ino]], writing, by_pid)
     )
+
+
+def _writes_elsewhere(holders: list[int], writing: set[int], by_pid: dict[int, Process]) -> bool:
+    """Every holder of an empty file writes another found log, or launched one that does: the
+    `timeout` or shell that started `python job.py > out.txt`, waiting with out.txt open while the job
+    logs to its own file (its empty out.txt was blamed, with a hint to kill the job; found by a helper)."""
+    if not writing:
+        return False
+    for pid in holders:
+        if pid in writing:
+            continue
+        kids = [q for q in by_pid.values() if q.ppid == pid]
+        seen = {pid}
+        while kids and not any(q.pid in writing for q in kids):
+            kids = [q for q in by_pid.values() if q.ppid in {k.pid for k in kids} and q.pid not in seen]
+            seen.update(k.pid for k in kids)
+        if not kids:
+            return False
+    return True
