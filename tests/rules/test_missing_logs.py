@@ -317,6 +317,28 @@ def test_an_idle_job_logging_to_its_own_file_beside_an_empty_stdout_is_healthy(
     assert host["verdict"] == "healthy" and rc == 0, [(f["rule"], f["summary"]) for f in host["findings"]]
 
 
+PART_TIME = (
+    "import time\nwhile True:\n    t = time.time()\n    while time.time() - t < 0.03: pass\n    time.sleep(0.07)\n"
+)
+
+
+def test_a_stale_log_beside_a_job_at_a_third_of_a_cpu_says_it_moved(reap, tmp_path: Path) -> None:
+    """The job computes at about 30% of a CPU, under the share that counts as computing: the warning's
+    hint said "did not move over the window" beside its own line "the job moved (context switches or a
+    state change)", of a job that used CPU (found by a new user's review)."""
+    log = tmp_path / "job.log"
+    log.write_text("epoch 1\n")
+    os.utime(log, (time.time() - 900, time.time() - 900))
+    job = subprocess.Popen([sys.executable, "-c", PART_TIME], start_new_session=True)
+    reap.append(job)
+    rc, host = vastprobe_json("--pid", str(job.pid), "--log", str(log), "--sample", "1")
+    f = next(f for f in host["findings"] if f["rule"] == "missing-logs")
+    moved = [e["detail"] for e in f["evidence"] if e["source"] == "progress"]
+    assert f["severity"] == "warning" and "did not move" not in f["hint"] and "moved over the window" in f["hint"], f
+    assert moved and "CPU" in moved[0], moved
+    assert host["verdict"] == "degraded" and rc == 0
+
+
 QUIET_DAEMON = """
 import asyncio, logging, socket, sys
 logging.basicConfig(filename=sys.argv[1], level=logging.INFO)

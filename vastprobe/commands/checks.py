@@ -276,7 +276,12 @@ def history_url_problem(value: str) -> str | None:
                 "(postgresql://user@host/db, the password in ~/.pgpass or a service file: "
                 "postgresql:///db?service=NAME)"
             )
-        return None if value.strip() else "an empty path"
+        if not value.strip():
+            return "an empty path"
+        parent = Path(value).expanduser().parent
+        # a typo in a crontab's --history made a directory tree (at / as root) instead of an error, where
+        # --prom and -o refuse a missing directory (found by a new user's review)
+        return None if parent.is_dir() else f"{parent}: no such directory"
     try:
         from psycopg.conninfo import conninfo_to_dict
     except ImportError:

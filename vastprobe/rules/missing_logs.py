@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 from vastprobe.analysis.gpu import gpu_computing
 from vastprobe.analysis.logs import LogHealth
+from vastprobe.analysis.progress import Progress
 from vastprobe.model import Evidence, FileStat, Finding, NotRead, Severity
 from vastprobe.rules.base import Context, Rule, RuleMeta
 
@@ -170,6 +171,12 @@ def _judged(
         # a quiet log alone is no stall: only a job seen not to move over the window makes it one
         sev = "warning"
         ev.append(Evidence("progress", _why_not_judged(ctx, job)))
+        if h.state == "stale" and ctx.two_samples and job:
+            # the hint said "did not move over the window" beside this very line (found by a new user's review)
+            hint = (
+                "the job stopped logging but moved over the window, so it is not seen to be stuck: see what it "
+                "does between log lines (the findings about its processes, `py-spy dump`, /proc/PID/stack)"
+            )
     elif sev == "error" and not busy and (sleepers := ctx.timer_sleepers(behind)):
         # asleep on a timer is no holder proven not to move: the job wakes by itself (a polling loop's
         # pause, a back-off, `time.sleep(3600)`) and read STALLED (found by a helper)
@@ -243,7 +250,25 @@ def _why_not_judged(ctx: Context, pids: tuple[int, ...]) -> str:
         return "one sample: no window to tell whether the job still works (--sample 1, the default, tells)"
     if not pids:
         return "no process holds the log and no --pid/--match names the job: nothing to tell whether it still works"
-    return "the job moved over the window (context switches or a state change): not seen to be stuck"
+    moved = [pid for pid in pids if (pr := ctx.progress.get(pid)) is not None and pr.moved]
+    how = sorted({how for pid in moved for how in _how_moved(ctx.progress[pid])})
+    return f"the job moved over the window ({', '.join(how) or 'it changed'}): not seen to be stuck"
+
+
+def _how_moved(pr: Progress) -> list[str]:
+    """What a process did over the window, in words (it said "context switches or a state change" of a
+    job that used CPU; found by a new user's review)."""
+    return [
+        words
+        for words, did in (
+            ("CPU", pr.cpu_ticks),
+            ("I/O", pr.io_bytes),
+            ("context switches", pr.ctxt_switches),
+            ("a state change", pr.state_changed),
+            ("a process ended", pr.gone),
+        )
+        if did
+    ]
 
 
 #: Bytes read or written over the window (rchar + wchar) that count as a process doing I/O.
