@@ -42,3 +42,21 @@ def test_the_pages_ship_in_the_package() -> None:
     config = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert "ruledocs/*.md" in config["tool"]["setuptools"]["package-data"]["vastprobe"]
     assert any(d.startswith("ClusterShell") for d in config["project"]["dependencies"])
+
+
+def test_the_probes_own_findings_are_in_the_catalogue() -> None:
+    """A user who saw VP900 in a report got "no rule 'VP900'" (found by a new user's review): the
+    probe's own findings are listed after the rules, and each has its page, by code and by slug."""
+    import json
+    import subprocess
+    import sys
+
+    listing = subprocess.run([sys.executable, "-m", "vastprobe", "rules", "--format", "json"], capture_output=True,
+                             text=True, timeout=60)  # fmt: skip
+    codes = [row["code"] for row in json.loads(listing.stdout)]
+    assert codes[-4:] == ["VP900", "VP901", "VP902", "VP903"], codes
+    for name, slug in (("VP900", "probe-incomplete"), ("probe-output-forged", "probe-output-forged"),
+                       ("vp902", "probe-section-unreadable"), ("VP903", "py-spy-unavailable")):  # fmt: skip
+        r = subprocess.run([sys.executable, "-m", "vastprobe", "rules", name], capture_output=True, text=True,
+                           timeout=60)  # fmt: skip
+        assert r.returncode == 0 and r.stdout.startswith(f"# {slug} ("), (name, r.stdout[:80], r.stderr)

@@ -30,23 +30,29 @@ def rules(
       vastprobe rules VP102
       vastprobe rules --format json
     """
+    from vastprobe.report.probe_findings import PROBE_FINDINGS
     from vastprobe.rules import RULES, find_rule
 
     if name is not None:
         rule = find_rule(name)
-        if rule is None:
+        # the probe's own findings (VP900-903) have pages too: a user who saw VP900 in a report got "no rule"
+        meta = (
+            rule.meta
+            if rule is not None
+            else next((m for m in PROBE_FINDINGS if name in (m.slug, m.code) or name.upper() == m.code), None)
+        )
+        if meta is None:
             usage_error(f"no rule {name!r}; `vastprobe rules` lists them")
-        page = _rule_page(rule.meta.slug)
+        page = _rule_page(meta.slug)
         if page is None:  # an installation without its docs: the module's own words
-            doc = sys.modules[rule.check.__module__].__doc__ or ""
-            m = rule.meta
-            page = f"{m.code} {m.slug} ({m.severity}): {m.summary}\n\n{doc.strip()}\n"
+            doc = (sys.modules[rule.check.__module__].__doc__ or "") if rule is not None else ""
+            page = f"{meta.code} {meta.slug} ({meta.severity}): {meta.summary}\n\n{doc.strip()}\n"
         sys.stdout.write(page)
         return
 
     rows = [
-        {"rule": r.meta.slug, "code": r.meta.code, "severity": r.meta.severity, "summary": r.meta.summary}
-        for r in RULES
+        {"rule": m.slug, "code": m.code, "severity": m.severity, "summary": m.summary}
+        for m in (*(r.meta for r in RULES), *PROBE_FINDINGS)
     ]
     # not through render.formats: the catalogue is no host report, and its JSON is written as it always was
     chosen = output_format(fmt, json_flag).name

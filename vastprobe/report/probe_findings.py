@@ -5,6 +5,20 @@ rest on the snapshot alone, before and beside the rules."""
 from __future__ import annotations
 
 from vastprobe.model import Evidence, Finding, HostSnapshot
+from vastprobe.rules.base import RuleMeta
+
+PROBE_INCOMPLETE = RuleMeta(
+    "probe-incomplete", "VP900", "info", "the probe did not finish, or part of its output is missing"
+)
+PROBE_OUTPUT_FORGED = RuleMeta(
+    "probe-output-forged", "VP901", "warning", "the probe's output holds sections the probe did not write"
+)
+PROBE_SECTION_UNREADABLE = RuleMeta(
+    "probe-section-unreadable", "VP902", "warning", "a section of the probe's output could not be read"
+)
+PY_SPY_UNAVAILABLE = RuleMeta("py-spy-unavailable", "VP903", "info", "--py-spy was asked and took no Python stack")
+#: The findings about the probe itself, listed by `vastprobe rules` after the rules (docs/rules has their pages)
+PROBE_FINDINGS = (PROBE_INCOMPLETE, PROBE_OUTPUT_FORGED, PROBE_SECTION_UNREADABLE, PY_SPY_UNAVAILABLE)
 
 
 def incomplete(snap: HostSnapshot) -> str | None:
@@ -27,10 +41,7 @@ def probe_findings(snap: HostSnapshot) -> tuple[Finding, ...]:
     out: list[Finding] = []
     if p.tampering:
         out.append(
-            Finding(
-                rule="probe-output-forged",
-                code="VP901",
-                severity="warning",
+            PROBE_OUTPUT_FORGED.finding(
                 summary="the probe's output holds sections the probe did not write (repeated, out of its order, "
                 "or never written by it): something on the target forged output; every copy of each was dropped, "
                 "and the host is not diagnosed",
@@ -42,10 +53,7 @@ def probe_findings(snap: HostSnapshot) -> tuple[Finding, ...]:
         )
     if p.unreadable_sections:
         out.append(
-            Finding(
-                rule="probe-section-unreadable",
-                code="VP902",
-                severity="warning",
+            PROBE_SECTION_UNREADABLE.finding(
                 summary=f"{len(p.unreadable_sections)} section(s) of the probe's output could not be read and "
                 "were left out; findings rest on the rest",
                 pids=(),
@@ -55,10 +63,7 @@ def probe_findings(snap: HostSnapshot) -> tuple[Finding, ...]:
         )
     if snap.python_stacks_note:  # --py-spy was asked and took nothing (or not all): said, not only in JSON
         out.append(
-            Finding(
-                rule="py-spy-unavailable",
-                code="VP903",
-                severity="info",
+            PY_SPY_UNAVAILABLE.finding(
                 summary=f"--py-spy: {snap.python_stacks_note}",
                 pids=(),
                 evidence=(Evidence("probe", snap.python_stacks_note),),
@@ -75,9 +80,7 @@ def probe_findings(snap: HostSnapshot) -> tuple[Finding, ...]:
         ev.append(Evidence("probe", "the probe did not reach its end" + (" (deadline)" if p.deadline_hit else "")))
     why = incomplete(snap)
     out.append(
-        Finding(
-            rule="probe-incomplete",
-            code="VP900",
+        PROBE_INCOMPLETE.finding(
             severity="warning" if why else "info",
             summary=f"{why}; findings rest on what arrived, and the host is never reported healthy"
             if why
