@@ -7,6 +7,7 @@ Nothing here imports asyncssh or rich at import time: option errors stay light.
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Optional
 
@@ -63,10 +64,18 @@ def probe_options(
         say(
             f"vastprobe: warning: --context {context} applies to kubectl:// targets only; none was given, so it is ignored"
         )
-    from vastprobe.pipeline import DiagnoseOptions, remote_deadline
+    from vastprobe.pipeline import DEADLINE_MARGIN, DiagnoseOptions, remote_deadline
     from vastprobe.probe.script import DEFAULT_ARTIFACTS, ProbeParams
 
     deadline = remote_deadline(timeout)  # SSH runs set it again from the time left once connected
+    if deadline <= sample:
+        # the watchdog would end every probe before its second sample: `--timeout 3` was accepted and
+        # each run read "the probe did not finish" (found by a new user's review)
+        need = math.floor(sample) + 1 + math.ceil(DEADLINE_MARGIN)
+        usage_error(
+            f"--timeout {timeout:g} leaves the probe {deadline}s on the target, too short for --sample {sample:g}: "
+            f"give --timeout {need} or more (or a shorter --sample)"
+        )
     params = ProbeParams(
         sample=sample,
         logs=tuple(lexical(x) for x in probe.log or ()),
