@@ -154,7 +154,9 @@ def test_hanging_force_command_times_out(tmp_path: Path) -> None:
     s = start_sshd(tmp_path / "hang", force_command="sleep 600")
     try:
         t0 = time.monotonic()
-        rc, host, _ = vp(s.target, "-i", str(s.user_key), "--known-hosts", str(s.known_hosts), "--timeout", "3", "--sample", "0")
+        rc, host, _ = vp(
+            s.target, "-i", str(s.user_key), "--known-hosts", str(s.known_hosts), "--timeout", "3", "--sample", "0"
+        )
         assert host["status"] == "timeout" and "--timeout 3" in host["error"] and rc == 3
         assert time.monotonic() - t0 < 15
         # the session opened and nothing came: the login shell's startup is the likely place
