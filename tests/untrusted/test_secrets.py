@@ -246,6 +246,10 @@ def test_secrets_one_assignment_deeper_and_by_program_are_masked() -> None:
             ("sh", "-c", "aws configure set aws_secret_access_key ***; aws s3 ls"),
         ("sh", "-c", "docker run -p 8080:80 img"): ("sh", "-c", "docker run -p 8080:80 img"),
         ("python", "-c", "print('50%')"): ("python", "-c", "print('50%')"),
+        # a wrapper script run by its interpreter: the script's name is the program (new user's review)
+        ("/bin/sh", "/usr/local/bin/mysql", "-uroot", "-pC22", "prod"):
+            ("/bin/sh", "/usr/local/bin/mysql", "-uroot", "-p***", "prod"),
+        ("sh", "/opt/run.sh", "-p", "8080"): ("sh", "/opt/run.sh", "-p", "8080"),
     }  # fmt: skip
     for argv, shown in argvs.items():
         assert redact_argv(argv) == shown, argv

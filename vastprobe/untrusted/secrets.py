@@ -119,6 +119,8 @@ _ENV_ASSIGN_HEAD = re.compile(
 )
 #: a program's login whose `-p` is the password (`docker login -p X`; elsewhere docker's `-p` publishes a port)
 _LOGIN_P = frozenset({"docker", "podman", "nerdctl", "buildah", "skopeo", "helm"})
+#: Interpreters whose first argument is the script that runs: the script's name says what runs
+_SCRIPT_RUNNERS = frozenset({"sh", "bash", "dash", "zsh", "ash", "ksh", "busybox", "python", "python3", "perl"})
 #: the same within one text (`sh -c 'docker login -u me -p X reg && docker push …'`), and aws's setting
 _LOGIN_INLINE = re.compile(
     r"((?<![\w-])(?:docker|podman|nerdctl|buildah|skopeo|helm)(?:\s+[a-z-]{1,16}){0,2}\s+login\b[^|;&\n]{0,512}?"
@@ -260,6 +262,10 @@ def redact_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
     hide_next = False
     changed = False
     prog = argv[0].rsplit("/", 1)[-1] if argv else ""
+    if prog in _SCRIPT_RUNNERS and len(argv) > 1 and not argv[1].startswith("-"):
+        # a wrapper script runs as `sh /usr/local/bin/mysql -pX`: the script's name is the program (its
+        # password showed; found by a new user's review)
+        prog = argv[1].rsplit("/", 1)[-1]
     curl = prog == "curl"
     short, apart = _SHORT_SECRET.get(prog, ("", False))
     if prog in _LOGIN_P and "login" in argv[1:3]:
