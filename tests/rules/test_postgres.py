@@ -116,7 +116,11 @@ def test_a_session_level_advisory_lock_held_by_an_idle_session_is_named(reap, cl
     """A migration tool's `pg_advisory_lock(42)`, held by a session now idle outside any transaction,
     and a job waiting for the same lock: no finding at all, HEALTHY (found by a helper): only sessions
     in a transaction or running a statement were taken for holders. The database's one idle session is
-    the holder, and idle over the window, the proof."""
+    the holder, and idle over the window, the proof. An earlier test's session left idle would make two
+    (it failed once under load, with no finding): every other client session is ended first."""
+    subprocess.run(["psql", "-h", str(cluster), "-U", "postgres", "-qc",
+                    "select pg_terminate_backend(pid) from pg_stat_activity where pid <> pg_backend_pid() "
+                    "and backend_type = 'client backend'"], capture_output=True, timeout=30)  # fmt: skip
     holder = subprocess.Popen(["bash", "-c", f"(echo 'select pg_advisory_lock(42);'; sleep 600) | "
                                f"psql -h {cluster} -U postgres -q"], start_new_session=True,
                               stdout=subprocess.DEVNULL)  # fmt: skip
