@@ -26,8 +26,9 @@ def worst(inc: Incident) -> int:
     return max(SEVERITY_ORDER[f.severity] for f in inc.findings)
 
 
-def headline(console: Console, r: HostReport) -> None:
-    """`local  STALLED  cuzk-bench was OOM-killed … → …`, wrapping under its own text."""
+def headline(console: Console, r: HostReport, facts: bool = True) -> None:
+    """`local  STALLED  cuzk-bench was OOM-killed … → …`, wrapping under its own text; then the host's
+    facts (kernel, scope, samples) unless `facts` is False (`--brief`: the headline alone)."""
     word = r.verdict.upper() + (f" ({r.status})" if r.status != "ok" else "")
     head = Text()
     head.append(safe(r.target, 200), style="bold")
@@ -41,12 +42,12 @@ def headline(console: Console, r: HostReport) -> None:
     else:
         hanging(console, "", head, why)
     snap = r.snapshot
-    if snap is not None:
+    if snap is not None and facts:
         h = snap.host
-        facts = [safe(h.hostname, 64), f"kernel {safe(h.kernel, 64)}", f"{processes(len(r.scope))} in scope"]
+        known = [safe(h.hostname, 64), f"kernel {safe(h.kernel, 64)}", f"{processes(len(r.scope))} in scope"]
         ups = snap.probe.sample_uptimes
-        facts.append(f"{len(ups)} samples {snap.sample_window:.1f}s apart" if len(ups) > 1 else "one sample")
-        hanging(console, "  ", Text(""), Text(" · ".join(facts), style="dim"))
+        known.append(f"{len(ups)} samples {snap.sample_window:.1f}s apart" if len(ups) > 1 else "one sample")
+        hanging(console, "  ", Text(""), Text(" · ".join(known), style="dim"))
 
 
 def last_words(console: Console, r: HostReport) -> None:

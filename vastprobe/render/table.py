@@ -36,7 +36,7 @@ def render_reports(
     """`brief`: the headline alone, one host after another."""
     console = make_console(file)
     for r in reports:
-        story.headline(console, r)
+        story.headline(console, r, facts=not brief)
         if brief:
             continue
         render_host(console, r, verbose)
