@@ -32,7 +32,7 @@ def nothing_matched(
     """--pid/--match (`asked`, as typed) named no process: nothing to diagnose, said so, never "healthy"."""
     why = (
         f"no process on the target matches {' '.join(asked)} ({processes_seen(snap)} processes seen): "
-        "nothing to diagnose; check the PID or pattern (`vastprobe diagnose TARGET` without them lists every process)"
+        "nothing to diagnose; check the PID or pattern (`vastprobe diagnose TARGET -v` without them lists every process)"
     )
     return with_story(HostReport(target, "ok", why, "unknown", probe_findings(snap), snap, timings, scope))
 

@@ -42,7 +42,7 @@ def check(ctx: Context) -> Iterator[Finding]:
                 yield _signal_waiter(ctx, cycle, ev, signals)
             continue
         if len(members) == 1:
-            summary = f"{ctx.proc_label(members[0])} waits on {cycle.edges[0].what} that only it can end"
+            summary = f"{ctx.proc_label(members[0])} waits on {cycle.edges[0].what}: only it can end that wait"
         else:
             summary = f"{names(ctx, members)} wait on each other in a cycle ({what})"
         feeder = _feeder(ctx, cycle) or _unread_output(ctx, cycle)
