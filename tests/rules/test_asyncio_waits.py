@@ -7,13 +7,15 @@ timer, on a signal handler, on a listening socket, or read the child's output.""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import children_of, proc_wchan, vastprobe_json, wait_for
+from tests.helpers import children_of, descendants, proc_wchan, vastprobe_json, wait_for
 
 SUBPROCESS = """
 import asyncio, sys
@@ -104,3 +106,35 @@ def test_an_asyncio_task_awaiting_what_no_task_will_do_is_stuck(reap, tmp_path: 
         assert [f["pids"] for f in found] == [[job.pid]], [(f["rule"], f["summary"]) for f in host["findings"]]
         assert "waits in its event loop for ever" in found[0]["summary"], found[0]["summary"]
         assert found[0]["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["headline"]
+
+
+STEP = """
+import asyncio, subprocess, sys
+step = ["sh", "-c", f"exec >>{sys.argv[2]}; echo step; sleep 600"]  # a long, legitimate pause on a timer
+if sys.argv[1] == "asyncio":
+    async def main():
+        await asyncio.to_thread(subprocess.run, step)
+    asyncio.run(main())
+else:
+    subprocess.run(step)
+"""
+
+
+@pytest.mark.parametrize("how", ["asyncio", "plain"])
+def test_a_step_asleep_on_a_timer_under_asyncio_is_judged_as_without_it(reap, tmp_path: Path, how: str) -> None:
+    """`await asyncio.to_thread(subprocess.run, step)`, the step asleep on a timer and the log 10
+    minutes old: the loop, sealed, waits on its thread waiting for the step, and the chain read as a
+    job that makes no progress, STALLED, where the same step without asyncio reads DEGRADED, "sleeps on
+    a timer" (found by a helper). Both are a warning."""
+    log = tmp_path / "job.log"
+    job = subprocess.Popen([sys.executable, "-c", STEP, how, str(log)], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: log.exists() and any(proc_wchan(k).endswith("nanosleep") for k in descendants(job.pid)),
+             what="the step asleep")  # fmt: skip
+    if how == "asyncio":
+        wait_for(lambda: in_epoll(job.pid), what="the loop waiting")
+    old = time.time() - 600
+    os.utime(log, (old, old))
+    rc, host = vastprobe_json("--pid", str(job.pid), "--log", str(log), "--sample", "0.5")
+    errors = [(f["rule"], f["summary"]) for f in host["findings"] if f["severity"] in ("error", "critical")]
+    assert not errors and host["verdict"] == "degraded" and rc == 0, errors or host["findings"]

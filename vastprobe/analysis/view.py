@@ -160,7 +160,7 @@ class SnapshotView:
                 continue
             if self.on_timer(pid):
                 sleepers.append(pid)
-            elif not (p.state == "S" and self.graph.kind(p) == "child"):
+            elif not (p.state == "S" and self.graph.waits_for_children(p)):
                 return ()
         return tuple(sleepers)
 
@@ -206,7 +206,7 @@ class SnapshotView:
             return True  # a child at work: the holder's work goes on
         if q.state != "S":
             return False
-        if self.on_timer(pid) or self.graph.kind(q) == "child":
+        if self.on_timer(pid) or self.graph.waits_for_children(q):
             return True
         edges = self.graph.edges(pid)
         return bool(edges) and all(e.holders and set(e.holders) <= family - {pid} for e in edges)

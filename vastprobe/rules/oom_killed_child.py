@@ -64,8 +64,7 @@ def check(ctx: Context) -> Iterator[Finding]:
         recent,
         # kills before the job started are left out: "in the last 15 minutes" alone counted fewer than
         # dmesg held then (found by a new user's review)
-        f"elsewhere on the host in the last {RECENT_S // 60:.0f} minutes since the watched job started, not tied "
-        "to it"
+        f"elsewhere on the host in the last {RECENT_S // 60:.0f} minutes since the watched job started, not tied to it"
         if ctx.options.explicit_scope
         else f"outside the processes in scope in the last {RECENT_S // 60:.0f} minutes",
         "context",

@@ -25,8 +25,11 @@ from vastprobe.analysis.waitgraph.pipes import PipeEdges
 from vastprobe.analysis.waitgraph.polls import PollEdges
 from vastprobe.analysis.waitgraph.pylocks import PyLockEdges
 from vastprobe.analysis.wchan_families import WaitKind, wait_kind
-from vastprobe.model import Evidence, HostSnapshot, Process, Syscall
+from vastprobe.model import Evidence, HostSnapshot, Process, ProcIO, Syscall
 
+#: The most CPU a process caught running may have used over the window and still be taken to wait
+#: on its one connection: a client polling with a 1 ms timeout uses a few percent, a job at work more
+CAUGHT_AWAKE_CPU_SHARE = 0.2
 MAX_CHAINS = 32
 MAX_DEPTH = 64
 #: processes one chain search visits at most (poll edges make the graph dense)
@@ -128,6 +131,16 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
                 ):
                     yield edge
 
+    def waits_for_children(self, p: Process) -> bool:
+        """Its wait is for its children: in wait4/sigsuspend, or an event loop nothing else can wake
+        beside a thread waiting for a child (asyncio's child watcher, `to_thread(subprocess.run)`): a
+        job whose step sleeps on a timer read STALLED there, DEGRADED without asyncio (found by a helper)."""
+        if self.kind(p) == "child":
+            return True
+        if self.kind(p) != "event-loop" or not self.sealed_loop(p, main_task(p)):
+            return False
+        return any(wait_kind(t.wchan if isinstance(t.wchan, str) else None, None) == "child" for t in self.tasks(p)[1:])
+
     def _watcher_edge(self, p: Process, t: Task) -> Iterator[WaitEdge]:
         jobs = self.jobs(p)
         if jobs:
@@ -158,8 +171,16 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
         if p.state != "R" or p.threads != 1 or len(p.samples) < 2 or p.last.state != "S":
             return None  # one thread: in a threaded one, the running main thread says nothing of the others
         window = self.snapshot.sample_window * self.snapshot.host.clk_tck
-        if window <= 0 or p.last.cpu_ticks - p.first.cpu_ticks >= window / 2:
-            return None  # busy over the window (BUSY_CPU_SHARE): it computes, whatever its connection
+        first, last = p.first.io, p.last.io
+        wrote = (
+            isinstance(first, ProcIO)
+            and isinstance(last, ProcIO)
+            and last.wchar + last.rchar > first.wchar + first.rchar
+        )
+        if window <= 0 or wrote or p.last.cpu_ticks - p.first.cpu_ticks >= window * CAUGHT_AWAKE_CPU_SHARE:
+            # at work over the window (a job at 30% of a CPU, logging, beside an idle connection to a stopped
+            # server read STALLED 3 runs of 34; found by a helper): whatever its connection, it does not wait there
+            return None
         edge = self._poll_socket_edge(p)
         if edge is None or not edge.holders or not all(self._frozen(h) or self._locked(h) for h in edge.holders):
             return None
