@@ -616,3 +616,69 @@ def test_a_blocking_pop_through_a_relay_is_judged_by_the_server_beyond_it(reap, 
         return
     assert found and f"{pid} (redis-server)" in found[0]["summary"], [f["summary"] for f in found]
     assert found[0]["severity"] == "error" and host["verdict"] == "stalled" and rc == 1
+
+
+#: A server that spins accepting connections and never reads them (it is always runnable)
+SPINNING_SERVER = r"""
+import socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8); s.setblocking(False)
+print(s.getsockname()[1], flush=True)
+held = []
+while True:
+    try:
+        held.append(s.accept()[0])
+    except BlockingIOError:
+        pass
+"""
+
+
+def _cpu_throttled_cgroup(name: str) -> tuple[Path, Path]:
+    """A cgroup allowed 1 ms of CPU a second: (the directory, its procs file). v1's cpu controller or
+    v2's cpu.max; skips where neither can be made."""
+    v1 = Path("/sys/fs/cgroup/cpu")
+    if (v1 / "cpu.cfs_quota_us").exists():
+        d = v1 / name
+        d.mkdir()
+        (d / "cpu.cfs_period_us").write_text("1000000")
+        (d / "cpu.cfs_quota_us").write_text("1000")
+        return d, d / "cgroup.procs"
+    v2 = Path("/sys/fs/cgroup")
+    if (v2 / "cgroup.controllers").exists() and "cpu" in (v2 / "cgroup.subtree_control").read_text().split():
+        d = v2 / name
+        d.mkdir()
+        (d / "cpu.max").write_text("1000 1000000")
+        return d, d / "cgroup.procs"
+    pytest.skip("no cgroup CPU controller to throttle a process with here")
+
+
+def test_a_server_runnable_but_starved_of_cpu_is_no_proof(reap) -> None:
+    """The client's connection sat in the server's accept queue, and the server did nothing over the
+    window: the proof of a stall, but it was runnable at every read and simply got no CPU (a loaded machine; here its cgroup's quota, as
+    `docker --cpus` sets it). Runnable is not blocked: no proof, not STALLED. On a loaded CI machine a
+    server back from its handler's sleep read so, and its queued client STALLED (a flake)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a cgroup")
+    cg, procs = _cpu_throttled_cgroup(f"vastprobe-test-{os.getpid()}")
+    srv = subprocess.Popen([sys.executable, "-c", SPINNING_SERVER], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(srv)
+    try:
+        assert srv.stdout is not None
+        port = int(srv.stdout.readline())
+        procs.write_text(str(srv.pid))
+        client = subprocess.Popen([sys.executable, "-c", CONNECT.replace("c.recv", "c.sendall(b'GET /');c.recv"),
+                                   str(port)], start_new_session=True)  # fmt: skip
+        reap.append(client)
+        wait_for(lambda: proc_wchan(client.pid) == "wait_woken" and proc_state(srv.pid) == "R",
+                 what="the client waiting, the server runnable")  # fmt: skip
+        rc, host = vastprobe_json("--pid", str(client.pid), "--sample", "1")
+        [p] = [p for p in host["snapshot"]["processes"] if p["pid"] == srv.pid]
+        if not all(s["state"] == "R" for s in p["samples"]) or p["samples"][-1]["utime"] != p["samples"][0]["utime"]:
+            pytest.skip("the server was not read runnable and idle at both samples (the case not met)")
+        assert not [f for f in host["findings"] if f["severity"] in ("error", "critical")], host["findings"]
+        assert host["verdict"] != "stalled" and rc == 0, host["headline"]
+    finally:
+        srv.kill()
+        srv.wait()
+        wait_for(lambda: not procs.read_text().strip(), what="the cgroup empty")
+        cg.rmdir()

@@ -168,6 +168,11 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
         if still and all(_locked_for_ever(ctx, h) for h in edge.holders):
             return _locked_words(ctx, edge.holders)
         return None
+    if any(_runnable_throughout(ctx, h) for h in edge.holders):
+        # runnable at every read, yet no CPU tick counted: waiting for a CPU, not blocked. On a loaded
+        # machine a server back from its handler's sleep read so, its queued client STALLED (a CI flake);
+        # one throttled by its cgroup's CPU quota as well
+        return None
     if all(ctx.wakes_by_itself(h) for h in edge.holders):
         # asleep on a timer, it moves again by itself: a server whose handler sleeps 2 s, a lock holder
         # between steps (`echo; sleep 3`) did nothing over a 1 s window and read STALLED (found by a
@@ -214,6 +219,11 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
                 "session-level lock (pg_advisory_lock) is held until it is released or the session ends"
             )
     return None
+
+
+def _runnable_throughout(ctx: SnapshotView, pid: int) -> bool:
+    p = ctx.tree.by_pid.get(pid)
+    return p is not None and bool(p.samples) and all(s.state == "R" for s in p.samples)
 
 
 def _locked_words(ctx: SnapshotView, holders: tuple[int, ...]) -> str:
