@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -439,3 +440,36 @@ def test_the_probes_own_processes_are_never_what_the_job_waits_on(tmp_path: Path
     f = next(f for f in host["findings"] if f["rule"] == "missing-logs")
     assert not f["summary"].endswith("the job waits on what computes"), f
     assert f["severity"] == "error" and host["verdict"] == "stalled" and out.returncode == 1, f
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv (util-linux) to act as nobody"
+)
+def test_a_log_the_probe_cannot_open_is_said_so() -> None:
+    """Run as a user who cannot read the --log (another user's file, or root squashed on an NFS mount),
+    the probe stat'ed it and read no tail, and the report said nothing: HEALTHY, the tail "" (found by a
+    new user's review). The probe now says it could not open it, and the report says so, in a note."""
+    import tempfile
+
+    from tests.helpers import local_snapshot
+    from vastprobe.model import Unavailable
+    from vastprobe.model.report import verdict
+    from vastprobe.probe.script import ProbeParams
+    from vastprobe.rules.base import RuleOptions
+    from vastprobe.rules.engine import run_rules
+
+    d = Path(tempfile.mkdtemp(prefix="vp-unreadable-", dir="/tmp"))
+    try:
+        d.chmod(0o755)
+        log = d / "root-only.log"
+        log.write_text("step 1\n")
+        log.chmod(0o600)
+        snap = local_snapshot(ProbeParams(sample=0, logs=(str(log),)),
+                              shell=["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/bin/sh"])  # fmt: skip
+        [got] = snap.logs
+        assert isinstance(got.tail, Unavailable) and "could not be opened" in got.tail.reason, got.tail
+        found = [f for f in run_rules(snap, (os.getpid(),), RuleOptions()) if f.rule == "missing-logs"]
+        assert [f.severity for f in found] == ["info"] and "could not read it" in found[0].summary, found
+        assert verdict(tuple(found)) == "healthy"
+    finally:
+        shutil.rmtree(d)

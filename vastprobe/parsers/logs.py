@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from vastprobe.probe.sections import RawSection
 
 
+#: Why a log's tail is missing where the probe could not open it (it printed `@@unreadable`)
+UNREADABLE = "could not be opened for reading (no read permission: another user's file, or root squashed on NFS)"
+
+
 def log_tail(sec: RawSection | None, fmt: int = 3, bound: int | None = None) -> str | Unavailable:
     """Since format 3 every line of the tail comes prefixed with `|` (a line without it is tail's
     complaint), so no log line can pass for a marker of the probe's own. Whole lines only: a read of
@@ -29,6 +33,8 @@ def log_tail(sec: RawSection | None, fmt: int = 3, bound: int | None = None) -> 
         return Unavailable("not read")
     if sec.text.startswith("@@notregular"):
         return Unavailable("not a regular file: not read")
+    if sec.text.startswith("@@unreadable"):
+        return Unavailable(UNREADABLE)
     refused = files.not_read(sec.text.split("\n", 1)[0])
     if refused is not None:
         return refused

@@ -1230,11 +1230,15 @@ vp_logtail() {
 	# A plain file is opened from its directory, entered along the path as given and checked there
 	# as the current one (vp_enter); a link is opened as resolved and checked (vp_logpath)
 	(
+		# a file this user may not read (another user's; root squashed on NFS) says so: a failed `exec`
+		# redirection would end the subshell before any `||`
 		if [ -z "$vp_tlinks" ] || [ -h "$vp_ldir/$vp_lbase" ]; then
+			[ -r "$vp_real" ] || { printf '@@unreadable\n'; exit 0; }
 			exec 5<"$vp_real" || exit 0
 			vp_same "$vp_real" || exit 0
 		else
 			vp_enter "$vp_ldir" || exit 0
+			[ -r "./$vp_lbase" ] || { printf '@@unreadable\n'; exit 0; }
 			exec 5<"./$vp_lbase" || exit 0
 			vp_same "./$vp_lbase" || exit 0
 		fi

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from vastprobe.analysis.gpu import gpu_computing
 from vastprobe.analysis.logs import LogHealth
 from vastprobe.analysis.progress import Progress
-from vastprobe.model import Evidence, FileStat, Finding, NotRead, Severity
+from vastprobe.model import Evidence, FileStat, Finding, NotRead, Severity, Unavailable
+from vastprobe.parsers.logs import UNREADABLE
 from vastprobe.rules.base import Context, Rule, RuleMeta
 
 META = RuleMeta("missing-logs", "VP104", "error", "an expected log is missing, silent or deleted while still open")
@@ -27,7 +28,17 @@ def _finding(ctx: Context, h: LogHealth) -> Finding | None:
         who = ", ".join(ctx.proc_label(pid) for pid in h.writers[:3]) + (" and others" if len(h.writers) > 3 else "")
         ev.append(Evidence("/proc/fd", f"held open for writing by {who} (found: no --log named it)"))
         path = f"{path} (the job's log, found open)"
+    unreadable = isinstance(h.log.tail, Unavailable) and h.log.tail.reason == UNREADABLE
+    if unreadable:
+        # it read HEALTHY and said nothing of the tail it could not read (found by a new user's review)
+        ev.append(Evidence("probe", f"{path}: its tail {UNREADABLE}"))
     if h.state == "ok":
+        if unreadable:
+            return META.finding(
+                f"{path} is being written, but the probe could not read it: its last lines are not checked",
+                h.writers, ev, "run vastprobe as a user who can read the log (root on the target, and for a network "
+                "mount one that is not squashed), or give a log the job's user can read", "info",
+            )  # fmt: skip
         return _fatal_tail(h, path, ev)
     if h.state in ("refused", "unanswered"):
         return _not_read(h, path, ev)
