@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from functools import cached_property
 
+from vastprobe.analysis.progress import progress
 from vastprobe.analysis.tree import ProcessTree
 from vastprobe.analysis.waitgraph.edges import (
     Chain,
@@ -25,7 +26,7 @@ from vastprobe.analysis.waitgraph.pipes import PipeEdges
 from vastprobe.analysis.waitgraph.polls import PollEdges
 from vastprobe.analysis.waitgraph.pylocks import PyLockEdges
 from vastprobe.analysis.wchan_families import WaitKind, wait_kind
-from vastprobe.model import Evidence, HostSnapshot, Process, ProcIO, Syscall
+from vastprobe.model import Evidence, HostSnapshot, Process, Syscall
 
 #: The most CPU a process caught running may have used over the window and still be taken to wait
 #: on its one connection: a client polling with a 1 ms timeout uses a few percent, a job at work more
@@ -34,6 +35,11 @@ MAX_CHAINS = 32
 MAX_DEPTH = 64
 #: processes one chain search visits at most (poll edges make the graph dense)
 MAX_VISITS = 4096
+
+
+def _waits_for_a_child(t: Task) -> bool:
+    """A thread in wait4/waitid by its wait channel (task_kind reads a thread's as a signal wait)."""
+    return wait_kind(t.wchan if isinstance(t.wchan, str) else None, None) == "child"
 
 
 def _loop_of(ch: Chain) -> tuple[Hop, ...]:
@@ -114,7 +120,7 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
         # a pool idles, and following it leads round the pool and back
         for t in self.tasks(p)[1:]:
             tk = self.task_kind(p, t)
-            if sealed and wait_kind(t.wchan if isinstance(t.wchan, str) else None, None) == "child":
+            if sealed and _waits_for_a_child(t):
                 # the loop wakes when this thread sees a child end (asyncio's child watcher): its wait is
                 # the process's
                 yield from self._watcher_edge(p, t)
@@ -139,7 +145,7 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
             return True
         if self.kind(p) != "event-loop" or not self.sealed_loop(p, main_task(p)):
             return False
-        return any(wait_kind(t.wchan if isinstance(t.wchan, str) else None, None) == "child" for t in self.tasks(p)[1:])
+        return any(_waits_for_a_child(t) for t in self.tasks(p)[1:])
 
     def _watcher_edge(self, p: Process, t: Task) -> Iterator[WaitEdge]:
         jobs = self.jobs(p)
@@ -171,13 +177,8 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
         if p.state != "R" or p.threads != 1 or len(p.samples) < 2 or p.last.state != "S":
             return None  # one thread: in a threaded one, the running main thread says nothing of the others
         window = self.snapshot.sample_window * self.snapshot.host.clk_tck
-        first, last = p.first.io, p.last.io
-        wrote = (
-            isinstance(first, ProcIO)
-            and isinstance(last, ProcIO)
-            and last.wchar + last.rchar > first.wchar + first.rchar
-        )
-        if window <= 0 or wrote or p.last.cpu_ticks - p.first.cpu_ticks >= window * CAUGHT_AWAKE_CPU_SHARE:
+        moved = progress(p, len(p.samples))
+        if window <= 0 or moved.io_bytes or moved.cpu_ticks >= window * CAUGHT_AWAKE_CPU_SHARE:
             # at work over the window (a job at 30% of a CPU, logging, beside an idle connection to a stopped
             # server read STALLED 3 runs of 34; found by a helper): whatever its connection, it does not wait there
             return None
