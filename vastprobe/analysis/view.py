@@ -185,10 +185,18 @@ class SnapshotView:
         return pr is None or not pr.sampled or not (pr.cpu_ticks or pr.io_bytes)
 
     def stopped_below(self, pid: int) -> Process | None:
-        """A process stopped in every sample under `pid`, where `pid` is asleep on a timer and so held
+        """A process stopped in every sample under `pid`, where `pid` polls on a timer and so is held
         (wakes_by_itself is False): a cron run that polls its stopped step under its flock. Its wakes to
-        poll are movement, and dropped the finding whenever one fell in the window (a test's flake)."""
-        if not self.on_timer(pid) or self.wakes_by_itself(pid):
+        poll are movement, and dropped the finding whenever one fell in the window (a test's flake); on a
+        loaded machine it is caught runnable as it wakes, so a poller (asleep on a timer or caught awake
+        at the first read, asleep or runnable at each, not computing) counts (a CI flake too)."""
+        p = self.tree.by_pid.get(pid)
+        if p is None or self.computes(pid) or self.wakes_by_itself(pid):
+            return None
+        polls = self.on_timer(pid) or (
+            self.graph.kind(p) in ("sleep", None) and bool(p.samples) and all(s.state in ("S", "R") for s in p.samples)
+        )
+        if not polls:
             return None
         return next(
             (d for d in self.tree.descendants(pid) if self.stopped_throughout(d)),
