@@ -240,11 +240,19 @@ def test_curl_behind_a_listener_that_never_accepts_is_stalled_and_noted_in_one_s
     c = subprocess.Popen(["curl", "-s", f"http://127.0.0.1:{port}/"], start_new_session=True, stdout=subprocess.DEVNULL)
     reap.append(c)
     wait_for(lambda: proc_wchan(c.pid).startswith(("poll", "do_sys_poll")), what="curl waiting")
-    rc, host = vastprobe_json("--pid", str(c.pid), "--sample", "1")
+
+    def diagnosed(sample: str) -> tuple[int, dict]:
+        for _ in range(4):  # curl caught running at the first read (a loaded CI machine) builds no chain: again
+            rc, host = vastprobe_json("--pid", str(c.pid), "--sample", sample)
+            if not caught_running(host, c.pid):
+                break
+        return rc, host
+
+    rc, host = diagnosed("1")
     f = finding(host)
     assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["headline"]
     assert "has not accepted the connection" in f["summary"], f["summary"]
-    rc, host = vastprobe_json("--pid", str(c.pid), "--sample", "0")
+    rc, host = diagnosed("0")
     f = finding(host)
     assert f["severity"] == "info" and f["summary"].endswith("(seen in one sample)"), f["summary"]
     assert host["verdict"] == "healthy" and rc == 0
