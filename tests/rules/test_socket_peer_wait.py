@@ -45,6 +45,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def start_server(reap: list[subprocess.Popen], code: str, *args: str) -> tuple[subprocess.Popen, str]:
+    """A Python server of this module's (`code`, which prints its port first), reaped after the test:
+    (the process, its port)."""
+    srv = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(srv)
+    assert srv.stdout is not None
+    return srv, srv.stdout.readline().strip()
+
+
 def resp(*words: str) -> bytes:
     """A command in redis's wire protocol (RESP)."""
     return f"*{len(words)}\r\n".encode() + b"".join(f"${len(w)}\r\n{w}\r\n".encode() for w in words)
@@ -158,6 +168,8 @@ signal.pause()  # never accepts: its handler is stuck elsewhere (not on a timer:
 """
 
 CONNECT = "import socket, sys\nc = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\nc.recv(10)\n"
+#: The same client with a request sent first: it waits for the answer
+ASK_AND_WAIT = CONNECT.replace("c.recv", "c.sendall(b'GET /');c.recv")
 
 
 SLOW_SERVER = """import http.server, sys, time
@@ -191,11 +203,7 @@ def test_clients_of_a_slow_single_threaded_server_are_not_stalled(reap, tmp_path
     timer, the server moves again by itself. No proof: at worst a warning. `pump`: beside a helper
     thread idle on a pipe, it read STALLED again, its proof line naming the nanosleep (found by a
     helper); `wakeup`: beside a thread reading its own wake-up pipe, as well (found by a helper)."""
-    srv = subprocess.Popen([sys.executable, "-c", SLOW_SERVER, *([threads] if threads != "one" else [])],
-                           stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
-    reap.append(srv)
-    assert srv.stdout is not None
-    port = srv.stdout.readline().strip()
+    srv, port = start_server(reap, SLOW_SERVER, *([threads] if threads != "one" else []))
     loop = f"while true; do curl -s -o /dev/null http://127.0.0.1:{port}/ && echo >> {tmp_path}/done; done"
     job = subprocess.Popen(["bash", "-c", f"({loop}) & ({loop}) & wait"], start_new_session=True)
     reap.append(job)
@@ -209,10 +217,7 @@ def test_clients_of_a_slow_single_threaded_server_are_not_stalled(reap, tmp_path
 def test_clients_of_a_listener_that_never_accepts_are_stalled(reap) -> None:
     """listen(1): two connections fill the accept queue, the third waits in connect() (SYN-SENT).
     Each of them is stalled on the listener, proven by its queue and its stillness."""
-    srv = subprocess.Popen([sys.executable, "-c", LISTENER], stdout=subprocess.PIPE, text=True, start_new_session=True)
-    reap.append(srv)
-    assert srv.stdout is not None
-    port = srv.stdout.readline().strip()
+    srv, port = start_server(reap, LISTENER)
     clients = []
     for _ in range(3):
         c = subprocess.Popen([sys.executable, "-c", CONNECT, port], start_new_session=True)
@@ -233,10 +238,7 @@ def test_curl_behind_a_listener_that_never_accepts_is_stalled_and_noted_in_one_s
     """curl polls its connection, so the wait is inferred, and one sample of it with nothing in flight
     was dropped as an idle keep-alive: no note at all, where docs/evidence.md promises one for a
     listener. A connection in an accept queue is no keep-alive."""
-    srv = subprocess.Popen([sys.executable, "-c", LISTENER], stdout=subprocess.PIPE, text=True, start_new_session=True)
-    reap.append(srv)
-    assert srv.stdout is not None
-    port = srv.stdout.readline().strip()
+    _srv, port = start_server(reap, LISTENER)
     c = subprocess.Popen(["curl", "-s", f"http://127.0.0.1:{port}/"], start_new_session=True, stdout=subprocess.DEVNULL)
     reap.append(c)
     wait_for(lambda: proc_wchan(c.pid).startswith(("poll", "do_sys_poll")), what="curl waiting")
@@ -330,11 +332,7 @@ def test_a_download_from_a_server_locked_for_ever_is_a_stall_when_the_job_is_nam
     """Found by a helper: the whole host read STALLED (fork-deadlock on the server), while the job
     named alone, the server out of its scope, read HEALTHY with a note: a holder proven not to move is
     the proof whatever the scope."""
-    srv = subprocess.Popen([sys.executable, "-c", HALF_ANSWER], stdout=subprocess.PIPE, text=True,
-                           start_new_session=True)  # fmt: skip
-    reap.append(srv)
-    assert srv.stdout is not None
-    port = srv.stdout.readline().strip()
+    srv, port = start_server(reap, HALF_ANSWER)
     get = f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/').read()"
     job = subprocess.Popen([sys.executable, "-c", get], start_new_session=True)
     reap.append(job)
@@ -365,11 +363,7 @@ def test_a_client_of_a_server_deadlocked_on_its_own_pipes_under_a_timer_loop_is_
     to wake by itself, though its workers wait on pipes only the process writes: a client stuck in its
     accept queue read DEGRADED, and across two hosts HEALTHY. What only the process holds is no I/O
     from outside: the proof stands."""
-    srv = subprocess.Popen([sys.executable, "-c", SELF_DEADLOCK], stdout=subprocess.PIPE, text=True,
-                           start_new_session=True)  # fmt: skip
-    reap.append(srv)
-    assert srv.stdout is not None
-    port = srv.stdout.readline().strip()
+    srv, port = start_server(reap, SELF_DEADLOCK)
     wait_for(lambda: len(list(Path(f"/proc/{srv.pid}/task").iterdir())) == 3, what="the workers started")
     c = subprocess.Popen([sys.executable, "-c", CONNECT, port], start_new_session=True)
     reap.append(c)
@@ -407,10 +401,7 @@ def test_a_side_threads_stopped_telemetry_server_does_not_hold_a_working_job(rea
     """Found by a helper: following a side thread's read of a stopped peer beside the main thread's pipe
     wait (git's loop with index-pack) made a job whose child computes read STALLED, held by its
     telemetry server. Only where the pipe leads back into the process is that thread's read followed."""
-    srv = subprocess.Popen([sys.executable, "-c", ECHO], stdout=subprocess.PIPE, text=True, start_new_session=True)
-    reap.append(srv)
-    assert srv.stdout is not None
-    port = srv.stdout.readline().strip()
+    srv, port = start_server(reap, ECHO)
     job = subprocess.Popen([sys.executable, "-c", TELEMETRY_JOB, port], stdout=subprocess.PIPE, text=True,
                            start_new_session=True)  # fmt: skip
     reap.append(job)
@@ -457,11 +448,7 @@ def test_a_stopped_server_is_not_said_to_move_for_its_polling_clients_wakes(reap
     """The client polls with a short timeout (it wakes twenty times a second); the server is stopped.
     The progress line named the server "some CPU, I/O or state change": the client's movement, said of
     the blocker (found by a helper). Each now says its own."""
-    srv = subprocess.Popen([sys.executable, "-c", STOPPING_SERVER], stdout=subprocess.PIPE, text=True,
-                           start_new_session=True)  # fmt: skip
-    reap.append(srv)
-    assert srv.stdout is not None
-    port = srv.stdout.readline().strip()
+    srv, port = start_server(reap, STOPPING_SERVER)
     client = subprocess.Popen([sys.executable, "-c", POLLING_CLIENT, port], start_new_session=True)
     reap.append(client)
     wait_for(lambda: Path(f"/proc/{srv.pid}/stat").read_text().split(") ")[1][0] == "T", what="the server stopped")
@@ -504,11 +491,7 @@ def test_a_client_caught_running_then_asleep_on_a_stuck_server_is_stalled(reap, 
     computes all along beside that connection waits on nothing."""
     computes, works = server.endswith("-computes"), server.endswith("-works")
     server = server.split("-")[0]
-    srv = subprocess.Popen([sys.executable, "-c", STOPPING_SERVER if server == "stopped" else LOCKED_SERVER],
-                           stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
-    reap.append(srv)
-    assert srv.stdout is not None
-    port = srv.stdout.readline().strip()
+    srv, port = start_server(reap, STOPPING_SERVER if server == "stopped" else LOCKED_SERVER)
     go = tmp_path / "go"
     client = subprocess.Popen([sys.executable, "-c", SPIN_THEN_WAIT_CLIENT, port, str(go), *(["works"] if works else [])],
                               stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
@@ -554,13 +537,8 @@ def test_a_client_of_a_server_locked_for_ever_is_stalled_from_one_sample(reap, s
     """The server's one thread waits on its own lock with no timeout: its state is the proof, as
     fork-deadlock's own finding takes it from one sample. With --sample 0 its client read HEALTHY, a
     note (found by a helper, a gunicorn handler deadlocked under curl)."""
-    srv = subprocess.Popen([sys.executable, "-c", LOCKED_SERVER], stdout=subprocess.PIPE, text=True,
-                           start_new_session=True)  # fmt: skip
-    reap.append(srv)
-    assert srv.stdout is not None
-    port = srv.stdout.readline().strip()
-    client = subprocess.Popen([sys.executable, "-c", CONNECT.replace("c.recv", "c.sendall(b'GET /');c.recv"), port],
-                              start_new_session=True)  # fmt: skip
+    srv, port = start_server(reap, LOCKED_SERVER)
+    client = subprocess.Popen([sys.executable, "-c", ASK_AND_WAIT, port], start_new_session=True)
     reap.append(client)
     wait_for(lambda: proc_wchan(srv.pid).startswith("futex") and proc_wchan(client.pid) == "wait_woken",
              what="the server on its own lock, the client waiting")  # fmt: skip
@@ -574,11 +552,7 @@ def test_a_client_polling_fast_on_a_server_locked_for_ever_is_stalled(reap) -> N
     """A client waiting with a 1 ms socket timeout burns CPU, which counted as the chain moving: no
     finding, HEALTHY, while the server, one thread on its own lock, was proven stuck (found by a helper).
     The holder's own stillness and its lock prove it whatever the waiter does."""
-    srv = subprocess.Popen([sys.executable, "-c", LOCKED_SERVER], stdout=subprocess.PIPE, text=True,
-                           start_new_session=True)  # fmt: skip
-    reap.append(srv)
-    assert srv.stdout is not None
-    port = srv.stdout.readline().strip()
+    srv, port = start_server(reap, LOCKED_SERVER)
     client = subprocess.Popen([sys.executable, "-c", POLLING_CLIENT.replace("0.002", "0.001"), port],
                               start_new_session=True)  # fmt: skip
     reap.append(client)
@@ -661,21 +635,17 @@ def _cpu_throttled_cgroup(name: str) -> tuple[Path, Path]:
 
 def test_a_server_runnable_but_starved_of_cpu_is_no_proof(reap) -> None:
     """The client's connection sat in the server's accept queue, and the server did nothing over the
-    window: the proof of a stall, but it was runnable at every read and simply got no CPU (a loaded machine; here its cgroup's quota, as
-    `docker --cpus` sets it). Runnable is not blocked: no proof, not STALLED. On a loaded CI machine a
-    server back from its handler's sleep read so, and its queued client STALLED (a flake)."""
+    window: the proof of a stall, but it was runnable at every read and simply got no CPU (a loaded
+    machine; here its cgroup's quota, as `docker --cpus` sets it). Runnable is not blocked: no proof,
+    not STALLED. On a loaded CI machine a server back from its handler's sleep read so, and its queued
+    client STALLED (a flake)."""
     if os.geteuid() != 0:
         pytest.skip("needs root to make a cgroup")
+    srv, port = start_server(reap, SPINNING_SERVER)
     cg, procs = _cpu_throttled_cgroup(f"vastprobe-test-{os.getpid()}")
-    srv = subprocess.Popen([sys.executable, "-c", SPINNING_SERVER], stdout=subprocess.PIPE, text=True,
-                           start_new_session=True)  # fmt: skip
-    reap.append(srv)
     try:
-        assert srv.stdout is not None
-        port = int(srv.stdout.readline())
         procs.write_text(str(srv.pid))
-        client = subprocess.Popen([sys.executable, "-c", CONNECT.replace("c.recv", "c.sendall(b'GET /');c.recv"),
-                                   str(port)], start_new_session=True)  # fmt: skip
+        client = subprocess.Popen([sys.executable, "-c", ASK_AND_WAIT, port], start_new_session=True)
         reap.append(client)
         wait_for(lambda: proc_wchan(client.pid) == "wait_woken" and proc_state(srv.pid) == "R",
                  what="the client waiting, the server runnable")  # fmt: skip
