@@ -218,28 +218,25 @@ def found_logs(snapshot: HostSnapshot, scope: frozenset[int]) -> tuple[LogFile, 
     # something in it is not the job's log (a trainer logging to train.log on fd 3 and nothing to
     # stdout: its empty stdout.log was blamed, "check its stdout redirection")
     writing = {pid for ino, (_p, st) in files.items() if st.size for pid, _fd, _d in holders[ino]}
+    # and not where each holder launched one that does: the `timeout` or shell that started `python job.py >
+    # out.txt`, waiting with out.txt open while the job logs to its own file (its empty out.txt was blamed,
+    # with a hint to kill the job; found by a helper)
+    elsewhere = writing | _launchers(writing, by_pid)
     unread = Unavailable("found, not given: its tail is read only for the 4 logs on the host written last")
     return tuple(
         LogFile(path=path, stats=(stat,), tail=tails.get(ino, unread), holders=tuple(holders[ino]), found=True)
         for ino, (path, stat) in files.items()
-        if stat.size or not _writes_elsewhere([pid for pid, _fd, _d in holders[ino]], writing, by_pid)
+        if stat.size or not (writing and all(pid in elsewhere for pid, _fd, _d in holders[ino]))
     )
 
 
-def _writes_elsewhere(holders: list[int], writing: set[int], by_pid: dict[int, Process]) -> bool:
-    """Every holder of an empty file writes another found log, or launched one that does: the
-    `timeout` or shell that started `python job.py > out.txt`, waiting with out.txt open while the job
-    logs to its own file (its empty out.txt was blamed, with a hint to kill the job; found by a helper)."""
-    if not writing:
-        return False
-    for pid in holders:
-        if pid in writing:
-            continue
-        kids = [q for q in by_pid.values() if q.ppid == pid]
-        seen = {pid}
-        while kids and not any(q.pid in writing for q in kids):
-            kids = [q for q in by_pid.values() if q.ppid in {k.pid for k in kids} and q.pid not in seen]
-            seen.update(k.pid for k in kids)
-        if not kids:
-            return False
-    return True
+def _launchers(writing: set[int], by_pid: dict[int, Process]) -> set[int]:
+    """The ancestors of the processes in `writing`, as far as `by_pid` reaches."""
+    out: set[int] = set()
+    for pid in writing:
+        q, seen = by_pid.get(pid), {pid}
+        while q is not None and q.ppid not in seen:  # a PID loop in hostile data ends the walk
+            seen.add(q.ppid)
+            out.add(q.ppid)
+            q = by_pid.get(q.ppid)
+    return out

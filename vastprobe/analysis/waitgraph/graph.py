@@ -108,9 +108,10 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
             # (found by a helper). Only such a loop: a side thread's telemetry to a stopped server, beside
             # a child that computes, holds nothing the job needs (found by a helper)
             yield from self._frozen_reads(p)
+        if found:
+            return
         sealed = kind == "event-loop" and self.sealed_loop(p, main)
-        if found or (kind in ("pipe-read", "pipe-write", "fifo-open", "file-lock", "fuse", "event-loop", "sleep")
-                     and not sealed):  # fmt: skip
+        if kind in ("pipe-read", "pipe-write", "fifo-open", "file-lock", "fuse", "event-loop", "sleep") and not sealed:
             return  # an event loop or a sleep can act by itself: its threads' waits are not the process's
         if kind == "futex" and isinstance(p.syscall, Syscall) and not untimed_futex(p.syscall):
             return  # a futex wait with a timeout (Event.wait(5), a join with a timeout): it wakes and acts
@@ -141,9 +142,10 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
         """Its wait is for its children: in wait4/sigsuspend, or an event loop nothing else can wake
         beside a thread waiting for a child (asyncio's child watcher, `to_thread(subprocess.run)`): a
         job whose step sleeps on a timer read STALLED there, DEGRADED without asyncio (found by a helper)."""
-        if self.kind(p) == "child":
+        kind = self.kind(p)
+        if kind == "child":
             return True
-        if self.kind(p) != "event-loop" or not self.sealed_loop(p, main_task(p)):
+        if kind != "event-loop" or not self.sealed_loop(p, main_task(p)):
             return False
         return any(_waits_for_a_child(t) for t in self.tasks(p)[1:])
 
