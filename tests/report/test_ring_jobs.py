@@ -5,9 +5,12 @@ STALLED on a random host, and a stopped rank is the job's one holder (found by a
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -51,9 +54,11 @@ def test_a_training_ring_over_three_hosts_is_healthy(fleet: Fleet, nap: float) -
             t: (h["verdict"], [(f["rule"], f["severity"], f["summary"]) for f in h["findings"]]) for t, h in got.items()
         }
         # not a page: caught mid-step on a loaded machine, one rank may read as a straggler (a warning)
-        assert rc == 0 and all(v != "stalled" for v, _f in said.values()), said
+        # a string, not the dict: pytest cuts a dict's repr to 240 characters, and a CI failure lost its words
+        told = json.dumps(said, indent=1)
+        assert rc == 0 and all(v != "stalled" for v, _f in said.values()), told
         assert not any(sev == "error" or "not on another rank" in s for _v, fs in said.values() for _r, sev, s in fs), (
-            said
+            told
         )
         quiet.append((all(v == "healthy" for v, _f in said.values()), said))
     if nap:  # ranks asleep between steps: at work, nothing to say; in one sweep of two at least (a rank
@@ -103,3 +108,25 @@ def test_a_rank_that_computes_for_ever_is_the_rings_straggler(fleet: Fleet) -> N
     for h in (a, b, c):
         f = next(f for f in got[h.target]["findings"] if f["rule"] == "culprit-rank")
         assert f["summary"].startswith("rank 2 (pid ") and f["severity"] == "warning", f["summary"]
+
+
+FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures" / "joins"
+
+
+def test_a_busy_ring_recorded_with_its_rank_0_ending_a_chain_is_not_stalled(tmp_path: Path) -> None:
+    """The ring at work on an overloaded machine, recorded (fixtures/joins/record.py, `busy-ring`): A's
+    rank 1 waits on rank 0, and rank 0's own wait was not read (its syscall caught between two calls).
+    Rank 1's chain named rank 0 "elsewhere, waits on TCP …" on rank 1's connection, and every host read
+    STALLED, exit 1 (a CI run). A chain says what its waiters wait on, not what its end does."""
+    files = []
+    for h in "ABC":
+        f = tmp_path / f"{h}.json"
+        f.write_bytes(gzip.decompress((FIXTURES / f"busy-ring-{h}.json.gz").read_bytes()))
+        files.append(str(f))
+    r = subprocess.run([sys.executable, "-m", "vastprobe", "analyze", *files, "--format", "json"],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.stdout, r.stderr
+    got = json.loads(r.stdout)["hosts"]
+    said = json.dumps([(h["verdict"], [(f["rule"], f["severity"], f["summary"]) for f in h["findings"]]) for h in got])
+    assert r.returncode == 0 and all(h["verdict"] == "healthy" for h in got), said
+    assert not any("not on another rank" in f["summary"] for h in got for f in h["findings"]), said

@@ -193,7 +193,9 @@ def _classify(
             return r("running", "runs (runnable in every sample: it waited for a CPU over the window)")
         return r("running", "runs (busy on its CPU)" if moved else "runs")
     # blocked on something: another rank (a collective by hand) or something else
-    chain = next((s for s in chains if p.pid in s.chain.pids), None)
+    # a chain it waits in, not one it ends: the rank after it in a ring waits on it, and that wait
+    # named it "elsewhere" on its neighbour's connection, the ring's holder (a CI run under load)
+    chain = next((s for s in chains if p.pid in s.chain.pids[:-1] or s.chain.pids == (p.pid,)), None)
     if chain is not None and not set(chain.chain.pids[chain.chain.pids.index(p.pid) + 1 :]) & ranks:
         end = ctx.tree.by_pid.get(chain.chain.end)
         edge = chain.edge
