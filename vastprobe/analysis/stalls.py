@@ -167,7 +167,10 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
         still = idle is None or _moved(ctx, edge.holders) is False
         if still and all(_locked_for_ever(ctx, h) for h in edge.holders):
             return _locked_words(ctx, edge.holders)
-        return None
+        if not (edge.caught_awake and edge.listener is not None):
+            return None
+        # a client caught running, then asleep, queued at a listener whose holders did nothing over the
+        # window (graph._caught_awake_on): its own wakes do not accept it; the listener's proof below does
     if any(_runnable_throughout(ctx, h) for h in edge.holders):
         # runnable at every read, yet no CPU tick counted: waiting for a CPU, not blocked. On a loaded
         # machine a server back from its handler's sleep read so, its queued client STALLED (a CI flake);

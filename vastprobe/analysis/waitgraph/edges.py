@@ -33,6 +33,9 @@ class WaitEdge:
     #: lock on a flock (py-filelock), or one that is the lock file's existence (torch's FileBaton)
     retry: Literal["sqlite-busy", "sqlite-wal", "lock-file", "py-lock", "lock-exists"] | None = None
     writes: bool = False  # a pipe or FIFO the waiter writes (full), not one it reads (empty)
+    #: the waiter was running at the first read and asleep at the last: its own movement over the window
+    #: says nothing of the wait, which only the holder's stillness can prove (graph._caught_awake_on)
+    caught_awake: bool = False
 
 
 @dataclass(frozen=True)

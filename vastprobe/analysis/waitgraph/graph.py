@@ -185,10 +185,24 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
             # server read STALLED 3 runs of 34; found by a helper): whatever its connection, it does not wait there
             return None
         edge = self._poll_socket_edge(p)
-        if edge is None or not edge.holders or not all(self._frozen(h) or self._locked(h) for h in edge.holders):
+        if edge is None or not edge.holders:
+            return None
+        if not all(self._frozen(h) or self._locked(h) for h in edge.holders) and not self._queued_at_still(edge):
             return None
         seen = Evidence("/proc/stat", f"{p.pid} ({p.comm}) was running at the first read, asleep at the last")
-        return replace(edge, evidence=(seen, *edge.evidence[1:]))
+        return replace(edge, evidence=(seen, *edge.evidence[1:]), caught_awake=True)
+
+    def _queued_at_still(self, edge: WaitEdge) -> bool:
+        """The connection sits in a listener's accept queue, and every holder of that listener did
+        nothing over the window: the listener proof (analysis.stalls) then judges it. A curl queued
+        behind an asyncio server whose handler blocked its loop, caught running, read HEALTHY (a CI flake)."""
+        if edge.listener is None or not edge.listener.recv_queue:
+            return False
+        for h in edge.holders:
+            q = self.tree.by_pid.get(h)
+            if q is None or len(q.samples) < 2 or progress(q, len(q.samples)).moved:
+                return False
+        return True
 
     def _locked(self, pid: int) -> bool:
         """One thread, asleep on a private futex with no timeout: nothing but a signal wakes it."""
