@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -256,7 +256,9 @@ def expand_nodeset(text: str) -> list[str]:
     return out
 
 
-def parse_plain(text: str) -> list[InventoryEntry]:
+def parse_plain(text: str, check: Callable[[str], None] | None = None) -> list[InventoryEntry]:
+    """`check`: raises InventoryError for a target its transport would refuse, said with its line
+    (a port out of range was said without the file or line it came from)."""
     out = []
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
@@ -274,6 +276,8 @@ def parse_plain(text: str) -> list[InventoryEntry]:
                     bad = text_problem(t)
                     if bad:
                         raise InventoryError(f"{bad}: {t!r}")
+                    if check is not None:
+                        check(t)
                     out.append(InventoryEntry(t))
         except InventoryError as exc:
             raise InventoryError(f"line {n}: {exc}") from exc
@@ -412,9 +416,10 @@ def _json_error(exc: json.JSONDecodeError) -> InventoryError:
     return InventoryError(f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}")
 
 
-def parse_inventory(text: str) -> list[InventoryEntry]:
+def parse_inventory(text: str, check: Callable[[str], None] | None = None) -> list[InventoryEntry]:
     """Plain list or vast.ai JSON, told apart by the first characters (after a UTF-8 byte-order
-    mark, which Windows editors write and which is no part of the first target)."""
+    mark, which Windows editors write and which is no part of the first target). `check`: as
+    parse_plain's (a vast.ai instance's unusable fields make it a skipped row instead)."""
     text = text.removeprefix("\ufeff")
     stripped = text.lstrip()
     if stripped[:1] == "{" or re.match(r"\[\s*[{\]]", stripped[:64]):
@@ -433,7 +438,7 @@ def parse_inventory(text: str) -> list[InventoryEntry]:
         if isinstance(data, list) and data:  # `[1,2]`, `["a"]`: JSON, but no instance in it
             kinds = sorted({type(x).__name__ for x in data})
             raise InventoryError(f"vast.ai JSON: expected a list of instances (objects), not of {', '.join(kinds)}")
-    return parse_plain(text)
+    return parse_plain(text, check)
 
 
 def target_key(target: str) -> str:

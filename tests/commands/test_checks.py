@@ -43,6 +43,7 @@ def files(tmp_path_factory) -> dict[str, str]:
     (d / "other.json").write_text('{"schema": "x"}\n')
     (d / "badcfg").write_text("Port abc\n")
     (d / "bad.json").write_text('[\n {"id": 1,\n  "ssh_host" "x"}\n]\n')
+    (d / "bad-list").write_text("# gpu hosts\nroot@gpu1:99999\n")
     (d / "vast-bad.json").write_text(
         json.dumps([{"id": 7, "actual_status": "running", "ssh_host": "ssh4.vast.ai", "ssh_port": "abc"}])
     )
@@ -72,6 +73,7 @@ def files(tmp_path_factory) -> dict[str, str]:
         "OTHERJSON": str(d / "other.json"),
         "BADCFG": str(d / "badcfg"),
         "BADJSON": str(d / "bad.json"),
+        "BADLIST": str(d / "bad-list"),
         "VASTBAD": str(d / "vast-bad.json"),
         "FLIPPED": str(d / "flipped.json"),
         "HIST": str(d / "hist.sqlite"),

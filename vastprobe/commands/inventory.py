@@ -120,9 +120,18 @@ def inventory_entries(inventory: Optional[str], flags: InventoryFlags, context: 
                 usage_error(f"{what}: {bad}: {t!r}")
         entries.extend(InventoryEntry(t) for t in targets)
 
+    def well_formed(target: str) -> None:
+        from vastprobe.targets import TargetError
+        from vastprobe.transport.registry import check_target
+
+        try:
+            check_target(target)
+        except TargetError as exc:
+            raise InventoryError(str(exc)) from exc
+
     def add_file(name: str) -> None:
         try:
-            entries.extend(parse_inventory(_read_text_source(name)))
+            entries.extend(parse_inventory(_read_text_source(name), well_formed))
         except InventoryError as exc:
             usage_error(f"{'stdin' if name == '-' else name}: {exc}")
 
