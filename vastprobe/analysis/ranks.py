@@ -85,7 +85,8 @@ def judge(ranks: Sequence[JobRank], world: int | None) -> tuple[tuple[JobRank, .
     # a rank that computes while the others wait is a straggler: it holds them only while nothing
     # here is stuck outright, and while the waiting ranks do not compute themselves (a training ring's
     # ranks caught computing and receiving by turns named one a straggler)
-    stalled = waiting and not any(r.busy for r in waiting)
+    running = [r for r in ranks if r.state == "running"]
+    stalled = waiting and not any(r.busy for r in waiting) and not works_by_turns(waiting, running)
     culprits = holding or (tuple(r for r in ranks if r.state == "running") if stalled else ())
     # ranks holding the job count where someone waits on them: here, or the job's ranks elsewhere
     if not waiting and (world or 0) <= len(ranks):
@@ -112,6 +113,35 @@ def _rank_name(p: Process) -> str:
 
 #: The share of a CPU over the window that says a rank works (exchanges data, computes) rather than waits
 BUSY_RANK_SHARE = 0.2
+#: The share of a CPU over the window that says a rank seen waiting worked between the reads: one
+#: blocked in its receive for the whole window uses next to nothing (a watchdog thread's wakes cost
+#: well under a tick), one that exchanges data uses as much as the ranks caught running beside it
+TURN_SHARE = 0.05
+
+
+def works_by_turns(waiting: Sequence[JobRank], running: Sequence[JobRank]) -> bool:
+    """The ranks seen waiting worked over the window as the ranks seen running did: ranks exchanging
+    data by turns on CPUs they share, each caught at another point of its step. A ring at work on an
+    overloaded machine named one or two of its ranks stragglers holding the others, DEGRADED on every
+    host, in 22 sweeps of 40. A rank that waits for a true straggler does nothing meanwhile."""
+    top = min((r.share for r in running if r.share is not None), default=None)
+    shares = [r.share for r in waiting if r.pid]
+    if top is None or top <= 0 or not shares or any(s is None or s < TURN_SHARE for s in shares):
+        return False
+    return max(s for s in shares if s is not None) >= top / 2
+
+
+def each_worked(ranks: Sequence[JobRank]) -> str | None:
+    """`each rank used 12-19% of a CPU over the window` where every live rank used TURN_SHARE or more
+    (every rank seen waiting, yet each worked between the reads: the job moves), or None."""
+    shares = [r.share for r in ranks if r.pid]
+    if len(shares) < 2 or any(s is None or s < TURN_SHARE for s in shares):
+        return None
+    low, high = min(s for s in shares if s is not None), max(s for s in shares if s is not None)
+    span = f"{high:.0%}" if round(low * 100) == round(high * 100) else f"{low * 100:.0f}-{high:.0%}"
+    return f"each of its {len(shares)} ranks used {span} of a CPU between the reads"
+
+
 #: GPU utilisation (%) of a rank spinning in a collective (NCCL's kernels busy-wait), and of an idle one
 BUSY_UTIL = 90.0
 IDLE_UTIL = 10.0
@@ -155,8 +185,10 @@ def _classify(
         # a fifth of a CPU over the window, not a tick: a waiting rank's watchdog thread ticks too (and a
         # ring's ranks on a loaded machine share their CPUs: half of one, `computes`, missed them)
         cpu, window = ctx.cpu_seconds(p.pid), ctx.snapshot.sample_window
-        busy = cpu is not None and window > 0 and cpu >= BUSY_RANK_SHARE * window
-        return JobRank(rank, local, p.pid, state, why, gpu, p.comm, waits_on, ctx.graph.own_ends(p.pid), busy)
+        share = cpu / window if cpu is not None and window > 0 else None
+        busy = share is not None and share >= BUSY_RANK_SHARE
+        ends = ctx.graph.own_ends(p.pid)
+        return JobRank(rank, local, p.pid, state, why, gpu, p.comm, waits_on, ends, busy, share)
 
     if p.state in ("T", "t"):
         return r("stopped", f"{'traced and held by its tracer' if p.state == 't' else 'stopped'} ({p.state})")

@@ -167,6 +167,7 @@ class JobRank:
     waits_on: str | None = None
     ends: tuple[str, ...] = ()
     busy: bool = False  # it worked over the window (a fifth of a CPU or more: ranks.BUSY_RANK_SHARE)
+    share: float | None = None  # the share of a CPU it used over the window; None: one sample
 
     @property
     def name(self) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from vastprobe.analysis.ranks import holder_words, judge, straggler_hint
+from vastprobe.analysis.ranks import each_worked, holder_words, judge, straggler_hint, works_by_turns
 from vastprobe.model import (
     HOLDING,
     ONE_SAMPLE,
@@ -214,6 +214,8 @@ def _sink(
     end = next(iter(ends))
     sink = rank_of.get(end)
     if straggler and sink is not None and sink.state == "running" and sink.busy:
+        if works_by_turns([x for x in ranks if x is not sink and x.state != "running"], [sink]):
+            return None  # the ranks waiting on it worked as it did: a ring at work on shared CPUs
         # every other rank's wait ends at a rank that computes, the waiting ones still: a straggler (a
         # warning), as on one host; across hosts the job read HEALTHY, every host a note (found by a helper)
         return end[0], replace(
@@ -360,13 +362,15 @@ def _told_everyone_waits(r: HostReport, part: DistributedJob, job: JobAcrossHost
     # is one story: ranks that moved between the samples are a job at work (a training ring caught in its
     # receives read STALLED; found by a helper), and still ones wait on one another, no proof of which
     moving = [p for _t, j in job.parts if (p := j.progress) is not None]
-    if moving:
+    worked = each_worked([x for _t, j in job.parts for x in j.ranks])
+    if moving or worked:
+        sign = moving[0] if moving else worked
         summary = (
             f"every rank of job {part.words}, on {hosts} hosts of this run, was caught waiting on another rank, "
-            f"and the ranks move on: {moving[0]}"
+            f"and the ranks move on: {sign}"
         )
         hint = "a job exchanging data between its ranks is caught so; diagnose again if its log stops"
-        ev2 = (*own.evidence, ev, Evidence("progress", moving[0]))
+        ev2 = (*own.evidence, ev, Evidence("progress", sign or ""))
         return swap(r, own, replace(own, summary=summary, evidence=ev2, hint=hint, severity="info"))
     sev: Severity = own.severity if own.severity == "info" else "warning"
     return swap(r, own, replace(own, summary=summary, evidence=(*own.evidence, ev), hint=hint, severity=sev))
