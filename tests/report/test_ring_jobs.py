@@ -98,7 +98,8 @@ def test_a_rank_that_computes_for_ever_is_the_rings_straggler(fleet: Fleet) -> N
     hosts, _ready, _ = ring(fleet, 0.01, "TR_CULPRIT=2 TR_HOW=compute TR_AT=40")
     a, b, c = hosts
     busy = next(p for p in psutil.Process(b.proc.pid).children(recursive=True) if p.cmdline()[-2:-1] == ["rank"])
-    wait_for(lambda: busy.cpu_percent(0.2) > 50, what="rank 2 computing")
+    # a loaded machine (a CI run beside other suites) gave it under half a CPU for 10 s: wait longer for less
+    wait_for(lambda: busy.cpu_percent(0.5) > 30, timeout=30, what="rank 2 computing")
     rc, got = fleet.sweep(a.target, b.target, c.target)
     said = {
         t: (h["verdict"], [(f["rule"], f["severity"], f["summary"][:200]) for f in h["findings"]])
