@@ -5,7 +5,8 @@ be equal, and the rules must say the same of them.
 
 What may differ between two reads is set aside, and nothing else: CPU times, context switches and
 I/O counters (they move), a zombie's age, a lock's line number in /proc/locks, the probes' own processes, their timings and their
-version; and what belongs to the rest of this shared machine (other tests' processes, sockets,
+version, and whether the second sample read a voluntary context switch count (this probe reads it there,
+the previous one did not); and what belongs to the rest of this shared machine (other tests' processes, sockets,
 locks, mounts, /tmp). The probe's own account of its sections (complete, cut, failed, forged) must
 be equal too: a section whose status line changed shows there."""
 
@@ -156,10 +157,12 @@ def tree(
 def _process(p: Any) -> Any:
     """A process with what moves between two reads set aside: CPU times, the values of its context
     switches and I/O counters (whether they were read stays), and a zombie's age."""
+    # the second sample's voluntary count is this probe's addition (the previous one read no status there)
     samples = tuple(
         dataclasses.replace(s, utime=0, stime=0, io=type(s.io).__name__,
-                            voluntary_ctxt=s.voluntary_ctxt is None, nonvoluntary_ctxt=s.nonvoluntary_ctxt is None)
-        for s in p.samples
+                            voluntary_ctxt=s.voluntary_ctxt is None if i == 0 else "set aside",
+                            nonvoluntary_ctxt=s.nonvoluntary_ctxt is None)
+        for i, s in enumerate(p.samples)
     )  # fmt: skip
     return dataclasses.replace(p, samples=samples, exited_ago=None if p.exited_ago is None else "set aside")
 

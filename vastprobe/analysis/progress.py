@@ -1,6 +1,7 @@
-"""Did a process move between the probe's two samples? CPU ticks, I/O bytes, context switches
-and state changes each count as movement, and so does leaving: a process seen in the first sample
-and gone by the second (exited, or its PID reused) was not stuck."""
+"""Did a process move between the probe's two samples? CPU ticks, I/O bytes and state changes each
+count as movement, and so does leaving: a process seen in the first sample and gone by the second
+(exited, or its PID reused) was not stuck. Its main thread's context switches count where a process is
+proven still (a holder, a job whose log is quiet): `active`."""
 
 from __future__ import annotations
 
@@ -20,7 +21,17 @@ class Progress:
 
     @property
     def moved(self) -> bool:
-        return bool(self.gone or self.cpu_ticks or self.io_bytes or self.ctxt_switches or self.state_changed)
+        """It did work a counter shows: CPU, I/O, a state change, or it left. A wake alone is not
+        work: a client polling on a timeout wakes without moving its wait on."""
+        return bool(self.gone or self.cpu_ticks or self.io_bytes or self.state_changed)
+
+    @property
+    def active(self) -> bool:
+        """It moved, or its main thread was scheduled between the samples (a voluntary context
+        switch): a process that only sends and receives on sockets, or steps through a semaphore,
+        counts no tick and no vfs byte, and its log going quiet read STALLED (found by a helper). What
+        a process holds or a job that logs proves still must be neither."""
+        return self.moved or bool(self.ctxt_switches)
 
 
 def progress(p: Process, samples_taken: int = 1) -> Progress:
@@ -33,5 +44,8 @@ def progress(p: Process, samples_taken: int = 1) -> Progress:
         io = (b.io.rchar + b.io.wchar) - (a.io.rchar + a.io.wchar)
     ctxt = None
     if a.voluntary_ctxt is not None and b.voluntary_ctxt is not None:
-        ctxt = (b.voluntary_ctxt - a.voluntary_ctxt) + ((b.nonvoluntary_ctxt or 0) - (a.nonvoluntary_ctxt or 0))
+        # the second sample reads the voluntary count alone (the probe's one status line there)
+        ctxt = b.voluntary_ctxt - a.voluntary_ctxt
+        if a.nonvoluntary_ctxt is not None and b.nonvoluntary_ctxt is not None:
+            ctxt += b.nonvoluntary_ctxt - a.nonvoluntary_ctxt
     return Progress(True, b.cpu_ticks - a.cpu_ticks, io, ctxt, a.state != b.state)

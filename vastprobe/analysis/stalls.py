@@ -111,10 +111,22 @@ def stall_evidence(ctx: SnapshotView, pids: Iterable[int], waiter: int) -> Stall
     return StallEvidence(tuple(ev), oom, logs_only=bool(ev) and not oom and logs == len(ev))
 
 
-def _moved(ctx: SnapshotView, pids: Iterable[int]) -> bool | None:
+def _moved(ctx: SnapshotView, pids: Iterable[int], reader: int | None = None) -> bool | None:
+    """Whether any of `pids` moved over the window. `reader`: a waiter blocked in a plain read or write
+    of the resource (no poll, no timeout), whose wakes count too (Progress.active): such a call returns
+    only when the other end delivers, so a wake is the transfer moving. A slow download into memory
+    (urllib) counts no tick and no vfs byte, and read "does not answer" (found by a helper). Not a
+    poller's wakes (curl's timeout, a client's 1 ms retry) nor a holder's (its timer loop beside workers
+    stuck on its own pipes: docs/evidence.md)."""
     if not ctx.two_samples:
         return None
-    return any(ctx.progress[pid].moved for pid in pids if pid in ctx.progress)
+    return any((pr := ctx.progress[pid]).moved or (pid == reader and pr.active) for pid in pids if pid in ctx.progress)
+
+
+def _reader(edge: WaitEdge) -> int | None:
+    """The edge's waiter where it is blocked in a plain read or write of the resource itself."""
+    plain = not edge.poll and not edge.inferred and edge.retry is None and not edge.caught_awake
+    return edge.waiter if plain and edge.kind in ("tcp", "unix-socket", "pipe", "fifo") else None
 
 
 def _dead_end(ctx: SnapshotView, edge: WaitEdge | None, end: int) -> str | None:
@@ -366,7 +378,7 @@ def _classify(ctx: SnapshotView, chain: Chain) -> StalledChain:
     # the relay DEGRADED, "socat does not answer" (found by a helper)
     relayed = [r for h in edge.holders for r in ctx.graph.relay_ends(h)] if kind == "tcp" else []
     beyond = [*edge.holders, *relayed, *pids[start + 1 if polls else start :]]
-    moved = _moved(ctx, beyond) if beyond else None
+    moved = _moved(ctx, beyond, _reader(edge)) if beyond else None
     dead_end = _dead_end(ctx, edge, chain.end)
     frozen = dead_end is not None and chain.end not in edge.holders and edge.holders
     idle = None if moved is None else not moved

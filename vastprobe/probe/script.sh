@@ -301,7 +301,7 @@ vp_lists() {
 	# this shell's own last run is that clock's "now" (sched exists with CONFIG_SCHED_DEBUG)
 	if [ -n "$vp_lz" ]; then vp_l0="$vp_l0 $vp_lz /proc/$$/sched"; fi
 	vp_l1=
-	if [ "$VP_SAMPLE" != 0 ]; then vp_l1="$vp_lstat $vp_li"; fi
+	if [ "$VP_SAMPLE" != 0 ]; then vp_l1="$vp_lstat $vp_li $vp_ls"; fi
 }
 
 # vp_threads /proc/PID: the wait channel of its threads but the main one, within the bounds (the
@@ -500,7 +500,10 @@ vp_syscall() {
 	[ -z "$vp_l" ] || vp_many "$vp_l" grep -H ''
 }
 
-vp_s1() { vp_proc_grep "$vp_l1" 2>&1 | VP_B=$VP_B awk -v cap="$VP_MAXPROC" "$VP_CAP_AWK"'{ out($0) }'; }
+# The second sample: stat records, io counters, and of status the main thread's voluntary context
+# switches alone (a job that only sends and receives on sockets counts no tick and no vfs byte)
+VP_PROC_PAT1="^([0-9]+ \\(|(rchar|wchar|read_bytes|write_bytes|voluntary_ctxt_switches):)|\\) [A-Za-z] -?[0-9]"
+vp_s1() { vp_many "$vp_l1" grep -H -E "$VP_PROC_PAT1" 2>&1 | VP_B=$VP_B awk -v cap="$VP_MAXPROC" "$VP_CAP_AWK"'{ out($0) }'; }
 
 # The files the processes hold open write-only whose names say log (and their stdout and stderr): the
 # job's logs where none was given. stat through /proc/PID/fd/N, the open file itself (a path

@@ -131,11 +131,20 @@ def severity(ctx: Context, s: StalledChain, stall: StallEvidence) -> Severity | 
         return "error"
     if s.idle is False and not s.proof:  # a proof with the chain moving: its holder is locked for ever
         return None
+    if stall.logs_only and not s.proof and _blockers_woke(ctx, s):
+        # a quiet log alone, beside a blocker that was scheduled over the window: no proof it is still (a
+        # server taking an upload 16 KiB at a time read "does not answer", STALLED; found by a helper)
+        return "warning"
     if stall or s.proof:
         return "error"  # the end is proven not to move, or other evidence says work should be happening
     if s.idle is None:
         return "info"  # one sample, no dead end, no evidence: a wait seen once, as every process waits
     return "warning"
+
+
+def _blockers_woke(ctx: Context, s: StalledChain) -> bool:
+    """A blocker of the chain whose main thread was scheduled between the samples (Progress.active)."""
+    return any((pr := ctx.progress.get(b)) is not None and pr.sampled and pr.active for b in s.blockers)
 
 
 def marked(summary: str, s: StalledChain, sev: Severity) -> str:

@@ -152,6 +152,12 @@ _WAITS_ON_WORK = (
     "the job is blocked on a process that is busy (a lock's holder still at work, a reader that spins without "
     "reading): see what that process does (py-spy dump, gdb -p, perf top); once it lets go, the job goes on",
 )
+_WAITS_ON_WAKES = (
+    ": what the job waits on is awake",
+    "the job is blocked on a process that wakes and works (a server taking an upload slowly, a peer it takes "
+    "turns with): see whether the transfer or exchange still moves (ss -ti for a connection's bytes), and what "
+    "that process does (py-spy dump, /proc/PID/stack)",
+)
 _SLEEPS = (
     ": the job sleeps on a timer",
     "the job is asleep on a timer and wakes by itself: a long sleep, a back-off or the pause of a polling "
@@ -177,7 +183,9 @@ def _judged(
     busy = _busy(ctx, behind)
     # else what it waits on: a blocker that works holds nobody, but the job itself does not compute
     # (a writer blocked on a full pipe whose reader spins was said to compute; found by a helper)
-    waited = _busy(ctx, _waited_on(ctx, behind)) if sev == "error" and not busy else []
+    holders = _waited_on(ctx, behind) if sev == "error" and not busy else ()
+    waited = _busy(ctx, holders)
+    woke = _woke(ctx, holders) if not waited else []
     if sev == "error" and not busy and not _still(ctx, job):
         # a quiet log alone is no stall: only a job seen not to move over the window makes it one
         sev = "warning"
@@ -195,10 +203,25 @@ def _judged(
     # a quiet log is evidence, not a verdict: a job that computes (an epoch that logs once in ten
     # minutes) is no stall, whether the log was named (--log) or found open; nor one that waits on what
     # computes (busy and waited are never both found)
-    work, words = (busy, _COMPUTES) if busy else (waited, _WAITS_ON_WORK)
-    if work:
+    work, words = (busy, _COMPUTES) if busy else (waited, _WAITS_ON_WORK) if waited else (woke, _WAITS_ON_WAKES)
+    if work and sev == "error":
         sev, summary, hint = _eased(summary, ev, work, words)
     return sev, summary, hint
+
+
+def _woke(ctx: Context, pids: tuple[int, ...]) -> list[str]:
+    """What the job waits on that was scheduled over the window (its main thread's context switches):
+    a server reading an upload 16 KiB at a time, the other end of a semaphore. A slow transfer moves
+    no CPU tick and no vfs byte, and its quiet log read STALLED (found by a helper, 18 runs of 18)."""
+    out = []
+    for pid in pids:
+        pr = ctx.progress.get(pid)
+        if pr is not None and pr.sampled and pr.ctxt_switches:
+            out.append(
+                f"{ctx.proc_label(pid)}, which it waits on, was scheduled {pr.ctxt_switches} time(s) over the "
+                f"{ctx.snapshot.sample_window:.1f}s between samples"
+            )
+    return out[:4]
 
 
 #: How many processes behind a log's writers are looked at for work.
@@ -246,7 +269,7 @@ def _still(ctx: Context, pids: tuple[int, ...]) -> bool:
     and no CPU, I/O, context switch or state change in any."""
     if not ctx.two_samples or not pids:
         return False
-    return all((pr := ctx.progress.get(pid)) is not None and pr.sampled and not pr.moved for pid in pids)
+    return all((pr := ctx.progress.get(pid)) is not None and pr.sampled and not pr.active for pid in pids)
 
 
 def _sleeping(ctx: Context, sleepers: tuple[int, ...]) -> str:
@@ -261,7 +284,7 @@ def _why_not_judged(ctx: Context, pids: tuple[int, ...]) -> str:
         return "one sample: no window to tell whether the job still works (--sample 1, the default, tells)"
     if not pids:
         return "no process holds the log and no --pid/--match names the job: nothing to tell whether it still works"
-    moved = [pid for pid in pids if (pr := ctx.progress.get(pid)) is not None and pr.moved]
+    moved = [pid for pid in pids if (pr := ctx.progress.get(pid)) is not None and pr.active]
     how = sorted({how for pid in moved for how in _how_moved(ctx.progress[pid])})
     return f"the job moved over the window ({', '.join(how) or 'it changed'}): not seen to be stuck"
 

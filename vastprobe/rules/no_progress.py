@@ -44,7 +44,7 @@ def check(ctx: Context) -> Iterator[Finding]:
         procs = [ctx.tree.by_pid[p] for p in sorted(job)]
         if any(p.state not in ("S", "I") for p in procs):
             continue  # running, stopped, D state or a zombie: other rules, or it works
-        if any(pid not in ctx.progress or ctx.progress[pid].moved for pid in job):
+        if any(pid not in ctx.progress or ctx.progress[pid].active for pid in job):
             continue  # something in the job moved: it works without logging (a long step)
         if any(ctx.graph.kind(ctx.tree.by_pid[w]) not in UNFOLLOWABLE for w in writers):
             continue  # a socket, a pipe, a terminal, a poll loop...: the rules for those say it, or it idles by design
