@@ -90,6 +90,45 @@ def test_an_asyncio_parent_waiting_for_a_child_it_does_not_read_is_deadlocked(re
     assert f["severity"] == "critical" and host["verdict"] == "stalled" and rc == 1, host["headline"]
 
 
+#: A child given stdin=PIPE, the pipe never closed, and the loop awaiting the child's exit: `cat` waits for
+#: EOF, the loop for cat (`computes`: a child that never reads its stdin, and works)
+UNCLOSED_STDIN = """
+import asyncio, sys
+async def main():
+    child = ["cat"] if sys.argv[1] == "cat" else [sys.executable, "-c", "while True: pass"]
+    proc = await asyncio.create_subprocess_exec(*child, stdin=asyncio.subprocess.PIPE,
+                                                stdout=asyncio.subprocess.DEVNULL)
+    print(proc.pid, flush=True)
+    await proc.wait()
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("child", ["cat", "computes"])
+def test_an_asyncio_parent_awaiting_a_child_whose_stdin_it_never_closes_is_deadlocked(reap, child: str) -> None:
+    """The loop watches its own wake-up socket and the write end of the child's stdin (for readability:
+    it fires when the child closes it); its watcher thread waits for the child, and cat waits for the EOF
+    only the parent can give. The same bug with subprocess.Popen read as a deadlock; with asyncio HEALTHY,
+    no finding (found by a helper, 6 runs of 6)."""
+    job = subprocess.Popen([sys.executable, "-c", UNCLOSED_STDIN, child], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    assert job.stdout is not None
+    kid = int(job.stdout.readline())
+    if child == "cat":
+        wait_for(lambda: proc_wchan(kid) in ("anon_pipe_read", "pipe_read") and in_epoll(job.pid), what="cat waiting")
+    else:
+        wait_for(lambda: in_epoll(job.pid), what="the loop waiting")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
+    found = [f for f in host["findings"] if f["rule"] == "deadlock"]
+    if child == "computes":
+        assert not found and host["verdict"] == "healthy" and rc == 0, host["findings"]
+        return
+    assert found and found[0]["pids"] == [job.pid, kid], [(f["rule"], f["summary"]) for f in host["findings"]]
+    assert "stdin=DEVNULL" in found[0]["hint"], found[0]["hint"]
+    assert found[0]["severity"] == "critical" and host["verdict"] == "stalled" and rc == 1, host["headline"]
+
+
 @pytest.mark.parametrize("mode", ["lock", "event", "sleep", "sigterm", "server"])
 def test_an_asyncio_task_awaiting_what_no_task_will_do_is_stuck(reap, tmp_path: Path, mode: str) -> None:
     job = subprocess.Popen([sys.executable, "-c", WAITS, mode], stdout=subprocess.PIPE, text=True,

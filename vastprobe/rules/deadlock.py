@@ -220,7 +220,7 @@ def _stdin_hint(ctx: Context, cycle: Chain) -> str | None:
         if edge.kind != "pipe" or edge.fd != 0 or len(edge.holders) != 1:
             continue
         writer = ctx.tree.by_pid.get(edge.holders[0])
-        if writer is None or not ctx.graph.waits_on_jobs(writer):
+        if writer is None or not ctx.graph.waits_for_children(writer):  # wait(), or asyncio's `await proc.wait()`
             continue
         if not ctx.tree.in_subtree(edge.waiter, writer.pid):
             continue

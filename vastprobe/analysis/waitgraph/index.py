@@ -24,6 +24,9 @@ from vastprobe.model import (
 
 #: Processes that adopt orphans besides PID 1: container shims and inits that set
 #: PR_SET_CHILD_SUBREAPER (procfs does not show the flag itself).
+#: epoll's writability event (sys/epoll.h): a write end watched with it waits to write, not for its readers
+EPOLLOUT = 0x004
+
 SUBREAPERS = frozenset(
     {"tini", "dumb-init", "catatonit", "containerd-shim", "containerd-shim-runc-v2", "conmon", "docker-init"}
 )
@@ -305,9 +308,22 @@ class WaitIndex:
             or isinstance(p.fds, Unavailable)
         ):
             return False
-        watched = {w.fd for w in p.epoll if w.epfd == sc.args[0]}
+        watched = {w.fd: w.events for w in p.epoll if w.epfd == sc.args[0]}
         by_fd = {e.fd: e for e in p.fds}
-        return bool(watched) and all((e := by_fd.get(fd)) is not None and self._own_channel(p, e) for fd in watched)
+        return bool(watched) and all(
+            (e := by_fd.get(fd)) is not None and (self._own_channel(p, e) or self._closed_by_children(p, e, events))
+            for fd, events in watched.items()
+        )
+
+    def _closed_by_children(self, p: Process, e: FdEntry, events: int) -> bool:
+        """The write end of a pipe only `p`'s descendants read, watched for readability alone: it fires
+        when they close it (asyncio watches a child's stdin so), a wait for the children as its child
+        watcher's is. `create_subprocess_exec(stdin=PIPE)` never closed, then `await proc.wait()`: cat
+        waits for EOF, the loop for cat, and it read HEALTHY (found by a helper)."""
+        if e.pipe_inode is None or e.mode != "w" or events & EPOLLOUT:
+            return False
+        readers = {pid for pid, o in self._fds.pipes.get(e.pipe_inode, []) if o.mode in ("r", "rw") and pid != p.pid}
+        return bool(readers) and readers <= {d.pid for d in self.tree.descendants(p.pid)}
 
     def _own_channel(self, p: Process, e: FdEntry) -> bool:
         """A pipe or a socketpair whose ends are all `p`'s: a wake-up channel nobody else can write."""
