@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import proc_state, vastprobe_json, wait_for
+from tests.helpers import proc_state, proc_wchan, vastprobe_json, wait_for
 
 ABBA = """
 import threading, time
@@ -98,6 +98,60 @@ def test_threads_that_took_two_locks_in_opposite_orders_are_deadlocked(reap, sam
     calls = [e["detail"] for e in f["evidence"] if e["source"] == "/proc/syscall"]
     assert len(calls) == 3 and all("FUTEX_PRIVATE_FLAG, no timeout" in c for c in calls), calls
     assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["headline"]
+
+
+#: A coroutine holds a threading.Lock and awaits run_in_executor of a function that takes it (`ok`: the
+#: function computes instead)
+EXECUTOR = """
+import asyncio, sys, threading
+lock = threading.Lock()
+def blocking():
+    if sys.argv[1] == "ok":
+        while True:
+            pass
+    with lock:
+        return 1
+async def main():
+    with lock:
+        print(flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, blocking)
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("mode", ["stuck", "ok"])
+def test_an_event_loop_awaiting_an_executor_thread_on_its_lock_is_deadlocked(reap, mode: str) -> None:
+    """The loop waits in epoll with no timeout on its own wake-up socket alone; the executor thread on a
+    private futex with no timeout. Each half was a proof the rule took alone, the two together were
+    not: HEALTHY, no finding (found by a helper). The probe now reads the threads' system calls of a
+    process whose main thread waits in epoll and every other on a futex."""
+    job = subprocess.Popen([sys.executable, "-c", EXECUTOR, mode], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    assert job.stdout is not None
+    job.stdout.readline()
+
+    def settled() -> bool:
+        import os
+
+        tids = [t for t in os.listdir(f"/proc/{job.pid}/task") if t != str(job.pid)]
+        return (
+            bool(tids)
+            and proc_wchan(job.pid) in ("do_epoll_wait", "ep_poll")
+            and (
+                mode == "ok"
+                or all(Path(f"/proc/{job.pid}/task/{t}/wchan").read_text().startswith("futex") for t in tids)
+            )
+        )
+
+    wait_for(settled, what="the loop in epoll, the executor thread on the lock")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
+    found = [f for f in mine(host, job.pid) if f["rule"] == "thread-deadlock"]
+    if mode == "ok":
+        assert not found and host["verdict"] == "healthy" and rc == 0, host["findings"]
+        return
+    assert found and "on locks or in an event loop only its own threads can wake" in found[0]["summary"], found
+    assert found[0]["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["headline"]
 
 
 def test_the_deadlock_is_found_on_the_whole_host(reap) -> None:

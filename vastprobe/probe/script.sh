@@ -391,6 +391,7 @@ vp_s0() {
 			if (w == "0") { print p "/syscall" > "/dev/stderr"; next }
 		} else if (st[p] != "S" && st[p] != "D") next
 		else if (w ~ FUTEX_WAIT && st[p] == "S") mfx[p] = 1
+		else if (w ~ EPOLL_WAIT && st[p] == "S") mep[p] = 1
 		if (w == "0" || w ~ FD_WAIT || w ~ POLL_WAIT) {
 			print p "/syscall" > "/dev/stderr"
 			# an epoll waiter: its interest lists (fdinfo tfd lines) say which fds it waits on
@@ -431,9 +432,15 @@ vp_s0() {
 		# threads asleep on a timer (a heartbeat beside threads that may be deadlocked)
 		# (those with no sleeper first: the bound is for the whole machine, and Python programs with a timer
 		# thread are many)
+		# or whose main task waits in epoll and every other on a futex: an event loop beside threads
+		# that may hold what it waits for (a coroutine holding a lock awaits run_in_executor of what takes it)
 		for (i = 1; i <= nfx; i++) {
 			q = fxq[i]
 			if (!(q in fdw) && (q in mfx) && ntk[q] == nfq[q] && !(q in dlk) && ndl < 64) { dlk[q] = 1; ndl++ }
+		}
+		for (i = 1; i <= nfx; i++) {
+			q = fxq[i]
+			if (!(q in fdw) && (q in mep) && ntk[q] == nfq[q] && !(q in dlk) && ndl < 64) { dlk[q] = 1; ndl++ }
 		}
 		for (i = 1; i <= nfx; i++) {
 			q = fxq[i]

@@ -35,6 +35,7 @@ class ThreadWaits:
     locked: tuple[tuple[str, str], ...]  # (thread, futex op)
     timers: tuple[str, ...]  # threads asleep on a timer
     main_locked: bool  # the main thread is among the locked
+    loops: int = 0  # of the locked, event loops only a thread of their own can wake
 
 
 def _thread_waits(ctx: Context, p: Process) -> ThreadWaits | None:
@@ -43,18 +44,24 @@ def _thread_waits(ctx: Context, p: Process) -> ThreadWaits | None:
     tasks = ctx.graph.all_tasks(p)
     if tasks is None:
         return None
-    locked, timers = [], []
+    locked, timers, loops = [], [], 0
     for t in tasks:
         call = private_untimed_wait(t.syscall)
         if call is not None and t.state == "S":
             locked.append((t.who, call))
+        elif t.state == "S" and ctx.graph.sealed_loop(p, t, children=False):
+            # an event loop only a thread of its own can wake (its self-socket): a coroutine holding a
+            # threading.Lock awaits run_in_executor of a function that takes it, and read HEALTHY (found
+            # by a helper)
+            locked.append((t.who, "epoll_wait with no timeout on its own wake-up channel alone (an event loop)"))
+            loops += 1
         elif t.state in ("S", "R") and ctx.graph.task_kind(p, t) == "sleep":
             # R: caught as it woke, its wait channel read just after naming its timer again (a heartbeat
             # woken under load is runnable for a while; the deadlock beside it read HEALTHY in CI)
             timers.append(t.who)
         else:
             return None
-    return ThreadWaits(tuple(locked), tuple(timers), private_untimed_wait(tasks[0].syscall) is not None)
+    return ThreadWaits(tuple(locked), tuple(timers), any(t == tasks[0].who for t, _call in locked), loops)
 
 
 def _lock_evidence(locked: tuple[tuple[str, str], ...]) -> list[Evidence]:
@@ -163,6 +170,9 @@ def check(ctx: Context) -> Iterator[Finding]:
         summary = (
             f"{who} is deadlocked: all {p.threads} of its threads wait on locks with no timeout, and none is left "
             "awake to release another's"
+            if not waits.loops
+            else f"{who} is deadlocked: all {p.threads} of its threads wait with no timeout, on locks or in an event "
+            "loop only its own threads can wake, and none is left awake to wake another"
         )
         hint = (
             f"see which locks each thread holds and waits for ({stack_command(ctx, p.pid)}: two locks taken in "

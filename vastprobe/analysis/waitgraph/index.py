@@ -292,11 +292,12 @@ class WaitIndex:
             return f"{p.threads - 1 - len(p.threads_detail)} other thread(s) not read"
         return None
 
-    def sealed_loop(self, p: Process, t: Task) -> bool:
+    def sealed_loop(self, p: Process, t: Task, children: bool = True) -> bool:
         """`t` waits in epoll with no timeout on its own wake-up channels alone (a self-pipe, a
         socketpair, both ends `p`'s): only another thread of `p`, or a signal, can wake it. asyncio's
         loop awaiting `proc.wait()` before reading the child's output watches its self-socket only, the
-        pipe the child fills not at all (found by a helper: the deadlock read HEALTHY)."""
+        pipe the child fills not at all (found by a helper: the deadlock read HEALTHY). `children`: a
+        write end its children read counts too (they wake it by closing it)."""
         sc = t.syscall
         if (
             t.state != "S"
@@ -311,7 +312,8 @@ class WaitIndex:
         watched = {w.fd: w.events for w in p.epoll if w.epfd == sc.args[0]}
         by_fd = {e.fd: e for e in p.fds}
         return bool(watched) and all(
-            (e := by_fd.get(fd)) is not None and (self._own_channel(p, e) or self._closed_by_children(p, e, events))
+            (e := by_fd.get(fd)) is not None
+            and (self._own_channel(p, e) or (children and self._closed_by_children(p, e, events)))
             for fd, events in watched.items()
         )
 
