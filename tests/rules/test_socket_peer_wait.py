@@ -6,6 +6,7 @@ anything: a note, exit 0."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -210,7 +211,15 @@ def test_clients_of_a_slow_single_threaded_server_are_not_stalled(reap, tmp_path
     wait_for(lambda: (tmp_path / "done").exists(), timeout=30, what="a request served")
     wait_for(lambda: proc_wchan(srv.pid) == "hrtimer_nanosleep", what="the server in a handler")
     rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
-    assert not [f for f in host["findings"] if f["severity"] in ("error", "critical")], host["findings"]
+    bad = [f for f in host["findings"] if f["severity"] in ("error", "critical")]
+    # a string, not the list: pytest cuts a repr to 240 characters, and a CI failure lost its evidence
+    assert not bad, json.dumps(bad, indent=1) + json.dumps(
+        [
+            (p["pid"], p["state"], p["wchan"], p["samples"])
+            for p in host["snapshot"]["processes"]
+            if p["pid"] in host["scope"] or p["pid"] == srv.pid
+        ]
+    )
     assert rc == 0 and host["verdict"] in ("healthy", "degraded")
 
 
