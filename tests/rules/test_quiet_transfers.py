@@ -147,3 +147,46 @@ def test_a_wake_is_activity_not_movement() -> None:
         b = ProcSample("S", 5, 1, io, voluntary_ctxt=later, nonvoluntary_ctxt=None)
         pr = progress(SimpleNamespace(samples=(a, b)), 2)  # type: ignore[arg-type]  # its samples alone
         assert pr.ctxt_switches == switches and not pr.moved and pr.active == bool(switches)
+
+
+#: A server whose main thread ticks in a sleep loop while the thread handling the request waits for ever
+#: on a lock already held: it wakes, and does no work
+TICKING_SERVER = r"""
+import socket, threading, time
+lock = threading.Lock(); lock.acquire()
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
+print(s.getsockname()[1], flush=True)
+def handle(c):
+    c.recv(100); lock.acquire(); c.sendall(b"x")
+def serve():
+    while True:
+        c, _ = s.accept(); threading.Thread(target=handle, args=(c,), daemon=True).start()
+threading.Thread(target=serve, daemon=True).start()
+while True:
+    time.sleep(0.3)
+"""
+
+#: Asks once and waits for the answer in a plain recv, its log open
+ASK = r"""
+import socket, sys
+log = open(sys.argv[2], "a"); log.write("asked\n"); log.flush()
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1]))); c.sendall(b"req"); c.recv(1)
+"""
+
+
+def test_a_server_ticking_beside_a_handler_locked_for_ever_is_no_work(reap, tmp_path: Path) -> None:
+    """The server's main thread wakes every 0.3 s, its handler thread never: its wakes are no work, and
+    the client behind its quiet log is still STALLED, as it was before wakes were read (the session's
+    regression hunt found it DEGRADED, 12 runs of 12)."""
+    srv = subprocess.Popen([sys.executable, "-c", TICKING_SERVER], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(srv)
+    assert srv.stdout is not None
+    port = srv.stdout.readline().strip()
+    log = tmp_path / "job.log"
+    client = subprocess.Popen([sys.executable, "-c", ASK, port, str(log)], start_new_session=True)
+    reap.append(client)
+    wait_for(lambda: log.exists() and proc_wchan(client.pid) == "wait_woken", what="the client waiting")
+    _quiet(log)
+    rc, host = vastprobe_json("--pid", str(client.pid), "--log", str(log))
+    assert host["verdict"] == "stalled" and rc == 1, _said(host)

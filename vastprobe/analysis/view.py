@@ -120,6 +120,17 @@ class SnapshotView:
         p = self.tree.by_pid.get(pid)
         return cpu > 0 and p is not None and p.state == "R" and all(s.state == "R" for s in p.samples)
 
+    def woke_at_work(self, pid: int) -> bool:
+        """Its main thread was scheduled between the samples (a context switch), and that is the process
+        at work: it has one thread, or its others only sleep on timers or idle on I/O (on_timer). A server
+        whose main thread ticks in a `time.sleep` loop beside a handler thread locked for ever woke
+        without working, and its client behind a quiet log read DEGRADED (found by the regression hunt)."""
+        pr = self.progress.get(pid) if self.two_samples else None
+        p = self.tree.by_pid.get(pid)
+        if pr is None or not pr.sampled or not pr.ctxt_switches or p is None:
+            return False
+        return p.threads == 1 or self.on_timer(pid)
+
     def on_timer(self, pid: int) -> bool:
         """Asleep on a timer (nanosleep) in every sample, with every thread read: it wakes by itself
         when its time is up. Its main thread so, and each other one asleep on a timer or idle on I/O

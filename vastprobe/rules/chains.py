@@ -143,8 +143,8 @@ def severity(ctx: Context, s: StalledChain, stall: StallEvidence) -> Severity | 
 
 
 def _blockers_woke(ctx: Context, s: StalledChain) -> bool:
-    """A blocker of the chain whose main thread was scheduled between the samples (Progress.active)."""
-    return any((pr := ctx.progress.get(b)) is not None and pr.sampled and pr.active for b in s.blockers)
+    """A blocker of the chain that was scheduled between the samples at work (view.woke_at_work)."""
+    return any(ctx.woke_at_work(b) for b in s.blockers)
 
 
 def marked(summary: str, s: StalledChain, sev: Severity) -> str:

@@ -216,7 +216,7 @@ def _woke(ctx: Context, pids: tuple[int, ...]) -> list[str]:
     out = []
     for pid in pids:
         pr = ctx.progress.get(pid)
-        if pr is not None and pr.sampled and pr.ctxt_switches:
+        if pr is not None and ctx.woke_at_work(pid):
             out.append(
                 f"{ctx.proc_label(pid)}, which it waits on, was scheduled {pr.ctxt_switches} time(s) over the "
                 f"{ctx.snapshot.sample_window:.1f}s between samples"
