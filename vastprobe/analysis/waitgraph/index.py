@@ -22,11 +22,11 @@ from vastprobe.model import (
     Unavailable,
 )
 
-#: Processes that adopt orphans besides PID 1: container shims and inits that set
-#: PR_SET_CHILD_SUBREAPER (procfs does not show the flag itself).
 #: epoll's writability event (sys/epoll.h): a write end watched with it waits to write, not for its readers
 EPOLLOUT = 0x004
 
+#: Processes that adopt orphans besides PID 1: container shims and inits that set
+#: PR_SET_CHILD_SUBREAPER (procfs does not show the flag itself).
 SUBREAPERS = frozenset(
     {"tini", "dumb-init", "catatonit", "containerd-shim", "containerd-shim-runc-v2", "conmon", "docker-init"}
 )
