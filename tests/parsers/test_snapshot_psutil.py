@@ -39,7 +39,11 @@ def live_tree(tmp_path: Path):
     wait_for(lambda: sorted(c.name() for c in psutil.Process(shell.pid).children()) == ["sleep", "sleep"],
              what="sleepers started")  # fmt: skip
     procs = [threaded, shell, stopped]
-    yield [p.pid for p in procs] + [c.pid for c in psutil.Process(shell.pid).children()]
+    pids = [p.pid for p in procs] + [c.pid for c in psutil.Process(shell.pid).children()]
+    # each settled in its wait: the threaded one prints "ready" before its main thread blocks, and a
+    # loaded CI machine's probe read it running (R) where psutil, just after, read it asleep
+    wait_for(lambda: all(proc_state(pid) in ("S", "T") for pid in pids), what="every process in its wait")
+    yield pids
     stopped.send_signal(18)
     for p in psutil.Process(shell.pid).children():
         p.kill()
