@@ -119,25 +119,29 @@ BUSY_RANK_SHARE = 0.2
 TURN_SHARE = 0.05
 
 
+def _worked_shares(ranks: Sequence[JobRank]) -> list[float]:
+    """The live ranks' shares of a CPU where each used TURN_SHARE or more; [] otherwise."""
+    shares = [r.share for r in ranks if r.pid]
+    return [s for s in shares if s is not None] if all(s is not None and s >= TURN_SHARE for s in shares) else []
+
+
 def works_by_turns(waiting: Sequence[JobRank], running: Sequence[JobRank]) -> bool:
     """The ranks seen waiting worked over the window as the ranks seen running did: ranks exchanging
     data by turns on CPUs they share, each caught at another point of its step. A ring at work on an
     overloaded machine named one or two of its ranks stragglers holding the others, DEGRADED on every
     host, in 22 sweeps of 40. A rank that waits for a true straggler does nothing meanwhile."""
     top = min((r.share for r in running if r.share is not None), default=None)
-    shares = [r.share for r in waiting if r.pid]
-    if top is None or top <= 0 or not shares or any(s is None or s < TURN_SHARE for s in shares):
-        return False
-    return max(s for s in shares if s is not None) >= top / 2
+    shares = _worked_shares(waiting)
+    return top is not None and top > 0 and bool(shares) and max(shares) >= top / 2
 
 
 def each_worked(ranks: Sequence[JobRank]) -> str | None:
     """`each rank used 12-19% of a CPU over the window` where every live rank used TURN_SHARE or more
     (every rank seen waiting, yet each worked between the reads: the job moves), or None."""
-    shares = [r.share for r in ranks if r.pid]
-    if len(shares) < 2 or any(s is None or s < TURN_SHARE for s in shares):
+    shares = _worked_shares(ranks)
+    if len(shares) < 2:
         return None
-    low, high = min(s for s in shares if s is not None), max(s for s in shares if s is not None)
+    low, high = min(shares), max(shares)
     span = f"{high:.0%}" if round(low * 100) == round(high * 100) else f"{low * 100:.0f}-{high:.0%}"
     return f"each of its {len(shares)} ranks used {span} of a CPU between the reads"
 

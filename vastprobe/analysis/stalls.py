@@ -183,7 +183,7 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
             return None
         # a client caught running, then asleep, queued at a listener whose holders did nothing over the
         # window (graph._caught_awake_on): its own wakes do not accept it; the listener's proof below does
-    if any(_runnable_throughout(ctx, h) for h in edge.holders):
+    if any(ctx.runnable_throughout(h) for h in edge.holders):
         # runnable at every read, yet no CPU tick counted: waiting for a CPU, not blocked. On a loaded
         # machine a server back from its handler's sleep read so, its queued client STALLED (a CI flake);
         # one throttled by its cgroup's CPU quota as well
@@ -234,11 +234,6 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
                 "session-level lock (pg_advisory_lock) is held until it is released or the session ends"
             )
     return None
-
-
-def _runnable_throughout(ctx: SnapshotView, pid: int) -> bool:
-    p = ctx.tree.by_pid.get(pid)
-    return p is not None and bool(p.samples) and all(s.state == "R" for s in p.samples)
 
 
 def _locked_words(ctx: SnapshotView, holders: tuple[int, ...]) -> str:

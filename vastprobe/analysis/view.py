@@ -117,8 +117,12 @@ class SnapshotView:
             return False
         if cpu >= BUSY_CPU_SHARE * window:
             return True
+        return cpu > 0 and self.runnable_throughout(pid)
+
+    def runnable_throughout(self, pid: int) -> bool:
+        """Runnable (R) at every read: on its CPU, or waiting for one, never blocked."""
         p = self.tree.by_pid.get(pid)
-        return cpu > 0 and p is not None and p.state == "R" and all(s.state == "R" for s in p.samples)
+        return p is not None and bool(p.samples) and all(s.state == "R" for s in p.samples)
 
     def woke_at_work(self, pid: int) -> bool:
         """Its main thread was scheduled between the samples (a context switch), and that is the process
