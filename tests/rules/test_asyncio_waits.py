@@ -62,17 +62,24 @@ asyncio.run(main())
 """
 
 
+def launch(reap, program: str, arg: str) -> tuple[subprocess.Popen, str]:
+    """`program` with its one argument, in a session of its own, reaped after the test: it and the first
+    line it prints (a child's pid, or that it started)."""
+    job = subprocess.Popen([sys.executable, "-c", program, arg], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    assert job.stdout is not None
+    return job, job.stdout.readline().strip()
+
+
 def in_epoll(pid: int) -> bool:
     return proc_wchan(pid) in ("do_epoll_wait", "ep_poll")
 
 
 @pytest.mark.parametrize("order", ["wait-first", "communicate"])
 def test_an_asyncio_parent_waiting_for_a_child_it_does_not_read_is_deadlocked(reap, order: str) -> None:
-    job = subprocess.Popen([sys.executable, "-c", SUBPROCESS, order], stdout=subprocess.PIPE, text=True,
-                           start_new_session=True)  # fmt: skip
-    reap.append(job)
-    assert job.stdout is not None
-    child = int(job.stdout.readline())
+    job, said = launch(reap, SUBPROCESS, order)
+    child = int(said)
     if order == "wait-first":
         wait_for(lambda: proc_wchan(child) == "anon_pipe_write" and in_epoll(job.pid), what="the child blocked")
     else:
@@ -110,11 +117,8 @@ def test_an_asyncio_parent_awaiting_a_child_whose_stdin_it_never_closes_is_deadl
     it fires when the child closes it); its watcher thread waits for the child, and cat waits for the EOF
     only the parent can give. The same bug with subprocess.Popen read as a deadlock; with asyncio HEALTHY,
     no finding (found by a helper, 6 runs of 6)."""
-    job = subprocess.Popen([sys.executable, "-c", UNCLOSED_STDIN, child], stdout=subprocess.PIPE, text=True,
-                           start_new_session=True)  # fmt: skip
-    reap.append(job)
-    assert job.stdout is not None
-    kid = int(job.stdout.readline())
+    job, said = launch(reap, UNCLOSED_STDIN, child)
+    kid = int(said)
     if child == "cat":
         wait_for(lambda: proc_wchan(kid) in ("anon_pipe_read", "pipe_read") and in_epoll(job.pid), what="cat waiting")
     else:
@@ -126,15 +130,15 @@ def test_an_asyncio_parent_awaiting_a_child_whose_stdin_it_never_closes_is_deadl
         return
     assert found and found[0]["pids"] == [job.pid, kid], [(f["rule"], f["summary"]) for f in host["findings"]]
     assert "stdin=DEVNULL" in found[0]["hint"], found[0]["hint"]
+    words = "its own wake-up channel and a pipe only its children read"  # not "alone": it watches cat's stdin
+    assert any(words in e["detail"] for e in found[0]["evidence"]), found[0]["evidence"]
     assert found[0]["severity"] == "critical" and host["verdict"] == "stalled" and rc == 1, host["headline"]
 
 
 @pytest.mark.parametrize("mode", ["lock", "event", "sleep", "sigterm", "server"])
 def test_an_asyncio_task_awaiting_what_no_task_will_do_is_stuck(reap, tmp_path: Path, mode: str) -> None:
-    job = subprocess.Popen([sys.executable, "-c", WAITS, mode], stdout=subprocess.PIPE, text=True,
-                           start_new_session=True)  # fmt: skip
-    reap.append(job)
-    assert job.stdout is not None and job.stdout.readline().strip() == "start"
+    job, said = launch(reap, WAITS, mode)
+    assert said == "start"
     wait_for(lambda: in_epoll(job.pid), what="the loop waiting")
     for sample in ("0.5", "0"):
         rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)

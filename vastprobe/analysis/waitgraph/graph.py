@@ -152,9 +152,11 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
     def _watcher_edge(self, p: Process, t: Task) -> Iterator[WaitEdge]:
         jobs = self.jobs(p)
         if jobs:
+            # sealed by a pipe its children read, watched too (asyncio's on a child's stdin): said so, not "alone"
+            also = "" if self.sealed_loop(p, main_task(p), children=False) else " and a pipe only its children read"
             ev = (
                 Evidence("/proc/syscall", f"{p.pid} ({p.comm}): its event loop waits with no timeout on its own "
-                                          "wake-up channel alone (the epoll interest list)"),
+                                          f"wake-up channel{also or ' alone'} (the epoll interest list)"),
                 Evidence("/proc/wchan", f"{t.who} waits in {t.wchan} for a child to end"),
             )  # fmt: skip
             yield WaitEdge(p.pid, "child", tuple(k.pid for k in jobs), "its children's exit", ev, thread=t.tid)
