@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import gzip
 import json
 import os
 import pwd
@@ -26,7 +25,7 @@ import psutil
 import pytest
 
 from tests.helpers import wait_for
-from tests.report.test_joins import Fleet, fleet  # noqa: F401  (the fixture)
+from tests.report.test_joins import RECORDED, Fleet, fleet, recorded  # noqa: F401  (the fixture)
 from tests.sshd import Sshd, free_ports
 
 BIN = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
@@ -143,15 +142,8 @@ def test_the_client_holding_a_row_lock_from_a_third_host_is_named_there(fleet: F
     assert not any(f["rule"] == "db-lock-wait" for f in got[c.target]["findings"])
 
 
-FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures" / "joins"
-
-
 def _analyze(tmp_path: Path, *hosts: str) -> tuple[int, dict[str, dict]]:
-    files = []
-    for i, h in enumerate(hosts):
-        f = tmp_path / f"{i}-{h}.json"
-        f.write_bytes(gzip.decompress((FIXTURES / f"pg-row-lock-{h}.json.gz").read_bytes()))
-        files.append(str(f))
+    files = recorded(tmp_path, "pg-row-lock", "".join(hosts))
     r = subprocess.run([sys.executable, "-m", "vastprobe", "analyze", *files, "--format", "json"],
                        capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.stdout, r.stderr
@@ -161,7 +153,7 @@ def _analyze(tmp_path: Path, *hosts: str) -> tuple[int, dict[str, dict]]:
 def test_captures_of_the_three_hosts_analysed_together_name_the_client(tmp_path: Path) -> None:
     """The same scene recorded (fixtures/joins/record.py): `analyze A B C` reads the hosts as a sweep
     does; each capture alone reads as its host alone."""
-    pids = json.loads((FIXTURES / "pg-row-lock.json").read_text())
+    pids = json.loads((RECORDED / "pg-row-lock.json").read_text())
     rc, got = _analyze(tmp_path, "A", "B", "C")
     a, b, c = got.values()
     told = [f for f in c["findings"] if f["rule"] == "db-lock-wait"]

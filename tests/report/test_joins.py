@@ -7,6 +7,7 @@ ranks do; the client/server pair is a real redis-server and redis-cli."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -23,7 +24,7 @@ import pytest
 
 from tests.cgroup_lab import MemoryCgroup
 from tests.helpers import proc_state, proc_wchan, wait_for
-from tests.paths import TESTS
+from tests.paths import FIXTURES, TESTS
 from tests.sshd import Sshd, free_ports, keygen, start_sshd
 
 LAB = TESTS / "rank_lab.py"
@@ -99,6 +100,21 @@ def start_job(
     b = fleet.host(f'sh -c "{into}env LAB_LOCAL=2,3 {lab}"')
     wait_for(lambda: all(Path(f"{ready}.{r}").exists() for r in range(4)), timeout=30, what="four ranks connected")
     return a, b, run
+
+
+#: The recorded captures of scenes whose hosts read right only together (fixtures/joins/record.py)
+RECORDED = FIXTURES / "joins"
+
+
+def recorded(tmp_path: Path, scene: str, hosts: str = "ABC") -> list[str]:
+    """The scene's captures of `hosts`, in that order (one may repeat), ungzipped into `tmp_path`: the
+    files `vastprobe analyze` reads."""
+    out = []
+    for i, h in enumerate(hosts):
+        f = tmp_path / f"{i}-{scene}-{h}.json"
+        f.write_bytes(gzip.decompress((RECORDED / f"{scene}-{h}.json.gz").read_bytes()))
+        out.append(str(f))
+    return out
 
 
 def culprit(host: dict) -> dict:

@@ -5,7 +5,6 @@ STALLED on a random host, and a stopped rank is the job's one holder (found by a
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import shutil
@@ -111,9 +110,6 @@ def test_a_rank_that_computes_for_ever_is_the_rings_straggler(fleet: Fleet) -> N
         assert f["summary"].startswith("rank 2 (pid ") and f["severity"] == "warning", f["summary"]
 
 
-FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures" / "joins"
-
-
 @pytest.mark.parametrize("scene", ["busy-ring", "busy-ring-waiting"])
 def test_a_busy_ring_recorded_on_an_overloaded_machine_is_healthy(tmp_path: Path, scene: str) -> None:
     """The ring at work on an overloaded machine, recorded (fixtures/joins/record.py). `busy-ring`: A's
@@ -122,11 +118,7 @@ def test_a_busy_ring_recorded_on_an_overloaded_machine_is_healthy(tmp_path: Path
     STALLED, exit 1 (a CI run). A chain says what its waiters wait on, not what its end does.
     `busy-ring-waiting`: every rank caught in its receive, each having used a sixth of a CPU between the
     reads: "no rank is seen holding the others", DEGRADED on every host. Ranks that each worked move on."""
-    files = []
-    for h in "ABC":
-        f = tmp_path / f"{h}.json"
-        f.write_bytes(gzip.decompress((FIXTURES / f"{scene}-{h}.json.gz").read_bytes()))
-        files.append(str(f))
+    files = test_joins.recorded(tmp_path, scene)
     r = subprocess.run([sys.executable, "-m", "vastprobe", "analyze", *files, "--format", "json"],
                        capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.stdout, r.stderr

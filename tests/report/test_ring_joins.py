@@ -7,7 +7,6 @@ by a helper). The recorded scene (fixtures/joins/record.py) is analysed in every
 
 from __future__ import annotations
 
-import gzip
 import itertools
 import json
 import os
@@ -22,10 +21,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import proc_state, wait_for
-from tests.report.test_joins import Fleet, fleet  # noqa: F401  (the fixture)
+from tests.report.test_joins import Fleet, fleet, recorded  # noqa: F401  (the fixture)
 from tests.sshd import Sshd, free_ports
 
-FIXTURES = Path(__file__).resolve().parent.parent.parent / "fixtures" / "joins"
 MATCH = "ringclient|appsrv|redis"
 
 #: An app server: one pooled connection to its upstream, opened at start; serves one client at a time,
@@ -102,11 +100,7 @@ def test_a_chain_over_three_hosts_is_held_by_the_stop_at_its_end(fleet: Fleet, t
 
 
 def test_the_recorded_chain_reads_the_same_in_every_order(tmp_path: Path) -> None:
-    files = {}
-    for h in "ABC":
-        f = tmp_path / f"{h}.json"
-        f.write_bytes(gzip.decompress((FIXTURES / f"redis-ring-{h}.json.gz").read_bytes()))
-        files[h] = str(f)
+    files = dict(zip("ABC", recorded(tmp_path, "redis-ring"), strict=True))
     for order in itertools.permutations("ABC"):
         r = subprocess.run([sys.executable, "-m", "vastprobe", "analyze", *(files[h] for h in order), "--match", MATCH,
                             "--format", "json"], capture_output=True, text=True, timeout=120)  # fmt: skip
