@@ -428,8 +428,10 @@ def test_two_clusters_under_one_rendezvous_are_two_jobs(fleet: Fleet) -> None:
 def test_a_job_whose_every_rank_waits_is_not_said_to_be_held_elsewhere(fleet: Fleet) -> None:
     """Four ranks on two hosts, each waiting in the collective (gloo's futex and epoll), none elsewhere.
     Each host said "the rank holding them is on another host (ranks 2, 3)" while the run saw those
-    ranks waiting too (found by a helper). Now: no rank is seen holding the others. Still a warning:
-    nothing here proves the wait will not end (a collective that takes its time looks the same)."""
+    ranks waiting too (found by a helper). Now: no rank is seen holding the others, and as nothing of the
+    job moves on either host (no byte, no main-thread wake, no CPU beyond a watchdog's), no rank is
+    outside the wait to end it: an error (a warning before; a collective that takes its time moves
+    bytes or wakes its ranks, tests/report/test_ring_jobs.py's ring at work)."""
     ports, run, ready = ",".join(map(str, free_ports(4))), f"lab-{uuid.uuid4().hex[:12]}", fleet.dir / "ready"
     lab = f"LAB_READY={ready} {sys.executable} {LAB} launch {ports} {run} -1 none"
     a, b = fleet.host(f"LAB_LOCAL=0,1 {lab}"), fleet.host(f"LAB_LOCAL=2,3 {lab}")
@@ -437,10 +439,11 @@ def test_a_job_whose_every_rank_waits_is_not_said_to_be_held_elsewhere(fleet: Fl
     rc, got = fleet.sweep(a.target, b.target)
     for h in (a, b):
         f = culprit(got[h.target])
-        assert f["summary"].startswith(f"every rank of job {run} (torchelastic), on 2 hosts of this run, waits in a "
-                                       "collective: no rank is seen holding the others"), f["summary"]  # fmt: skip
-        assert "on another host" not in f["summary"] and f["severity"] == "warning"
-    assert rc == 0 and {h["verdict"] for h in got.values()} == {"degraded"}
+        assert f["summary"].startswith(f"every rank of job {run} (torchelastic), on 2 hosts of this run, waits on "
+                                       "another, and nothing of the job moved over the window on any host: they "
+                                       "wait on one another"), f["summary"]  # fmt: skip
+        assert "on another host" not in f["summary"] and f["severity"] == "error"
+    assert rc == 1 and {h["verdict"] for h in got.values()} == {"stalled"}
 
 
 def _redis(fleet: Fleet) -> tuple[Sshd, Sshd, int]:

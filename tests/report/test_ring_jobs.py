@@ -21,6 +21,7 @@ from tests.helpers import wait_for
 from tests.paths import TESTS
 from tests.report import test_joins
 from tests.report.test_joins import Fleet
+from tests.rules.test_ranks_waiting_on_each_other import DEADLOCK_STEPS, SYMMETRIC_STEPS, last_step
 from tests.sshd import Sshd, free_ports
 
 pytestmark = pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")
@@ -128,3 +129,23 @@ def test_a_busy_ring_recorded_on_an_overloaded_machine_is_healthy(tmp_path: Path
     assert not any("not on another rank" in f["summary"] for h in got for f in h["findings"]), said
     if scene == "busy-ring-waiting":
         assert all("the ranks move on: each of its 4 ranks used" in h["findings"][0]["summary"] for h in got), said
+
+
+@pytest.mark.parametrize("how", ["TR_CULPRIT=2 TR_HOW=deadlock TR_AT=40", "TR_SYM=40"], ids=["deadlock", "symmetric"])
+def test_ranks_that_wait_on_each_other_over_three_hosts_stall_the_job(fleet: Fleet, how: str) -> None:
+    """Rank 2 on B deadlocks on its own lock beside its watchdog thread, or every rank receives before it
+    sends: every rank of the run waits on another and nothing of the job moves on any host. Each host
+    read DEGRADED, exit 0, "no rank is seen holding the others" (found by the regression hunt)."""
+    log = fleet.dir / f"log-{uuid.uuid4().hex[:8]}"
+    hosts, _ready, _ = ring(fleet, 0.01, f"{how} TR_LOG={log}")
+
+    steps = SYMMETRIC_STEPS if "TR_SYM" in how else DEADLOCK_STEPS
+    wait_for(lambda: all(last_step(log, r) == s for r, s in steps.items()), timeout=60, what=f"ranks at {steps}")
+    rc, got = fleet.sweep(*(h.target for h in hosts))
+    told = json.dumps({t: [(f["rule"], f["severity"], f["summary"]) for f in h["findings"]] for t, h in got.items()})
+    assert rc == 1 and all(h["verdict"] == "stalled" for h in got.values()), told
+    for h in hosts:
+        f = next(f for f in got[h.target]["findings"] if f["rule"] == "culprit-rank")
+        assert f["severity"] == "error" and "nothing of the job moved over the window on any host" in f["summary"], told
+        if "TR_SYM" in how:
+            assert "in a cycle, rank " in f["summary"], told

@@ -192,15 +192,25 @@ def test_an_oom_killed_rank_holds_the_job_and_the_kill_leads(reap, tmp_path: Pat
         cg.remove()
 
 
-def test_ranks_that_all_wait_together_blame_nobody(reap, tmp_path: Path) -> None:
-    """The control: every rank in the collective and none elsewhere (a collective in flight, as any
-    healthy job has between steps): no rank is named."""
+def test_ranks_that_all_wait_with_nothing_moving_stall_the_job_and_blame_nobody(reap, tmp_path: Path) -> None:
+    """Every rank of the job on this host waits in its collective, none elsewhere, and nothing of the job
+    moves: no rank is outside the wait to end it. No rank is named (nothing says which skipped the
+    collective), and the job is stalled: it read HEALTHY, no finding, while it waited for ever (found by
+    the regression hunt). Ranks at work are tests/rules/test_ranks_waiting_on_each_other.py's control."""
     pids = start_job(reap, tmp_path, "none")
     waiting(pids)
     wait_for(lambda: proc_wchan(pids[1]).startswith("futex"), what="rank 1 in its collective")
     rc, host = vastprobe_json("--match", pids.match, "--sample", "1")
-    assert not [f for f in host["findings"] if f["rule"] == "culprit-rank"], host["findings"]
-    assert rc == 0
+    f = culprit_finding(host)
+    assert (
+        f["severity"] == "error"
+        and "nothing of the job moved over " in f["summary"]
+        and f["summary"].endswith(": they wait on one another")
+    ), f["summary"]
+    assert "all 3 on this host, waits on another" in f["summary"], f["summary"]
+    [job] = host["jobs"]
+    assert job["culprit"] is None and sorted(job["waiting"]) == [0, 1, 2], job
+    assert rc == 1 and host["verdict"] == "stalled", host["headline"]
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")

@@ -202,6 +202,10 @@ class DistributedJob:
     #: remote ends of the ranks' established TCP connections held by no process here (at most 64):
     #: which hosts of a run its ranks talk to, so two jobs under one id are told apart (not in the JSON)
     peers: tuple[str, ...] = ()
+    #: nothing of the job here moved over the window (no byte, state change, main-thread wake or more
+    #: than a watchdog's CPU in its ranks or under them): why, in words; None otherwise
+    #: (analysis/ranks.py). Not in the JSON
+    still: str | None = None
 
     @property
     def words(self) -> str:
@@ -214,6 +218,17 @@ class DistributedJob:
         """Every rank here waits in a collective, and the job has ranks on other hosts: the one
         holding them is there."""
         return bool(self.waiting) and not self.culprits and (self.world_size or 0) > len(self.ranks)
+
+    @property
+    def deadlocked(self) -> bool:
+        """Every rank of the world is here, each waits on another, and nothing of the job moved over the
+        window: no rank is outside the wait to end it, and none is working toward it."""
+        return (
+            self.still is not None
+            and not self.culprits
+            and bool(self.world_size)
+            and len(self.waiting) == len(self.ranks) >= (self.world_size or 0)
+        )
 
 
 @dataclass(frozen=True)

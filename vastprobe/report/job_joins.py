@@ -13,7 +13,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from vastprobe.analysis.ranks import each_worked, holder_words, judge, straggler_hint, works_by_turns
+from vastprobe.analysis.ranks import (
+    DEADLOCK_HINT,
+    each_worked,
+    holder_words,
+    how_they_wait,
+    judge,
+    straggler_hint,
+    works_by_turns,
+)
 from vastprobe.model import (
     HOLDING,
     ONE_SAMPLE,
@@ -373,6 +381,19 @@ def _told_everyone_waits(r: HostReport, part: DistributedJob, job: JobAcrossHost
         ev2 = (*own.evidence, ev, Evidence("progress", sign or ""))
         return swap(r, own, replace(own, summary=summary, evidence=ev2, hint=hint, severity="info"))
     sev: Severity = own.severity if own.severity == "info" else "warning"
+    if all(j.still is not None for _t, j in job.parts):
+        # nothing of the job moved on any host: no rank is outside the wait to end it, as on one host
+        # (a rank deadlocked on its own lock, a ring whose ranks all receive first read DEGRADED)
+        ranks = [x for _t, j in job.parts for x in j.ranks]
+        where = {x.pid: t for t, j in job.parts for x in j.ranks if x.pid}
+        summary = (
+            f"every rank of job {part.words}, on {hosts} hosts of this run, waits on another, and nothing of the "
+            f"job moved over the window on any host: {how_they_wait(ranks, where)}"
+        )
+        stills = tuple(Evidence("progress", f"{t}: {j.still}"[:400]) for t, j in job.parts[:8])
+        hint = f"{DEADLOCK_HINT} (py-spy dump of each rank), then restart the job"
+        ev2 = (*own.evidence, ev, *stills)
+        return swap(r, own, replace(own, summary=summary, evidence=ev2, hint=hint, severity="error"))
     return swap(r, own, replace(own, summary=summary, evidence=(*own.evidence, ev), hint=hint, severity=sev))
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from vastprobe.analysis.flight import Stuck, compare, job_dumps
-from vastprobe.analysis.ranks import holder_words, straggler_hint
+from vastprobe.analysis.ranks import DEADLOCK_HINT, holder_words, how_they_wait, straggler_hint
 from vastprobe.model import DistributedJob, Evidence, Finding, FlightDump, JobRank, Severity
 from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
 from vastprobe.rules.chains import chain_evidence, resume_hint, stack_command, stack_evidence
@@ -36,6 +36,8 @@ def check(ctx: Context) -> Iterator[Finding]:
         waiting = ", ".join(str(r.rank) for r in job.waiting[:8]) + (" …" if len(job.waiting) > 8 else "")
         if not job.culprits and job.elsewhere:
             yield _off_host(ctx, job, waiting)
+        if job.deadlocked:
+            yield _deadlocked(ctx, job)
         for culprit in job.culprits:
             if culprit.rank is not None:
                 named_by_ranks.add(culprit.rank)
@@ -141,6 +143,29 @@ def _culprit(ctx: Context, job: DistributedJob, c: JobRank, waiting: str, stuck:
         summary += ONE_SAMPLE
     pids = [p for p in (c.pid, *(r.pid for r in job.waiting)) if p is not None]
     return META.finding(summary, pids, ev, hint, severity, caused_by=caused_by)
+
+
+def _deadlocked(ctx: Context, job: DistributedJob) -> Finding:
+    """Every rank of the world is here and waits on another, and nothing of the job moved: no rank is
+    left outside the wait to end it. Before, no rank was named, and the job read DEGRADED (a rank
+    deadlocked on its own lock) or HEALTHY (a watchdog thread beside it; found by a helper)."""
+    how = how_they_wait(job.ranks)
+    window = f"{ctx.snapshot.sample_window:.1f}s"
+    summary = (
+        f"every rank of job {job.words}, all {len(job.ranks)} on this host, waits on another, and nothing of the "
+        f"job moved over {window}: {how}"
+    )
+    ev = [Evidence("environ", f"job {job.key}, world size {job.world_size}, every rank on this host")]
+    ev += [Evidence("rank", f"{r.name} (pid {r.pid}): {r.why}") for r in job.ranks[:16]]
+    ev.append(Evidence("progress", job.still or ""))
+    ev += stack_evidence(ctx, tuple(r.pid for r in job.ranks[:4] if r.pid))
+    hint = (
+        f"{DEADLOCK_HINT} ({', '.join(stack_command(ctx, r.pid) for r in job.ranks[:2] if r.pid)}"
+        + (" …" if len(job.ranks) > 2 else "")
+        + "), then restart the job; "
+        + _recorder_words(ctx, job)
+    )
+    return META.finding(summary, [r.pid for r in job.ranks if r.pid], ev, hint, "error")
 
 
 def _off_host(ctx: Context, job: DistributedJob, waiting: str) -> Finding:
