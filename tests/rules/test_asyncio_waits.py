@@ -98,20 +98,26 @@ def test_an_asyncio_parent_waiting_for_a_child_it_does_not_read_is_deadlocked(re
 
 
 #: A child given stdin=PIPE, the pipe never closed, and the loop awaiting the child's exit: `cat` waits for
-#: EOF, the loop for cat (`computes`: a child that never reads its stdin, and works)
+#: EOF, the loop for cat (`computes`: a child that never reads its stdin, and works); `readout`: the loop
+#: writes a line and reads cat's output to its end instead (`await proc.stdout.read()`)
 UNCLOSED_STDIN = """
 import asyncio, sys
 async def main():
-    child = ["cat"] if sys.argv[1] == "cat" else [sys.executable, "-c", "while True: pass"]
-    proc = await asyncio.create_subprocess_exec(*child, stdin=asyncio.subprocess.PIPE,
-                                                stdout=asyncio.subprocess.DEVNULL)
+    mode = sys.argv[1]
+    child = [sys.executable, "-c", "while True: pass"] if mode.endswith("computes") else ["cat"]
+    out = asyncio.subprocess.PIPE if mode.startswith("readout") else asyncio.subprocess.DEVNULL
+    proc = await asyncio.create_subprocess_exec(*child, stdin=asyncio.subprocess.PIPE, stdout=out)
     print(proc.pid, flush=True)
+    if mode.startswith("readout"):
+        proc.stdin.write(b"hello\\n")
+        await proc.stdin.drain()
+        await proc.stdout.read()
     await proc.wait()
 asyncio.run(main())
 """
 
 
-@pytest.mark.parametrize("child", ["cat", "computes"])
+@pytest.mark.parametrize("child", ["cat", "computes", "readout", "readout-computes"])
 def test_an_asyncio_parent_awaiting_a_child_whose_stdin_it_never_closes_is_deadlocked(reap, child: str) -> None:
     """The loop watches its own wake-up socket and the write end of the child's stdin (for readability:
     it fires when the child closes it); its watcher thread waits for the child, and cat waits for the EOF
@@ -119,18 +125,20 @@ def test_an_asyncio_parent_awaiting_a_child_whose_stdin_it_never_closes_is_deadl
     no finding (found by a helper, 6 runs of 6)."""
     job, said = launch(reap, UNCLOSED_STDIN, child)
     kid = int(said)
-    if child == "cat":
+    if not child.endswith("computes"):
         wait_for(lambda: proc_wchan(kid) in ("anon_pipe_read", "pipe_read") and in_epoll(job.pid), what="cat waiting")
     else:
         wait_for(lambda: in_epoll(job.pid), what="the loop waiting")
     rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
     found = [f for f in host["findings"] if f["rule"] == "deadlock"]
-    if child == "computes":
+    if child.endswith("computes"):
         assert not found and host["verdict"] == "healthy" and rc == 0, host["findings"]
         return
     assert found and found[0]["pids"] == [job.pid, kid], [(f["rule"], f["summary"]) for f in host["findings"]]
     assert "stdin=DEVNULL" in found[0]["hint"], found[0]["hint"]
-    words = "its own wake-up channel and a pipe only its children read"  # not "alone": it watches cat's stdin
+    # not "alone": it watches cat's stdin (and, reading its output, cat's stdout: it read HEALTHY, no finding)
+    words = "its own wake-up channel and " + ("pipes only its children read or write" if child == "readout" else
+                                              "a pipe only its children read")  # fmt: skip
     assert any(words in e["detail"] for e in found[0]["evidence"]), found[0]["evidence"]
     assert found[0]["severity"] == "critical" and host["verdict"] == "stalled" and rc == 1, host["headline"]
 

@@ -108,9 +108,12 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
             # (found by a helper). Only such a loop: a side thread's telemetry to a stopped server, beside
             # a child that computes, holds nothing the job needs (found by a helper)
             yield from self._frozen_reads(p)
-        if found:
-            return
         sealed = kind == "event-loop" and self.sealed_loop(p, main)
+        if found and not sealed:
+            return
+        # a loop sealed apart from its children polls their pipes (inferred edges, which make no cycle);
+        # its child watcher's wait is a firm one: `await proc.stdout.read()` from a cat whose stdin it
+        # never closed read HEALTHY (found by a helper)
         if kind in ("pipe-read", "pipe-write", "fifo-open", "file-lock", "fuse", "event-loop", "sleep") and not sealed:
             return  # an event loop or a sleep can act by itself: its threads' waits are not the process's
         if kind == "futex" and isinstance(p.syscall, Syscall) and not untimed_futex(p.syscall):
@@ -153,7 +156,10 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
         jobs = self.jobs(p)
         if jobs:
             # sealed by a pipe its children read, watched too (asyncio's on a child's stdin): said so, not "alone"
-            also = "" if self.sealed_loop(p, main_task(p), children=False) else " and a pipe only its children read"
+            ends = self.children_pipe_ends(p, main_task(p))
+            also = {frozenset(): "", frozenset("w"): " and a pipe only its children read",
+                    frozenset("r"): " and a pipe only its children write"}.get(ends, " and pipes only its children "
+                                                                                  "read or write")  # fmt: skip
             ev = (
                 Evidence("/proc/syscall", f"{p.pid} ({p.comm}): its event loop waits with no timeout on its own "
                                           f"wake-up channel{also or ' alone'} (the epoll interest list)"),

@@ -317,15 +317,30 @@ class WaitIndex:
             for fd, events in watched.items()
         )
 
+    def children_pipe_ends(self, p: Process, t: Task) -> frozenset[str]:
+        """The ends ("r", "w") of pipes to or from its children alone that `t`'s epoll watches."""
+        sc = t.syscall
+        if p.epoll is None or isinstance(p.fds, Unavailable) or not isinstance(sc, Syscall) or not sc.args:
+            return frozenset()
+        by_fd = {e.fd: e for e in p.fds}
+        return frozenset(
+            e.mode
+            for w in p.epoll
+            if w.epfd == sc.args[0] and (e := by_fd.get(w.fd)) is not None and self._closed_by_children(p, e, w.events)
+        )
+
     def _closed_by_children(self, p: Process, e: FdEntry, events: int) -> bool:
-        """The write end of a pipe only `p`'s descendants read, watched for readability alone: it fires
-        when they close it (asyncio watches a child's stdin so), a wait for the children as its child
-        watcher's is. `create_subprocess_exec(stdin=PIPE)` never closed, then `await proc.wait()`: cat
-        waits for EOF, the loop for cat, and it read HEALTHY (found by a helper)."""
-        if e.pipe_inode is None or e.mode != "w" or events & EPOLLOUT:
+        """A pipe to or from `p`'s descendants alone, watched for readability alone: the write end of one
+        only they read fires when they close it (asyncio watches a child's stdin so), the read end of one
+        only they write when they write or close it (its stdout): a wait for the children, as its child
+        watcher's is. `create_subprocess_exec(stdin=PIPE)` never closed, then `await proc.wait()` or
+        `await proc.stdout.read()`: cat waits for EOF, the loop for cat, and both read HEALTHY (found by
+        helpers)."""
+        if e.pipe_inode is None or e.mode not in ("r", "w") or events & EPOLLOUT:
             return False
-        readers = {pid for pid, o in self._fds.pipes.get(e.pipe_inode, []) if o.mode in ("r", "rw") and pid != p.pid}
-        return bool(readers) and readers <= {d.pid for d in self.tree.descendants(p.pid)}
+        other = ("r", "rw") if e.mode == "w" else ("w", "rw")
+        ends = {pid for pid, o in self._fds.pipes.get(e.pipe_inode, []) if o.mode in other and pid != p.pid}
+        return bool(ends) and ends <= {d.pid for d in self.tree.descendants(p.pid)}
 
     def _own_channel(self, p: Process, e: FdEntry) -> bool:
         """A pipe or a socketpair whose ends are all `p`'s: a wake-up channel nobody else can write."""
