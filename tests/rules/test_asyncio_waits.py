@@ -189,3 +189,28 @@ def test_a_step_asleep_on_a_timer_under_asyncio_is_judged_as_without_it(reap, tm
     rc, host = vastprobe_json("--pid", str(job.pid), "--log", str(log), "--sample", "0.5")
     errors = [(f["rule"], f["summary"]) for f in host["findings"] if f["severity"] in ("error", "critical")]
     assert not errors and host["verdict"] == "degraded" and rc == 0, errors or host["findings"]
+
+
+#: One thread: an epoll loop with no timeout over its own socketpair and the write end of a child's stdin,
+#: which fires when the child closes it (exits). The child computes: the loop waits for it, as it should
+LOOP_ON_A_CHILD = """
+import select, socket, subprocess, sys
+a, b = socket.socketpair()
+kid = subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.PIPE)
+ep = select.epoll()
+ep.register(a.fileno(), select.EPOLLIN)
+ep.register(kid.stdin.fileno(), select.EPOLLIN)
+print(kid.pid, flush=True)
+ep.poll()
+"""
+
+
+def test_a_one_thread_loop_waiting_for_its_working_child_to_close_its_stdin_is_healthy(reap) -> None:
+    """Its child can wake it (by exiting), so it does not wait "on nothing but its own wake-up channel": it
+    read STALLED, thread-deadlock, once a pipe only its children read counted as sealing a loop (found
+    checking the twenty-fifth session's change)."""
+    job, said = launch(reap, LOOP_ON_A_CHILD, "")
+    wait_for(lambda: in_epoll(job.pid), what="the loop waiting")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
+    assert host["verdict"] == "healthy" and rc == 0, [(f["rule"], f["summary"]) for f in host["findings"]]
+    assert int(said) in descendants(job.pid)

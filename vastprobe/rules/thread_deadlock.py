@@ -106,7 +106,7 @@ def _sealed_loop(ctx: Context, p: Process) -> Finding | None:
     wake-up channel (asyncio's self-socket): no other process can write it, no thread of its own is
     left to, and no handler of a signal that would. An asyncio task re-entering an asyncio.Lock, or
     awaiting an Event whose setter died, read HEALTHY (found by a helper)."""
-    if p.threads != 1 or not asleep_throughout(ctx, p) or not ctx.graph.sealed_loop(p, main_task(p)):
+    if p.threads != 1 or not asleep_throughout(ctx, p) or not ctx.graph.sealed_loop(p, main_task(p), children=False):
         return None
     if waits_for_a_signal(p, ctx.tree.by_pid.get(p.ppid)):
         return None  # a service waiting to be told to stop (asyncio's add_signal_handler): at rest
