@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-HOWS = ("fifo", "stopped", "killed", "fuse", "oom", "none")
+HOWS = ("fifo", "stopped", "killed", "fuse", "oom", "none", "timedwait")
 
 
 def rank_main() -> None:
@@ -76,6 +76,8 @@ def rank_main() -> None:
             signal.pause()  # waits for a signal nothing sends (Python handles only SIGINT)
         elif how == "exit":
             os._exit(1)  # a rank that crashed
+        elif how == "timedwait":
+            threading.Event().wait(3600)  # idle with a deadline (a rank waiting on its own timed condition)
     if os.environ.get("LAB_SPIN"):  # NCCL's waiting ranks: the host thread polls the GPU, a CPU at full use
         os.nice(19)  # a test's spinning ranks must not starve the machine's other work
         log = open(f"{os.environ['LAB_LOG']}.{rank}", "a") if os.environ.get("LAB_LOG") else None  # noqa: SIM115

@@ -213,6 +213,20 @@ def test_ranks_that_all_wait_with_nothing_moving_stall_the_job_and_blame_nobody(
     assert rc == 1 and host["verdict"] == "stalled", host["headline"]
 
 
+def test_ranks_waiting_on_one_whose_main_thread_waits_with_a_deadline_are_not_stalled(reap, tmp_path: Path) -> None:
+    """The control: rank 1's main thread waits on a condition with a timeout (`Event.wait(3600)`), the others
+    in their collective. It wakes by itself, so nothing says the job will not move: it read STALLED, "they
+    wait on one another", when every rank waiting with nothing moving first counted (found by a helper)."""
+    pids = start_job(reap, tmp_path, "timedwait")
+    waiting(pids)
+    wait_for(lambda: proc_wchan(pids[1]).startswith("futex"), what="rank 1 in its timed wait")
+    rc, host = vastprobe_json("--match", pids.match, "--sample", "1")
+    assert not [f for f in host["findings"] if f["rule"] == "culprit-rank" and f["severity"] == "error"], host[
+        "findings"
+    ]
+    assert rc == 0 and host["verdict"] != "stalled", host["headline"]
+
+
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")
 def test_a_sweep_of_three_hosts_names_the_host_and_rank_that_hold_the_job(tmp_path: Path) -> None:
     """Three loopback "hosts" (a PID namespace behind its own sshd each), one rank of a three-rank job

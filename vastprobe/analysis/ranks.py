@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from vastprobe.analysis.gpu import gpu_computing, gpu_users
-from vastprobe.analysis.waitgraph.edges import untimed_futex
+from vastprobe.analysis.waitgraph.edges import timed_wait, untimed_futex
 from vastprobe.clock import utc_text
 from vastprobe.model import HOLDING, DistributedJob, JobRank, Process, ProcIO, RankState, Syscall
 from vastprobe.units import byte_size
@@ -82,7 +82,8 @@ def _still(ctx: SnapshotView, procs: list[Process]) -> str | None:
     """Why nothing of the job here moved over the window, in words, or None: no rank and no process
     under one read or wrote a byte, changed state, had its main thread scheduled (a ring exchanging
     data wakes its receiving main threads however little CPU it gets) or used TURN_SHARE of a CPU, and
-    no thread of theirs sleeps on a timer (a rank waiting on its own thread's back-off wakes by itself).
+    no thread of theirs sleeps on a timer (a rank waiting on its own thread's back-off wakes by itself),
+    nor a main thread waits with a deadline.
     A timed wait on a condition (a watchdog: NCCL's wakes ten times a second) is no work, and its wakes
     may be charged a tick: under load a deadlocked ring read HEALTHY in 1 run of 4 when a tick counted.
     Every thread must have been read, and each main thread's wakes counted (the second sample's
@@ -100,6 +101,10 @@ def _still(ctx: SnapshotView, procs: list[Process]) -> str | None:
             return None
         tasks = g.all_tasks(p)
         if tasks is None or any(g.task_kind(p, t) == "sleep" for t in tasks):
+            return None
+        # its main thread waits with a deadline (rank 0's `Event.wait(60)` while the others wait in a
+        # barrier read STALLED; found by a helper), or on a futex whose deadline was not read
+        if timed_wait(p.syscall) or (g.kind(p) == "futex" and not isinstance(p.syscall, Syscall)):
             return None
     under = len(family) - len(procs)
     beside = f" and the {under} process(es) under them" if under else ""

@@ -387,6 +387,7 @@ vp_s0() {
 			ntk[q]++
 			if (w ~ FUTEX_WAIT) nfq[q]++
 			else if (w ~ TIMER_WAIT) ntm[q]++
+			else if (w ~ POLL_WAIT) npl[q]++
 			if (w !~ FUTEX_WAIT) print p "/stat" > "/dev/stderr"
 			if (w == "0") { print p "/syscall" > "/dev/stderr"; next }
 		} else if (st[p] != "S" && st[p] != "D") next
@@ -450,6 +451,12 @@ vp_s0() {
 			}
 			if ((q in fdw) || (q in dlk)) print fx[i] "/syscall" > "/dev/stderr"
 		}
+		# the main task alone, where it waits on a futex beside a polling thread and threads on futexes
+		# or timers (a rank in a collective: the loop of gloo, the watchdog of NCCL): whether its wait
+		# has a deadline says whether it wakes by itself (at most 256)
+		for (q in mfx)
+			if (!(q in fdw) && !(q in dlk) && npl[q] >= 1 && ntk[q] == nfq[q] + ntm[q] + npl[q] && nml++ < 256)
+				print q "/syscall" > "/dev/stderr"
 		if (!cut) printf "\n@@rc=0\n"
 		printf "\n@@%s@@ /s0.proc\n\n@@%s@@ cgmap\n", B, B
 		for (i = 1; i <= n_cg; i++) {
