@@ -21,11 +21,35 @@ import sys
 import threading
 import time
 
-HOWS = ("fifo", "stopped", "killed", "fuse", "oom", "none", "timedwait")
+HOWS = ("fifo", "stopped", "killed", "fuse", "oom", "none", "timedwait", "subsleep", "download", "download-thread")
+
+
+def _store(port: int, world: int) -> None:
+    """Rank 0's rendezvous: once every rank has connected, one byte to each."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(world)
+    joined = [listener.accept()[0] for _ in range(world)]
+    for c in joined:
+        c.sendall(b"1")
+    threading.Event().wait()  # keeps them open, as a store does
 
 
 def rank_main() -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    store = os.environ.get("LAB_STORE_PORT")  # a rendezvous first, as torch's TCPStore on rank 0: every
+    if store:  # rank connects and waits until all have; a thread of its own first (torch's, at import)
+        threading.Thread(target=threading.Event().wait, daemon=True).start()
+        if rank == 0:
+            threading.Thread(target=_store, args=(int(store), world), daemon=True).start()
+        while True:
+            try:
+                conn = socket.create_connection(("127.0.0.1", int(store)))
+                break
+            except OSError:
+                time.sleep(0.05)
+        conn.recv(1)
     ports = [int(p) for p in os.environ["LAB_PORTS"].split(",")]
     # LAB_IPS: one loopback address a rank, as ranks on separate hosts have (both ends bound to it)
     ips = os.environ.get("LAB_IPS", ",".join(["127.0.0.1"] * world)).split(",")
@@ -78,6 +102,22 @@ def rank_main() -> None:
             os._exit(1)  # a rank that crashed
         elif how == "timedwait":
             threading.Event().wait(3600)  # idle with a deadline (a rank waiting on its own timed condition)
+        elif how == "subsleep":
+            subprocess.run(["sleep", "3600"])  # waits on a child asleep on a timer
+        elif how in ("download", "download-thread"):  # reads a slow server at PATH (host:port) to its end
+            host, port = path.rsplit(":", 1)
+
+            def download() -> None:
+                with socket.create_connection((host, int(port))) as c:
+                    while c.recv(65536):
+                        pass
+
+            if how == "download":
+                download()
+            else:  # in an executor thread, its main thread waiting for the result
+                import concurrent.futures
+
+                concurrent.futures.ThreadPoolExecutor(1).submit(download).result()
     if os.environ.get("LAB_SPIN"):  # NCCL's waiting ranks: the host thread polls the GPU, a CPU at full use
         os.nice(19)  # a test's spinning ranks must not starve the machine's other work
         log = open(f"{os.environ['LAB_LOG']}.{rank}", "a") if os.environ.get("LAB_LOG") else None  # noqa: SIM115
@@ -98,7 +138,7 @@ def launch(ports: str, run_id: str, culprit: int, how: str, path: str = "") -> N
     names the ranks this launcher starts (one host's share of a multi-host job), all by default."""
     world = len(ports.split(","))
     local = [int(r) for r in os.environ.get("LAB_LOCAL", ",".join(map(str, range(world)))).split(",")]
-    env = dict(os.environ, WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(len(local)), MASTER_ADDR="127.0.0.1",
+    env = dict(os.environ, WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=os.environ.get("LAB_LOCAL_WORLD", str(len(local))), MASTER_ADDR="127.0.0.1",
                MASTER_PORT=ports.split(",")[0], TORCHELASTIC_RUN_ID=run_id, LAB_PORTS=ports,
                LAB_CULPRIT=str(culprit), LAB_HOW=how, LAB_PATH=path)  # fmt: skip
     if os.environ.get("LAB_RENDEZVOUS"):  # `node0:29500` and no run id: the job known by its rendezvous alone

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.cgroup_lab import MemoryCgroup
-from tests.helpers import mount_fuse, proc_state, proc_wchan, vastprobe_json, wait_for
+from tests.helpers import children_of, mount_fuse, proc_state, proc_wchan, vastprobe_json, wait_for
 from tests.sshd import free_ports, keygen, start_sshd
 
 LAB = Path(__file__).parents[1] / "rank_lab.py"
@@ -225,6 +225,87 @@ def test_ranks_waiting_on_one_whose_main_thread_waits_with_a_deadline_are_not_st
         "findings"
     ]
     assert rc == 0 and host["verdict"] != "stalled", host["headline"]
+
+
+#: A server that sends 1 KiB every 0.3 s for ever: a slow download
+SLOW_SERVER = """
+import socket, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen()
+print(s.getsockname()[1], flush=True)
+c, _ = s.accept()
+while True:
+    c.sendall(b"x" * 1024)
+    time.sleep(0.3)
+"""
+
+
+@pytest.mark.parametrize("how", ["subsleep", "download", "download-thread"])
+def test_a_rank_held_up_by_what_goes_on_by_itself_does_not_stall_the_job(reap, tmp_path: Path, how: str) -> None:
+    """Rank 1 waits on a `sleep` child, or downloads from a slow server in its main thread, or in an
+    executor thread while its main thread waits for the result; the others wait in their collective. It
+    holds them, but nothing proves it will not go on: the first two read STALLED, "not on another rank"
+    (an error), the third "they wait on one another" (found by a helper on real PyTorch)."""
+    path = ""
+    if how.startswith("download"):
+        server = subprocess.Popen([sys.executable, "-c", SLOW_SERVER], stdout=subprocess.PIPE, text=True,
+                                  start_new_session=True)  # fmt: skip
+        reap.append(server)
+        assert server.stdout is not None
+        path = f"127.0.0.1:{server.stdout.readline().strip()}"
+    pids = start_job(reap, tmp_path, how, path)
+    waiting(pids)
+    if how == "subsleep":
+        wait_for(lambda: any(proc_wchan(k) == "hrtimer_nanosleep" for k in children_of(pids[1])), what="its sleep")
+    else:
+        wait_for(lambda: f":{path.rsplit(':', 1)[1]}" in " ".join(_peers(pids[1])), what="rank 1 downloading")
+    rc, host = vastprobe_json("--match", pids.match, "--sample", "1")
+    told = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    assert not [f for f in host["findings"] if f["rule"] == "culprit-rank" and f["severity"] == "error"], told
+    assert rc == 0 and host["verdict"] != "stalled", told
+    if how != "download-thread":  # its main thread waits on a lock of its own: a rank in a collective
+        f = culprit_finding(host)
+        assert f["summary"].startswith(f"rank 1 (pid {pids[1]}, ") and f["severity"] == "warning", told
+
+
+def test_a_local_rank_that_never_started_is_missing_not_gone(reap, tmp_path: Path) -> None:
+    """Ranks 0 and 1 of a three-rank job on this host (LOCAL_WORLD_SIZE 3) started by hand, rank 2 not (yet):
+    they wait in their rendezvous (a store on rank 0, as torch's TCPStore). Nothing says rank 2 ever ran: it
+    read "gone: no process is this local rank any more (killed, or exited)", STALLED at once (found by a
+    helper on real PyTorch, ranks in init_process_group). Now it is missing, a warning."""
+    run = f"lab-{uuid.uuid4().hex[:12]}"
+    *mesh, store = free_ports(4)
+    env = dict(os.environ, LAB_LOCAL="0,1", LAB_LOCAL_WORLD="3", LAB_STORE_PORT=str(store))
+    launcher = subprocess.Popen([sys.executable, str(LAB), "launch", ",".join(map(str, mesh)), run, "-1", "none"],
+                                env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    reap.append(launcher)
+    wait_for(lambda: len(children_of(launcher.pid)) == 2, what="ranks 0 and 1 started")
+    ranks = children_of(launcher.pid)
+    wait_for(lambda: all(proc_wchan(r) in ("wait_woken", "sk_wait_data") for r in ranks), what="both in the rendezvous")
+    rc, host = vastprobe_json("--match", f"rank_lab.py (launch .* )?{run}", "--sample", "1")
+    f = culprit_finding(host)
+    assert f["summary"].startswith(f"rank 2 of 3 in job {run} (torchelastic) is missing: "), f["summary"]
+    assert "gone" not in f["summary"] and f["severity"] == "warning", f["summary"]
+    [job] = host["jobs"]
+    assert {x["rank"]: x["state"] for x in job["ranks"]}[2] == "missing", job["ranks"]
+    assert rc == 0 and host["verdict"] == "degraded", host["headline"]
+
+
+def _peers(pid: int) -> list[str]:
+    """The remote ends (`:PORT`, hex) of the TCP connections `pid` holds, as /proc/net/tcp writes them."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            link = os.readlink(fd)
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    out = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        f = line.split()
+        if f[9] in inodes:
+            out.append(f":{int(f[2].split(':')[1], 16)}")
+    return out
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)")

@@ -13,6 +13,7 @@ an allow-list of names only.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from vastprobe.analysis.gpu import gpu_computing, gpu_users
@@ -71,47 +72,71 @@ def find_jobs(ctx: SnapshotView, chains: Sequence[StalledChain]) -> list[Distrib
         closed = tuple(dict.fromkeys(e for p in procs for e in ctx.graph.closed_by_peer(p.pid)))
         peers = tuple(dict.fromkeys(e for p in procs for e in ctx.graph.unseen_ends(p.pid)))[:64]
         moving = _progress(ctx, procs)
-        still = _still(ctx, procs) if moving is None else None
-        jobs.append(
-            DistributedJob(key, world, tuple(ranks), culprits, waiting, moving, closed=closed, peers=peers, still=still)
-        )
+        still, off_host = _still(ctx, procs, whole=(world or 0) <= len(procs)) if moving is None else (None, ())
+        part = DistributedJob(key, world, tuple(ranks), culprits, waiting, moving, closed=closed, peers=peers)
+        jobs.append(replace(part, still=still, still_waits_on=off_host))
     return jobs
 
 
-def _still(ctx: SnapshotView, procs: list[Process]) -> str | None:
+#: A thread's wait that is no wait on something outside the job: on another thread (a lock, a condition),
+#: in an event loop over its connections (gloo's, NCCL's), for a connection to its listener (a store)
+_INSIDE = frozenset({"futex", "event-loop", "accept"})
+
+
+def _still(ctx: SnapshotView, procs: list[Process], whole: bool) -> tuple[str | None, tuple[str, ...]]:
     """Why nothing of the job here moved over the window, in words, or None: no rank and no process
     under one read or wrote a byte, changed state, had its main thread scheduled (a ring exchanging
     data wakes its receiving main threads however little CPU it gets) or used TURN_SHARE of a CPU, and
-    no thread of theirs sleeps on a timer (a rank waiting on its own thread's back-off wakes by itself),
-    nor a main thread waits with a deadline.
+    no thread of theirs sleeps on a timer (a rank waiting on its own thread's back-off wakes by itself)
+    or waits on what is not the job's, nor a main thread waits with a deadline. `whole`: every rank of
+    the world is here; else a wait on a connection leaving this host may be on a rank elsewhere, and
+    is returned for a run of the job's hosts to check (the second item).
     A timed wait on a condition (a watchdog: NCCL's wakes ten times a second) is no work, and its wakes
     may be charged a tick: under load a deadlocked ring read HEALTHY in 1 run of 4 when a tick counted.
     Every thread must have been read, and each main thread's wakes counted (the second sample's
     status line)."""
     if not ctx.two_samples or not procs:
-        return None
+        return None, ()
     g = ctx.graph
     family = [*procs, *(d for p in procs for d in ctx.tree.descendants(p.pid))]
+    inside = {p.pid for p in family}
+    off_host: list[str] = []
     window = ctx.snapshot.sample_window
     for p in family:
         pr, cpu = ctx.progress.get(p.pid), ctx.cpu_seconds(p.pid)
         if pr is None or not pr.sampled or pr.ctxt_switches is None or cpu is None or window <= 0:
-            return None
+            return None, ()
         if pr.gone or pr.io_bytes or pr.state_changed or pr.ctxt_switches or cpu >= TURN_SHARE * window:
-            return None
+            return None, ()
         tasks = g.all_tasks(p)
-        if tasks is None or any(g.task_kind(p, t) == "sleep" for t in tasks):
-            return None
+        if tasks is None:
+            return None, ()
         # its main thread waits with a deadline (rank 0's `Event.wait(60)` while the others wait in a
         # barrier read STALLED; found by a helper), or on a futex whose deadline was not read
         if timed_wait(p.syscall) or (g.kind(p) == "futex" and not isinstance(p.syscall, Syscall)):
-            return None
+            return None, ()
+        for t in tasks:
+            if t.state != "S" or (kind := g.task_kind(p, t)) in _INSIDE:
+                continue
+            # a thread asleep on a timer, or waiting on what is not the job's (rank 0's download in an
+            # executor thread while its main thread waits for the result read STALLED; found by a helper)
+            edges = g.task_waits(p, t) if kind != "sleep" else ()
+            if not edges:
+                return None, ()
+            for e in edges:
+                if e.holders and not set(e.holders) <= inside:
+                    return None, ()
+                if not e.holders:
+                    remote = e.socket.remote if e.kind == "tcp" and e.socket is not None else None
+                    if whole or not remote:
+                        return None, ()
+                    off_host.append(remote)  # a rank on another host, where a run of its hosts says so
     under = len(family) - len(procs)
     beside = f" and the {under} process(es) under them" if under else ""
     return (
         f"nothing of the job here moved over {ctx.snapshot.sample_window:.1f}s: its {len(procs)} rank(s){beside} "
         f"read or wrote nothing, did not change state, used under {TURN_SHARE:.0%} of a CPU, and no main thread woke"
-    )
+    ), tuple(dict.fromkeys(off_host))[:64]
 
 
 def judge(ranks: Sequence[JobRank], world: int | None) -> tuple[tuple[JobRank, ...], tuple[JobRank, ...]]:
@@ -336,10 +361,27 @@ def _gone(ctx: SnapshotView, procs: list[Process]) -> list[JobRank]:
                 + (f", a child of launcher {under.comm} ({under.pid})" if under is not None else "")
                 + ")"
             )
-        else:
+        elif _paired(ctx, procs):
             why = "gone: no process is this local rank any more (killed, or exited)"
+        else:
+            # nothing says it ever ran: no zombie, no OOM kill, and the ranks here wait in their rendezvous
+            # (ranks launched by hand, one not started yet, read "gone: killed, or exited", STALLED at once;
+            # found by a helper on real PyTorch)
+            why = (
+                "missing: no process is this local rank, and the ranks here have not paired up past their "
+                "rendezvous: it has not started, or it exited before joining"
+            )
+            out.append(JobRank(first + n if first is not None and first >= 0 else None, n, None, "missing", why))
+            continue
         out.append(JobRank(first + n if first is not None and first >= 0 else None, n, None, "gone", why))
     return out
+
+
+def _paired(ctx: SnapshotView, procs: list[Process]) -> bool:
+    """Two or more ranks here hold connections to two or more other ranks: past the rendezvous, where
+    only the store's holder (rank 0) is connected to more than one (each other rank to the store)."""
+    pids = {p.pid for p in procs}
+    return sum(1 for p in procs if _peers(ctx, p, pids) >= 2) >= 2
 
 
 def waits_among(ranks: Sequence[JobRank]) -> tuple[tuple[JobRank, ...], JobRank | None]:
@@ -400,7 +442,7 @@ def straggler_hint(c: JobRank, stack: str) -> str:
 def holder_words(job: DistributedJob, c: JobRank) -> str:
     """The rank that holds the job, in words: `rank 2 (pid 4, python) of job J waits on …`, or `rank 1
     of 3 in job J is gone: OOM-killed at …` (a gone rank numbered against the world size)."""
-    if c.state == "gone":
+    if c.state in ("gone", "missing"):
         of_world = f" of {job.world_size}" if c.rank is not None and job.world_size else ""
         return f"{c.name}{of_world} in job {job.words} is {c.why}"
     return f"{c.label} of job {job.words} {c.why}"

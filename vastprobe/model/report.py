@@ -145,9 +145,9 @@ class Outlier:
 
 # ---------------------------------------------------------------- distributed jobs
 
-RankState = Literal["collective", "elsewhere", "stopped", "uninterruptible", "exited", "gone", "running"]
+RankState = Literal["collective", "elsewhere", "stopped", "uninterruptible", "exited", "gone", "missing", "running"]
 #: States in which a rank cannot take part in a collective until something else happens.
-HOLDING = frozenset({"elsewhere", "stopped", "uninterruptible", "exited", "gone"})
+HOLDING = frozenset({"elsewhere", "stopped", "uninterruptible", "exited", "gone", "missing"})
 
 
 @dataclass(frozen=True)
@@ -206,6 +206,9 @@ class DistributedJob:
     #: than a watchdog's CPU in its ranks or under them): why, in words; None otherwise
     #: (analysis/ranks.py). Not in the JSON
     still: str | None = None
+    #: the remote ends of connections leaving this host that the ranks here wait on while `still`: a
+    #: run holds the job still only where each is a rank of the job on another of its hosts
+    still_waits_on: tuple[str, ...] = ()
 
     @property
     def words(self) -> str:

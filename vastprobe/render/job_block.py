@@ -52,7 +52,7 @@ def job_block(console: Console, job: JobAcrossHosts, verdict_of: Mapping[str, st
                 Text(f"[{len(moving)}: {fold_hosts(moving, limit)}] (their ranks show progress)"))  # fmt: skip
     # a rank named gone above is no rank missing besides (the two lines contradicted each other; found
     # by a helper)
-    gone = {h.rank for _t, h in ((where, c), *job.also) if h.state == "gone"}
+    gone = {h.rank for _t, h in ((where, c), *job.also) if h.state in ("gone", "missing")}
     missing = [m for m in job.missing if m not in gone]
     if missing:
         shown = ", ".join(map(str, missing[:16])) + (" …" if len(missing) > 16 else "")

@@ -150,7 +150,7 @@ def _collides(parts: Sequence[tuple[str, DistributedJob]]) -> bool:
 
 #: Which holder names the job first: a rank that cannot move (gone, stopped, in D) before one that
 #: waits on something else.
-_STRENGTH = {"gone": 0, "exited": 0, "stopped": 1, "uninterruptible": 1, "elsewhere": 2}
+_STRENGTH = {"gone": 0, "exited": 0, "stopped": 1, "uninterruptible": 1, "elsewhere": 2, "missing": 3}
 
 
 def _owners(parts: Sequence[tuple[str, DistributedJob]]) -> dict[str, tuple[str, JobRank]]:
@@ -381,7 +381,7 @@ def _told_everyone_waits(r: HostReport, part: DistributedJob, job: JobAcrossHost
         ev2 = (*own.evidence, ev, Evidence("progress", sign or ""))
         return swap(r, own, replace(own, summary=summary, evidence=ev2, hint=hint, severity="info"))
     sev: Severity = own.severity if own.severity == "info" else "warning"
-    if all(j.still is not None for _t, j in job.parts):
+    if all(j.still is not None for _t, j in job.parts) and _waits_within(job):
         # nothing of the job moved on any host: no rank is outside the wait to end it, as on one host
         # (a rank deadlocked on its own lock, a ring whose ranks all receive first read DEGRADED)
         ranks = [x for _t, j in job.parts for x in j.ranks]
@@ -395,6 +395,13 @@ def _told_everyone_waits(r: HostReport, part: DistributedJob, job: JobAcrossHost
         ev2 = (*own.evidence, ev, *stills)
         return swap(r, own, replace(own, summary=summary, evidence=ev2, hint=hint, severity="error"))
     return swap(r, own, replace(own, summary=summary, evidence=(*own.evidence, ev), hint=hint, severity=sev))
+
+
+def _waits_within(job: JobAcrossHosts) -> bool:
+    """Each connection leaving a host that its still ranks wait on ends at a rank of the job on another
+    host of the run: not a download from a server outside the job."""
+    owner = _owners(job.parts)
+    return all(end in owner for _t, j in job.parts for end in j.still_waits_on)
 
 
 def _told_waits_on_rank(r: HostReport, part: DistributedJob, job: JobAcrossHosts) -> HostReport:
@@ -480,7 +487,7 @@ def _told_holder(
     severity (its own off-host note replaced), or, where its ranks show progress, a note."""
     who = c.name + (f" (pid {c.pid}, {where})" if c.pid else f" ({where})")
     here = _ranks(part.ranks)
-    why = c.why if c.state != "gone" else f"it is {c.why}"
+    why = c.why if c.state not in ("gone", "missing") else f"it is {c.why}"
     ev = [Evidence("this run", f"{who} holds job {job.key}: {c.why}"[:400])]
     ev += [Evidence("this run", f"{o.label} on {t} holds it too: {o.why}"[:400]) for t, o in job.also]
     ev += [Evidence("rank", f"{x.name} (pid {x.pid if x.pid else '-'}): {x.why}") for x in part.ranks[:16]]

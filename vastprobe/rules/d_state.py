@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from vastprobe.analysis.stalls import stall_evidence
-from vastprobe.analysis.wchan_families import NVIDIA_PREFIXES, family, wait_kind
+from vastprobe.analysis.wchan_families import BLOCK_IO_WAITS, NVIDIA_PREFIXES, family, wait_kind
 from vastprobe.model import Evidence, Finding, Unavailable
 from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
 
@@ -22,19 +22,6 @@ FROZEN_WAITS = frozenset(
 
 #: Where a vfork's parent waits (D) for its child to exec or exit: not storage (found by a helper)
 VFORK_WAITS = frozenset({"kernel_clone", "wait_for_vfork_done", "do_fork", "copy_process"})
-
-#: Waits for a block device to finish a request (direct I/O, a page under I/O, writeback, the journal):
-#: a device slower than one request per window (a throttled or saturated disk) keeps its writer in D
-#: over the window with no byte counted, and a 1 s window proved no hang (found by a helper: `dd
-#: oflag=direct` at 256 KiB/s read STALLED 6 probes of 9)
-BLOCK_IO_WAITS = frozenset({
-    "iomap_dio_rw", "__iomap_dio_rw", "io_schedule", "io_schedule_timeout", "blkdev_direct_IO",
-    "__blkdev_direct_IO", "__blkdev_direct_IO_simple", "submit_bio_wait", "blk_mq_get_tag", "rq_qos_wait",
-    "wbt_wait", "bit_wait_io", "folio_wait_bit_common", "folio_wait_writeback", "wait_on_page_bit_common",
-    "wait_on_page_writeback", "__folio_lock", "__lock_page", "__wait_on_buffer", "wait_on_buffer",
-    "balance_dirty_pages", "jbd2_log_wait_commit", "do_get_write_access", "filemap_fdatawait_range",
-    "file_write_and_wait_range", "blkdev_issue_flush",
-})  # fmt: skip
 
 META = RuleMeta("d-state", "VP109", "error", "a watched process is stuck in uninterruptible sleep (D)")
 

@@ -245,6 +245,10 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
         end that wait."""
         return any(set(e.holders) == {p.pid} for e in self._task_edges(p, t, self.task_kind(p, t)))
 
+    def task_waits(self, p: Process, t: Task) -> tuple[WaitEdge, ...]:
+        """What one thread of `p` waits on that can be followed (a pipe, a socket, a lock, a mount)."""
+        return tuple(self._task_edges(p, t, self.task_kind(p, t)))
+
     def _task_edges(self, p: Process, t: Task, kind: WaitKind | None) -> Iterator[WaitEdge]:
         if kind in ("pipe-read", "pipe-write"):
             yield from self._pipe_edges(p, kind, t)
