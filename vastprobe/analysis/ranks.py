@@ -17,7 +17,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from vastprobe.analysis.gpu import gpu_computing, gpu_users
-from vastprobe.analysis.waitgraph.edges import timed_wait, untimed_futex
+from vastprobe.analysis.rank_waits import job_still
+from vastprobe.analysis.waitgraph.edges import untimed_futex
 from vastprobe.clock import utc_text
 from vastprobe.model import HOLDING, DistributedJob, JobRank, Process, ProcIO, RankState, Syscall
 from vastprobe.units import byte_size
@@ -72,71 +73,10 @@ def find_jobs(ctx: SnapshotView, chains: Sequence[StalledChain]) -> list[Distrib
         closed = tuple(dict.fromkeys(e for p in procs for e in ctx.graph.closed_by_peer(p.pid)))
         peers = tuple(dict.fromkeys(e for p in procs for e in ctx.graph.unseen_ends(p.pid)))[:64]
         moving = _progress(ctx, procs)
-        still, off_host = _still(ctx, procs, whole=(world or 0) <= len(procs)) if moving is None else (None, ())
+        still, off_host = job_still(ctx, procs, whole=(world or 0) <= len(procs)) if moving is None else (None, ())
         part = DistributedJob(key, world, tuple(ranks), culprits, waiting, moving, closed=closed, peers=peers)
         jobs.append(replace(part, still=still, still_waits_on=off_host))
     return jobs
-
-
-#: A thread's wait that is no wait on something outside the job: on another thread (a lock, a condition),
-#: in an event loop over its connections (gloo's, NCCL's), for a connection to its listener (a store)
-_INSIDE = frozenset({"futex", "event-loop", "accept"})
-
-
-def _still(ctx: SnapshotView, procs: list[Process], whole: bool) -> tuple[str | None, tuple[str, ...]]:
-    """Why nothing of the job here moved over the window, in words, or None: no rank and no process
-    under one read or wrote a byte, changed state, had its main thread scheduled (a ring exchanging
-    data wakes its receiving main threads however little CPU it gets) or used TURN_SHARE of a CPU, and
-    no thread of theirs sleeps on a timer (a rank waiting on its own thread's back-off wakes by itself)
-    or waits on what is not the job's, nor a main thread waits with a deadline. `whole`: every rank of
-    the world is here; else a wait on a connection leaving this host may be on a rank elsewhere, and
-    is returned for a run of the job's hosts to check (the second item).
-    A timed wait on a condition (a watchdog: NCCL's wakes ten times a second) is no work, and its wakes
-    may be charged a tick: under load a deadlocked ring read HEALTHY in 1 run of 4 when a tick counted.
-    Every thread must have been read, and each main thread's wakes counted (the second sample's
-    status line)."""
-    if not ctx.two_samples or not procs:
-        return None, ()
-    g = ctx.graph
-    family = [*procs, *(d for p in procs for d in ctx.tree.descendants(p.pid))]
-    inside = {p.pid for p in family}
-    off_host: list[str] = []
-    window = ctx.snapshot.sample_window
-    for p in family:
-        pr, cpu = ctx.progress.get(p.pid), ctx.cpu_seconds(p.pid)
-        if pr is None or not pr.sampled or pr.ctxt_switches is None or cpu is None or window <= 0:
-            return None, ()
-        if pr.gone or pr.io_bytes or pr.state_changed or pr.ctxt_switches or cpu >= TURN_SHARE * window:
-            return None, ()
-        tasks = g.all_tasks(p)
-        if tasks is None:
-            return None, ()
-        # its main thread waits with a deadline (rank 0's `Event.wait(60)` while the others wait in a
-        # barrier read STALLED; found by a helper), or on a futex whose deadline was not read
-        if timed_wait(p.syscall) or (g.kind(p) == "futex" and not isinstance(p.syscall, Syscall)):
-            return None, ()
-        for t in tasks:
-            if t.state != "S" or (kind := g.task_kind(p, t)) in _INSIDE:
-                continue
-            # a thread asleep on a timer, or waiting on what is not the job's (rank 0's download in an
-            # executor thread while its main thread waits for the result read STALLED; found by a helper)
-            edges = g.task_waits(p, t) if kind != "sleep" else ()
-            if not edges:
-                return None, ()
-            for e in edges:
-                if e.holders and not set(e.holders) <= inside:
-                    return None, ()
-                if not e.holders:
-                    remote = e.socket.remote if e.kind == "tcp" and e.socket is not None else None
-                    if whole or not remote:
-                        return None, ()
-                    off_host.append(remote)  # a rank on another host, where a run of its hosts says so
-    under = len(family) - len(procs)
-    beside = f" and the {under} process(es) under them" if under else ""
-    return (
-        f"nothing of the job here moved over {ctx.snapshot.sample_window:.1f}s: its {len(procs)} rank(s){beside} "
-        f"read or wrote nothing, did not change state, used under {TURN_SHARE:.0%} of a CPU, and no main thread woke"
-    ), tuple(dict.fromkeys(off_host))[:64]
 
 
 def judge(ranks: Sequence[JobRank], world: int | None) -> tuple[tuple[JobRank, ...], tuple[JobRank, ...]]:
@@ -382,53 +322,6 @@ def _paired(ctx: SnapshotView, procs: list[Process]) -> bool:
     only the store's holder (rank 0) is connected to more than one (each other rank to the store)."""
     pids = {p.pid for p in procs}
     return sum(1 for p in procs if _peers(ctx, p, pids) >= 2) >= 2
-
-
-def waits_among(ranks: Sequence[JobRank]) -> tuple[tuple[JobRank, ...], JobRank | None]:
-    """How the ranks' blocked receives lead to each other: (a cycle, `rank 0, rank 3, rank 2, rank 1,
-    rank 0`: each waits to receive from the next before it sends; or the one rank every other's wait
-    ends at, itself blocked on no rank's connection: the likeliest holder). ((), None): the waits say
-    neither (NCCL's main threads wait in futexes, on no connection)."""
-    owner = {end: r for r in ranks for end in r.ends}
-    link = {r.pid: o for r in ranks if r.waits_on and (o := owner.get(r.waits_on)) is not None and o.pid != r.pid}
-    for start in ranks:
-        path, cur = [start], link.get(start.pid)
-        while cur is not None and cur not in path:
-            path.append(cur)
-            cur = link.get(cur.pid)
-        if cur is not None and len(path) > 1:
-            return (*path[path.index(cur) :], cur), None
-    ends = set()
-    for r in ranks:
-        cur = r
-        while (nxt := link.get(cur.pid)) is not None:
-            cur = nxt
-        ends.add(cur.pid)
-    if len(ends) != 1 or len(link) < 2:
-        return (), None
-    return (), next(r for r in ranks if r.pid in ends)
-
-
-#: What to do about ranks that all wait on one another (one host, or a run's hosts read together)
-DEADLOCK_HINT = (
-    "no rank is outside the wait to end it: a collective the ranks entered in different orders, one a rank "
-    "skipped, or a rank stuck on a lock of its own; the job ends only when the collective times out (the process "
-    "group's timeout, TORCH_NCCL_TIMEOUT: 10 to 30 minutes by default). Compare where each rank is"
-)
-
-
-def how_they_wait(ranks: Sequence[JobRank], where: dict[int, str] | None = None) -> str:
-    """waits_among in words; `where`: pid -> host, for ranks read on several hosts."""
-    cycle, sink = waits_among(ranks)
-    if cycle:
-        return "their receives wait on each other in a cycle, " + " <- ".join(r.name for r in cycle)
-    if sink is not None:
-        at = f" on {where[sink.pid]}" if where and sink.pid in where else ""
-        return (
-            f"every other rank's wait over the job's connections ends at {sink.label}{at}, which waits on no rank's "
-            "connection: the likeliest holder"
-        )
-    return "they wait on one another"
 
 
 def straggler_hint(c: JobRank, stack: str) -> str:

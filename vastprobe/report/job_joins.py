@@ -13,15 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from vastprobe.analysis.ranks import (
-    DEADLOCK_HINT,
-    each_worked,
-    holder_words,
-    how_they_wait,
-    judge,
-    straggler_hint,
-    works_by_turns,
-)
+from vastprobe.analysis.rank_waits import DEADLOCK_HINT, how_they_wait
+from vastprobe.analysis.ranks import each_worked, holder_words, judge, straggler_hint, works_by_turns
 from vastprobe.model import (
     HOLDING,
     ONE_SAMPLE,

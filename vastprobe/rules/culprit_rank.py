@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from vastprobe.analysis.flight import Stuck, compare, job_dumps
-from vastprobe.analysis.ranks import DEADLOCK_HINT, holder_words, how_they_wait, straggler_hint
+from vastprobe.analysis.rank_waits import DEADLOCK_HINT, how_they_wait
+from vastprobe.analysis.ranks import holder_words, straggler_hint
 from vastprobe.analysis.stalls import StalledChain
 from vastprobe.analysis.wchan_families import BLOCK_IO_WAITS, family
 from vastprobe.model import DistributedJob, Evidence, Finding, FlightDump, JobRank, Severity
