@@ -451,11 +451,11 @@ vp_s0() {
 			}
 			if ((q in fdw) || (q in dlk)) print fx[i] "/syscall" > "/dev/stderr"
 		}
-		# the main task alone, where it waits on a futex beside a polling thread and threads on futexes
-		# or timers (a rank in a collective: the loop of gloo, the watchdog of NCCL): whether its wait
-		# has a deadline says whether it wakes by itself (at most 256)
+		# the main task alone, where it waits on a futex beside a polling thread (a rank in a collective:
+		# the loop of gloo): whether its wait has a deadline says whether it wakes by itself (at most
+		# 256; whatever its other threads do: one of a torch rank caught awake left it unread)
 		for (q in mfx)
-			if (!(q in fdw) && !(q in dlk) && npl[q] >= 1 && ntk[q] == nfq[q] + ntm[q] + npl[q] && nml++ < 256)
+			if (!(q in fdw) && !(q in dlk) && npl[q] >= 1 && nml++ < 256)
 				print q "/syscall" > "/dev/stderr"
 		if (!cut) printf "\n@@rc=0\n"
 		printf "\n@@%s@@ /s0.proc\n\n@@%s@@ cgmap\n", B, B
