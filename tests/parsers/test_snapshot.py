@@ -156,6 +156,35 @@ def test_torch_gloo_culprit_recorded() -> None:
     assert rank_env["RANK"] == "1" and rank_env["TORCH_FR_BUFFER_SIZE"] == "2000"
 
 
+@pytest.mark.parametrize("scene", ["torch-gloo-order", "torch-gloo-timedwait"])
+def test_torch_gloo_ranks_waiting_on_each_other_recorded(scene: str) -> None:
+    """Real PyTorch gloo, two ranks: in collectives entered in different orders, each waits for the other
+    for ever, nothing of the job moves (STALLED, no rank named; it read HEALTHY, no finding); the control,
+    rank 0 on a wait with a deadline while rank 1 waits in a barrier, is no stall."""
+    from vastprobe.analysis.context import Context
+    from vastprobe.analysis.tree import ProcessTree
+    from vastprobe.model import verdict
+    from vastprobe.rule_options import RuleOptions
+    from vastprobe.rules.engine import run_rules
+
+    snap = parse_fixture(FIXTURES / scene)
+    scope = tuple(p.pid for p in snap.processes if not p.kernel_thread)
+    ctx = Context(snap, scope, RuleOptions(), ProcessTree(snap))
+    (job,) = ctx.jobs
+    assert job.world_size == 2 and [r.state for r in job.ranks] == ["collective", "collective"] and not job.culprits
+    findings = [
+        f for f in run_rules(snap, frozenset(scope), RuleOptions(), ctx.tree, context=ctx) if f.rule != "missing-logs"
+    ]  # fmt: skip  (the recorder's absent log, planted)
+    ranks = [f for f in findings if f.rule == "culprit-rank"]
+    if scene.endswith("timedwait"):
+        assert job.still is None and not ranks and verdict(tuple(findings)) == "healthy", findings
+        return
+    assert job.still is not None and job.deadlocked, job
+    (f,) = ranks
+    assert f.severity == "error" and "all 2 on this host, waits on another" in f.summary, f.summary
+    assert f.summary.endswith(": they wait on one another") and verdict(tuple(findings)) == "stalled", f.summary
+
+
 def test_mariadb_row_lock_recorded() -> None:
     """Real MariaDB, an UPDATE waiting for a row lock another session holds: /proc shows a client
     polling its server with nothing in flight (its threads are unnamed, its lock waits are futexes),
