@@ -20,7 +20,7 @@ from vastprobe.analysis.gpu import gpu_computing, gpu_users
 from vastprobe.analysis.rank_waits import job_still
 from vastprobe.analysis.waitgraph.edges import untimed_futex
 from vastprobe.clock import utc_text
-from vastprobe.model import HOLDING, DistributedJob, JobRank, Process, ProcIO, RankState, Syscall
+from vastprobe.model import HOLDING, NO_PROCESS, DistributedJob, JobRank, Process, ProcIO, RankState, Syscall
 from vastprobe.units import byte_size
 from vastprobe.untrusted.numbers import read_int
 
@@ -335,7 +335,7 @@ def straggler_hint(c: JobRank, stack: str) -> str:
 def holder_words(job: DistributedJob, c: JobRank) -> str:
     """The rank that holds the job, in words: `rank 2 (pid 4, python) of job J waits on …`, or `rank 1
     of 3 in job J is gone: OOM-killed at …` (a gone rank numbered against the world size)."""
-    if c.state in ("gone", "missing"):
+    if c.state in NO_PROCESS:
         of_world = f" of {job.world_size}" if c.rank is not None and job.world_size else ""
         return f"{c.name}{of_world} in job {job.words} is {c.why}"
     return f"{c.label} of job {job.words} {c.why}"

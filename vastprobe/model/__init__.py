@@ -39,6 +39,7 @@ from vastprobe.model.process import EpollWatch, FdEntry, FdMode, Process, ProcIO
 from vastprobe.model.programs import Collective, FlightDump, FrameLocal, PythonStack, PyThread
 from vastprobe.model.report import (
     HOLDING,
+    NO_PROCESS,
     ONE_SAMPLE,
     SEVERITY_ORDER,
     DistributedJob,
@@ -64,6 +65,7 @@ from vastprobe.model.unavailable import NotRead, Unavailable, available
 
 __all__ = [
     "HOLDING",
+    "NO_PROCESS",
     "ONE_SAMPLE",
     "SEVERITY_ORDER",
     "Artifact",

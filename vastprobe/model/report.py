@@ -148,6 +148,8 @@ class Outlier:
 RankState = Literal["collective", "elsewhere", "stopped", "uninterruptible", "exited", "gone", "missing", "running"]
 #: States in which a rank cannot take part in a collective until something else happens.
 HOLDING = frozenset({"elsewhere", "stopped", "uninterruptible", "exited", "gone", "missing"})
+#: States of a rank that no process is: it left (gone), or nothing says it ever came (missing)
+NO_PROCESS = frozenset({"gone", "missing"})
 
 
 @dataclass(frozen=True)
@@ -204,7 +206,7 @@ class DistributedJob:
     peers: tuple[str, ...] = ()
     #: nothing of the job here moved over the window (no byte, state change, main-thread wake or more
     #: than a watchdog's CPU in its ranks or under them): why, in words; None otherwise
-    #: (analysis/ranks.py). Not in the JSON
+    #: (analysis/rank_waits.py). Not in the JSON
     still: str | None = None
     #: the remote ends of connections leaving this host that the ranks here wait on while `still`: a
     #: run holds the job still only where each is a rank of the job on another of its hosts

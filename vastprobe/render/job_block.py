@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from rich.console import Console
 from rich.text import Text
 
-from vastprobe.model import HostReport
+from vastprobe.model import NO_PROCESS, HostReport
 from vastprobe.render.groups import fold_hosts
 from vastprobe.render.layout import hanging
 from vastprobe.report.job_joins import JobAcrossHosts, jobs_across_hosts
@@ -52,7 +52,7 @@ def job_block(console: Console, job: JobAcrossHosts, verdict_of: Mapping[str, st
                 Text(f"[{len(moving)}: {fold_hosts(moving, limit)}] (their ranks show progress)"))  # fmt: skip
     # a rank named gone above is no rank missing besides (the two lines contradicted each other; found
     # by a helper)
-    gone = {h.rank for _t, h in ((where, c), *job.also) if h.state in ("gone", "missing")}
+    gone = {h.rank for _t, h in ((where, c), *job.also) if h.state in NO_PROCESS}
     missing = [m for m in job.missing if m not in gone]
     if missing:
         shown = ", ".join(map(str, missing[:16])) + (" …" if len(missing) > 16 else "")

@@ -17,6 +17,7 @@ from vastprobe.analysis.rank_waits import DEADLOCK_HINT, how_they_wait
 from vastprobe.analysis.ranks import each_worked, holder_words, judge, straggler_hint, works_by_turns
 from vastprobe.model import (
     HOLDING,
+    NO_PROCESS,
     ONE_SAMPLE,
     DistributedJob,
     Evidence,
@@ -480,7 +481,7 @@ def _told_holder(
     severity (its own off-host note replaced), or, where its ranks show progress, a note."""
     who = c.name + (f" (pid {c.pid}, {where})" if c.pid else f" ({where})")
     here = _ranks(part.ranks)
-    why = c.why if c.state not in ("gone", "missing") else f"it is {c.why}"
+    why = c.why if c.state not in NO_PROCESS else f"it is {c.why}"
     ev = [Evidence("this run", f"{who} holds job {job.key}: {c.why}"[:400])]
     ev += [Evidence("this run", f"{o.label} on {t} holds it too: {o.why}"[:400]) for t, o in job.also]
     ev += [Evidence("rank", f"{x.name} (pid {x.pid if x.pid else '-'}): {x.why}") for x in part.ranks[:16]]
