@@ -387,7 +387,6 @@ vp_s0() {
 			ntk[q]++
 			if (w ~ FUTEX_WAIT) nfq[q]++
 			else if (w ~ TIMER_WAIT) ntm[q]++
-			else if (w ~ POLL_WAIT) npl[q]++
 			if (w !~ FUTEX_WAIT) print p "/stat" > "/dev/stderr"
 			if (w == "0") { print p "/syscall" > "/dev/stderr"; next }
 		} else if (st[p] != "S" && st[p] != "D") next
@@ -451,11 +450,11 @@ vp_s0() {
 			}
 			if ((q in fdw) || (q in dlk)) print fx[i] "/syscall" > "/dev/stderr"
 		}
-		# the main task alone, where it waits on a futex beside a polling thread (a rank in a collective:
-		# the loop of gloo): whether its wait has a deadline says whether it wakes by itself (at most
-		# 256; whatever its other threads do: one of a torch rank caught awake left it unread)
+		# the main task alone, where it waits on a futex beside other threads (a rank in a collective):
+		# whether its wait has a deadline says whether it wakes by itself (at most 256; whatever its other
+		# threads do: the loop of a torch rank caught awake, its wait channel 0, left it unread)
 		for (q in mfx)
-			if (!(q in fdw) && !(q in dlk) && npl[q] >= 1 && nml++ < 256)
+			if (!(q in fdw) && !(q in dlk) && ntk[q] >= 1 && nml++ < 256)
 				print q "/syscall" > "/dev/stderr"
 		if (!cut) printf "\n@@rc=0\n"
 		printf "\n@@%s@@ /s0.proc\n\n@@%s@@ cgmap\n", B, B
