@@ -225,6 +225,13 @@ def test_ranks_waiting_on_one_whose_main_thread_waits_with_a_deadline_are_not_st
         "findings"
     ]
     assert rc == 0 and host["verdict"] != "stalled", host["headline"]
+    # named as what holds the others, in true words: it waits with a deadline, it does not compute (it was
+    # said to wait in a collective; found by a helper)
+    f = culprit_finding(host)
+    assert (
+        f["summary"].startswith(f"rank 1 (pid {pids[1]}, python) of job ") and "waits with a deadline" in f["summary"]
+    )
+    assert "goes on when that is up" in f["hint"] and "computes" not in f["hint"], f["hint"]
 
 
 #: A server that sends 1 KiB every 0.3 s for ever: a slow download

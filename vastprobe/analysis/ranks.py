@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 from vastprobe.analysis.gpu import gpu_computing, gpu_users
 from vastprobe.analysis.rank_waits import job_still
-from vastprobe.analysis.waitgraph.edges import untimed_futex
+from vastprobe.analysis.waitgraph.edges import timed_wait, untimed_futex
+from vastprobe.analysis.wchan_families import BLOCK_IO_WAITS, family
 from vastprobe.clock import utc_text
 from vastprobe.model import HOLDING, NO_PROCESS, DistributedJob, JobRank, Process, ProcIO, RankState, Syscall
 from vastprobe.units import byte_size
@@ -67,6 +68,7 @@ def find_jobs(ctx: SnapshotView, chains: Sequence[StalledChain]) -> list[Distrib
             _classify(ctx, chains, p, pids, util.get(p.pid), spinning)
             for p in sorted(procs, key=lambda p: read_int(p.env_value("RANK") or "") or 0)
         ]
+        ranks = [replace(r, goes_on=_goes_on(ctx, chains, r)) for r in ranks]
         ranks += _gone(ctx, procs)
         world = max((read_int(p.env_value("WORLD_SIZE") or "") or 0 for p in procs), default=0) or None
         culprits, waiting = judge(ranks, world)
@@ -209,6 +211,10 @@ def _classify(
         # a rank on the CPU whose main thread was caught waiting for a lock its own threads share (a
         # Python rank's GIL, while its polling thread holds it): it computes, it does not wait
         return r("running", "runs (busy on its CPU; its main thread caught waiting on a lock of its own threads)")
+    if kind == "futex" and timed_wait(p.syscall):
+        # a wait with a deadline (`Event.wait(600)`): it wakes by itself, as a rank asleep on a timer does;
+        # it was said to wait in a collective (found by a helper)
+        return r("running", "waits with a deadline (a futex wait with a timeout): it wakes by itself")
     if kind == "futex" and (untimed_futex(p.syscall) or not isinstance(p.syscall, Syscall)) and peers:
         return r(
             "collective", f"waits in a collective (its main thread in a futex; {peers} connection(s) to other ranks)"
@@ -317,6 +323,35 @@ def _gone(ctx: SnapshotView, procs: list[Process]) -> list[JobRank]:
     return out
 
 
+def _goes_on(ctx: SnapshotView, chains: Sequence[StalledChain], c: JobRank) -> str | None:
+    """Why the holding rank may go on by itself, in words, or None where its state proves it will not
+    (docs/evidence.md): what it waits on moved over the window, or sleeps on a timer; or its
+    uninterruptible sleep is not shown to last (a block-I/O wait, or it moved). A rank "running" on a
+    timer is no straggler that computes: its words say so."""
+    p = ctx.tree.by_pid.get(c.pid) if c.pid is not None else None
+    if p is None:
+        return None
+    if c.state == "running" and (ctx.graph.kind(p) == "sleep" or timed_wait(p.syscall)):
+        return "it waits on a timer, and goes on when that is up"  # not computing: no straggler
+    if not ctx.two_samples or c.state not in HOLDING:
+        return None
+    chain = next((s for s in chains if p.pid in s.chain.pids), None)
+    if c.state == "elsewhere":
+        if chain is not None and chain.proof is None and chain.dead_end is None and chain.idle is False:
+            return "what it waits on moved over the window: slow, not shown stuck"
+        if ctx.wakes_by_itself(p.pid):
+            return "it waits on a timer (its own, or a child's), and goes on when that is up"
+    if c.state == "uninterruptible":
+        pr = ctx.progress.get(p.pid)
+        w = family(p.wchan) if isinstance(p.wchan, str) else ""
+        hung = any(e.kind == "hung-task" and e.pid == p.pid for e in ctx.snapshot.kernel_log.events)
+        if any(s.state != "D" for s in p.samples) or (pr is not None and (pr.cpu_ticks or pr.io_bytes)):
+            return "it was not in uninterruptible sleep throughout the window, or it moved: slow, not shown stuck"
+        if w in BLOCK_IO_WAITS and not hung:
+            return f"it waits on its disk ({w}): a device slower than a request a window looks the same as a hung one"
+    return None
+
+
 def _paired(ctx: SnapshotView, procs: list[Process]) -> bool:
     """Two or more ranks here hold connections to two or more other ranks: past the rendezvous, where
     only the store's holder (rank 0) is connected to more than one (each other rank to the store)."""
@@ -326,6 +361,8 @@ def _paired(ctx: SnapshotView, procs: list[Process]) -> bool:
 
 def straggler_hint(c: JobRank, stack: str) -> str:
     """What to do about a rank that computes while the others wait; `stack`: how to see where it is."""
+    if c.goes_on:  # asleep on a timer, or waiting with a deadline: it does not compute
+        return f"{c.name} {c.goes_on}: diagnose again; if it keeps the others waiting, see where it is ({stack})"
     return (
         f"{c.name} still computes while the others wait: a straggler (uneven data, a slow GPU or node) or a rank "
         f"that took another code path; see where it is ({stack})"

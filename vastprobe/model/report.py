@@ -170,6 +170,9 @@ class JobRank:
     ends: tuple[str, ...] = ()
     busy: bool = False  # it worked over the window (a fifth of a CPU or more: ranks.BUSY_RANK_SHARE)
     share: float | None = None  # the share of a CPU it used over the window; None: one sample
+    #: where it holds the others, why it may go on by itself (what it waits on moved, sleeps on a timer,
+    #: or is its disk): nothing proves it stuck, and its finding is a warning (analysis/ranks.py)
+    goes_on: str | None = None
 
     @property
     def name(self) -> str:

@@ -170,9 +170,8 @@ def _rejudged(
         for x in j.ranks:
             o = owner.get(x.waits_on) if x.waits_on else None
             if x.state == "elsewhere" and o is not None and o[0] != t:
-                x = replace(
-                    x, state="collective", why=f"waits on {o[1].label} on {o[0]} ({x.waits_on}), a rank of the job"
-                )
+                why = f"waits on {o[1].label} on {o[0]} ({x.waits_on}), a rank of the job"
+                x = replace(x, state="collective", why=why, goes_on=None)
             ranks.append(x)
         if ranks != list(j.ranks):
             culprits, waiting = judge(ranks, world)
@@ -353,12 +352,14 @@ def _told_everyone_waits(r: HostReport, part: DistributedJob, job: JobAcrossHost
     hosts = len(job.parts)
     summary = (
         f"every rank of job {part.words}, on {hosts} hosts of this run, waits in a collective: no rank is seen "
-        "holding the others (a collective one rank never entered, or a message lost)"
+        "holding the others (a collective one rank never entered, a message lost, or a rank's own thread still at "
+        "work)"
     )
     ev = Evidence("this run", f"all {job.world_size} ranks of job {job.key} were read on {hosts} hosts: each waits")
     hint = (
-        "the ranks wait on one another: compare where each is (a flight recorder dump, TORCH_NCCL_TRACE_BUFFER_SIZE, "
-        "or py-spy dump of each rank) for the collective one of them skipped; restart the job"
+        "the ranks wait on one another, or on what a rank's other thread does (a download, a checkpoint): compare "
+        "where each is (a flight recorder dump, TORCH_NCCL_TRACE_BUFFER_SIZE, or py-spy dump of each rank) for the "
+        "collective one of them skipped or the thread still at work; diagnose again before restarting the job"
     )
     # each host's own word was its own view (a rank "not on another rank" was an error); what the run saw
     # is one story: ranks that moved between the samples are a job at work (a training ring caught in its
@@ -481,7 +482,8 @@ def _told_holder(
     severity (its own off-host note replaced), or, where its ranks show progress, a note."""
     who = c.name + (f" (pid {c.pid}, {where})" if c.pid else f" ({where})")
     here = _ranks(part.ranks)
-    why = c.why if c.state not in NO_PROCESS else f"it is {c.why}"
+    goes_on = f"; {c.goes_on}" if c.goes_on and c.state in HOLDING else ""  # a straggler's why says it already
+    why = (c.why if c.state not in NO_PROCESS else f"it is {c.why}") + goes_on
     ev = [Evidence("this run", f"{who} holds job {job.key}: {c.why}"[:400])]
     ev += [Evidence("this run", f"{o.label} on {t} holds it too: {o.why}"[:400]) for t, o in job.also]
     ev += [Evidence("rank", f"{x.name} (pid {x.pid if x.pid else '-'}): {x.why}") for x in part.ranks[:16]]

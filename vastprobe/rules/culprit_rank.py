@@ -17,8 +17,6 @@ from collections.abc import Iterator
 from vastprobe.analysis.flight import Stuck, compare, job_dumps
 from vastprobe.analysis.rank_waits import DEADLOCK_HINT, how_they_wait
 from vastprobe.analysis.ranks import holder_words, straggler_hint
-from vastprobe.analysis.stalls import StalledChain
-from vastprobe.analysis.wchan_families import BLOCK_IO_WAITS, family
 from vastprobe.model import DistributedJob, Evidence, Finding, FlightDump, JobRank, Severity
 from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
 from vastprobe.rules.chains import chain_evidence, resume_hint, stack_command, stack_evidence
@@ -148,12 +146,15 @@ def _culprit(ctx: Context, job: DistributedJob, c: JobRank, waiting: str, stuck:
         # Not a tick or a written line: a stuck rank's watchdog thread makes those (found by a helper)
         severity = "info"
         summary += "; the ranks computed over the window (a job exchanging data, caught receiving)"
-    unproven = _unproven(ctx, c, chain)
-    if unproven is not None and severity == "error":
+    if c.goes_on is not None and severity == "error":
         # it holds the others, yet nothing proves it will not go on by itself: a rank downloading slowly,
         # waiting on a `sleep`, writing a checkpoint through a slow disk read STALLED (found by a helper)
         severity = "warning"
-        summary += f"; {unproven}"
+        summary += f"; {c.goes_on}"
+        hint = (
+            f"{c.name} may go on by itself ({c.goes_on}): diagnose again; if it has not moved on, see where it is "
+            f"({stack_command(ctx, c.pid) if c.pid else 'its stack'})"
+        )
     if not ctx.two_samples and severity == "error" and c.state in ("running", "elsewhere"):
         severity = "warning"
         summary += ONE_SAMPLE
@@ -182,29 +183,6 @@ def _deadlocked(ctx: Context, job: DistributedJob) -> Finding:
         + _recorder_words(ctx, job)
     )
     return META.finding(summary, [r.pid for r in job.ranks if r.pid], ev, hint, "error")
-
-
-def _unproven(ctx: Context, c: JobRank, chain: StalledChain | None) -> str | None:
-    """Why the holding rank may go on by itself, in words, or None where its state proves it will not
-    (docs/evidence.md): what it waits on moved over the window, or sleeps on a timer; or its
-    uninterruptible sleep is not shown to last (a block-I/O wait, or it moved)."""
-    p = ctx.tree.by_pid.get(c.pid) if c.pid is not None else None
-    if p is None or not ctx.two_samples:
-        return None
-    if c.state == "elsewhere":
-        if chain is not None and chain.proof is None and chain.dead_end is None and chain.idle is False:
-            return "what it waits on moved over the window: slow, not shown stuck"
-        if ctx.wakes_by_itself(p.pid):
-            return "it waits on a timer (its own, or a child's), and goes on when that is up"
-    if c.state == "uninterruptible":
-        pr = ctx.progress.get(p.pid)
-        w = family(p.wchan) if isinstance(p.wchan, str) else ""
-        hung = any(e.kind == "hung-task" and e.pid == p.pid for e in ctx.snapshot.kernel_log.events)
-        if any(s.state != "D" for s in p.samples) or (pr is not None and (pr.cpu_ticks or pr.io_bytes)):
-            return "it was not in uninterruptible sleep throughout the window, or it moved: slow, not shown stuck"
-        if w in BLOCK_IO_WAITS and not hung:
-            return f"it waits on its disk ({w}): a device slower than a request a window looks the same as a hung one"
-    return None
 
 
 def _off_host(ctx: Context, job: DistributedJob, waiting: str) -> Finding:
