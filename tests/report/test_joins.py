@@ -425,6 +425,22 @@ def test_two_clusters_under_one_rendezvous_are_two_jobs(fleet: Fleet) -> None:
     assert rc == 1 and got[a.target]["verdict"] == "stalled" and got[b.target]["verdict"] == "stalled"
 
 
+def test_a_rank_held_up_by_a_timer_holds_the_job_on_both_hosts_in_words_that_say_so(fleet: Fleet) -> None:
+    """Rank 2 on B waits for a `sleep` child; the others spin in their collective. It holds the job, but
+    it goes on when its timer is up: a warning on both hosts, each saying why. Both read STALLED, and
+    once a warning, the holder's own host and the other host of a sweep lost the reason (found by a
+    helper, two hosts swept)."""
+    a, b, _run = start_job(fleet, "subsleep")
+    wait_for(lambda: fleet.blocked_in(b, "hrtimer_nanosleep"), what="rank 2's sleep child")
+    rc, got = fleet.sweep(a.target, b.target)
+    told = {t: [(f["rule"], f["severity"], f["summary"]) for f in h["findings"]] for t, h in got.items()}
+    for h in (a, b):
+        f = culprit(got[h.target])
+        assert f["severity"] == "warning" and "goes on when that is up" in f["summary"], told
+    assert culprit(got[a.target])["remote"] == b.target, told
+    assert rc == 0 and {h["verdict"] for h in got.values()} == {"degraded"}, told
+
+
 def test_a_job_whose_every_rank_waits_is_not_said_to_be_held_elsewhere(fleet: Fleet) -> None:
     """Four ranks on two hosts, each waiting in the collective (gloo's futex and epoll), none elsewhere.
     Each host said "the rank holding them is on another host (ranks 2, 3)" while the run saw those

@@ -372,7 +372,9 @@ def straggler_hint(c: JobRank, stack: str) -> str:
 def holder_words(job: DistributedJob, c: JobRank) -> str:
     """The rank that holds the job, in words: `rank 2 (pid 4, python) of job J waits on …`, or `rank 1
     of 3 in job J is gone: OOM-killed at …` (a gone rank numbered against the world size)."""
+    # why it may go on by itself, where it holds the others: on every host of a sweep that names it
+    goes_on = f"; {c.goes_on}" if c.goes_on and c.state in HOLDING else ""
     if c.state in NO_PROCESS:
         of_world = f" of {job.world_size}" if c.rank is not None and job.world_size else ""
-        return f"{c.name}{of_world} in job {job.words} is {c.why}"
-    return f"{c.label} of job {job.words} {c.why}"
+        return f"{c.name}{of_world} in job {job.words} is {c.why}{goes_on}"
+    return f"{c.label} of job {job.words} {c.why}{goes_on}"

@@ -149,8 +149,7 @@ def _culprit(ctx: Context, job: DistributedJob, c: JobRank, waiting: str, stuck:
     if c.goes_on is not None and severity == "error":
         # it holds the others, yet nothing proves it will not go on by itself: a rank downloading slowly,
         # waiting on a `sleep`, writing a checkpoint through a slow disk read STALLED (found by a helper)
-        severity = "warning"
-        summary += f"; {c.goes_on}"
+        severity = "warning"  # holder_words says why
         hint = (
             f"{c.name} may go on by itself ({c.goes_on}): diagnose again; if it has not moved on, see where it is "
             f"({stack_command(ctx, c.pid) if c.pid else 'its stack'})"
