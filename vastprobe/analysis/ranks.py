@@ -341,13 +341,11 @@ def _goes_on(ctx: SnapshotView, chains: Sequence[StalledChain], c: JobRank) -> s
             return "what it waits on moved over the window: slow, not shown stuck"
         if ctx.wakes_by_itself(p.pid):
             return "it waits on a timer (its own, or a child's), and goes on when that is up"
-    if c.state == "uninterruptible":
-        pr = ctx.progress.get(p.pid)
+    if c.state == "uninterruptible":  # as d-state proves any process stuck in D
         w = family(p.wchan) if isinstance(p.wchan, str) else ""
-        hung = any(e.kind == "hung-task" and e.pid == p.pid for e in ctx.snapshot.kernel_log.events)
-        if any(s.state != "D" for s in p.samples) or (pr is not None and (pr.cpu_ticks or pr.io_bytes)):
+        if not ctx.in_d_throughout(p):
             return "it was not in uninterruptible sleep throughout the window, or it moved: slow, not shown stuck"
-        if w in BLOCK_IO_WAITS and not hung:
+        if w in BLOCK_IO_WAITS and not ctx.hung_tasks(p.pid):
             return f"it waits on its disk ({w}): a device slower than a request a window looks the same as a hung one"
     return None
 

@@ -18,7 +18,7 @@ from vastprobe.analysis.progress import Progress, progress
 from vastprobe.analysis.tree import ProcessTree
 from vastprobe.analysis.waitgraph.edges import timed_wait
 from vastprobe.analysis.waitgraph.graph import WaitGraph
-from vastprobe.model import HostSnapshot, LogFile, Process, available
+from vastprobe.model import HostSnapshot, KernelEvent, LogFile, Process, available
 from vastprobe.probe.sources import PROC
 from vastprobe.rule_options import RuleOptions
 
@@ -56,6 +56,18 @@ class SnapshotView:
     def gone_by_second_sample(self, p: Process) -> bool:
         """Seen by the first sample, not by a complete second one: exited (or its PID reused)."""
         return self.samples_taken >= 2 and len(p.samples) < 2
+
+    def in_d_throughout(self, p: Process) -> bool:
+        """In uninterruptible sleep (D) at every read, with no CPU tick or byte of I/O between them: not a
+        process doing heavy I/O that passes through D (d-state's finding, a rank's D state)."""
+        if not p.samples or any(s.state != "D" for s in p.samples):
+            return False
+        pr = self.progress.get(p.pid)
+        return not (pr is not None and pr.sampled and (pr.cpu_ticks or pr.io_bytes))
+
+    def hung_tasks(self, pid: int) -> list[KernelEvent]:
+        """The kernel log's hung-task reports for `pid`: D for 120 s or more."""
+        return [e for e in self.snapshot.kernel_log.events if e.kind == "hung-task" and e.pid == pid]
 
     @cached_property
     def progress(self) -> dict[int, Progress]:

@@ -28,13 +28,10 @@ META = RuleMeta("d-state", "VP109", "error", "a watched process is stuck in unin
 
 def check(ctx: Context) -> Iterator[Finding]:
     for p in ctx.in_scope():
-        if not p.samples or any(s.state != "D" for s in p.samples):
-            continue
+        if not ctx.in_d_throughout(p):
+            continue  # not D at every read, or moving (heavy I/O): slow rather than stuck
         if ctx.gone_by_second_sample(p):
             continue  # seen once, gone by the second sample: it was not stuck
-        pr = ctx.progress[p.pid]
-        if pr.sampled and (pr.cpu_ticks or pr.io_bytes):
-            continue  # D in both samples but moving: heavy I/O, slow rather than stuck
         w = "" if isinstance(p.wchan, Unavailable) else family(p.wchan)
         nvidia = w.startswith(NVIDIA_PREFIXES)
         frozen = w in ("refrigerator", "do_freezer_trap") or wait_kind(w, None) in FROZEN_WAITS
@@ -56,7 +53,7 @@ def check(ctx: Context) -> Iterator[Finding]:
         else:
             hint = "blocked in the kernel (disk, NFS/FUSE, driver): check the kernel log for hung-task lines and the storage it uses"
         summary = f"{p.comm} ({p.pid}) is in uninterruptible sleep in {w or '?'}" + (" (frozen?)" if frozen else "")
-        hung = [e for e in ctx.snapshot.kernel_log.events if e.kind == "hung-task" and e.pid == p.pid]
+        hung = ctx.hung_tasks(p.pid)
         if ctx.two_samples:
             stall = stall_evidence(ctx, (p.pid,), p.pid)
             if w in BLOCK_IO_WAITS and not hung and not stall:
