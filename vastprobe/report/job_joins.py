@@ -290,8 +290,9 @@ def join_jobs(reports: Sequence[HostReport]) -> list[HostReport]:
                 cleared.append((target, part))
         if job.holder is None:
             if _everyone_waits(job):
+                still = _held_still(job)  # once for the job, not once a host
                 for target, part in job.parts:
-                    out[index[target]] = _told_everyone_waits(out[index[target]], part, job)
+                    out[index[target]] = _told_everyone_waits(out[index[target]], part, job, still)
             else:
                 for target, part in cleared:
                     out[index[target]] = _told_waits_on_rank(out[index[target]], part, job)
@@ -343,7 +344,7 @@ def _everyone_waits(job: JobAcrossHosts) -> bool:
     return not job.missing and bool(job.world_size) and all(x.state == "collective" for x in ranks)
 
 
-def _told_everyone_waits(r: HostReport, part: DistributedJob, job: JobAcrossHosts) -> HostReport:
+def _told_everyone_waits(r: HostReport, part: DistributedJob, job: JobAcrossHosts, still: bool) -> HostReport:
     """Each host said the rank holding its ranks is on another host; the run saw those ranks, waiting
     too (found by a helper). Its finding now says what the run saw: no rank holds the others."""
     own = _own_finding(r, part)
@@ -376,7 +377,7 @@ def _told_everyone_waits(r: HostReport, part: DistributedJob, job: JobAcrossHost
         ev2 = (*own.evidence, ev, Evidence("progress", sign or ""))
         return swap(r, own, replace(own, summary=summary, evidence=ev2, hint=hint, severity="info"))
     sev: Severity = own.severity if own.severity == "info" else "warning"
-    if all(j.still is not None for _t, j in job.parts) and _waits_within(job):
+    if still:
         # nothing of the job moved on any host: no rank is outside the wait to end it, as on one host
         # (a rank deadlocked on its own lock, a ring whose ranks all receive first read DEGRADED)
         ranks = [x for _t, j in job.parts for x in j.ranks]
@@ -392,9 +393,12 @@ def _told_everyone_waits(r: HostReport, part: DistributedJob, job: JobAcrossHost
     return swap(r, own, replace(own, summary=summary, evidence=(*own.evidence, ev), hint=hint, severity=sev))
 
 
-def _waits_within(job: JobAcrossHosts) -> bool:
-    """Each connection leaving a host that its still ranks wait on ends at a rank of the job on another
-    host of the run: not a download from a server outside the job."""
+def _held_still(job: JobAcrossHosts) -> bool:
+    """Nothing of the job moved on any host, and each connection leaving a host that its still ranks
+    wait on ends at a rank of the job on another host of the run: not a download from a server outside
+    the job."""
+    if not all(j.still is not None for _t, j in job.parts):
+        return False
     owner = _owners(job.parts)
     return all(end in owner for _t, j in job.parts for end in j.still_waits_on)
 
