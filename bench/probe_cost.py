@@ -3,12 +3,14 @@
 Run by hand (not in CI), as root, with strace and a C compiler installed:
 
     .venv/bin/python bench/probe_cost.py [--runs 5] [--sizes 100,500,2000] [--threads 4]
-        [--previous bench/peers/probe-2026-12-04.sh | --previous git:REV] [--netlink K]
+        [--previous bench/peers/probe-2026-12-04.sh | --previous git:REV] [--netlink K] [--gloo K]
 
 For each size it spawns that many extra `sleep` processes (with --threads N: a small compiled
 program with N threads, all asleep, as a host of Python and CUDA programs has), and with --netlink K
 another K processes that each hold a netlink socket (as systemd, udev and NetworkManager do: a socket
-no table the probe prints lists), then measures, alternating:
+no table the probe prints lists), and with --gloo K another K shaped as gloo ranks (a main thread and
+two run loops named pt_gloo_runloop waiting on futexes, a thread in epoll_wait: the probe reads those
+futex threads' names and system calls, at most 16 processes), then measures, alternating:
 - the vastprobe probe with one sample (--sample 0) and with the default two samples 1 s apart
   (the sleep costs no CPU; its second sample re-reads stat and io of every process);
 - a previous probe (--previous; bench/peers/probe-2026-12-02.sh is the script before the wait-for
@@ -70,6 +72,20 @@ int main(int argc, char **argv) {
 NETLINK_PY = (
     "import socket, time\ns = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)\ns.bind((0, 0))\ntime.sleep(3600)"
 )
+
+
+#: A process shaped as a gloo rank, asleep: its main thread and two run loops (by name) on futexes with no
+#: deadline, and a tcp loop in epoll_wait.
+GLOO_PY = """import ctypes, select, threading
+def loop():
+    ctypes.CDLL(None).prctl(15, b"pt_gloo_runloop", 0, 0, 0)
+    threading.Event().wait()
+for _ in range(2):
+    threading.Thread(target=loop, daemon=True).start()
+ep = select.epoll()
+threading.Thread(target=lambda: ep.poll(), daemon=True).start()
+threading.Event().wait()
+"""
 
 
 def previous_template(where: str) -> str:
@@ -156,6 +172,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="100,500,2000")
     ap.add_argument("--threads", type=int, default=1, help="threads per extra process (1: plain sleep)")
     ap.add_argument("--netlink", type=int, default=0, help="extra processes holding a netlink socket")
+    ap.add_argument("--gloo", type=int, default=0, help="extra processes shaped as gloo ranks")
     ap.add_argument("--previous", default=str(Path(__file__).with_name("peers") / "probe-2026-12-04.sh"),
                     help="a previous probe's template: a file, or git:REV")  # fmt: skip
     args = ap.parse_args()
@@ -177,6 +194,7 @@ def main() -> None:
             f"previous probe: {Path(args.previous).name}; extra processes: "
             + (f"{args.threads} threads each" if threaded else "sleep")
             + (f"; {args.netlink} holding a netlink socket" if args.netlink else "")
+            + (f"; {args.gloo} shaped as gloo ranks" if args.gloo else "")
         )
         if floor:
             tools[FLOOR_NAME] = ([floor], "", 0.0)
@@ -189,7 +207,8 @@ def main() -> None:
             argv = [threaded, str(args.threads)] if threaded else ["sleep", "3600"]
             sleepers = [subprocess.Popen(argv) for _ in range(size)]
             sleepers += [subprocess.Popen([sys.executable, "-c", NETLINK_PY]) for _ in range(args.netlink)]
-            time.sleep(0.5 if args.netlink else 0)
+            sleepers += [subprocess.Popen([sys.executable, "-c", GLOO_PY]) for _ in range(args.gloo)]
+            time.sleep(0.5 if args.netlink or args.gloo else 0)
             try:
                 results: dict[str, list[tuple[float, float, int]]] = {t: [] for t in tools}
                 for _ in range(args.runs):

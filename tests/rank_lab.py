@@ -4,8 +4,11 @@ LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID). Each rank conn
 (gloo's full mesh of TCP pairs on 127.0.0.1), then does what a rank in a collective does: its main
 thread waits for the collective's work (a futex with no timeout) while a communication thread polls
 the connections (epoll), or, with LAB_SPIN, spins on its CPU as NCCL's ranks do (LAB_LOG: and appends to
-its log as a rank that trains does). One rank, the culprit, is elsewhere instead. tests/fixtures torch-gloo-fifo
-is the same shape recorded from real PyTorch.
+its log as a rank that trains does). With LAB_RUNLOOPS, each rank also has gloo's two run loops (threads
+named pt_gloo_runloop), one of them waiting with a deadline as inside a collective; the culprit of HOW
+`skip` waits as the others do, but its run loops are idle (fixtures/procfs/torch-gloo-skip, recorded).
+One rank, the culprit, is elsewhere instead. tests/fixtures torch-gloo-fifo is the same shape recorded
+from real PyTorch.
 
     python tests/rank_lab.py launch PORTS RUN_ID CULPRIT HOW [FIFO_OR_PATH]    # PORTS: one per rank, a,b,c
 """
@@ -21,7 +24,28 @@ import sys
 import threading
 import time
 
-HOWS = ("fifo", "stopped", "killed", "fuse", "oom", "none", "timedwait", "subsleep", "download", "download-thread")
+HOWS = (
+    "fifo",
+    "stopped",
+    "killed",
+    "fuse",
+    "oom",
+    "none",
+    "timedwait",
+    "subsleep",
+    "download",
+    "download-thread",
+    "skip",
+)
+
+
+def _run_loop(deadline: float | None) -> None:
+    """One of gloo's run loops (ProcessGroupGloo's workers, named so by torch): idle, it waits for work
+    with no deadline; inside a collective, on its peer's data with the group's timeout (`deadline`)."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(15, b"pt_gloo_runloop", 0, 0, 0)  # PR_SET_NAME: the thread's comm
+    threading.Event().wait(deadline)
 
 
 def _store(port: int, world: int) -> None:
@@ -80,6 +104,10 @@ def rank_main() -> None:
     # LAB_LOOPLESS: ranks whose communication thread has ended (a peer closed): single-threaded
     if str(rank) not in os.environ.get("LAB_LOOPLESS", "").split(","):
         threading.Thread(target=tcp_loop, name="gloo_tcp_loop", daemon=True).start()
+    if os.environ.get("LAB_RUNLOOPS"):  # gloo's two run loops; the culprit's are idle where it skipped
+        culprit = rank == int(os.environ["LAB_CULPRIT"]) and os.environ["LAB_HOW"] == "skip"
+        for deadline in (None if culprit else 1800.0, None):
+            threading.Thread(target=_run_loop, args=(deadline,), daemon=True).start()
     recorded = os.environ.get("LAB_FR_FIXTURE")  # the flight recorder's dump, as torch writes it on a timeout
     prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE")
     if recorded and prefix and os.path.exists(f"{recorded}/nccl_trace_rank_{rank}"):
@@ -153,6 +181,8 @@ def launch(ports: str, run_id: str, culprit: int, how: str, path: str = "") -> N
         )
         for i, r in enumerate(local)
     ]
+    if os.environ.get("LAB_HELPER"):  # a helper of the launcher's that runs the ranks' program too, not a rank
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
     # (the run id in each rank's argv: a test matches its own job, not another test's on the machine)
     # torchrun's agent: it watches its workers (here without tearing the others down when one dies);
     # LAB_NO_REAP: a launcher that waits on another child, so that a rank that exits stays a zombie

@@ -156,11 +156,13 @@ def test_torch_gloo_culprit_recorded() -> None:
     assert rank_env["RANK"] == "1" and rank_env["TORCH_FR_BUFFER_SIZE"] == "2000"
 
 
-@pytest.mark.parametrize("scene", ["torch-gloo-order", "torch-gloo-timedwait"])
+@pytest.mark.parametrize("scene", ["torch-gloo-order", "torch-gloo-timedwait", "torch-gloo-skip"])
 def test_torch_gloo_ranks_waiting_on_each_other_recorded(scene: str) -> None:
     """Real PyTorch gloo, two ranks: in collectives entered in different orders, each waits for the other
     for ever, nothing of the job moves (STALLED, no rank named; it read HEALTHY, no finding); the control,
-    rank 0 on a wait with a deadline while rank 1 waits in a barrier, is no stall."""
+    rank 0 on a wait with a deadline while rank 1 waits in a barrier, is no stall. Three ranks, rank 1
+    waiting on an event instead of the all_reduce ranks 0 and 2 entered: STALLED, and rank 1 named (its
+    gloo run loops idle; every main thread waits in a futex, and no rank was named)."""
     from vastprobe.analysis.context import Context
     from vastprobe.analysis.tree import ProcessTree
     from vastprobe.model import verdict
@@ -172,7 +174,10 @@ def test_torch_gloo_ranks_waiting_on_each_other_recorded(scene: str) -> None:
     ctx = Context(snap, scope, RuleOptions(), ProcessTree(snap))
     (job,) = ctx.jobs
     timed = scene.endswith("timedwait")  # rank 0 on a wait with a deadline: not in a collective
-    assert job.world_size == 2 and [r.state for r in job.ranks] == ["running" if timed else "collective", "collective"]
+    world = 3 if scene.endswith("skip") else 2
+    assert job.world_size == world and [r.state for r in job.ranks] == ["running" if timed else "collective"] + [
+        "collective"
+    ] * (world - 1)
     findings = [
         f for f in run_rules(snap, frozenset(scope), RuleOptions(), ctx.tree, context=ctx) if f.rule != "missing-logs"
     ]  # fmt: skip  (the recorder's absent log, planted)
@@ -184,6 +189,14 @@ def test_torch_gloo_ranks_waiting_on_each_other_recorded(scene: str) -> None:
         return
     assert job.still is not None and job.deadlocked and not job.culprits, job
     (f,) = ranks
+    if scene.endswith("skip"):
+        skipped = next(r for r in job.ranks if r.rank == 1)
+        assert [r.in_gloo_collective for r in job.ranks] == [True, False, True], job.ranks
+        assert f.pids[0] == skipped.pid and f"see where rank 1 is (py-spy dump --pid {skipped.pid})" in f.hint, f
+        assert f"rank 1 (pid {skipped.pid}, python) has not entered the collective the others wait in" in f.summary
+        assert f.severity == "error" and verdict(tuple(findings)) == "stalled", f.summary
+        return
+    assert [r.in_gloo_collective for r in job.ranks] == [True, True], job.ranks  # both inside: none named
     assert f.severity == "error" and "all 2 on this host, waits on another" in f.summary, f.summary
     assert f.summary.endswith(": they wait on one another") and verdict(tuple(findings)) == "stalled", f.summary
 

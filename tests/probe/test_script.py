@@ -291,9 +291,9 @@ def test_a_finished_probe_leaves_no_process_behind(name: str) -> None:
     tick used to outlive it, adopted by the target's init, and the next probe read it as a child of
     a PID 1 entrypoint (a chain that moved: the seed case read as no stall)."""
     shell = _shell(name)
-    script = render_script(ProbeParams(sample=0.0))
+    script = render_script(ProbeParams(sample=0.0, deadline=30))
     p = subprocess.Popen(["setsid", *shell, "-s"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
-    p.communicate(script.encode(), timeout=60)
+    p.communicate(script.encode(), timeout=90)  # past the deadline: a probe cut by it leaves nothing either
     left = []
     for d in os.listdir("/proc"):
         try:

@@ -441,23 +441,35 @@ def test_a_rank_held_up_by_a_timer_holds_the_job_on_both_hosts_in_words_that_say
     assert rc == 0 and {h["verdict"] for h in got.values()} == {"degraded"}, told
 
 
-def test_a_job_whose_every_rank_waits_is_not_said_to_be_held_elsewhere(fleet: Fleet) -> None:
+@pytest.mark.parametrize("how", ["none", "skip"])
+def test_a_job_whose_every_rank_waits_is_not_said_to_be_held_elsewhere(fleet: Fleet, how: str) -> None:
     """Four ranks on two hosts, each waiting in the collective (gloo's futex and epoll), none elsewhere.
     Each host said "the rank holding them is on another host (ranks 2, 3)" while the run saw those
     ranks waiting too (found by a helper). Now: no rank is seen holding the others, and as nothing of the
     job moves on either host (no byte, no main-thread wake, no CPU beyond a watchdog's), no rank is
     outside the wait to end it: an error (a warning before; a collective that takes its time moves
-    bytes or wakes its ranks, tests/report/test_ring_jobs.py's ring at work)."""
+    bytes or wakes its ranks, tests/report/test_ring_jobs.py's ring at work). `skip`: gloo's run loops
+    too, and rank 1's idle (it skipped the collective): both hosts name it, and its host."""
     ports, run, ready = ",".join(map(str, free_ports(4))), f"lab-{uuid.uuid4().hex[:12]}", fleet.dir / "ready"
-    lab = f"LAB_READY={ready} {sys.executable} {LAB} launch {ports} {run} -1 none"
+    loops = "LAB_RUNLOOPS=1 " if how == "skip" else ""
+    lab = f"{loops}LAB_READY={ready} {sys.executable} {LAB} launch {ports} {run} {1 if loops else -1} {how}"
     a, b = fleet.host(f"LAB_LOCAL=0,1 {lab}"), fleet.host(f"LAB_LOCAL=2,3 {lab}")
     wait_for(lambda: all(Path(f"{ready}.{r}").exists() for r in range(4)), timeout=30, what="four ranks connected")
     rc, got = fleet.sweep(a.target, b.target)
     for h in (a, b):
         f = culprit(got[h.target])
         assert f["summary"].startswith(f"every rank of job {run} (torchelastic), on 2 hosts of this run, waits on "
-                                       "another, and nothing of the job moved over the window on any host: they "
-                                       "wait on one another"), f["summary"]  # fmt: skip
+                                       "another, and nothing of the job moved over the window on any host: "), f  # fmt: skip
+        how_words = f["summary"].split("on any host: ", 1)[1]
+        if how == "skip":
+            skipped = int(Path(f"{ready}.1").read_text())  # the rank's pid on host A (its own PID namespace)
+            assert (
+                how_words.startswith(f"rank 1 (pid {skipped}, python")
+                and f" on {a.target} has not entered the collective the others wait in" in how_words
+            ), how_words
+            assert f"see where rank 1 is (py-spy dump --pid {skipped} on {a.target})" in f["hint"], f["hint"]
+        else:
+            assert how_words == "they wait on one another", how_words
         assert "on another host" not in f["summary"] and f["severity"] == "error"
     assert rc == 1 and {h["verdict"] for h in got.values()} == {"stalled"}
 

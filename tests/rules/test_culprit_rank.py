@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.cgroup_lab import MemoryCgroup
-from tests.helpers import children_of, mount_fuse, proc_state, proc_wchan, vastprobe_json, wait_for
+from tests.helpers import children_of, favour_on_cpu, mount_fuse, proc_state, proc_wchan, vastprobe_json, wait_for
 from tests.sshd import free_ports, keygen, start_sshd
 
 LAB = Path(__file__).parents[1] / "rank_lab.py"
@@ -68,7 +68,8 @@ def start_job(reap: list, tmp_path: Path, how: str, path: str = "", procs_file: 
 
 def culprit_finding(host: dict) -> dict:
     found = [f for f in host["findings"] if f["rule"] == "culprit-rank"]
-    assert found, [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    ranks = [(r.get("rank"), r.get("state"), r.get("why")) for j in host.get("jobs", []) for r in j.get("ranks", [])]
+    assert found, ([(f["rule"], f["severity"], f["summary"]) for f in host["findings"]], ranks)
     return found[0]
 
 
@@ -143,8 +144,12 @@ def test_a_rank_that_exited_is_named_and_a_single_threaded_one_is_not_gone(reap,
     assert not any("rank 2" in g["summary"] and "gone" in g["summary"] for g in host["findings"]), host["findings"]
 
 
-def test_a_killed_rank_is_gone_and_holds_the_job(reap, tmp_path: Path) -> None:
-    pids = start_job(reap, tmp_path, "none")
+@pytest.mark.parametrize("helper", [False, True])
+def test_a_killed_rank_is_gone_and_holds_the_job(reap, tmp_path: Path, helper: bool) -> None:
+    """`helper`: the launcher also runs a program of the ranks' name that is no rank (its environment read,
+    no RANK); counted as a rank whose environment was not read, it made rank 1 "on another host" (found by
+    the session's regression hunt)."""
+    pids = start_job(reap, tmp_path, "none", env={"LAB_HELPER": "1"} if helper else None)
     waiting(pids)
     os.kill(pids[1], signal.SIGKILL)
     wait_for(lambda: proc_state(pids[1]) is None, what="rank 1 reaped by its launcher")
@@ -211,6 +216,27 @@ def test_ranks_that_all_wait_with_nothing_moving_stall_the_job_and_blame_nobody(
     [job] = host["jobs"]
     assert job["culprit"] is None and sorted(job["waiting"]) == [0, 1, 2], job
     assert rc == 1 and host["verdict"] == "stalled", host["headline"]
+
+
+@pytest.mark.parametrize("how", ["skip", "none"])
+def test_the_rank_whose_gloo_run_loops_are_idle_is_named_where_every_rank_waits(reap, tmp_path: Path, how: str) -> None:
+    """gloo's ranks all wait in futexes, the rank that skipped the collective too: nothing moves, STALLED,
+    but no rank was named (real PyTorch: a skipped all_reduce, a rank on its own lock). Its run loops are
+    idle where each other rank has one waiting with the group's timeout: it is named, first. `none`: every
+    rank inside its collective, none named."""
+    pids = start_job(reap, tmp_path, how, env={"LAB_RUNLOOPS": "1"})
+    waiting(pids)
+    wait_for(lambda: proc_wchan(pids[1]).startswith("futex"), what="rank 1 waiting")
+    rc, host = vastprobe_json("--match", pids.match, "--sample", "1")
+    f = culprit_finding(host)
+    assert "nothing of the job moved over " in f["summary"] and "all 3 on this host" in f["summary"], f["summary"]
+    if how == "skip":
+        named = f["summary"].split("moved over ")[1].split(": ", 1)[1]
+        assert named.startswith(f"rank 1 (pid {pids[1]}, python") and "has not entered the collective" in named, named
+        assert f["pids"][0] == pids[1] and f"see where rank 1 is (py-spy dump --pid {pids[1]})" in f["hint"], f
+    else:
+        assert f["summary"].endswith(": they wait on one another"), f["summary"]
+    assert f["severity"] == "error" and rc == 1 and host["verdict"] == "stalled", host["headline"]
 
 
 def test_ranks_waiting_on_one_whose_main_thread_waits_with_a_deadline_are_not_stalled(reap, tmp_path: Path) -> None:
@@ -568,8 +594,7 @@ def test_a_rank_computing_in_another_thread_is_not_a_waiting_rank(reap, tmp_path
                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), start_new_session=True)  # fmt: skip
         reap.append(p)
         ranks.append(p)
-        with contextlib.suppress(OSError):  # on a loaded machine a spinner at the default priority gets too
-            Path(f"/proc/{p.pid}/autogroup").write_text("-15")  # little CPU to count as busy: not this case
+        favour_on_cpu(p.pid)  # busy on a loaded machine too
         if r == 0:
             wait_for(lambda: any(f":{port:04X} " in line for line in Path("/proc/net/tcp").read_text().splitlines()),
                      what="rank 0 listening")  # fmt: skip

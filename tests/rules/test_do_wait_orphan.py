@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.helpers import children_of, proc_wchan, vastprobe_json, wait_for
+from tests.helpers import children_of, descendants, proc_wchan, vastprobe_json, wait_for
 
 
 def test_tee_held_open_by_orphaned_sleep(tmp_path: Path, reap) -> None:
@@ -93,6 +95,68 @@ def test_a_job_asleep_on_a_timer_beside_a_quiet_log_is_not_stalled(tmp_path: Pat
     logs = [f for f in host["findings"] if f["rule"] == "missing-logs"]
     assert logs and all(f["severity"] == "warning" and "sleeps on a timer" in f["summary"] for f in logs), logs
     assert host["verdict"] == "degraded" and rc == 0, host["findings"]
+
+
+def test_a_consumer_of_a_loop_asleep_between_its_lines_is_not_stalled(tmp_path: Path, reap) -> None:
+    """`(while :; do check; sleep 400; done) | consumer >> job.log`, six minutes after its last line: the
+    consumer reads a pipe (no timer of its own), so the job was not "asleep on a timer", and read STALLED,
+    exit 1, "sleep makes no progress" (found by a helper). Each of its processes waits, through the
+    others, on the sleep: the job wakes by itself."""
+    log = tmp_path / "job.log"
+    consumer = "import sys\nfor line in sys.stdin: print('seen', line.strip(), flush=True)"
+    p = subprocess.Popen(["bash", "-c", f"(while :; do echo tick; sleep 400; done) | {sys.executable} -u -c "
+                                        f"{shlex.quote(consumer)} >> {log}"], start_new_session=True)  # fmt: skip
+    reap.append(p)
+    wait_for(lambda: any(proc_wchan(d) == "hrtimer_nanosleep" for d in descendants(p.pid)) and log.stat().st_size > 0,
+             what="the loop asleep, its line read")  # fmt: skip
+    os.utime(log, (time.time() - 360, time.time() - 360))
+    rc, host = vastprobe_json("--pid", str(p.pid))
+    said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    assert not [f for f in said if f[1] in ("error", "critical")], said
+    assert [f[1] for f in said if f[0] == "missing-logs"] == ["warning"], said
+    assert host["verdict"] == "degraded" and rc == 0, said
+
+
+#: The control's first stage: a program that waits for ever on a lock it holds (no file it follows)
+SELF_LOCKED = "import threading\nlock = threading.Lock()\nlock.acquire()\nlock.acquire()"
+
+
+@pytest.mark.parametrize("follower", ["tail", "locked"])
+@pytest.mark.parametrize("named", [False, True], ids=["found", "named"])
+def test_a_filter_of_what_tail_follows_is_not_stalled(tmp_path: Path, reap, follower: str, named: bool) -> None:
+    """`tail -F app.log | grep ERROR >> alerts.log`, no ERROR in ten minutes: alerts.log is empty by
+    design, and tail waits in a poll over its inotify instance for app.log to change. It read STALLED,
+    exit 1, "grep waits on tail, which makes no progress" and "alerts.log is empty" (found by a helper).
+    The control feeds grep from a program locked on itself: STALLED."""
+    if shutil.which("tail") is None or shutil.which("grep") is None:
+        pytest.skip("needs tail and grep")
+    app, alerts = tmp_path / "app.log", tmp_path / "alerts.log"
+    app.write_text("started\n")
+    alerts.touch()
+    first = f"tail -F {app}" if follower == "tail" else f"{sys.executable} -c {shlex.quote(SELF_LOCKED)}"
+    p = subprocess.Popen(["bash", "-c", f"{first} | grep --line-buffered ERROR >> {alerts}"], start_new_session=True)
+    reap.append(p)
+    wait = "poll_schedule_timeout" if follower == "tail" else "futex"
+    wait_for(lambda: any(proc_wchan(d).startswith(wait) for d in descendants(p.pid))
+             and any(proc_wchan(d).endswith("pipe_read") for d in descendants(p.pid)),
+             what="the first stage waiting, grep reading its pipe")  # fmt: skip
+    old = time.time() - 600
+    os.utime(alerts, (old, old))
+    os.utime(app, (old, old))
+    rc, host = vastprobe_json("--pid", str(p.pid), *(("--log", str(alerts)) if named else ()))
+    said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    if follower == "locked":
+        assert ("do-wait-orphan", "error") in [f[:2] for f in said], said
+        assert host["verdict"] == "stalled" and rc == 1, said
+        return
+    assert not [f for f in said if f[1] in ("error", "critical")], said
+    if named:  # the operator named it: said, and why it is quiet
+        [summary] = [f[2] for f in said if f[0] == "missing-logs"]
+        assert summary.endswith("the job waits for a file it follows to change"), summary
+        assert host["verdict"] == "degraded" and rc == 0, said
+    else:
+        assert not [f for f in said if f[0] in ("missing-logs", "do-wait-orphan")], said
+        assert host["verdict"] == "healthy" and rc == 0, said
 
 
 def test_a_python_job_in_a_long_sleep_with_a_quiet_log_is_not_stalled(tmp_path: Path, reap) -> None:
@@ -239,3 +303,50 @@ def test_a_containers_live_pipeline_is_no_orphan(reap, tmp_path: Path) -> None:
     assert host["verdict"] == "healthy" and rc == 0, [
         (f["rule"], f["severity"], f["summary"]) for f in host["findings"]
     ]
+
+
+#: A spool service: a multiprocessing.Pool(2) kept warm while the main loop polls a directory every
+#: 5 s (its workers wait for tasks: one reads the task pipe, the other waits on the pool's shared
+#: lock). `--locked`: the main thread takes a lock twice instead of polling (the control)
+POOL_SPOOL = r"""
+import multiprocessing as mp, os, sys, threading, time
+def work(p):
+    return os.path.getsize(p)
+if __name__ == "__main__":
+    with mp.Pool(2) as pool:
+        print("pool up", flush=True)
+        if sys.argv[2:] == ["--locked"]:
+            lock = threading.Lock(); lock.acquire(); lock.acquire()
+        while True:
+            fs = [os.path.join(sys.argv[1], f) for f in os.listdir(sys.argv[1])]
+            if fs:
+                print(pool.map(work, fs), flush=True)
+            time.sleep(5)
+"""
+
+
+@pytest.mark.parametrize("main", ["polls", "locked"])
+def test_an_idle_pool_beside_a_main_loop_asleep_on_its_timer_is_not_stalled(tmp_path: Path, reap, main: str) -> None:
+    """A warm multiprocessing.Pool whose main loop sleeps 5 s between looks at its spool, its log 10
+    minutes old: "python3 (worker) waits on python3 (pool), which makes no progress", STALLED, exit 1
+    (found by a helper). The pool's flow sleeps on a timer, its workers wait on it (the task pipe, and
+    the lock they share with each other): a warning. The control's main thread is locked: STALLED."""
+    spool, log = tmp_path / "spool", tmp_path / "job.log"
+    spool.mkdir()
+    script = tmp_path / "spool_service.py"  # a file: the pool's workers re-import the main module
+    script.write_text(POOL_SPOOL)
+    with log.open("w") as out:
+        job = subprocess.Popen([sys.executable, str(script), str(spool), *(["--locked"] if main == "locked" else [])],
+                               stdout=out, stderr=out, start_new_session=True)  # fmt: skip
+    reap.append(job)
+    wait = "hrtimer_nanosleep" if main == "polls" else "futex_do_wait"
+    wait_for(lambda: "pool up" in log.read_text() and proc_wchan(job.pid) == wait
+             and len(children_of(job.pid)) == 2, timeout=30, what="the pool up, its main thread waiting")  # fmt: skip
+    os.utime(log, (time.time() - 600, time.time() - 600))
+    rc, host = vastprobe_json("--pid", str(job.pid))
+    said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    if main == "locked":
+        assert [f for f in said if f[1] == "error"] and host["verdict"] == "stalled" and rc == 1, said
+        return
+    assert not [f for f in said if f[1] in ("error", "critical")], said
+    assert host["verdict"] == "degraded" and rc == 0, said

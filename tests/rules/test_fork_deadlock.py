@@ -77,7 +77,7 @@ def test_workers_forked_while_a_thread_held_a_lock_are_deadlocked(reap, sample: 
     found = [f for f in host["findings"] if f["rule"] == "fork-deadlock"]
     assert {f["pids"][0] for f in found} == set(workers), [(f["rule"], f["summary"]) for f in host["findings"]]
     for f in found:
-        assert f["severity"] == "error" and "is deadlocked at fork" in f["summary"], f["summary"]
+        assert f["severity"] == "error" and "is deadlocked, likely at fork" in f["summary"], f["summary"]
         assert "its parent python" in f["summary"] and f"({job.pid})" in f["summary"]
         details = [e["detail"] for e in f["evidence"]]
         assert any("FUTEX_PRIVATE_FLAG, no timeout" in d for d in details), details
@@ -180,7 +180,7 @@ def test_a_program_execd_by_a_threaded_parent_is_not_told_it_deadlocked_at_fork(
     wait_for(lambda: proc_wchan(child).startswith("futex") and proc_state(child) == "S", what="the lock taken twice")
     rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
     (f,) = [f for f in host["findings"] if f["rule"] == "fork-deadlock"]
-    assert f["pids"][0] == child and "deadlocked at fork" not in f["summary"], f["summary"]
+    assert f["pids"][0] == child and "at fork" not in f["summary"], f["summary"]
     assert "waits for ever on a lock no thread of its own can release" in f["summary"] and "spawn" not in f["hint"]
     assert any("was not forked from it without exec" in e["detail"] for e in f["evidence"]), f["evidence"]
     assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1
@@ -190,6 +190,8 @@ def test_a_program_execd_by_a_threaded_parent_is_not_told_it_deadlocked_at_fork(
 LISTENING_SIGNAL_WAITER = """
 import signal, socket, sys, threading
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+if sys.argv[1:] == ["usr1"]:  # a publisher whose SIGUSR1 handler sends its subscribers the next event
+    signal.signal(signal.SIGUSR1, lambda *a: None)
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
 print(s.getsockname()[1], flush=True)
 c, _ = s.accept()
@@ -198,29 +200,102 @@ lock = threading.Lock(); lock.acquire(); lock.acquire()  # the handler's bug: it
 """
 
 
-@pytest.mark.parametrize("queued", [True, False])
-def test_a_server_catching_sigterm_with_clients_in_its_accept_queue_is_stuck(reap, queued: bool) -> None:
+#: a client that sent its request and waits for the answer (curl)
+ASKING_CLIENT = """
+import socket, sys
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1]))); c.sendall(b"GET /\\r\\n")
+c.recv(100)
+"""
+
+
+@pytest.mark.parametrize("who", ["queued", "none", "client", "client-usr1"])
+def test_a_server_catching_sigterm_with_clients_in_its_accept_queue_is_stuck(reap, who: str) -> None:
     """Named alone, a deadlocked uvicorn read HEALTHY ("it waits for a signal") while the client in its
     accept queue read STALLED (found by a helper). A server that left connections in its accept queue
-    over the window is no service waiting to be stopped: an error. With no one queued, still a note."""
-    srv = subprocess.Popen([sys.executable, "-c", LISTENING_SIGNAL_WAITER], stdout=subprocess.PIPE, text=True,
-                           start_new_session=True)  # fmt: skip
+    over the window is no service waiting to be stopped: an error. With no one queued, still a note.
+    `client`: the client whose request it read waits for the answer (curl on a uvicorn whose handler took
+    a lock twice): the server named alone, and the client named alone, each read HEALTHY (a signal it
+    catches may stop it, never answer the client; found by a helper). Both STALLED now. `client-usr1`: the
+    server catches SIGUSR1 too, as a publisher whose handler sends the next event does: a client waiting on
+    it waits for that signal, as the server does (its first version read STALLED; found by a helper)."""
+    usr1 = who == "client-usr1"
+    srv = subprocess.Popen([sys.executable, "-c", LISTENING_SIGNAL_WAITER, *(["usr1"] if usr1 else [])],
+                           stdout=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
     reap.append(srv)
     assert srv.stdout is not None
     port = int(srv.stdout.readline())
-    first = socket.create_connection(("127.0.0.1", port))
-    first.sendall(b"GET /\\r\\n")
+    first, client = None, None
+    if who.startswith("client"):
+        client = subprocess.Popen([sys.executable, "-c", ASKING_CLIENT, str(port)], start_new_session=True)
+        reap.append(client)
+    else:
+        first = socket.create_connection(("127.0.0.1", port))
+        first.sendall(b"GET /\r\n")
     wait_for(lambda: proc_wchan(srv.pid).startswith("futex"), what="the server on its own lock")
-    second = socket.create_connection(("127.0.0.1", port)) if queued else None
+    second = socket.create_connection(("127.0.0.1", port)) if who == "queued" else None
+    if client is not None:
+        wait_for(lambda: proc_wchan(client.pid) == "wait_woken", what="the client waiting for its answer")
     rc, host = vastprobe_json("--pid", str(srv.pid), "--sample", "0.3")
     mine = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"] if srv.pid in f["pids"]]
-    if queued:
+    if who == "queued":
         assert [(r, sev) for r, sev, _s in mine] == [("fork-deadlock", "error")], mine
         assert "1 connection(s) wait in the accept queue" in mine[0][2], mine
         assert host["verdict"] == "stalled" and rc == 1
+    elif client is not None and usr1:
+        assert [(r, sev) for r, sev, _s in mine] == [("fork-deadlock", "info")], mine
+        assert host["verdict"] == "healthy" and rc == 0
+        rc, host = vastprobe_json("--pid", str(client.pid), "--sample", "0.3")
+        assert host["verdict"] != "stalled" and rc == 0, host["findings"]
+    elif client is not None:
+        assert [(r, sev) for r, sev, _s in mine] == [("fork-deadlock", "error")], mine
+        assert f"and {client.pid} (python" in mine[0][2] and "a server stuck, not a service" in mine[0][2], mine
+        assert host["verdict"] == "stalled" and rc == 1
+        rc, host = vastprobe_json("--pid", str(client.pid), "--sample", "0.3")
+        (f,) = [f for f in host["findings"] if f["rule"] == "socket-peer-wait"]
+        assert f["pids"][:2] == [client.pid, srv.pid] and "a signal it catches (SIGTERM) may end it" in " ".join(
+            e["detail"] for e in f["evidence"]
+        ), f
+        assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, f["summary"]
     else:
         assert [(r, sev) for r, sev, _s in mine] == [("fork-deadlock", "info")], mine
         assert host["verdict"] == "healthy" and rc == 0
     for c in (first, second):
         if c is not None:
             c.close()
+
+
+#: a service waiting for its SIGTERM that is the client of a server: it sent its first line and waits
+SIGNAL_WAITING_CLIENT = """
+import signal, socket, sys, threading
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1]))); c.sendall(b"hello\\n")
+threading.Event().wait()
+"""
+#: a one-connection server reading its client's next line (inetd's, a forking server's child)
+LINE_SERVER = """
+import socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1)
+print(s.getsockname()[1], flush=True)
+c, _ = s.accept()
+while c.recv(100):
+    pass
+"""
+
+
+def test_a_service_waiting_for_its_signal_is_no_stuck_server_to_the_server_it_is_a_client_of(reap) -> None:
+    """The server waits for its client's next line, the client (single-threaded, catching SIGTERM) waits for
+    its signal: the client was called "a server stuck" since the server waited on a connection it holds
+    (found by a helper). It accepted nothing: a service waiting to be stopped, a note."""
+    srv = subprocess.Popen([sys.executable, "-c", LINE_SERVER], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(srv)
+    assert srv.stdout is not None
+    port = srv.stdout.readline().strip()
+    svc = subprocess.Popen([sys.executable, "-c", SIGNAL_WAITING_CLIENT, port], start_new_session=True)
+    reap.append(svc)
+    wait_for(lambda: proc_wchan(svc.pid).startswith("futex") and proc_wchan(srv.pid) == "wait_woken",
+             what="the service waiting for its signal, the server for its next line")  # fmt: skip
+    rc, host = vastprobe_json("--pid", str(svc.pid), "--sample", "0.3")
+    mine = [(f["rule"], f["severity"]) for f in host["findings"] if svc.pid in f["pids"]]
+    assert mine == [("fork-deadlock", "info")], host["findings"]
+    assert host["verdict"] == "healthy" and rc == 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import children_of, descendants, proc_text, vastprobe_json, wait_for
+from tests.helpers import children_of, descendants, favour_on_cpu, proc_text, vastprobe_json, wait_for
 
 WRITER = (
     "import sys, time\nf = open(sys.argv[1], 'a')\nwhile True:\n    f.write('tick\\n'); f.flush(); time.sleep(0.05)\n"
@@ -71,12 +70,7 @@ def test_a_stale_log_whose_writer_spins_says_so(tmp_path: Path, reap, named: boo
     spin = f"exec >>{log} 2>&1; echo training; exec {sys.executable} -c 'while True: pass'"
     p = subprocess.Popen(["sh", "-c", spin], start_new_session=True)
     reap.append(p)
-    # at a high priority (root may): on a loaded machine a spinner at the default one gets too little
-    # CPU to count as busy, which is the rule's answer but not this test's case. Its session is a
-    # scheduling group of its own (autogroup), whose nice is the one that counts against the others.
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, p.pid, -15)
-        Path(f"/proc/{p.pid}/autogroup").write_text("-15")
+    favour_on_cpu(p.pid)  # busy on a loaded machine too
     wait_for(lambda: os.path.realpath(f"/proc/{p.pid}/exe") == os.path.realpath(sys.executable), what="spinning")
     old = time.time() - 420
     os.utime(log, (old, old))
@@ -104,12 +98,10 @@ def test_a_launcher_whose_child_computes_under_its_found_log_is_not_stalled(tmp_
     launcher = f"exec >>{log} 2>&1; echo starting; {sys.executable} -c 'while True: pass'; echo done"
     p = subprocess.Popen(["sh", "-c", launcher], start_new_session=True)
     reap.append(p)
-    with contextlib.suppress(OSError):  # as above: a spinner at the default priority on a loaded machine
-        Path(f"/proc/{p.pid}/autogroup").write_text("-15")
+    favour_on_cpu(p.pid)
     wait_for(lambda: (kids := children_of(p.pid)) != [] and cpu_seconds(kids[0]) > 0.05, what="the child computing")
     child = children_of(p.pid)[0]
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, child, -15)
+    favour_on_cpu(child)
     old = time.time() - 1200
     os.utime(log, (old, old))
     rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "1")

@@ -10,6 +10,7 @@ import contextlib
 import glob
 import os
 import pwd
+import shlex
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -107,6 +108,41 @@ def test_a_client_behind_a_session_idle_in_transaction_names_it(reap, cluster: P
             assert f["severity"] == "info" and f["summary"].endswith("(seen in one sample)")
             assert host["verdict"] == "healthy" and rc == 0
     finally:
+        subprocess.run(["psql", "-h", str(cluster), "-U", "postgres", "-qc",
+                        "select pg_terminate_backend(pid) from pg_stat_activity where state like 'idle in%'"],
+                       capture_output=True, timeout=30)  # fmt: skip
+
+
+@pytest.mark.parametrize("step", ["sleeps", "computes"])
+def test_a_transaction_whose_client_is_between_steps_is_no_proof(reap, cluster: Path, step: str) -> None:
+    """The session idle in a transaction while its client works on its next step (a computation, or a
+    sleep between steps: psql's `\\!` runs it and waits): the transaction ends when the step does. It was
+    taken for one left open, the proof, and the waiter read STALLED, exit 1 (found by a helper, real
+    PostgreSQL and a psycopg client). The client going on is no proof: a warning, DEGRADED, exit 0."""
+    command = "sleep 600" if step == "sleeps" else "sh -c 'while :; do :; done'"
+    holder = subprocess.Popen(["bash", "-c", f"printf '%s\\n' 'begin;' 'update t set v = 1 where id = 1;' "
+                               f"{shlex.quote(chr(92) + '! ' + command)} | psql -h {cluster} -U postgres -q"],
+                              start_new_session=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    reap.append(holder)
+    wait_for(
+        lambda: any(t.endswith("idle in transaction") for t in titles(cluster).values()), what="the open transaction"
+    )
+    client = next(d for d in descendants(holder.pid) if argv0(d).endswith("psql"))
+    wait_for(lambda: bool(descendants(client)), what="the client's step")
+    job = subprocess.Popen(["bash", "-c", f"psql -h {cluster} -U postgres -qc 'update t set v = 2 where id = 1;'"],
+                           start_new_session=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    reap.append(job)
+    wait_for(lambda: any(t.endswith(" waiting") for t in titles(cluster).values()), what="the update waiting")
+    try:
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+        f = next((f for f in host["findings"] if f["rule"] == "db-lock-wait"), None)
+        assert f is not None, [(g["rule"], g["severity"], g["summary"]) for g in host["findings"]]
+        assert f["severity"] == "warning" and not [e for e in f["evidence"] if e["source"] == "proof"], f
+        assert host["verdict"] == "degraded" and rc == 0, host["headline"]
+    finally:
+        for pid in descendants(client):  # the step outlives psql's session
+            with contextlib.suppress(OSError):
+                os.kill(pid, 9)
         subprocess.run(["psql", "-h", str(cluster), "-U", "postgres", "-qc",
                         "select pg_terminate_backend(pid) from pg_stat_activity where state like 'idle in%'"],
                        capture_output=True, timeout=30)  # fmt: skip

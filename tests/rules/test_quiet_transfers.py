@@ -19,26 +19,29 @@ import pytest
 
 from tests.helpers import proc_state, proc_wchan, vastprobe_json, wait_for
 
-#: Sends 16 KiB every 0.2 s for ever (`send`), or reads 16 KiB every 0.1 s (`take`); `lock`: sends
-#: once, then waits on its own lock for ever
+#: Sends 16 KiB every 0.2 s for ever (`send`), or 1 KiB every 5 s (`trickle`: asleep through the
+#: window), or reads 16 KiB every 0.1 s (`take`), or 4 KiB every 2 s (`sip`); `lock`: sends once, then
+#: waits on its own lock for ever
 PACED_SERVER = r"""
 import socket, sys, threading, time
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(4)
 print(s.getsockname()[1], flush=True)
 c, _ = s.accept()
 how = sys.argv[1]
-if how == "take":
+if how in ("take", "sip"):
+    n, pause = (16384, 0.1) if how == "take" else (4096, 2.0)
     while True:
-        if not c.recv(16384):
+        if not c.recv(n):
             break
-        time.sleep(0.1)
+        time.sleep(pause)
 else:
     c.recv(100)
     c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000\r\n\r\n")
     if how == "lock":
         c.sendall(bytes(16384)); lock = threading.Lock(); lock.acquire(); lock.acquire()
+    size, pause = (1024, 5.0) if how == "trickle" else (16384, 0.2)
     while True:
-        c.sendall(bytes(16384)); time.sleep(0.2)
+        c.sendall(bytes(size)); time.sleep(pause)
 """
 
 #: Downloads into memory (urllib, as a parameter fetch does), or uploads 200 MB from memory; its log
@@ -104,6 +107,22 @@ def test_a_slow_transfer_behind_a_quiet_log_is_not_stalled(reap, tmp_path: Path,
         said = _said(host)
         assert host["verdict"] == "degraded" and rc == 0, said
         assert [(r, sev) for r, sev, _s in said if r == "missing-logs"] == [("missing-logs", "warning")], said
+        assert not [s for _r, sev, s in said if sev in ("error", "critical")], said
+
+
+@pytest.mark.parametrize("how", ["download", "upload"])
+def test_a_transfer_from_a_server_asleep_on_its_timer_behind_a_quiet_log_is_not_stalled(
+    reap, tmp_path: Path, how: str
+) -> None:
+    """A server sending 1 KiB every 5 s, or reading an upload 4 KiB every 2 s: asleep on its timer through
+    the whole window, it did nothing over it, and beside the log quiet for ten minutes its client read
+    STALLED, exit 1, "does not answer" (found by a helper). A blocker asleep on a timer goes on by itself:
+    a quiet log alone beside it is a warning."""
+    _srv, client, log = _start(reap, tmp_path, "trickle" if how == "download" else "sip", how)
+    for named in (True, False):  # --log, and the log found open
+        rc, host = vastprobe_json("--pid", str(client.pid), *(("--log", str(log)) if named else ()))
+        said = _said(host)
+        assert host["verdict"] == "degraded" and rc == 0, said
         assert not [s for _r, sev, s in said if sev in ("error", "critical")], said
 
 

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -403,6 +404,15 @@ def test_a_throttled_download_is_not_nothing_in_flight(reap, tmp_path: Path) -> 
         rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
         assert not [f for f in host["findings"] if f["rule"] == "socket-peer-wait"], host["findings"]
         assert rc == 0
+    # a quiet log named beside it: bytes on their way still say the server answers (it read STALLED,
+    # "python3 does not answer", with 126 KiB unread at curl; found by a helper)
+    log = tmp_path / "job.log"
+    log.write_text("download start\n")
+    os.utime(log, (time.time() - 600, time.time() - 600))
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1", "--log", str(log))
+    said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    assert not [f for f in said if f[0] == "socket-peer-wait" or f[1] in ("error", "critical")], said
+    assert host["verdict"] == "degraded" and rc == 0, said
     # nor is the server, whose handler thread waits to write to it while its main thread serves on
     wait_for(lambda: any(proc_wchan_of_task(srv.pid, t).startswith(("sk_stream_wait", "wait_woken"))
                          for t in tasks(srv.pid)), what="the handler thread blocked on the slow client")  # fmt: skip
@@ -703,16 +713,40 @@ def test_fifo_held_by_an_orphan_writer(reap, tmp_path: Path) -> None:
     assert str(orphan) in f["hint"]
 
 
-def test_fifo_nobody_opens(reap, tmp_path: Path) -> None:
-    fifo = tmp_path / "f"
+@pytest.mark.parametrize("side", ["reader", "writer"])
+def test_fifo_nobody_opens(reap, tmp_path: Path, side: str) -> None:
+    """A writer blocked opening a FIFO has no consumer: a warning, an error once its named log is
+    stale. A reader waits for its next writer, as a server for its next client: a spool worker's
+    `while true; do read cmd < queue.fifo; ...; done` made the whole host DEGRADED, and read STALLED,
+    exit 1, with its log named (found by a helper); now a note, and a warning with the stale log."""
+    fifo, log = tmp_path / "f", tmp_path / "worker.log"
     os.mkfifo(fifo)
-    job = subprocess.Popen(["bash", "-c", f"cat {fifo}; echo done"], start_new_session=True)
+    log.touch()
+    script = (
+        f'while true; do read cmd < {fifo}; echo "ran $cmd" >> {log}; done'
+        if side == "reader"
+        else f"echo job > {fifo}; echo done >> {log}"
+    )
+    job = subprocess.Popen(["bash", "-c", script], start_new_session=True)
     reap.append(job)
-    wait_for(lambda: find_desc(job.pid, "cat", "wait_for_partner") is not None, what="cat in open()")
+    wait_for(lambda: proc_wchan(job.pid) == "wait_for_partner", what="bash in open()")
     rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3")
     f = finding(host, "fifo-no-partner")
-    assert f["severity"] == "warning" and rc == 0
     assert str(fifo) in f["summary"] and f["pids"][0] == job.pid
+    assert f"opening a FIFO for {'reading' if side == 'reader' else 'writing'}" in f["summary"], f["summary"]
+    if side == "reader":
+        assert f["severity"] == "info" and host["verdict"] == "healthy" and rc == 0, host["findings"]
+    else:
+        assert f["severity"] == "warning" and host["verdict"] == "degraded" and rc == 0, host["findings"]
+    old = time.time() - 600
+    os.utime(log, (old, old))
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3", "--log", str(log))
+    said = [(g["rule"], g["severity"]) for g in host["findings"]]
+    if side == "reader":  # a quiet log beside a worker waiting for work is no proof
+        assert ("fifo-no-partner", "warning") in said and not [x for x in said if x[1] in ("error", "critical")], said
+        assert host["verdict"] == "degraded" and rc == 0, said
+    else:
+        assert ("fifo-no-partner", "error") in said and host["verdict"] == "stalled" and rc == 1, said
     rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0")
     f = finding(host, "fifo-no-partner")
     assert f["severity"] == "info" and f["summary"].endswith("(seen in one sample)")

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -188,6 +189,31 @@ def test_a_running_rsync_over_ssh_is_healthy(reap, sshd: Sshd, payload: Path, tm
     assert host["verdict"] == "healthy" and rc == 0, [
         (f["rule"], f["severity"], f["summary"]) for f in host["findings"]
     ]
+
+
+def test_a_remote_command_that_computes_behind_a_quiet_log_is_not_stalled(reap, sshd: Sshd, tmp_path: Path) -> None:
+    """`ssh host python3 compute.py >> job.log`, the remote step computing quietly, the log quiet for ten
+    minutes: the chain stopped at sshd's session (it polls the pipes of the command it runs, which are not
+    followed as sure), and read STALLED, exit 1, "sshd does not answer" (found by a helper). What the
+    chain's end polls at work is the chain moving: no finding of the wait, DEGRADED by the quiet log alone."""
+    log = tmp_path / "job.log"
+    job = start_job(reap, f"{ssh_command(sshd)} root@127.0.0.1 \"python3 -c 'while True: pass'\" >> {log}")
+
+    def remote() -> list[int]:
+        return [d for d in descendants(sshd.proc.pid) if comm(d).startswith("python") and proc_state(d) == "R"]
+
+    wait_for(lambda: bool(remote()), timeout=30, what="the remote command computing")
+    computing = remote()
+    try:
+        os.utime(log, (time.time() - 600, time.time() - 600))
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+    finally:
+        for pid in computing:  # no terminal, no SIGHUP: it outlives its session
+            os.kill(pid, signal.SIGKILL)
+    said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    assert not [f for f in said if f[1] in ("error", "critical")], said
+    assert not [f for f in said if f[0] == "socket-peer-wait"], said
+    assert host["verdict"] == "degraded" and rc == 0, said
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("nsenter") is None, reason="needs util-linux")

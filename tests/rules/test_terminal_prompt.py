@@ -58,6 +58,17 @@ def descendant(root: int, name: str) -> int | None:
     return None
 
 
+def reads_its_terminal(pid: int) -> bool:
+    """Blocked in a read of its terminal (/dev/tty, a pty): the fd its system call names."""
+    try:
+        call = Path(f"/proc/{pid}/syscall").read_text().split()
+        return call[0] == "0" and os.readlink(f"/proc/{pid}/fd/{int(call[1], 16)}").startswith(
+            ("/dev/tty", "/dev/pts/")
+        )
+    except (OSError, IndexError, ValueError):
+        return False
+
+
 @pytest.fixture
 def host_key_prompt(sshd: Sshd, reap, tmp_path: Path) -> tuple[int, int]:
     """(the job's bash, its ssh), ssh waiting for yes/no on an unknown host key."""
@@ -66,8 +77,10 @@ def host_key_prompt(sshd: Sshd, reap, tmp_path: Path) -> tuple[int, int]:
     ssh = (f"ssh -o UserKnownHostsFile={kh} -o GlobalKnownHostsFile=/dev/null -o StrictHostKeyChecking=ask "
            f"-i {sshd.user_key} -p {sshd.port} root@127.0.0.1 true")  # fmt: skip
     top = under_a_terminal(reap, f"bash -c {shlex.quote(ssh + '; echo done')}")
-    wait_for(lambda: (s := descendant(top.pid, "ssh")) is not None and proc_wchan(s) in ("wait_woken", "n_tty_read"),
-             timeout=20, what="ssh at its prompt")  # fmt: skip
+    # reading its terminal, not still the server's key exchange (wait_woken is a socket read's too: on a
+    # loaded CI machine the probe read ssh still waiting on sshd, and found no prompt)
+    wait_for(lambda: (s := descendant(top.pid, "ssh")) is not None and reads_its_terminal(s), timeout=20,
+             what="ssh at its prompt")  # fmt: skip
     ssh_pid = descendant(top.pid, "ssh")
     assert ssh_pid is not None
     bash = int(Path(f"/proc/{ssh_pid}/stat").read_text().rsplit(")", 1)[1].split()[1])

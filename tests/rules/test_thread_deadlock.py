@@ -150,8 +150,63 @@ def test_an_event_loop_awaiting_an_executor_thread_on_its_lock_is_deadlocked(rea
     if mode == "ok":
         assert not found and host["verdict"] == "healthy" and rc == 0, host["findings"]
         return
-    assert found and "on locks or in an event loop only its own threads can wake" in found[0]["summary"], found
+    said = [(f["rule"], f["severity"], f["summary"], [e["detail"] for e in f["evidence"]]) for f in host["findings"]]
+    assert found and "on locks or in an event loop only its own threads can wake" in found[0]["summary"], said
     assert found[0]["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["headline"]
+
+
+#: An idle threaded program: its main thread joins a thread that waits on a condition nobody signals
+#: (every task on a futex: as a Python program joining a worker on its queue looks)
+IDLE_JOINER_C = r"""
+#include <pthread.h>
+#include <unistd.h>
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+static void *waits(void *a) { pthread_mutex_lock(&m); for (;;) pthread_cond_wait(&c, &m); return a; }
+int main(void) { pthread_t t; pthread_create(&t, 0, waits, 0); write(1, "\n", 1); pthread_join(t, 0); return 0; }
+"""
+
+
+def test_the_jobs_deadlock_is_read_beside_many_idle_threaded_programs(reap, tmp_path: Path) -> None:
+    """The probe reads the threads' system calls of at most 64 processes whose tasks all wait on
+    futexes; a host's idle threaded programs that came first took them all, and the job's deadlock
+    read HEALTHY (an event loop awaiting an executor thread on its lock, under a test suite's load in
+    CI). The job's processes now come first, then the newest. 70 idle programs, started before the job."""
+    from tests.helpers import compiled_c
+
+    exe = compiled_c(tmp_path, "idle_joiner", IDLE_JOINER_C, "-pthread")
+    idle = []
+    for _ in range(70):
+        p = subprocess.Popen([str(exe)], stdout=subprocess.PIPE, start_new_session=True)
+        reap.append(p)
+        idle.append(p)
+    for p in idle:
+        assert p.stdout is not None and p.stdout.read(1) == b"\n"
+    job = subprocess.Popen([sys.executable, "-c", EXECUTOR, "stuck"], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    assert job.stdout is not None
+    job.stdout.readline()
+    wait_for(lambda: all(proc_wchan(p.pid).startswith("futex") for p in idle), what="the idle programs joining")
+
+    def settled() -> bool:
+        tids = [t for t in Path(f"/proc/{job.pid}/task").iterdir() if t.name != str(job.pid)]
+        return (
+            bool(tids)
+            and proc_wchan(job.pid) in ("do_epoll_wait", "ep_poll")
+            and all((t / "wchan").read_text().startswith("futex") for t in tids)
+        )
+
+    wait_for(settled, what="the loop in epoll, the executor thread on the lock")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.5")
+    said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    assert ("thread-deadlock", "error") in [f[:2] for f in said], said
+    assert host["verdict"] == "stalled" and rc == 1, said
+    # on the whole host, the newest first: the job started after the idle programs
+    rc, host = vastprobe_json("--sample", "0.5")
+    found = [f for f in mine(host, job.pid) if f["rule"] == "thread-deadlock"]
+    assert found and found[0]["severity"] == "error", [(f["rule"], f["summary"]) for f in host["findings"]]
+    assert host["verdict"] == "stalled" and rc == 1
 
 
 def test_the_deadlock_is_found_on_the_whole_host(reap) -> None:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import proc_wchan, vastprobe_json, wait_for
+from tests.helpers import analyze_recording, compiled_c, proc_wchan, vastprobe_json, wait_for
+from tests.paths import FIXTURES
 
 WAITS = {
     "event": "import threading; threading.Event().wait(3600)",
@@ -71,3 +72,125 @@ def _ppid(pid: int) -> int | None:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+#: A runtime's shape, in C (no JVM or Node in CI; recorded from both: fixtures/procfs/java-hourly,
+#: node-hourly). `jvm`: the launcher's main thread joins the thread that runs main(), which sleeps an
+#: hour (Thread.sleep: a condition wait with a deadline) beside service threads waiting for work with
+#: none; `jvm-untimed`, the control: main() waits for ever. `node`: the main thread's event loop waits
+#: an hour for its next timer (setInterval) beside four platform workers idle on one condition, one
+#: thread on a semaphore and one in an epoll with no timeout.
+RUNTIME_C = r"""
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <time.h>
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t work = PTHREAD_COND_INITIALIZER;
+static sem_t sem;
+static int timed;
+static void *idle(void *a) { pthread_mutex_lock(&mu); for (;;) pthread_cond_wait(&work, &mu); }
+static void *own_idle(void *a) {
+    pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER; pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+    pthread_mutex_lock(&m); for (;;) pthread_cond_wait(&c, &m);
+}
+static void *sem_idle(void *a) { for (;;) sem_wait(&sem); }
+static void *poll_idle(void *a) { struct epoll_event e; int fd = epoll_create1(0); for (;;) epoll_wait(fd, &e, 1, -1); }
+static void *java_main(void *a) {
+    pthread_t t;
+    for (int i = 0; i < 3; i++) pthread_create(&t, 0, own_idle, 0);
+    pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER; pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+    pthread_mutex_lock(&m);
+    for (;;) {
+        struct timespec ts; clock_gettime(CLOCK_REALTIME, &ts); ts.tv_sec += 3600;
+        if (timed) pthread_cond_timedwait(&c, &m, &ts); else pthread_cond_wait(&c, &m);
+    }
+}
+static pthread_mutex_t a = PTHREAD_MUTEX_INITIALIZER, b = PTHREAD_MUTEX_INITIALIZER;
+static pthread_barrier_t both;
+static void *ab(void *x) {
+    pthread_mutex_t *first = x ? &a : &b, *then = x ? &b : &a;
+    pthread_mutex_lock(first); pthread_barrier_wait(&both); pthread_mutex_lock(then); return 0;
+}
+static void *recheck(void *x) {  /* a supervisor re-checking every second for workers that never finish */
+    pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER; pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+    pthread_mutex_lock(&m);
+    for (;;) { struct timespec ts; clock_gettime(CLOCK_REALTIME, &ts); ts.tv_sec += 1; pthread_cond_timedwait(&c, &m, &ts); }
+}
+int main(int argc, char **argv) {
+    pthread_t t;
+    if (strcmp(argv[1], "deadlock") == 0) {
+        pthread_barrier_init(&both, 0, 2);
+        pthread_create(&t, 0, ab, (void *)1); pthread_create(&t, 0, ab, 0);
+        pthread_create(&t, 0, recheck, 0);
+        pthread_join(t, 0);
+        return 0;
+    }
+    if (strncmp(argv[1], "jvm", 3) == 0) {
+        timed = strcmp(argv[1], "jvm") == 0;
+        pthread_create(&t, 0, java_main, 0);
+        pthread_join(t, 0);
+        return 0;
+    }
+    sem_init(&sem, 0, 0);
+    for (int i = 0; i < 4; i++) pthread_create(&t, 0, idle, 0);
+    pthread_create(&t, 0, sem_idle, 0);
+    pthread_create(&t, 0, poll_idle, 0);
+    struct epoll_event e; int fd = epoll_create1(0);
+    for (;;) epoll_wait(fd, &e, 1, 3600 * 1000);
+}
+"""
+
+
+@pytest.mark.parametrize("shape", ["jvm", "node", "jvm-untimed", "deadlock"])
+def test_a_runtime_whose_flow_waits_with_a_deadline_beside_idle_threads_is_not_stalled(
+    reap, tmp_path: Path, shape: str
+) -> None:
+    """A Java `Thread.sleep` job and a Node `setInterval` job, each logging once an hour, read STALLED, exit 1,
+    on their quiet logs (found by a helper): the judgement looked at the main thread alone (Java's joins
+    the thread that runs main()) and wanted every other thread on a timer or idle on I/O, while a runtime's
+    pools wait for work on conditions with no deadline. The flow waiting with a deadline is enough for a
+    quiet log; the control, main() waiting for ever, stays STALLED. `deadlock`: main joins a thread that
+    re-checks every second while two workers hold each other's mutex: a thread on a contended mutex may
+    be half of a deadlock, and it stays STALLED (it read DEGRADED in this change's first version; found by
+    the session's regression hunt)."""
+    exe = compiled_c(tmp_path, "runtime", RUNTIME_C, "-pthread")
+    log = quiet_log(tmp_path)
+    job = subprocess.Popen([str(exe), shape], start_new_session=True)
+    reap.append(job)
+    threads = {"jvm": 5, "jvm-untimed": 5, "node": 7, "deadlock": 4}[shape]
+
+    def settled() -> bool:
+        tids = os.listdir(f"/proc/{job.pid}/task")
+        return len(tids) == threads and all(_wchan(f"/proc/{job.pid}/task/{t}") not in ("", "0") for t in tids)
+
+    wait_for(settled, what="every thread asleep")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--log", str(log), "--sample", "0.5")
+    said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"] if job.pid in f["pids"] or f["rule"] == "missing-logs"]  # fmt: skip
+    if shape in ("jvm-untimed", "deadlock"):
+        assert host["verdict"] == "stalled" and rc == 1, said
+        return
+    assert any(r == "missing-logs" and s.endswith(": the job sleeps on a timer") for r, _sev, s in said), said
+    assert host["verdict"] == "degraded" and rc == 0, said
+
+
+@pytest.mark.parametrize("scene", ["java-hourly", "node-hourly"])
+def test_an_hourly_job_on_a_real_runtime_beside_its_quiet_log_is_not_stalled(scene: str) -> None:
+    """Recorded: OpenJDK 17 (`Thread.sleep(3600000)` in main()) and Node.js (`setInterval` of an hour),
+    each a quarter of an hour after its last line. Both read STALLED, exit 1 (missing-logs' error, and
+    no-progress' "java is alive but makes no progress"). Java's launcher thread joins main()'s thread,
+    which waits with a deadline; Node's event loop waits with one."""
+    rc, host = analyze_recording(FIXTURES / "procfs" / scene, "--pid", "3")
+    said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    assert any(r == "missing-logs" and s.endswith(": the job sleeps on a timer") for r, _sev, s in said), said
+    assert not [f for f in said if f[1] in ("error", "critical")], said
+    assert host["verdict"] == "degraded" and rc == 0, said
+
+
+def _wchan(task: str) -> str:
+    try:
+        return Path(f"{task}/wchan").read_text()
+    except OSError:
+        return ""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -123,7 +124,11 @@ def test_a_hung_exec_ends_at_the_deadline_and_is_killed(
     pidfile = tmp_path / "pid"
     monkeypatch.setenv("VASTPROBE_STANDIN_DOCKER_PIDFILE", str(pidfile))
     opts = DiagnoseOptions(params=ProbeParams(sample=0), timeout=2)
+    t0 = time.monotonic()
     cap = collect_target("docker://stuck", opts)
+    # the script (over the pipe's 64 KiB) was written whole before the deadline's loop: a command that
+    # never reads its stdin held the run until it ended itself, 300 s (a clean-clone CI at be35deb)
+    assert time.monotonic() - t0 < 30
     assert cap.status == "timeout" and cap.error == "docker://stuck: the probe did not finish within 2s"
     pid = int(pidfile.read_text())
     with contextlib.suppress(FileNotFoundError):  # killed with its session and reaped: gone

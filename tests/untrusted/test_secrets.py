@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -16,6 +18,12 @@ from vastprobe.untrusted.secrets import redact_argv, redact_text
 
 # one password per character class that urlsplit or a naive regex cut short
 PASSWORDS = ["plainS3cret", "sl/ash0Z", "qu?ery0Z", "ha#sh0Z", "a@t0Zsign", "co:lon0Z", "pe%2Fcent0Z", "sp ace0Z"]
+
+
+def expect(mask: Callable[[Any], Any], cases: dict[Any, Any]) -> None:
+    """Each case masked as its value shows it (the case itself in the message: which one failed)."""
+    for case, shown in cases.items():
+        assert mask(case) == shown, case
 
 
 @pytest.mark.parametrize("password", PASSWORDS)
@@ -251,8 +259,7 @@ def test_secrets_one_assignment_deeper_and_by_program_are_masked() -> None:
             ("/bin/sh", "/usr/local/bin/mysql", "-uroot", "-p***", "prod"),
         ("sh", "/opt/run.sh", "-p", "8080"): ("sh", "/opt/run.sh", "-p", "8080"),
     }  # fmt: skip
-    for argv, shown in argvs.items():
-        assert redact_argv(argv) == shown, argv
+    expect(redact_argv, argvs)
     lines = {
         "SECRET_KEY='L1' DEBUG=False": "SECRET_KEY=*** DEBUG=False",
         'secret_key = "L2"': "secret_key = ***",
@@ -268,8 +275,7 @@ def test_secrets_one_assignment_deeper_and_by_program_are_masked() -> None:
         "post https://hooks.slack.com/services/T0/B0/L13": "post https://hooks.slack.com/services/***",
         "step 10 loss=0.3 tokens=5123 max_tokens=512 monkey=3 hotkey=F1": "step 10 loss=0.3 tokens=5123 max_tokens=512 monkey=3 hotkey=F1",
     }  # fmt: skip
-    for line, shown in lines.items():
-        assert redact_text(line) == shown, line
+    expect(redact_text, lines)
 
 
 def test_a_pem_key_is_masked_in_held_tails_and_where_the_window_opens_inside_it() -> None:
@@ -290,3 +296,157 @@ def test_a_pem_key_is_masked_in_held_tails_and_where_the_window_opens_inside_it(
     ]
     assert redact_lines(cut) == ["progress 9", "***", "***", "***", "-----END RSA PRIVATE KEY-----", "done"]
     assert redact_lines(["step 5", "-----END CERTIFICATE-----"]) == ["step 5", "-----END CERTIFICATE-----"]
+
+
+# Forms a security review found printed whole in `--snapshot`'s command lines and log tails. Tokens
+# are built from parts so that no scanner takes this file for a leak.
+TS_KEY = "tskey-auth-" + "kQ7bX2mCNTRL" + "-" + "S9fUNeg6kBAcDXWxtP4sTMUn9iMRzAd4"
+
+
+def test_tailscale_auth_keys_are_masked_and_auth_flags_stay() -> None:
+    """tailscale's `--authkey=X` / `--auth-key X` (argv and a line), `TS_AUTHKEY=X`; the flags that only
+    end in auth (`--no-auth`, `--enable-auth`) take no value."""
+    argvs = {
+        ("tailscale", "up", f"--authkey={TS_KEY}", "--ssh"): ("tailscale", "up", "--authkey=***", "--ssh"),
+        ("tailscale", "up", "--auth-key", "C1", "--hostname", "n1"): ("tailscale", "up", "--auth-key", "***", "--hostname", "n1"),
+        ("tailscaled", "TS_AUTHKEY=C2"): ("tailscaled", "TS_AUTHKEY=***"),
+        ("jupyter", "--no-auth", "--port", "8888", "--enable-auth", "x"): ("jupyter", "--no-auth", "--port", "8888", "--enable-auth", "x"),
+    }  # fmt: skip
+    expect(redact_argv, argvs)
+    lines = {
+        f"sh -c 'tailscale up --authkey={TS_KEY} --ssh'": "sh -c 'tailscale up --authkey=*** --ssh'",
+        "+ tailscale up --auth-key L1 --accept-routes": "+ tailscale up --auth-key *** --accept-routes",
+        "export TS_AUTHKEY=L2": "export TS_AUTHKEY=***",
+        "serve --no-auth --port 8888": "serve --no-auth --port 8888",
+    }  # fmt: skip
+    expect(redact_text, lines)
+
+
+def test_a_docker_configs_auth_key_is_masked_and_author_stays() -> None:
+    """A registry's `"auth": "BASE64(user:password)"` (a Docker config, `DOCKER_AUTH_CONFIG`, a log
+    line), `_auth`-suffixed keys and npm's `_auth=`; `"author"`, `oauth_url`, a boolean, and a word
+    after `auth:` in a log stay."""
+    b64 = "dXNlcjpwYXNzd29yZDEyMzQ1Ng=="
+    lines = {
+        '{"auths":{"r.io":{"auth":"' + b64 + '"}}}': '{"auths":{"r.io":{"auth":***}}}',
+        'DOCKER_AUTH_CONFIG={"auths": {"r.io": {"auth": "' + b64 + '", "email": "a@b"}}}':
+            'DOCKER_AUTH_CONFIG={"auths": {"r.io": {"auth": ***, "email": "a@b"}}}',
+        "registry auth: " + b64: "registry auth: ***",
+        '{"basic_auth": "' + b64 + '"}': '{"basic_auth": ***}',
+        "_auth=" + b64: "_auth=***",
+        "//registry.npmjs.org/:_authToken=C3": "//registry.npmjs.org/:_authToken=***",
+        '{"author": "Jane Doe", "oauth_url": "https://x/o", "requires_auth": true}':
+            '{"author": "Jane Doe", "oauth_url": "https://x/o", "requires_auth": true}',
+        "FATAL auth: connection refused": "FATAL auth: connection refused",
+        "auth: ok": "auth: ok",
+    }  # fmt: skip
+    expect(redact_text, lines)
+    argv = ("sh", "-c", 'echo \'{"auths":{"r.io":{"auth":"' + b64 + "\"}}}' > ~/.docker/config.json")
+    assert b64 not in redact_argv(argv)[2], redact_argv(argv)
+
+
+def test_pgp_and_putty_private_keys_are_masked_in_log_lines() -> None:
+    """A PGP private key block's body (its armor headers, base64 and `=CRC` checksum), also where the
+    window opens inside it and its last body line is short; a PuTTY key's Private-Lines body and its
+    Private-MAC, its public lines kept."""
+    from vastprobe.untrusted.secrets import redact_lines
+
+    pgp = ["gpg: exporting", "-----BEGIN PGP PRIVATE KEY BLOCK-----", "", "lQOYBGXkPGP1AQgA0jYmFy",
+           "Zm9vYmFyPGP2", "=nJyT", "-----END PGP PRIVATE KEY BLOCK-----", "done"]  # fmt: skip
+    out = redact_lines(pgp)
+    assert out[0] == "gpg: exporting" and out[-1] == "done" and out[1] == pgp[1], out
+    assert not any("PGP1" in x or "PGP2" in x or "nJyT" in x for x in out), out
+    cut = ["step 9", "lQOYBGXkPGP3AQgA0jYmFy", "Ab3", "=nJyT", "-----END PGP PRIVATE KEY BLOCK-----", "ok"]
+    assert redact_lines(cut) == ["step 9", "***", "***", "***", "-----END PGP PRIVATE KEY BLOCK-----", "ok"]
+    pem_short_tail = ["progress 9", "MIIJKAIBAAKCAgEAKEY4aaaa", "Ag==", "-----END RSA PRIVATE KEY-----"]
+    assert redact_lines(pem_short_tail) == ["progress 9", "***", "***", "-----END RSA PRIVATE KEY-----"]
+    putty = ["PuTTY-User-Key-File-3: ssh-ed25519", "Encryption: none", "Comment: eddsa-key-20240101",
+             "Public-Lines: 2", "AAAAC3NzaC1lZDI1NTE5AAAAIPUBLIC1", "cHVibGlj", "Private-Lines: 2",
+             "AAAAIPRIV1xQzY2Njc4OTAxMjM0NTY3ODkwMTIzNDU2Nzg5MDEy", "PRIV2", "Private-MAC: 3f9c2a7eMAC0b1c2d3e4f",
+             "next"]  # fmt: skip
+    out = redact_lines(putty)
+    assert out[:7] == putty[:7] and out[-1] == "next", out
+    assert out[7:10] == ["***", "***", "Private-MAC: ***"], out
+    window = ["step 3", "AAAAIPRIV3xQzY2Njc4OTAx", "Zz", "Private-MAC: 3f9c2a7eMAC0b1c2d3e4f"]
+    assert redact_lines(window) == ["step 3", "***", "***", "Private-MAC: ***"]
+    assert redact_lines(["step 5", "=nJyT", "ok"]) == ["step 5", "=nJyT", "ok"]  # no END after it: kept
+
+
+def test_more_issuers_token_shapes_are_masked_and_look_alikes_stay() -> None:
+    """Tokens by their issuers' documented shapes and lengths, wherever they stand: Tailscale, Stripe,
+    Google API keys, PyPI (and TestPyPI), npm, Anthropic, AWS temporary key ids, DigitalOcean and
+    Databricks. Words that share a prefix, hashes and UUIDs stay."""
+    tokens = [
+        TS_KEY,
+        "tskey-api-" + "kAbCdE1CNTRL" + "-" + "091234567890ABCDEFgh",
+        "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc",
+        "rk_test_" + "51Hx" * 12,
+        "AIza" + "SyD-9tSrke72PouQMnMX_a7eZSW0jkFMBWY",
+        "pypi-" + "AgEIcHlwaS5vcmc" + "CJDk2ZjBmZjA0LTZmZTYtNDQ5Yi05YjZjLTE1ZmE4ZDE2NzVhMwACKlsz",
+        "pypi-" + "AgENdGVzdC5weXBpLm9yZ" + "wIkOTZmMGZmMDQtNmZlNi00NDliLTliNmMtMTVmYThkMTY3NWEzAA",
+        "npm_" + "Ab1Cd2Ef3Gh4Ij5Kl6Mn7Op8Qr9St0Uv1Wx2",
+        "sk-ant-api03-" + "Zx9_" * 23 + "aAA",
+        "ASIA" + "Y34FZKBOKMUTVV7A",
+        "dop_v1_" + "0123456789abcdef" * 4,
+        "dapi" + "0123456789abcdef" * 2,
+    ]
+    for token in tokens:
+        for line in (token, f"export KEY_VALUE {token} done", f'{{"value": "{token}"}}'):
+            shown = redact_text(line)
+            assert token not in shown and token[-12:] not in shown, (token, shown)
+    for same in ("pip install scikit-learn sk-learn", "pip index: pypi-simple pypi-server", "npm_config_cache=/tmp/npm",
+                 "commit 3f9c2a7e1b0d4c5e6f7a8b9c0d1e2f3a4b5c6d7e", "run 123e4567-e89b-12d3-a456-426614174000 ok",
+                 "tskey-auth is read from a file", "sk_live_mode=false", "AIzaBad", "ASIA/Tokyo", "dapi=3",
+                 "docker run -p 8080:80 img"):  # fmt: skip
+        assert redact_text(same) == same, same
+
+
+def test_programs_whose_positional_argument_is_a_key_are_masked() -> None:
+    """`wandb login KEY`, `vastai set api-key KEY`, `ngrok config add-authtoken TOKEN` (and ngrok 2's
+    `ngrok authtoken TOKEN`), twine's `-p PASSWORD`: as arguments and within one text; their other
+    arguments, and `-p` of other programs, stay."""
+    argvs = {
+        ("wandb", "login", "C1"): ("wandb", "login", "***"),
+        ("wandb", "login", "--relogin", "--host", "https://w.example", "C2"):
+            ("wandb", "login", "--relogin", "--host", "https://w.example", "***"),
+        ("wandb", "login", "--relogin"): ("wandb", "login", "--relogin"),
+        ("/usr/local/bin/vastai", "set", "api-key", "C3"): ("/usr/local/bin/vastai", "set", "api-key", "***"),
+        ("vastai", "show", "instances"): ("vastai", "show", "instances"),
+        ("ngrok", "config", "add-authtoken", "C4"): ("ngrok", "config", "add-authtoken", "***"),
+        ("ngrok", "authtoken", "C5"): ("ngrok", "authtoken", "***"),
+        ("ngrok", "http", "8080"): ("ngrok", "http", "8080"),
+        ("twine", "upload", "-u", "__token__", "-p", "C6", "dist/*"): ("twine", "upload", "-u", "__token__", "-p", "***", "dist/*"),
+        ("python3", "-m", "twine", "upload", "-pC7", "dist/x.whl"): ("python3", "-m", "twine", "upload", "-p***", "dist/x.whl"),
+        ("python3", "-m", "wandb", "login", "C8"): ("python3", "-m", "wandb", "login", "***"),
+        ("docker", "run", "-p", "8080:80", "img"): ("docker", "run", "-p", "8080:80", "img"),
+    }  # fmt: skip
+    expect(redact_argv, argvs)
+    lines = {
+        "sh -c 'wandb login L1'": "sh -c 'wandb login ***'",
+        "+ wandb login --relogin L2 && python train.py": "+ wandb login --relogin *** && python train.py",
+        "vastai set api-key L3; vastai show instances": "vastai set api-key ***; vastai show instances",
+        "ngrok config add-authtoken L4": "ngrok config add-authtoken ***",
+        "ngrok authtoken L5 --config /x.yml": "ngrok authtoken *** --config /x.yml",
+        "python -m twine upload -u __token__ -p L6 dist/*": "python -m twine upload -u __token__ -p *** dist/*",
+        "wandb login --host https://w.example": "wandb login --host https://w.example",
+        "wandb: Currently logged in as: me": "wandb: Currently logged in as: me",
+        "docker run -p 8080:80 img": "docker run -p 8080:80 img",
+    }  # fmt: skip
+    expect(redact_text, lines)
+
+
+def test_pwd_and_pw_named_assignments_are_masked_but_the_working_directory_stays() -> None:
+    """`NAME=value` with a name ending `_PWD` or `_PW` (argv, a script's head, a line); the shell's
+    `PWD` and `OLDPWD` (a path) stay, as an ODBC string's `PWD=` does not."""
+    argvs = {
+        ("env", "NCCL_PWD=C1", "DB_PW=C2", "PWD=/root", "OLDPWD=/tmp", "run"):
+            ("env", "NCCL_PWD=***", "DB_PW=***", "PWD=/root", "OLDPWD=/tmp", "run"),
+        ("sh", "-c", "DB_PW=C3 ./migrate"): ("sh", "-c", "DB_PW=*** ./migrate"),
+    }  # fmt: skip
+    expect(redact_argv, argvs)
+    lines = {
+        "DB_PW=L1 ./run": "DB_PW=*** ./run",
+        "env PWD=/home/x OLDPWD=/tmp ls": "env PWD=/home/x OLDPWD=/tmp ls",
+        "Driver=x;UID=sa;PWD=L2;": "Driver=x;UID=sa;PWD=***",
+    }  # fmt: skip
+    expect(redact_text, lines)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from vastprobe.analysis.waitgraph.edges import timed_wait
+from vastprobe.analysis.waitgraph.edges import timed_wait, untimed_futex
 from vastprobe.model import JobRank, Process, Syscall
 
 if TYPE_CHECKING:
@@ -78,29 +78,76 @@ def job_still(ctx: SnapshotView, procs: list[Process], whole: bool) -> tuple[str
     ), tuple(dict.fromkeys(off_host))[:64]
 
 
+#: gloo's run loops (ProcessGroupGloo's worker threads, by the name torch gives them): idle, each waits
+#: for work with no deadline; running a collective, one waits on a peer's data with the group's timeout
+GLOO_RUN_LOOP = "pt_gloo_runloop"
+
+
+def in_gloo_collective(ctx: SnapshotView, p: Process) -> bool | None:
+    """Whether a run loop of the rank works a collective (a wait with a deadline, or not asleep on a
+    futex); False: every one was read waiting for work with no deadline; None: no run loop, or a thread
+    or a run loop's system call unread. A rank that skipped an all_reduce, or stuck on its own lock, waits
+    in a futex as the ranks inside the collective do; its run loops alone tell it apart (real PyTorch)."""
+    tasks = ctx.graph.all_tasks(p)
+    loops = [t for t in tasks[1:] if t.comm == GLOO_RUN_LOOP] if tasks is not None else []
+    if not loops or not all(isinstance(t.syscall, Syscall) for t in loops):
+        return None
+    return any(t.state != "S" or not untimed_futex(t.syscall) for t in loops)
+
+
+def outside_collective(ranks: Sequence[JobRank]) -> tuple[JobRank, ...]:
+    """The ranks whose gloo run loops are all idle where other ranks' work a collective: the ranks that
+    have not entered the collective the others wait in (none where no rank's loops say either way)."""
+    if not any(r.in_gloo_collective for r in ranks):
+        return ()
+    return tuple(r for r in ranks if r.in_gloo_collective is False)
+
+
+def outside_hint(rank: JobRank, where: str) -> str:
+    """What to do about a rank that has not entered the collective the others wait in (outside_collective);
+    `where`: how to see where it is (its stack command, on its host)."""
+    return (
+        f"see where {rank.name} is ({where}): it skipped the collective, or waits on something of its own instead "
+        "(a lock, an event, a queue); the others wait in the collective until it times out (the process group's "
+        "timeout: 30 minutes by default), then restart the job"
+    )
+
+
 def waits_among(ranks: Sequence[JobRank]) -> tuple[tuple[JobRank, ...], JobRank | None]:
     """How the ranks' blocked receives lead to each other: (a cycle, `rank 0, rank 3, rank 2, rank 1,
     rank 0`: each waits to receive from the next before it sends; or the one rank every other's wait
     ends at, itself blocked on no rank's connection: the likeliest holder). ((), None): the waits say
     neither (NCCL's main threads wait in futexes, on no connection)."""
+    # by the rank itself, not its pid: ranks read on several hosts may share pids (a container's, a PID
+    # namespace's), and keyed by pid one host's rank stood for another's
     owner = {end: r for r in ranks for end in r.ends}
-    link = {r.pid: o for r in ranks if r.waits_on and (o := owner.get(r.waits_on)) is not None and o.pid != r.pid}
+    link = {r: o for r in ranks if r.waits_on and (o := owner.get(r.waits_on)) is not None and o != r}
+    # each rank walked once (a ring of 2,048 ranks over a sweep's hosts, walked from every rank and once a
+    # host, took minutes; found by a helper)
+    done: set[JobRank] = set()
     for start in ranks:
-        path, cur = [start], link.get(start.pid)
-        while cur is not None and cur not in path:
+        at: dict[JobRank, int] = {}
+        path: list[JobRank] = []
+        cur: JobRank | None = start
+        while cur is not None and cur not in done and cur not in at:
+            at[cur] = len(path)
             path.append(cur)
-            cur = link.get(cur.pid)
-        if cur is not None and len(path) > 1:
-            return (*path[path.index(cur) :], cur), None
-    ends = set()
-    for r in ranks:
-        cur = r
-        while (nxt := link.get(cur.pid)) is not None:
+            cur = link.get(cur)
+        if cur is not None and cur in at:
+            return (*path[at[cur] :], cur), None
+        done.update(path)
+    end: dict[JobRank, JobRank] = {}
+    for r in ranks:  # no cycle: every walk ends, and each rank's end is found once
+        trail, cur = [], r
+        while cur not in end and (nxt := link.get(cur)) is not None:
+            trail.append(cur)
             cur = nxt
-        ends.add(cur.pid)
+        last = end.get(cur, cur)
+        end.update((x, last) for x in (*trail, cur))
+    ends = {end[r] for r in ranks}
     if len(ends) != 1 or len(link) < 2:
         return (), None
-    return (), next(r for r in ranks if r.pid in ends)
+    return (), next(iter(ends))
 
 
 #: What to do about ranks that all wait on one another (one host, or a run's hosts read together)
@@ -111,15 +158,34 @@ DEADLOCK_HINT = (
 )
 
 
-def how_they_wait(ranks: Sequence[JobRank], where: dict[int, str] | None = None) -> str:
-    """waits_among in words; `where`: pid -> host, for ranks read on several hosts."""
+def how_they_wait(ranks: Sequence[JobRank], where: dict[JobRank, str] | None = None) -> str:
+    """waits_among in words; `where`: rank -> host, for ranks read on several hosts."""
     cycle, sink = waits_among(ranks)
     if cycle:
-        return "their receives wait on each other in a cycle, " + " <- ".join(r.name for r in cycle)
+        # the first and last few of a long one (a 2,048-rank ring made 26 KB of every host's headline)
+        names = [r.name for r in cycle]
+        shown = names if len(names) <= 9 else [*names[:6], "…", *names[-2:]]
+        size = f" ({len(cycle) - 1} ranks)" if len(names) > 9 else ""
+        return f"their receives wait on each other in a cycle{size}, " + " <- ".join(shown)
     if sink is not None:
-        at = f" on {where[sink.pid]}" if where and sink.pid in where else ""
+        at = f" on {where[sink]}" if where and sink in where else ""
         return (
             f"every other rank's wait over the job's connections ends at {sink.label}{at}, which waits on no rank's "
             "connection: the likeliest holder"
+        )
+    outside = outside_collective(ranks)
+    if outside:
+        inside = [r for r in ranks if r.in_gloo_collective]
+
+        def named(rs: Sequence[JobRank]) -> str:
+            shown = [r.label + (f" on {where[r]}" if where and r in where else "") for r in rs[:4]]
+            return ", ".join(shown) + (" …" if len(rs) > 4 else "")
+
+        one = len(outside) == 1
+        return (
+            f"{named(outside)} {'has' if one else 'have'} not entered the collective the others wait in: "
+            f"{'its' if one else 'their'} gloo run loops ({GLOO_RUN_LOOP}) wait for work with no deadline, while "
+            f"{named(inside)} {'has' if len(inside) == 1 else 'each have'} one waiting on a peer with the group's "
+            "timeout"
         )
     return "they wait on one another"

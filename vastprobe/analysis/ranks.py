@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from vastprobe.analysis.gpu import gpu_computing, gpu_users
-from vastprobe.analysis.rank_waits import job_still
+from vastprobe.analysis.rank_waits import in_gloo_collective, job_still
 from vastprobe.analysis.waitgraph.edges import timed_wait, untimed_futex
 from vastprobe.analysis.wchan_families import BLOCK_IO_WAITS, family
 from vastprobe.clock import utc_text
@@ -195,7 +195,10 @@ def _classify(
         share = cpu / window if cpu is not None and window > 0 else None
         busy = share is not None and share >= BUSY_RANK_SHARE
         ends = ctx.graph.own_ends(p.pid)
-        return JobRank(rank, local, p.pid, state, why, gpu, p.comm, waits_on, ends, busy, share)
+        loops = in_gloo_collective(ctx, p) if state == "collective" else None
+        return JobRank(
+            rank, local, p.pid, state, why, gpu, p.comm, waits_on, ends, busy, share, in_gloo_collective=loops
+        )
 
     if p.state in ("T", "t"):
         return r("stopped", f"{'traced and held by its tracer' if p.state == 't' else 'stopped'} ({p.state})")
@@ -265,16 +268,38 @@ def _classify(
     return r("elsewhere", f"waits in {p.wchan}, connected to no other rank")
 
 
+#: The most local ranks a host is taken to run (LOCAL_WORLD_SIZE), and the most it names gone
+MAX_LOCAL_WORLD = 1024
+MAX_GONE = 16
+
+
 def _gone(ctx: SnapshotView, procs: list[Process]) -> list[JobRank]:
     """Local ranks the job should have here (LOCAL_WORLD_SIZE) that no process is: killed, or
     OOM-killed (the kernel log names a victim of the ranks' program under their launcher). A gone
     local rank gets its global number where the survivors agree on this host's first rank (torchrun
     numbers a node's ranks RANK = first + LOCAL_RANK)."""
-    local_world = max((read_int(p.env_value("LOCAL_WORLD_SIZE") or "") or 0 for p in procs), default=0)
+    worlds = {read_int(p.env_value("LOCAL_WORLD_SIZE") or "") or 0 for p in procs}
+    local_world = max(worlds, default=0)
+    if len(worlds) != 1 or local_world > MAX_LOCAL_WORLD:
+        # ranks that disagree, or a size no host runs: a target's word, not a count to enumerate (a forged
+        # LOCAL_WORLD_SIZE of 10^20 took the analysis' memory, one of 10^4 made 9,999 findings; found by a helper)
+        return []
     seen = {read_int(p.env_value("LOCAL_RANK") or "") for p in procs}
     missing = [n for n in range(local_world) if n not in seen]
-    if not missing:
+    launchers = {p.ppid for p in procs}
+    comms = {p.comm for p in procs}
+    # the ranks' program under their launcher whose environment the probe did not read (its bounds: 3,000
+    # ranks a host read 2,127 "gone"): ranks too, as threaded as ranks are; not a helper of the launcher's
+    # of the same name whose environment was read and names no rank (found by a helper)
+    unread = [
+        q
+        for pid in launchers
+        for q in ctx.tree.kids(pid)
+        if q.comm in comms and q.state not in ("Z", "X") and not q.env and q.threads > 1
+    ]
+    if not missing or len(procs) + len(unread) >= local_world:
         return []
+    missing = missing[:MAX_GONE]
     firsts = {
         g - n
         for p in procs
@@ -282,8 +307,7 @@ def _gone(ctx: SnapshotView, procs: list[Process]) -> list[JobRank]:
         and (n := read_int(p.env_value("LOCAL_RANK") or "")) is not None
     }
     first = next(iter(firsts)) if len(firsts) == 1 else None
-    launchers = {p.ppid for p in procs}
-    comms = {p.comm for p in procs}
+    paired = _paired(ctx, procs)
     oom = [
         m for m in ctx.oom_matches if m.relevant and m.event.comm in comms and (m.loser in launchers or m.loser is None)
     ]
@@ -307,7 +331,7 @@ def _gone(ctx: SnapshotView, procs: list[Process]) -> list[JobRank]:
                 + (f", a child of launcher {under.comm} ({under.pid})" if under is not None else "")
                 + ")"
             )
-        elif _paired(ctx, procs):
+        elif paired:
             why = "gone: no process is this local rank any more (killed, or exited)"
         else:
             # nothing says it ever ran: no zombie, no OOM kill, and the ranks here wait in their rendezvous
@@ -370,9 +394,13 @@ def straggler_hint(c: JobRank, stack: str) -> str:
 def holder_words(job: DistributedJob, c: JobRank) -> str:
     """The rank that holds the job, in words: `rank 2 (pid 4, python) of job J waits on …`, or `rank 1
     of 3 in job J is gone: OOM-killed at …` (a gone rank numbered against the world size)."""
-    # why it may go on by itself, where it holds the others: on every host of a sweep that names it
-    goes_on = f"; {c.goes_on}" if c.goes_on and c.state in HOLDING else ""
     if c.state in NO_PROCESS:
         of_world = f" of {job.world_size}" if c.rank is not None and job.world_size else ""
-        return f"{c.name}{of_world} in job {job.words} is {c.why}{goes_on}"
-    return f"{c.label} of job {job.words} {c.why}{goes_on}"
+        return f"{c.name}{of_world} in job {job.words} is {c.why}{goes_on_words(c)}"
+    return f"{c.label} of job {job.words} {c.why}{goes_on_words(c)}"
+
+
+def goes_on_words(c: JobRank) -> str:
+    """`; why it may go on by itself`, where it holds the others (on every host of a sweep that names it);
+    empty otherwise (a straggler's own why says it already)."""
+    return f"; {c.goes_on}" if c.goes_on and c.state in HOLDING else ""

@@ -14,6 +14,10 @@ WAKE_SIGNALS = {
 }  # fmt: skip
 
 
+#: The signal a service waits for to be told to stop: it ends the process, and answers no client
+STOP_SIGNAL = "SIGTERM"
+
+
 def wake_signals(p: Process) -> list[str]:
     """The wake-up signals `p` has a handler for (/proc/PID/status SigCgt)."""
     if not p.sig_cgt:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from vastprobe.analysis.gpu import idle_gpus
-from vastprobe.analysis.signal_waiters import waits_for_a_signal
+from vastprobe.analysis.signal_waiters import STOP_SIGNAL, waits_for_a_signal
 from vastprobe.analysis.waitgraph.edges import Chain, Hop, WaitEdge, private_untimed_wait
 from vastprobe.analysis.waitgraph.locks import process_title
 from vastprobe.analysis.wchan_families import family
@@ -171,24 +171,36 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
     what it holds says it had work waiting that it never took up (docs/evidence.md)."""
     if edge is None or not edge.holders:
         return None
+    # a connection the holder accepted: a signal it catches may stop it, never answer the waiter
+    serving = (
+        kind == "tcp" and edge.socket is not None and all(_serves(ctx, h, edge.socket.remote) for h in edge.holders)
+    ) or (
+        kind == "unix-socket"
+        and all(
+            (q := ctx.tree.by_pid.get(h)) is not None and ctx.graph.accepted_unix(q, edge.peer) for h in edge.holders
+        )
+    )
     if not idle:
         # the waiter moved (a client polling with a 1 ms timeout burns CPU), yet a holder locked for ever
         # that did nothing itself proves it: the client read HEALTHY, no finding (found by a helper)
         # one sample (--sample 0): the state is the proof, as fork-deadlock's own finding takes it (a curl
         # on a server whose handler deadlocked read HEALTHY, a note; found by a helper)
         still = idle is None or _moved(ctx, edge.holders) is False
-        if still and all(_locked_for_ever(ctx, h) for h in edge.holders):
+        if still and all(_locked_for_ever(ctx, h, serving) for h in edge.holders):
             return _locked_words(ctx, edge.holders)
         if not (edge.caught_awake and edge.listener is not None):
             return None
         # a client caught running, then asleep, queued at a listener whose holders did nothing over the
         # window (graph._caught_awake_on): its own wakes do not accept it; the listener's proof below does
+    if serving and all(_locked_for_ever(ctx, h, serving) for h in edge.holders):
+        # before the wakes: a threaded server's accepting loop wakes on its timer, and answers nobody
+        return _locked_words(ctx, edge.holders)
     if any(ctx.runnable_throughout(h) for h in edge.holders):
         # runnable at every read, yet no CPU tick counted: waiting for a CPU, not blocked. On a loaded
         # machine a server back from its handler's sleep read so, its queued client STALLED (a CI flake);
         # one throttled by its cgroup's CPU quota as well
         return None
-    if all(ctx.wakes_by_itself(h) for h in edge.holders):
+    if ctx.wake_by_themselves(edge.holders):
         # asleep on a timer, it moves again by itself: a server whose handler sleeps 2 s, a lock holder
         # between steps (`echo; sleep 3`) did nothing over a 1 s window and read STALLED (found by a
         # helper). Every holder: the waiter needs each to let go, and one that sleeps on a timer does
@@ -197,7 +209,7 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
     window = f"{ctx.snapshot.sample_window:.1f}s"
     who, several = _holders(ctx, edge.holders)
     holds = "hold" if several else "holds"
-    if all(_locked_for_ever(ctx, h) for h in edge.holders):
+    if all(_locked_for_ever(ctx, h, serving) for h in edge.holders):
         # fork-deadlock's proof, whatever the holder holds: a download from a server that is, read HEALTHY
         # when the job was named (the server out of scope), STALLED for the whole host (found by a helper)
         return _locked_words(ctx, edge.holders)
@@ -221,7 +233,7 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
     if kind == "db-lock":
         titles = [process_title(ctx.tree.by_pid[h]) for h in edge.holders]
         idle_tx = [h for h, t in zip(edge.holders, titles, strict=True) if "idle in transaction" in t]
-        if idle_tx:
+        if idle_tx and not any(_client_goes_on(ctx, h) for h in idle_tx):
             return (
                 f"session {idle_tx[0]} is idle in a transaction over {window}: it keeps its locks until its client "
                 "commits or rolls back"
@@ -239,20 +251,63 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
 def _locked_words(ctx: SnapshotView, holders: tuple[int, ...]) -> str:
     who, several = _holders(ctx, holders)
     still = f", and did nothing over {ctx.snapshot.sample_window:.1f}s" if ctx.two_samples else ""
+    caught = sorted(
+        {
+            sig
+            for h in holders
+            if (p := ctx.tree.by_pid.get(h))
+            for sig in waits_for_a_signal(p, ctx.tree.by_pid.get(p.ppid))
+        }
+    )
+    signal = f"; a signal it catches ({', '.join(caught[:3])}) may end it, not answer the waiter" if caught else ""
+    threaded = [p for h in holders if (p := ctx.tree.by_pid.get(h)) is not None and p.threads > 1]
+    if threaded and not several:
+        p = threaded[0]
+        locked = [t.who for t in ctx.graph.tasks(p) if private_untimed_wait(t.syscall) is not None]
+        return (
+            f"{p.comm} ({p.pid}) serves the connection, and every thread of it but its accepting loop waits for ever "
+            f"on a lock no thread of its own can release ({', '.join(locked[:3])}: a private futex wait with no "
+            f"timeout), the loop waiting for new connections alone{still}{signal}"
+        )
     return (
         f"{who} {'wait' if several else 'waits'} for ever on a lock no thread of {'their' if several else 'its'} "
-        f"own can release (one thread, in a private futex wait with no timeout){still}"
+        f"own can release (one thread, in a private futex wait with no timeout){still}{signal}"
     )
 
 
-def _locked_for_ever(ctx: SnapshotView, pid: int) -> bool:
+def _locked_for_ever(ctx: SnapshotView, pid: int, serving: bool = False) -> bool:
     """docs/rules/fork-deadlock.md's proof: one thread, asleep on a private futex with no timeout (no
     other process can wake it, and no thread of its own is left to), and no handler of a signal that
-    could (a service waiting to be told to stop)."""
+    could (a service waiting to be told to stop). `serving`: the waiter is a client on a connection it
+    accepted, which a SIGTERM may end but never answer (curl on a uvicorn whose handler took a lock twice
+    read HEALTHY, uvicorn catching SIGTERM; found by a helper). Any other handler may be how it works:
+    SIGUSR1 sends a publisher's next event, SIGALRM answers at its time (found by a helper)."""
     p = ctx.tree.by_pid.get(pid)
-    if p is None or p.threads != 1 or p.state != "S" or private_untimed_wait(p.syscall) is None:
+    if p is None or p.state != "S":
         return False
-    return not waits_for_a_signal(p, ctx.tree.by_pid.get(p.ppid))
+    one_locked = p.threads == 1 and private_untimed_wait(p.syscall) is not None
+    if not one_locked and not (serving and ctx.handlers_locked(p.pid)):
+        return False
+    signals = waits_for_a_signal(p, ctx.tree.by_pid.get(p.ppid))
+    return not signals or (serving and signals == [STOP_SIGNAL])
+
+
+def _client_goes_on(ctx: SnapshotView, backend: int) -> bool:
+    """The client of a backend idle in a transaction, on this host, at work over the window or asleep on a
+    timer: it commits when its step ends. A transaction whose client computed, or slept between steps,
+    was taken for one left open, and its waiter read STALLED (found by a helper, real PostgreSQL)."""
+    client = ctx.graph.socket_peer(backend)
+    if client is None:
+        return False
+    family = (client, *(d.pid for d in ctx.tree.descendants(client)))  # `\! step` in psql: its child
+    return any((pr := ctx.progress.get(q)) is not None and pr.moved for q in family) or ctx.wakes_by_itself(client)
+
+
+def _serves(ctx: SnapshotView, pid: int, remote: str) -> bool:
+    """Whether `pid` accepted the connection whose other end is `remote` (a server's end): not one it
+    opened itself (the client of an echo server waiting for its next line), nor a socketpair."""
+    p = ctx.tree.by_pid.get(pid)
+    return p is not None and ctx.graph.accepted(p, remote)
 
 
 def _awaits_requests_only(ctx: SnapshotView, pid: int) -> bool:
@@ -372,7 +427,13 @@ def _classify(ctx: SnapshotView, chain: Chain) -> StalledChain:
     # passes the wait on to works or wakes; the same wait straight to the server read HEALTHY, through
     # the relay DEGRADED, "socat does not answer" (found by a helper)
     relayed = [r for h in edge.holders for r in ctx.graph.relay_ends(h)] if kind == "tcp" else []
-    beyond = [*edge.holders, *relayed, *pids[start + 1 if polls else start :]]
+    # and what the chain's end polls, where the chain stops at it (an sshd session over the pipes of the
+    # command it runs): that command at work is the chain moving (`ssh host python3 compute.py` read
+    # STALLED, "sshd does not answer", while compute.py computed; found by a helper)
+    polled = (
+        [h for e in ctx.graph.edges(chain.end) if e.poll for h in e.holders] if kind in ("tcp", "unix-socket") else []
+    )
+    beyond = [*edge.holders, *relayed, *polled, *pids[start + 1 if polls else start :]]
     moved = _moved(ctx, beyond, _reader(edge)) if beyond else None
     dead_end = _dead_end(ctx, edge, chain.end)
     frozen = dead_end is not None and chain.end not in edge.holders and edge.holders

@@ -16,9 +16,17 @@ from vastprobe.analysis.logs import LogHealth, found_logs, log_health
 from vastprobe.analysis.oom import OomMatch, job_is_bounded, match_oom_kills
 from vastprobe.analysis.progress import Progress, progress
 from vastprobe.analysis.tree import ProcessTree
-from vastprobe.analysis.waitgraph.edges import timed_wait
+from vastprobe.analysis.waitgraph.edges import (
+    FUTEX_PRIVATE_FLAG,
+    joined_tid,
+    mutex_wait,
+    opens_for_reading,
+    private_untimed_wait,
+    timed_wait,
+    untimed_futex,
+)
 from vastprobe.analysis.waitgraph.graph import WaitGraph
-from vastprobe.model import HostSnapshot, KernelEvent, LogFile, Process, available
+from vastprobe.model import HostSnapshot, KernelEvent, LogFile, Process, Syscall, Unavailable, available
 from vastprobe.probe.sources import PROC
 from vastprobe.rule_options import RuleOptions
 
@@ -175,21 +183,96 @@ class SnapshotView:
         # HEALTHY across hosts; found by a helper)
         return sum(1 for t in others if self.graph.waits_on_itself(p, t)) < 2
 
-    def timer_sleepers(self, pids: tuple[int, ...]) -> tuple[int, ...]:
+    def flow_on_deadline(self, pid: int) -> bool:
+        """Its flow waits with a deadline: the main thread, or the thread it joins (Java's launcher runs
+        main() in a thread of its own and joins it), sleeps on a timer or waits with a timeout, every
+        thread read and asleep. What it does next comes when that deadline passes, whatever its other
+        threads wait on (a runtime's idle pools: Node's platform workers, a JVM's service threads): a
+        quiet log beside it is no stall. Weaker than on_timer, which a holder's proof needs (threads
+        deadlocked beside a sleeping main one). A Node `setInterval` job and a Java `Thread.sleep` job,
+        each logging once an hour, read STALLED on their quiet logs (found by a helper)."""
+        p = self.tree.by_pid.get(pid)
+        if p is None or p.state != "S" or any(s.state != "S" for s in p.samples):
+            return False
+        tasks = self.graph.all_tasks(p)
+        if tasks is None or any(t.state != "S" or mutex_wait(t.syscall) for t in tasks):
+            # a thread on a contended mutex may be half of a deadlock the flow polls for (two workers
+            # deadlocked while main joins a thread re-checking every second read DEGRADED; found by a helper)
+            return False
+        flow = tasks[0]
+        joined = joined_tid(flow.syscall)
+        if joined is not None:
+            flow = next((t for t in tasks[1:] if t.tid == joined), flow)
+        return timed_wait(flow.syscall) or self.graph.task_kind(p, flow) == "sleep"
+
+    def timer_sleepers(self, pids: tuple[int, ...], flow: bool = False) -> tuple[int, ...]:
         """The processes of a job asleep on timers, where that is all the job waits on: each of `pids`
         sleeps on a timer or waits for its children. Such a job wakes by itself (a polling loop's
         pause, a back-off, `time.sleep(3600)`): neither a quiet log beside it nor its stillness over the
-        window proves a stall. () otherwise."""
+        window proves a stall. () otherwise. `flow`: a process whose flow waits with a deadline counts
+        (flow_on_deadline), for a quiet log's judgement; not for a holder's proof."""
         sleepers = []
         for pid in pids:
             p = self.tree.by_pid.get(pid)
             if p is None:
                 continue
-            if self.on_timer(pid):
+            if self.on_timer(pid) or (flow and self.flow_on_deadline(pid)):
                 sleepers.append(pid)
             elif not (p.state == "S" and self.graph.waits_for_children(p)):
                 return ()
         return tuple(sleepers)
+
+    def waits_end_on_timers(self, pids: tuple[int, ...]) -> tuple[int, ...]:
+        """The sleepers of a job each of whose processes sleeps on a timer (or its flow waits with a
+        deadline), waits for its children, or waits on others of the job that end so (a reader of a pipe
+        whose writer does): `(while :; do check; sleep 400; done) | consumer >> log` wakes by itself, and
+        its quiet log read STALLED, the consumer reading a pipe (found by a helper). A wait on anything
+        outside the job, or a cycle among the job's waiters, gives (). Each process's waits are firm or
+        inferred edges; any holder that ends its wait ends it."""
+        job = set(pids)
+        sleepers = [pid for pid in pids if self.on_timer(pid) or self.flow_on_deadline(pid)]
+        good = set(sleepers)
+        rest = [pid for pid in pids if pid not in good]
+        changed = True
+        while rest and changed:
+            changed = False
+            for pid in list(rest):
+                p = self.tree.by_pid.get(pid)
+                if p is None or p.state != "S":
+                    return ()
+                if self.graph.waits_for_children(p):
+                    ends = [{k.pid for k in self.tree.kids(pid)} & job]
+                elif (family := self._shares_a_futex_with(p)) and not self.graph.edges(pid):
+                    ends = [family & job]
+                else:
+                    ends = [set(e.holders) for e in self.graph.edges(pid)]
+                if not ends or any(not e or not e <= job for e in ends):
+                    return ()  # it waits on nothing followed, or on what is not the job's
+                if all(e & good for e in ends):
+                    good.add(pid)
+                    rest.remove(pid)
+                    changed = True
+        return tuple(sleepers) if not rest else ()
+
+    def _shares_a_futex_with(self, p: Process) -> set[int]:
+        """Its parent and siblings where `p` waits on a shared futex with no timeout (a multiprocessing
+        Lock or Semaphore in memory they share: a Pool's idle worker waits on the task queue's lock
+        while a sibling holds it, reading the task pipe); else nothing."""
+        sc = p.syscall
+        if not untimed_futex(sc) or not isinstance(sc, Syscall) or sc.args[1] & FUTEX_PRIVATE_FLAG:
+            return set()
+        return self._family(p)
+
+    def _family(self, p: Process) -> set[int]:
+        """Its parent and its siblings (none without a parent here)."""
+        parent = self.tree.by_pid.get(p.ppid)
+        if parent is None:
+            return set()
+        return {parent.pid, *(k.pid for k in self.tree.kids(parent.pid))} - {p.pid}
+
+    def wake_by_themselves(self, pids: tuple[int, ...]) -> bool:
+        """Some processes, every one waking by itself (wakes_by_itself): what waits on them goes on."""
+        return bool(pids) and all(self.wakes_by_itself(pid) for pid in pids)
 
     def wakes_by_itself(self, pid: int) -> bool:
         """Asleep on a timer, or waiting on children that are (`sleep 3` between a script's steps): it
@@ -247,11 +330,23 @@ class SnapshotView:
         return bool(edges) and all(e.holders and set(e.holders) <= family - {pid} for e in edges)
 
     def serving(self, pid: int) -> bool:
-        """A server waiting for requests: in accept(), or in an event loop over a listening socket."""
+        """A server waiting for requests: in accept(), or in an event loop over a listening socket; or
+        its main thread joins the thread that is (the `java` launcher joins the JVM's main thread, which
+        accepts in a task of its own: an idle Java server read STALLED, exit 1, once its log was 5
+        minutes old; found by a helper). Only the joined thread counts: a job whose other thread serves
+        (a rank's store, a notebook's kernel) does its work on the main one. A FIFO's reader blocked
+        opening it waits for its next submitter the same way (a spool worker's `read cmd < queue.fifo`
+        made the whole host DEGRADED, and STALLED with its log named; found by a helper)."""
         p = self.tree.by_pid.get(pid)
         if p is None:
             return False
         kind = self.graph.kind(p)
+        if kind == "fifo-open":
+            return opens_for_reading(p.syscall) is True
+        joined = joined_tid(p.syscall) if kind == "futex" else None
+        task = next((t for t in self.graph.tasks(p) if joined is not None and t.tid == joined), None)
+        if task is not None:
+            kind = self.graph.task_kind(p, task)
         return kind == "accept" or (kind == "event-loop" and self.graph.listens(p))
 
     def waits_for_requests(self, pid: int) -> bool:
@@ -268,12 +363,20 @@ class SnapshotView:
         if self.serving(pid):
             return True
         parent = self.tree.by_pid.get(p.ppid)
-        return (
-            parent is not None
-            and parent.comm == p.comm
-            and self.serving(parent.pid)
-            and self.graph.kind(p) in ("event-loop", "socket-read", "accept")
-        )
+        if parent is None or parent.comm != p.comm or not self.serving(parent.pid):
+            return False
+        kind = self.graph.kind(p)
+        if kind in ("event-loop", "socket-read", "accept"):
+            return True
+        # a pool's worker waiting for its next task: reading the pipe its server (or a sibling) writes,
+        # or on the lock it shares with its siblings (a ProcessPoolExecutor behind an idle accept() read
+        # STALLED on its quiet log, "python3 (worker) waits on python3, which makes no progress"; found
+        # by a helper)
+        family = self._family(p)
+        edges = self.graph.edges(pid)
+        if kind == "pipe-read":
+            return bool(edges) and all(e.kind == "pipe" and e.holders and set(e.holders) <= family for e in edges)
+        return kind == "futex" and not edges and bool(self._shares_a_futex_with(p))
 
     def quiet_server(self, pid: int) -> bool:
         """A server with no client waiting: it waits for requests (serving, or a worker of one), or it is
@@ -288,6 +391,83 @@ class SnapshotView:
             self._unasked(p, True)
             and bool(kids)
             and all(self._unasked(k, self.serving(k.pid) or self.waits_for_requests(k.pid)) for k in kids)
+        )
+
+    def watches_files(self, pid: int) -> bool:
+        """Asleep in a poll, or a read of an inotify instance it holds, and on nothing vastprobe follows:
+        it waits for a file to change (`tail -F`, a log shipper, inotifywait), which no process owes it."""
+        p = self.tree.by_pid.get(pid)
+        if p is None or p.state != "S" or isinstance(p.fds, Unavailable) or self.graph.edges(pid):
+            return False
+        if not any(e.target == "anon_inode:inotify" for e in p.fds):
+            return False
+        entry = self.graph.waited_entry(p)
+        return self.graph.kind(p) == "event-loop" or (entry is not None and entry.target == "anon_inode:inotify")
+
+    def waits_on_watchers(self, pid: int, seen: frozenset[int] = frozenset()) -> bool:
+        """`pid` watches files, or all it waits on does: a pipe from `tail -F`, a child that reads one.
+        `tail -F app.log | grep ERROR >> alerts.log` read STALLED, exit 1, "tail makes no progress",
+        while no ERROR came (found by a helper)."""
+        if self.watches_files(pid):
+            return True
+        if pid in seen or len(seen) >= 16:
+            return False
+        edges = self.graph.edges(pid)
+        return bool(edges) and all(
+            e.holders and all(self.waits_on_watchers(h, seen | {pid}) for h in e.holders) for e in edges
+        )
+
+    def serves_in_a_thread(self, pid: int) -> bool:
+        """A thread of it waits for requests (in accept(), or an event loop over a listening socket it
+        holds) and none is queued, whatever its main thread does: a Python service whose main thread
+        joins its listener thread (Thread.join is a lock wait, not pthread_join) read STALLED, exit 1, on
+        its quiet log (found by a helper). Weaker than serving: a job whose side thread serves (a rank's
+        store) may be stuck on its main one, so a quiet log beside it is a warning, never nothing. Not
+        with a thread on a contended mutex (half of a deadlock, as flow_on_deadline has it), nor where
+        the main thread joins (pthread_join) a thread that does not serve."""
+        p = self.tree.by_pid.get(pid)
+        if p is None or p.state != "S" or not self.graph.listens(p):
+            return False
+        tasks = self.graph.tasks(p)
+        if any(mutex_wait(t.syscall) for t in tasks):
+            return False
+        kinds = {t.tid: self.graph.task_kind(p, t) for t in tasks}
+        joined = joined_tid(p.syscall)
+        if joined is not None and kinds.get(joined) not in ("accept", "event-loop"):
+            return False
+        return any(k in ("accept", "event-loop") for k in kinds.values()) and self._unasked(p, True)
+
+    def handlers_locked(self, pid: int) -> bool:
+        """A threaded server whose every thread but its accepting loop waits on a private futex with no
+        timeout, the loop waiting for new connections alone (accept(), or a poll over no more fds than
+        the listeners it holds): no request is being worked on, and no thread is left to release the
+        locks but one that only accepts. A ThreadingHTTPServer whose handler took its lock twice left
+        curl waiting, HEALTHY, a note (found by a helper). Not a loop that polls anything else (an
+        asyncio server awaiting its upstream, its idle executor threads on their queue). A pool idle on
+        its queue beside an accept() looks the same: only a client waiting on it makes this a stall."""
+        p = self.tree.by_pid.get(pid)
+        tasks = self.graph.all_tasks(p) if p is not None else None
+        if p is None or tasks is None or len(tasks) < 2 or any(t.state != "S" for t in tasks):
+            return False
+        loops = [t for t in tasks if private_untimed_wait(t.syscall) is None]
+        if len(loops) != 1:
+            return False
+        if self.graph.task_kind(p, loops[0]) == "accept":
+            return True
+        sc = loops[0].syscall
+        if not isinstance(sc, Syscall) or sc.name not in ("poll", "ppoll") or len(sc.args) < 2:
+            return False
+        return 1 <= sc.args[1] <= len(self.graph.listeners(p))
+
+    def waiting_clients(self, pid: int) -> tuple[int, ...]:
+        """The processes here waiting on a connection `pid` holds (their wait edge names it)."""
+        peers, _unseen = self.graph.connected(pid)
+        return tuple(
+            sorted(
+                c
+                for c in peers
+                if any(e.kind in ("tcp", "unix-socket") and pid in e.holders for e in self.graph.edges(c))
+            )
         )
 
     def _unasked(self, p: Process, waits: bool) -> bool:

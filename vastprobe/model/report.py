@@ -173,6 +173,9 @@ class JobRank:
     #: where it holds the others, why it may go on by itself (what it waits on moved, sleeps on a timer,
     #: or is its disk): nothing proves it stuck, and its finding is a warning (analysis/ranks.py)
     goes_on: str | None = None
+    #: whether one of its gloo run loops works a collective (waits on a peer with the group's timeout, or
+    #: runs); False: every one waits for work with no deadline (it entered none); None: no run loop read
+    in_gloo_collective: bool | None = None
 
     @property
     def name(self) -> str:

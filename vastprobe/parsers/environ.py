@@ -26,6 +26,14 @@ ALLOWED = re.compile(
 )
 MAX_NAMES = 48
 MAX_VALUE = 256
+#: names that say what the value is a secret, whatever prefix the allow-list admits them by
+#: (NCCL_PASSWORD, NCCL_IB_SECRET, TORCH_NCCL_TOKEN, NCCL_PWD, TORCH_NCCL_PW: found by helpers); the
+#: probe skips them too
+SECRET_NAME = re.compile(r"PASS|SECRET|TOKEN|KEY|CRED|AUTH|(?:^|_)PWD?(?:_|$)", re.ASCII)
+#: the probe cuts each `NAME=value` entry to this many characters: a value cut there may end in part of
+#: a token too short to be told one (its first 23 characters leaked; found by a helper)
+PROBE_ENTRY_CUT = 256
+_TAIL_WORD = re.compile(r"[A-Za-z0-9_+/=-]+$")
 
 
 def parse_env_section(text: str) -> dict[int, tuple[tuple[str, str], ...]]:
@@ -35,10 +43,19 @@ def parse_env_section(text: str) -> dict[int, tuple[tuple[str, str], ...]]:
         kept: dict[str, str] = {}
         for line in lines:
             name, sep, value = line.partition("=")
-            if sep and ALLOWED.fullmatch(name) and name not in kept and len(kept) < MAX_NAMES:
+            if (
+                sep
+                and ALLOWED.fullmatch(name)
+                and not SECRET_NAME.search(name)
+                and name not in kept
+                and len(kept) < MAX_NAMES
+            ):
                 # an allowed name may still carry one: MASTER_ADDR=http://user:PASSWORD@host, a run id
                 # of `token=…`: masked as a command line's are
-                kept[name] = redact_text(value.replace("\x1e", "\n")[:MAX_VALUE])
+                text = value.replace("\x1e", "\n")
+                if len(line) >= PROBE_ENTRY_CUT or len(text) > MAX_VALUE:
+                    text = _TAIL_WORD.sub("", text[:MAX_VALUE]) + "…"  # what was cut, and the word it cut
+                kept[name] = redact_text(text)
         if kept:
             out[pid] = tuple(kept.items())
     return out

@@ -74,7 +74,8 @@ def parse_artifacts(text: str) -> tuple[int, list[Artifact], str | None]:
             continue
         refused = not_read(line)
         if refused is not None:
-            errors.append(refused.reason)
+            if refused.reason not in errors:  # each match on one dead mount says the same
+                errors.append(refused.reason)
             continue
         m = _ART.match(line)
         if m:

@@ -58,10 +58,13 @@ vp_tmo_detect
 VP_NL='
 '
 # ls -b (GNU) escapes names; BusyBox's ls is a link to busybox and has no -b. ss gives Unix
-# sockets' peers. Both found without a fork.
+# sockets' peers. util-linux's dmesg (a file, not BusyBox's link) takes -k: the kernel's own lines
+# alone, not those a process wrote to /dev/kmsg (the kernel files them under `user`: a root tenant's
+# forged OOM kill named an innocent process killed; found by a helper). All found without a fork.
 vp_tools_detect() {
 	VP_LSB=
 	VP_SS=0
+	VP_DMESGK=
 	vp_ifs=$IFS
 	IFS=:
 	set -f
@@ -70,7 +73,11 @@ vp_tools_detect() {
 			if [ -h "$vp_d/ls" ]; then VP_LSB=-; else VP_LSB=b; fi
 		fi
 		if [ "$VP_SS" = 0 ] && [ -x "$vp_d/ss" ]; then VP_SS=1; fi
+		if [ -z "$VP_DMESGK" ] && [ -x "$vp_d/dmesg" ]; then
+			if [ -h "$vp_d/dmesg" ]; then VP_DMESGK=-; else VP_DMESGK=-k; fi
+		fi
 	done
+	[ "$VP_DMESGK" = -k ] || VP_DMESGK=
 	set +f
 	IFS=$vp_ifs
 	[ "$VP_LSB" = b ] || VP_LSB=
@@ -344,9 +351,20 @@ vp_s0() {
 	vp_lsys=$({ {
 		printf '%s\n' "$vp_st"
 		vp_proc_grep "$vp_l0" 2>&1
-	} | VP_B=$VP_B awk -v cap="$VP_MAXPROC" -v max=64 "$VP_CAP_AWK"'
+	} | VP_B=$VP_B awk -v cap="$VP_MAXPROC" -v max=64 -v jp="$VP_JOBPIDS" "$VP_CAP_AWK"'
+	BEGIN { njp = split(jp, jpw, " "); for (i = 1; i <= njp; i++) jq["/proc/" jpw[i]] = 1 }
+	# a --pid process or one of its descendants (through the parents the stat lines name), once a process
+	function injob(q, n, a) {
+		if (q in ijm) return ijm[q]
+		for (a = q; n < 64; n++) {
+			if (a in jq) return ijm[q] = 1
+			if (!(a in pp) || pp[a] == a) break
+			a = pp[a]
+		}
+		return ijm[q] = 0
+	}
 	FILENAME == "/proc/self/mountinfo" {
-		FD_WAIT = "^_*(pipe_|anon_pipe_|fifo_|wait_woken|sk_wait|sk_stream_wait|unix_|skb_wait|tcp_recvmsg|inet_wait_for_connect|sock_alloc_send|locks_|flock_|posix_lock|fcntl_setlk|break_lease|request_wait_answer|fuse_)"
+		FD_WAIT = "^_*(pipe_|anon_pipe_|fifo_|wait_for_partner|wait_woken|sk_wait|sk_stream_wait|unix_|skb_wait|tcp_recvmsg|inet_wait_for_connect|sock_alloc_send|locks_|flock_|posix_lock|fcntl_setlk|break_lease|request_wait_answer|fuse_)"
 		SOCK_WAIT = "^_*(wait_woken|sk_wait|sk_stream_wait|unix_|skb_wait|tcp_recvmsg|inet_wait_for_connect|sock_alloc_send)"
 		POLL_WAIT = "^_*(poll_schedule_timeout|do_sys_poll|do_select|core_sys_select|ep_poll|do_epoll_wait)"
 		FUTEX_WAIT = "^_*futex_"
@@ -364,6 +382,7 @@ vp_s0() {
 		p = substr($0, 1, index($0, "/stat:") - 1)
 		st[p] = substr(s, 1, 1)
 		if (split(s, f, " ") >= 18 && f[18] > 1) mt[p] = 1
+		if (!index(p, "/task/")) pp[p] = "/proc/" f[2]
 	}
 	{ out($0) }
 	# the system call is worth reading (it needs root) for a sleeping or D-state task whose wait
@@ -387,11 +406,12 @@ vp_s0() {
 			ntk[q]++
 			if (w ~ FUTEX_WAIT) nfq[q]++
 			else if (w ~ TIMER_WAIT) ntm[q]++
+			else if (w ~ EPOLL_WAIT) npl[q]++
 			if (w !~ FUTEX_WAIT) print p "/stat" > "/dev/stderr"
 			if (w == "0") { print p "/syscall" > "/dev/stderr"; next }
 		} else if (st[p] != "S" && st[p] != "D") next
 		else if (w ~ FUTEX_WAIT && st[p] == "S") mfx[p] = 1
-		else if (w ~ EPOLL_WAIT && st[p] == "S") mep[p] = 1
+		else if (w ~ POLL_WAIT && st[p] == "S") mep[p] = 1
 		if (w == "0" || w ~ FD_WAIT || w ~ POLL_WAIT) {
 			print p "/syscall" > "/dev/stderr"
 			# an epoll waiter: its interest lists (fdinfo tfd lines) say which fds it waits on
@@ -432,23 +452,38 @@ vp_s0() {
 		# threads asleep on a timer (a heartbeat beside threads that may be deadlocked)
 		# (those with no sleeper first: the bound is for the whole machine, and Python programs with a timer
 		# thread are many)
-		# or whose main task waits in epoll and every other on a futex: an event loop beside threads
-		# that may hold what it waits for (a coroutine holding a lock awaits run_in_executor of what takes it)
-		for (i = 1; i <= nfx; i++) {
-			q = fxq[i]
-			if (!(q in fdw) && (q in mfx) && ntk[q] == nfq[q] && !(q in dlk) && ndl < 64) { dlk[q] = 1; ndl++ }
-		}
-		for (i = 1; i <= nfx; i++) {
-			q = fxq[i]
-			if (!(q in fdw) && (q in mep) && ntk[q] == nfq[q] && !(q in dlk) && ndl < 64) { dlk[q] = 1; ndl++ }
-		}
-		for (i = 1; i <= nfx; i++) {
-			q = fxq[i]
-			if (!(q in fdw) && (q in mfx) && ntk[q] == nfq[q] + ntm[q] && nfq[q] >= 1 && !(q in dlk) && ndl < 64) {
-				dlk[q] = 1
-				ndl++
+		# or whose main task waits in a poll or epoll and every other on a futex: an event loop beside threads
+		# that may hold what it waits for (a coroutine holding a lock awaits run_in_executor of what takes it),
+		# a threaded server whose request threads are locked beside its accepting loop
+		# The processes of the job (--pid and their descendants) first: idle Python programs elsewhere on
+		# the host, each a main thread joining a worker on a queue, took the 64 and left the deadlock of
+		# the job unread (HEALTHY). Then in the order of their threads (the newest first, as listed; the
+		# main tasks came first, in the order of their PIDs: the oldest)
+		for (pass = njp ? 1 : 2; pass <= 2; pass++) {
+			for (i = 1; i <= nfx; i++) {
+				q = fxq[i]
+				if (fx[i] == q || (q in fdw) || (q in dlk) || ndl >= 64 || (pass == 1 && !injob(q))) continue
+				if (((q in mfx) || (q in mep)) && ntk[q] == nfq[q]) { dlk[q] = 1; ndl++ }
 			}
-			if ((q in fdw) || (q in dlk)) print fx[i] "/syscall" > "/dev/stderr"
+			for (i = 1; i <= nfx; i++) {
+				q = fxq[i]
+				if (fx[i] == q || (q in fdw) || (q in dlk) || ndl >= 64 || (pass == 1 && !injob(q))) continue
+				if ((q in mfx) && ntk[q] == nfq[q] + ntm[q] && nfq[q] >= 1) { dlk[q] = 1; ndl++ }
+			}
+		}
+		for (i = 1; i <= nfx; i++) if ((fxq[i] in fdw) || (fxq[i] in dlk)) print fx[i] "/syscall" > "/dev/stderr"
+		# and, in a process whose main task waits on a futex and every other on a futex, a timer or an
+		# event loop (a gloo rank: its tcp loop polls, its run loops wait for work or, inside a
+		# collective, on a peer with the group timeout), the name and system call of its futex
+		# threads (at most 16 such processes): which rank has not entered the collective the others
+		# wait in
+		for (i = 1; i <= nfx; i++) {
+			q = fxq[i]
+			if (fx[i] == q || (q in fdw) || (q in dlk) || !(q in mfx) || !(q in npl)) continue
+			if (ntk[q] != nfq[q] + ntm[q] + npl[q] || (!(q in gpl) && ngp >= 16)) continue
+			if (!(q in gpl)) { gpl[q] = 1; ngp++ }
+			print fx[i] "/stat" > "/dev/stderr"
+			print fx[i] "/syscall" > "/dev/stderr"
 		}
 		# the main task alone, where it waits on a futex beside other threads (a rank in a collective):
 		# whether its wait has a deadline says whether it wakes by itself (at most 256; whatever its other
@@ -610,6 +645,8 @@ vp_env() {
 		# grep -z anchors ^ after a newline inside a value too, so "X=secret\nRANK=1" matched whole
 		{ i = index($0, ":"); f = substr($0, 1, i - 1); e = substr($0, i + 1) }
 		e !~ pat || index(e, "\036") { next }
+		# nor a name that says secret, whatever prefix the list admits it by (NCCL_IB_SECRET, NCCL_PWD)
+		substr(e, 1, index(e, "=")) ~ /(PASS|SECRET|TOKEN|KEY|CRED|AUTH|(^|_)PWD?[_=])/ { next }
 		{ if (++c[f] <= 48) out(substr($0, 1, i + 256)) }
 		/:(TORCH_NCCL_DEBUG_INFO_TEMP_FILE|TORCH_FR_DUMP_TEMP_FILE)=\// && np < 8 {
 			# 8 distinct prefixes: the ranks of one job all name the same one
@@ -628,19 +665,24 @@ vp_env() {
 # section runs guarded (vp_guard) when a rank named one, so a dead mount costs VP_FILE_T seconds,
 # not the probe.
 VP_FR_NAMES=64
-# Guarded only where a path may hang: a prefix a rank named, or /tmp on a FUSE mount. A guard's
-# child is an orphan its init must reap; the default prefix in a local /tmp needs none.
+# Guarded where a path may hang: a prefix a rank named, /tmp on a FUSE mount, or any name under the
+# default prefix (a tenant's link in /tmp into a dead FUSE mount put the probe's own shell in D state
+# for good, and a dump swapped for a FIFO held it to its deadline; found by a helper). Listing /tmp
+# by the glob reads its directory alone, no entry. A guard's child is an orphan its init must reap:
+# a /tmp with no dump needs none.
 vp_fr_sec() {
 	vp_fuse_waiting /tmp/
-	if [ -z "$vp_frp" ] && [ -z "$vp_fdev" ]; then
+	vp_frd=
+	for vp_f in /tmp/nccl_trace_rank_[0-9]*; do
+		case $vp_f in /tmp/nccl_trace_rank_[0-9]*) vp_frd=1 ;; esac
+		break
+	done
+	if [ -z "$vp_frp" ] && [ -z "$vp_fdev" ] && [ -z "$vp_frd" ]; then
 		secn fr vp_fr
 		return 0
 	fi
 	# 8 dumps of 1 MiB, base64'd, take a few seconds on a loaded host: more than a stat's 5 s bound
-	vp_gsave=$VP_FILE_T
-	VP_FILE_T=15
-	vp_guard secn fr vp_fr
-	VP_FILE_T=$vp_gsave
+	vp_guard_for 15 secn fr vp_fr
 }
 vp_fr() {
 	vp_frn=0
@@ -672,11 +714,17 @@ vp_fr_prefix() {
 			printf '@fr-cut %s\n' "$1"
 			return 0
 		fi
-		[ -f "$vp_f" ] && [ -s "$vp_f" ] && [ ! -h "$vp_f" ] || continue
+		# not touched where a mount on the name has requests waiting (by name), nor followed (lstat)
+		! vp_untouchable "$vp_f" >/dev/null || continue
+		[ ! -h "$vp_f" ] || continue
+		[ -f "$vp_f" ] && [ -s "$vp_f" ] || continue
 		# a pickle's first byte, made (a fork) only when some file may be a dump
 		[ -n "$vp_magic" ] || vp_magic=$(printf '\200')
-		# opened once and read through that descriptor, only if it is the file checked (vp_same)
+		# opened once and read through that descriptor, only if it is the file checked (vp_same); the
+		# checks again right before the open, past the fork: a FIFO renamed in between blocks the open
+		# (bounded by the section's guard)
 		(
+			[ ! -h "$vp_f" ] && [ -f "$vp_f" ] || exit 1
 			exec 5<"$vp_f" || exit 1
 			vp_same "$vp_f" >/dev/null || exit 1
 			[ "$(tmo 5 head -c 1 /proc/self/fd/5)" = "$vp_magic" ] || exit 1
@@ -720,12 +768,7 @@ blk && !/^    [^ ].* \([^()]*\)$/ && !/^Thread [0-9A-Fa-fx]+ \(/ { next }
 # its variables, and one holding a newline and a frame line ended the block for the next to pass
 /^            / { blk = 0; next }
 { blk = 0; out($0) }'
-vp_pystack_sec() {
-	vp_gsave=$VP_FILE_T
-	VP_FILE_T=16
-	vp_guard secn pystack vp_pystack
-	VP_FILE_T=$vp_gsave
-}
+vp_pystack_sec() { vp_guard_for 16 secn pystack vp_pystack; }
 vp_pystack() {
 	vp_has py-spy || {
 		printf '@@absent\n'
@@ -818,6 +861,36 @@ vp_fd() {
 					close(f)
 				}
 			}
+			# the mounts of a mount namespace, read once (mount ids are the kernel'"'"'s, one set for all):
+			# each FUSE mount'"'"'s count of requests waiting for its server (fusectl), else -1
+			function mounts(f,   l, c, dn, w, wf) {
+				while ((getline l < f) > 0) {
+					split(l, c, " ")
+					if (c[1] in fw) continue
+					fw[c[1]] = -1
+					if (l ~ / - fuse/) {
+						split(c[3], dn, ":")
+						w = ""
+						wf = "/sys/fs/fuse/connections/" (dn[1] * 1048576 + dn[2]) "/waiting"
+						if ((getline w < wf) > 0 && w ~ /^[0-9]+$/) fw[c[1]] = w + 0
+						close(wf)
+					}
+				}
+				close(f)
+			}
+			# a held file on a FUSE mount with requests waiting: its stat would wait there for good (a
+			# tenant'"'"'s mount in its container hung the stat of probes outside it; found by a helper).
+			# Its mount by the id in the holder'"'"'s fdinfo, looked up in its namespace'"'"'s mountinfo
+			function deadfuse(p, fd,   f, l, id, c) {
+				f = p "/fdinfo/" fd
+				id = ""
+				while ((getline l < f) > 0) if (l ~ /^mnt_id:/) { split(l, c, " "); id = c[2]; break }
+				close(f)
+				if (id == "") return 0
+				if (!(id in fw) && !("self" in fw)) { fw["self"] = 1; mounts("/proc/self/mountinfo") }
+				if (!(id in fw) && !(p in mread)) { mread[p] = 1; mounts(p "/mountinfo") }
+				return (id in fw) && fw[id] > 0
+			}
 			BEGIN { n = split(ep, e, " "); for (i = 1; i <= n; i++) epw[e[i]] = 1 }
 			/^\/proc\/[0-9]+\/fd:$/ { k = 0; pid = substr($0, 1, length($0) - 4); out($0); next }
 			/^total / || /^$/ { next }
@@ -845,6 +918,7 @@ vp_fd() {
 					if (t ~ /^\/(dev|proc|sys)\// || t ~ / \(deleted\)$/ || (t in logseen)) next
 					if (fdn == "1" || fdn == "2" || t ~ /(\.log|\.out|\.err|\.txt|log)[^\/]*$/) {
 						logseen[t] = 1
+						if (deadfuse(pid, fdn)) next
 						nlog++
 						print pid "/fd/" fdn > "/dev/stderr"
 					}
@@ -914,7 +988,7 @@ vp_kexit() {
 # read at 12 s.
 vp_kmsg() {
 	printf '@@source dmesg\n'
-	vp_kexit tmo 10 dmesg 2>&1 | tmo 12 head -c "$VP_KMAX" | awk -v pat="$VP_KPAT" "$VP_KFILTER"
+	vp_kexit tmo 10 dmesg $VP_DMESGK 2>&1 | tmo 12 head -c "$VP_KMAX" | awk -v pat="$VP_KPAT" "$VP_KFILTER"
 }
 
 vp_kmsg_fallback() {
@@ -924,12 +998,27 @@ vp_kmsg_fallback() {
 			tail -n 20000 | awk -v pat="$VP_KPAT" "$VP_KFILTER"
 	fi
 	for vp_f in /var/log/kern.log /var/log/messages; do
-		if [ -r "$vp_f" ]; then
+		# the tenant's files (root in its container owns /var/log): read only as a regular file, never
+		# one under /proc, /sys or /dev (a link to /proc/kmsg consumed the kernel's messages), nor on a
+		# FUSE mount with requests waiting; the section runs guarded (a link into a dead FUSE mount put
+		# the probe's own shell in D state for good; found by a helper)
+		# (no kernel log lives on a FUSE mount: one is not touched, by the name or the link's target)
+		vp_fuse_waiting "$vp_f"
+		[ -z "$vp_fdev" ] || continue
+		if [ -h "$vp_f" ]; then
+			vp_untouchable_link "$vp_f" >/dev/null
+			[ -z "$vp_fdev" ] || continue
+			vp_kf=$(readlink -f -- "$vp_f" 2>/dev/null) || continue
+			case $vp_kf/ in /proc/* | /sys/* | /dev/*) continue ;; esac
+		fi
+		if [ -f "$vp_f" ] && [ -r "$vp_f" ]; then
 			printf '@@source %s\n' "$vp_f"
 			vp_kexit tmo 10 tail -c 4000000 "$vp_f" | awk -v pat="$VP_KPAT" "$VP_KFILTER"
 		fi
 	done
 }
+# the fallback in a child the probe can abandon: journalctl's 12 s, then the files
+vp_kmsg_fallback_sec() { vp_guard_for 15 secn kmsg.fallback vp_kmsg_fallback; }
 
 # One query, with a header so the client reads columns by name. An unknown field fails the whole
 # query (exit 2): then the older reasons name, then the oldest field set (each sample tries anew:
@@ -1011,6 +1100,24 @@ vp_guard() {
 	return 0
 }
 
+# vp_guard_for SECONDS CMD...: vp_guard with a bound of its own, for a section that reads more than a
+# stat's worth in the child (the dumps, py-spy, the kernel log's fallback).
+vp_guard_for() {
+	vp_gsave=$VP_FILE_T
+	VP_FILE_T=$1
+	shift
+	vp_guard "$@"
+	VP_FILE_T=$vp_gsave
+}
+
+# vp_fuse_count DEV: sets vp_fw to the requests waiting for the server of FUSE connection DEV
+# (major:minor), from fusectl; empty where fusectl is not mounted. Builtins only.
+vp_fuse_count() {
+	vp_maj=${1%%:*}
+	vp_min=${1#*:}
+	read -r vp_fw </sys/fs/fuse/connections/$(((vp_maj << 20) | vp_min))/waiting 2>/dev/null || vp_fw=
+}
+
 # vp_fuse_waiting PATH: sets vp_fw to the requests waiting on the FUSE mount PATH is on (by its
 # name: the longest mount point that is a prefix of it), and vp_fm to that mount point; vp_fw is
 # empty for a path on no FUSE mount, or when fusectl is not mounted. Builtins only.
@@ -1029,10 +1136,41 @@ vp_fuse_waiting() {
 		vp_fm=$vp_mp
 		case $vp_rest in *" - fuse"*) vp_fdev=$vp_dev ;; *) vp_fdev= ;; esac
 	done </proc/self/mountinfo
-	[ -n "$vp_fdev" ] || return 0
-	vp_maj=${vp_fdev%%:*}
-	vp_min=${vp_fdev#*:}
-	read -r vp_fw </sys/fs/fuse/connections/$(((vp_maj << 20) | vp_min))/waiting 2>/dev/null || vp_fw=
+	[ -z "$vp_fdev" ] || vp_fuse_count "$vp_fdev"
+}
+
+# vp_fuse_under DIR: sets vp_fwl to the FUSE mounts at or under DIR with requests waiting, one
+# "WAITING MOUNT" a line (empty: none, or no fusectl). Builtins only. A match of a glob that is such a
+# mount, or under one, is not touched (stat of the mount point asks its server: a `/tmp/*` listing
+# left a probe child in D state each run; found by a helper).
+vp_fuse_under() {
+	vp_fwl=
+	while read -r vp_a vp_b vp_dev vp_root vp_mp vp_rest; do
+		case $vp_rest in *" - fuse"*) ;; *) continue ;; esac
+		case $vp_mp/ in "${1%/}"/*) ;; *) continue ;; esac
+		vp_fuse_count "$vp_dev"
+		[ -n "$vp_fw" ] && [ "$vp_fw" != 0 ] || continue
+		vp_fwl="$vp_fwl$vp_fw $vp_mp$VP_NL"
+	done </proc/self/mountinfo
+}
+
+# vp_on_listed PATH: true when PATH is one of vp_fwl's mounts or under one; sets vp_fw and vp_fm.
+vp_on_listed() {
+	vp_ifs=$IFS
+	IFS=$VP_NL
+	set -f
+	set -- $vp_fwl "$1"
+	set +f
+	IFS=$vp_ifs
+	vp_olp=
+	for vp_ol; do vp_olp=$vp_ol; done
+	while [ "$#" -gt 1 ]; do
+		vp_fw=${1%% *}
+		vp_fm=${1#* }
+		shift
+		case $vp_olp/ in "$vp_fm"/*) return 0 ;; esac
+	done
+	return 1
 }
 
 # vp_untouchable PATH: true (and says why) when PATH is on a FUSE mount with requests waiting.
@@ -1298,11 +1436,13 @@ vp_glob() {
 	# each match's directories are checked as the fixed part's are
 	vp_gdeep=
 	case ${1#*[[*?]} in */*) vp_gdeep=1 ;; esac
+	vp_gpat=$1
 	vp_ifs=$IFS
 	IFS=
 	set -- $1
 	IFS=$vp_ifs
-	if [ ! -e "$1" ] && [ ! -L "$1" ]; then
+	# no match leaves the pattern itself: a match is never touched to tell (a link into a dead mount)
+	if [ "$#" = 1 ] && [ "$1" = "$vp_gpat" ] && [ ! -L "$1" ] && [ ! -e "$1" ]; then
 		printf '@@nomatch\n'
 		return 0
 	fi
@@ -1321,11 +1461,14 @@ vp_glob() {
 	vp_gn=$#
 	vp_nl=0
 	vp_lk=0
+	vp_fuse_under "${vp_g:-/}"
 	for vp_a; do
 		case $vp_a in
 		*"$VP_NL"*) vp_nl=$((vp_nl + 1)) ;;
 		*)
-			if [ -n "$vp_gdeep" ] && ! vp_dirlinks "${vp_a%/*}" >/dev/null; then
+			if [ -n "$vp_fwl" ] && vp_on_listed "$vp_a"; then
+				printf '@@fuse-waiting %s %s\n' "$vp_fw" "$vp_fm"
+			elif [ -n "$vp_gdeep" ] && ! vp_dirlinks "${vp_a%/*}" >/dev/null; then
 				vp_lk=$((vp_lk + 1))
 			else
 				set -- "$@" "$vp_a"
@@ -1507,11 +1650,11 @@ vp_main() {
 	secn kmsg printf '%s\n' "$vp_k"
 	case $vp_k in
 	# unreadable, empty, or killed by its timeout (exit 124, 137): the journal or kern.log may answer
-	*"@@err "* | *"@@lines 0" | *"@@exit 1"[2-9][0-9]*) secn kmsg.fallback vp_kmsg_fallback ;;
+	*"@@err "* | *"@@lines 0" | *"@@exit 1"[2-9][0-9]*) vp_kmsg_fallback_sec ;;
 	*"Killed process"*) ;;
 	# a memory cgroup counts an OOM kill that dmesg no longer holds (a busy host rolled its ring
 	# buffer over): the journal's kernel messages may
-	*) [ "$VP_OOMC" != 1 ] || secn kmsg.fallback vp_kmsg_fallback ;;
+	*) [ "$VP_OOMC" != 1 ] || vp_kmsg_fallback_sec ;;
 	esac
 	vp_gpu_sec gpuapps vp_gpuapps
 	vp_guard vp_files

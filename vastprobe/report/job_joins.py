@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from itertools import islice
 
-from vastprobe.analysis.rank_waits import DEADLOCK_HINT, how_they_wait
-from vastprobe.analysis.ranks import each_worked, holder_words, judge, straggler_hint, works_by_turns
+from vastprobe.analysis.rank_waits import DEADLOCK_HINT, how_they_wait, outside_collective, outside_hint
+from vastprobe.analysis.ranks import each_worked, goes_on_words, holder_words, judge, straggler_hint, works_by_turns
 from vastprobe.model import (
     HOLDING,
     NO_PROCESS,
@@ -95,7 +96,9 @@ def jobs_across_hosts(reports: Sequence[HostReport]) -> list[JobAcrossHosts]:
             holding = []  # no rank holds the others: each waits on something that is not a rank
         named = holding or straggling
         seen = {r.rank for _t, j in parts for r in j.ranks if r.rank is not None}
-        missing = tuple(n for n in range(world) if n not in seen)
+        # the first MAX_MISSING: WORLD_SIZE is the target's word (10^8 made 79 MB of JSON, 10^20 a MemoryError;
+        # found by a helper)
+        missing = tuple(islice((n for n in range(world) if n not in seen), MAX_MISSING))
         holder = (
             named[0] if named else _gone_from(reports, parts, missing) or _sink(reports, parts, owners, straggler=True)
         )
@@ -144,6 +147,9 @@ def _collides(parts: Sequence[tuple[str, DistributedJob]]) -> bool:
 
 #: Which holder names the job first: a rank that cannot move (gone, stopped, in D) before one that
 #: waits on something else.
+#: The most ranks a job's summary lists as seen on no host of the run (the first ones)
+MAX_MISSING = 1024
+
 _STRENGTH = {"gone": 0, "exited": 0, "stopped": 1, "uninterruptible": 1, "elsewhere": 2, "missing": 3}
 
 
@@ -290,7 +296,8 @@ def join_jobs(reports: Sequence[HostReport]) -> list[HostReport]:
                 cleared.append((target, part))
         if job.holder is None:
             if _everyone_waits(job):
-                still = _held_still(job)  # once for the job, not once a host
+                # once for the job, not once a host (a ring over 256 hosts took minutes; found by a helper)
+                still = _deadlock_words(job) if _held_still(job) else None
                 for target, part in job.parts:
                     out[index[target]] = _told_everyone_waits(out[index[target]], part, job, still)
             else:
@@ -344,9 +351,24 @@ def _everyone_waits(job: JobAcrossHosts) -> bool:
     return not job.missing and bool(job.world_size) and all(x.state == "collective" for x in ranks)
 
 
-def _told_everyone_waits(r: HostReport, part: DistributedJob, job: JobAcrossHosts, still: bool) -> HostReport:
+def _deadlock_words(job: JobAcrossHosts) -> tuple[str, str]:
+    """(how the ranks wait on one another, what to do) for a job held still on every host of the run."""
+    ranks = [x for _t, j in job.parts for x in j.ranks]
+    where = {x: t for t, j in job.parts for x in j.ranks}
+    named = outside_collective(ranks)
+    if named:
+        hint = outside_hint(named[0], f"py-spy dump --pid {named[0].pid} on {where.get(named[0], 'its host')}")
+    else:
+        hint = f"{DEADLOCK_HINT} (py-spy dump of each rank), then restart the job"
+    return how_they_wait(ranks, where), hint
+
+
+def _told_everyone_waits(
+    r: HostReport, part: DistributedJob, job: JobAcrossHosts, still: tuple[str, str] | None
+) -> HostReport:
     """Each host said the rank holding its ranks is on another host; the run saw those ranks, waiting
-    too (found by a helper). Its finding now says what the run saw: no rank holds the others."""
+    too (found by a helper). Its finding now says what the run saw: no rank holds the others. `still`:
+    the job held still on every host, how its ranks wait on one another and what to do (_deadlock_words)."""
     own = _own_finding(r, part)
     if own is None:
         return r
@@ -377,17 +399,15 @@ def _told_everyone_waits(r: HostReport, part: DistributedJob, job: JobAcrossHost
         ev2 = (*own.evidence, ev, Evidence("progress", sign or ""))
         return swap(r, own, replace(own, summary=summary, evidence=ev2, hint=hint, severity="info"))
     sev: Severity = own.severity if own.severity == "info" else "warning"
-    if still:
+    if still is not None:
         # nothing of the job moved on any host: no rank is outside the wait to end it, as on one host
         # (a rank deadlocked on its own lock, a ring whose ranks all receive first read DEGRADED)
-        ranks = [x for _t, j in job.parts for x in j.ranks]
-        where = {x.pid: t for t, j in job.parts for x in j.ranks if x.pid}
+        how, hint = still
         summary = (
             f"every rank of job {part.words}, on {hosts} hosts of this run, waits on another, and nothing of the "
-            f"job moved over the window on any host: {how_they_wait(ranks, where)}"
+            f"job moved over the window on any host: {how}"
         )
         stills = tuple(Evidence("progress", f"{t}: {j.still}"[:400]) for t, j in job.parts[:8])
-        hint = f"{DEADLOCK_HINT} (py-spy dump of each rank), then restart the job"
         ev2 = (*own.evidence, ev, *stills)
         return swap(r, own, replace(own, summary=summary, evidence=ev2, hint=hint, severity="error"))
     return swap(r, own, replace(own, summary=summary, evidence=(*own.evidence, ev), hint=hint, severity=sev))
@@ -486,8 +506,7 @@ def _told_holder(
     severity (its own off-host note replaced), or, where its ranks show progress, a note."""
     who = c.name + (f" (pid {c.pid}, {where})" if c.pid else f" ({where})")
     here = _ranks(part.ranks)
-    goes_on = f"; {c.goes_on}" if c.goes_on and c.state in HOLDING else ""  # a straggler's why says it already
-    why = (c.why if c.state not in NO_PROCESS else f"it is {c.why}") + goes_on
+    why = (c.why if c.state not in NO_PROCESS else f"it is {c.why}") + goes_on_words(c)
     ev = [Evidence("this run", f"{who} holds job {job.key}: {c.why}"[:400])]
     ev += [Evidence("this run", f"{o.label} on {t} holds it too: {o.why}"[:400]) for t, o in job.also]
     ev += [Evidence("rank", f"{x.name} (pid {x.pid if x.pid else '-'}): {x.why}") for x in part.ranks[:16]]

@@ -131,9 +131,11 @@ def severity(ctx: Context, s: StalledChain, stall: StallEvidence) -> Severity | 
         return "error"
     if s.idle is False and not s.proof:  # a proof with the chain moving: its holder is locked for ever
         return None
-    if stall.logs_only and not s.proof and _blockers_woke(ctx, s):
+    if stall.logs_only and not s.proof and (_blockers_woke(ctx, s) or ctx.wake_by_themselves(s.blockers)):
         # a quiet log alone, beside a blocker that was scheduled over the window: no proof it is still (a
-        # server taking an upload 16 KiB at a time read "does not answer", STALLED; found by a helper)
+        # server taking an upload 16 KiB at a time read "does not answer", STALLED; found by a helper); nor
+        # beside blockers asleep on a timer, which go on when it is up (a server sending 1 KiB every 5 s, one
+        # reading an upload 4 KiB every 2 s, read STALLED behind a log quiet for 10 minutes; found by a helper)
         return "warning"
     if stall or s.proof:
         return "error"  # the end is proven not to move, or other evidence says work should be happening
@@ -162,6 +164,13 @@ def stalled(ctx: Context, *kinds: ChainKind) -> Iterator[tuple[StalledChain, Wai
         sev = severity(ctx, s, stall)
         if sev is not None:
             yield s, s.edge, stall, sev
+
+
+def still_evidence(ctx: Context) -> list[Evidence]:
+    """The window's line for a process proven still (asleep_throughout): none with one sample."""
+    if not ctx.two_samples:
+        return []
+    return [Evidence("progress", f"no CPU, I/O or state change over {ctx.snapshot.sample_window:.1f}s")]
 
 
 def asleep_throughout(ctx: Context, p: Process) -> bool:

@@ -13,9 +13,10 @@ LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID, SLURM_JOB_ID, .
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import islice
 
 from vastprobe.analysis.flight import Stuck, compare, job_dumps
-from vastprobe.analysis.rank_waits import DEADLOCK_HINT, how_they_wait
+from vastprobe.analysis.rank_waits import DEADLOCK_HINT, how_they_wait, outside_collective, outside_hint
 from vastprobe.analysis.ranks import holder_words, straggler_hint
 from vastprobe.model import DistributedJob, Evidence, Finding, FlightDump, JobRank, Severity
 from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
@@ -166,6 +167,8 @@ def _deadlocked(ctx: Context, job: DistributedJob) -> Finding:
     left outside the wait to end it. Before, no rank was named, and the job read DEGRADED (a rank
     deadlocked on its own lock) or HEALTHY (a watchdog thread beside it; found by a helper)."""
     how = how_they_wait(job.ranks)
+    named = outside_collective(job.ranks)
+    ranks = [*named, *(r for r in job.ranks if r not in named)]  # a rank outside the collective first
     window = f"{ctx.snapshot.sample_window:.1f}s"
     summary = (
         f"every rank of job {job.words}, all {len(job.ranks)} on this host, waits on another, and nothing of the "
@@ -174,19 +177,21 @@ def _deadlocked(ctx: Context, job: DistributedJob) -> Finding:
     ev = [Evidence("environ", f"job {job.key}, world size {job.world_size}, every rank on this host")]
     ev += [Evidence("rank", f"{r.name} (pid {r.pid}): {r.why}") for r in job.ranks[:16]]
     ev.append(Evidence("progress", job.still or ""))
-    ev += stack_evidence(ctx, tuple(r.pid for r in job.ranks[:4] if r.pid))
-    hint = (
-        f"{DEADLOCK_HINT} ({', '.join(stack_command(ctx, r.pid) for r in job.ranks[:2] if r.pid)}"
-        + (" …" if len(job.ranks) > 2 else "")
-        + "), then restart the job; "
-        + _recorder_words(ctx, job)
-    )
-    return META.finding(summary, [r.pid for r in job.ranks if r.pid], ev, hint, "error")
+    ev += stack_evidence(ctx, tuple(r.pid for r in ranks[:4] if r.pid))
+    if named:
+        where = stack_command(ctx, named[0].pid) if named[0].pid else "its stack"
+        todo = outside_hint(named[0], where)
+    else:
+        stacks = ", ".join(stack_command(ctx, r.pid) for r in ranks[:2] if r.pid) + (" …" if len(ranks) > 2 else "")
+        todo = f"{DEADLOCK_HINT} ({stacks}), then restart the job"
+    hint = f"{todo}; {_recorder_words(ctx, job)}"
+    return META.finding(summary, [r.pid for r in ranks if r.pid], ev, hint, "error")
 
 
 def _off_host(ctx: Context, job: DistributedJob, waiting: str) -> Finding:
     here = {r.rank for r in job.ranks if r.rank is not None}
-    missing = [n for n in range(job.world_size or 0) if n not in here]
+    # nine at most: WORLD_SIZE is the target's word (10^9 took 5.8 GB; found by a helper)
+    missing = list(islice((n for n in range(job.world_size or 0) if n not in here), 9))
     shown = ", ".join(map(str, missing[:8])) + (" …" if len(missing) > 8 else "")
     summary = (
         f"every rank of job {job.words} on this host ({waiting}) waits in a collective: the rank holding "

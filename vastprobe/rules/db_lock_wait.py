@@ -32,7 +32,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             continue
         doing = process_title(backend).removeprefix("postgres: ")
         via = f" on its PostgreSQL backend {backend.pid} ({doing})" if backend.pid != waiter.pid else f" ({doing})"
-        clients = {h: _client(ctx, h) for h in edge.holders}
+        clients = {h: ctx.graph.socket_peer(h) for h in edge.holders}
         # a holder whose client is on another host: a sweep that probed that host names the client there
         away = {h: peer for h in edge.holders if clients[h] is None and (peer := client_peer(ctx, h)) is not None}
         titles = [process_title(ctx.tree.by_pid[h]) for h in edge.holders if h in ctx.tree.by_pid]
@@ -91,14 +91,6 @@ def check(ctx: Context) -> Iterator[Finding]:
             caused_by="oom-killed-child" if stall.oom else None,
             peer=next(iter(away.values()), None),
         )
-
-
-def _client(ctx: Context, backend: int) -> int | None:
-    """The process at the other end of a backend's connection, when it is on this host."""
-    for edge in ctx.graph.edges(backend):
-        if edge.kind in ("unix-socket", "tcp") and edge.holders:
-            return edge.holders[0]
-    return None
 
 
 RULE = Rule(META, check)

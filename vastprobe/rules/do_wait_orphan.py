@@ -72,9 +72,13 @@ def _idle_chain(ctx: Context, s: StalledChain) -> Finding | None:
     if ctx.graph.kind(end) == "tty":
         return None  # terminal-prompt says what it waits for
     stall = ctx.stall_evidence(s)
-    if not stall or (stall.logs_only and ctx.quiet_server(s.waiter) and ctx.quiet_server(end.pid)):
+    if not stall or (
+        stall.logs_only
+        and ((ctx.quiet_server(s.waiter) and ctx.quiet_server(end.pid)) or ctx.waits_on_watchers(s.waiter))
+    ):
         # idle, but nothing says it should be busy: a healthy wait. A pre-fork master on its idle workers,
-        # its log quiet: nobody asks (an idle nginx read STALLED with its 10-minute-old log)
+        # its log quiet: nobody asks (an idle nginx read STALLED with its 10-minute-old log); a pipeline
+        # from `tail -F`: nothing was written to what it follows
         return None
     waiter = ctx.tree.by_pid[s.waiter]
     ev = chain_evidence(ctx, s) + list(stall.evidence)
@@ -101,9 +105,13 @@ def _idle_chain(ctx: Context, s: StalledChain) -> Finding | None:
             f"(a lock or a condition inside it, or a child that died without a trace): see where it waits "
             f"({stack_command(ctx, end.pid)}), then kill {end.pid} or restart the job"
         )
-    if stall.logs_only and ctx.timer_sleepers(s.chain.pids):
+    if stall.logs_only and (
+        ctx.timer_sleepers(s.chain.pids) or ctx.wake_by_themselves(s.blockers) or ctx.waits_end_on_timers(s.chain.pids)
+    ):
         # asleep on a timer, it wakes by itself: a quiet log beside it proves no stall (a polling loop
-        # waiting for a file, `sleep 3600` in a script read STALLED; found by a helper)
+        # waiting for a file, `sleep 3600` in a script read STALLED; found by a helper). Its blockers alone
+        # decide, not every process before them: `(while :; do check; sleep 400; done) | consumer` has the
+        # consumer reading a pipe, and read STALLED, "sleep makes no progress" (found by a helper)
         ev.append(Evidence("progress", f"{end.comm} ({end.pid}) sleeps on a timer: it wakes by itself"))
         return META.finding(
             f"{waiter.comm} ({waiter.pid}){via} {verb} on {end.comm} ({end.pid}), which sleeps on a timer while "

@@ -1,6 +1,7 @@
 """VP113 fifo-no-partner: a watched process is blocked opening a named pipe (FIFO) because nobody
 has opened the other end (`wait_for_partner`): a reader whose writer never started or died
-before opening it, or a writer with no reader.
+before opening it, or a writer with no reader. A reader waits for its next writer as a server for
+its next client (a spool worker): a note, which only evidence beyond a quiet log makes an error.
 
 The path is still in the caller's memory when open() blocks, so the finding names the candidates
 from its command line. A FIFO whose writer is an orphan that never writes is do-wait-orphan's.
@@ -25,6 +26,11 @@ def check(ctx: Context) -> Iterator[Finding]:
         # (a partner about to open the other end looks the same)
         sev = "error" if stall else "warning" if ctx.two_samples else "info"
         opener = ctx.tree.by_pid[edge.waiter]
+        if ctx.serving(opener.pid):
+            # its reader waits for the next writer, as a server for its next client (a spool worker's
+            # `read cmd < queue.fifo`): a note; a quiet log beside it no proof; other evidence (an OOM
+            # kill in the job) still an error
+            sev = "error" if stall and not stall.logs_only else "warning" if stall else "info"
         via = (
             f"{ctx.proc_label(s.waiter)} waits on {opener.comm} ({opener.pid}), which"
             if s.waiter != opener.pid

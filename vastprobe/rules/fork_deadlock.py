@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from vastprobe.analysis.signal_waiters import forked_from_threaded, waits_for_a_signal
-from vastprobe.analysis.waitgraph.edges import private_untimed_wait
+from vastprobe.analysis.signal_waiters import STOP_SIGNAL, forked_from_threaded, waits_for_a_signal
+from vastprobe.analysis.waitgraph.edges import WaitEdge, private_untimed_wait
 from vastprobe.model import Evidence, Finding, Process
 from vastprobe.rules.base import Context, Rule, RuleMeta
-from vastprobe.rules.chains import asleep_throughout, is_python, stack_command
+from vastprobe.rules.chains import asleep_throughout, is_python, stack_command, still_evidence
 
 META = RuleMeta(
     "fork-deadlock", "VP127", "error", "a single-threaded process waits on a lock no thread of its own can release"
@@ -42,8 +42,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             Evidence("/proc/syscall", f"{ctx.proc_label(p.pid)}: {call}"),
             Evidence("/proc/status", f"{p.pid} has 1 thread: none left to release the lock"),
         ]
-        if ctx.two_samples:
-            ev.append(Evidence("progress", f"no CPU, I/O or state change over {ctx.snapshot.sample_window:.1f}s"))
+        ev += still_evidence(ctx)
         # forked without exec (its parent's command line): a process exec'd, then orphaned to a
         # multi-threaded init, was told it deadlocked at fork (found by a helper)
         forked = forked_from_threaded(p, parent)
@@ -71,9 +70,11 @@ def check(ctx: Context) -> Iterator[Finding]:
         ]
         who = f"{p.comm} ({p.pid})"
         if forked and parent is not None:
+            # "at fork" is likely, not known: a gunicorn sync worker whose handler took its lock twice,
+            # requests after it was forked, was told it deadlocked at fork (found by a helper)
             summary = (
-                f"{who} is deadlocked at fork: its only thread waits on a lock that a thread of its parent "
-                f"{parent.comm} ({parent.pid}) held when it forked; nothing can release it"
+                f"{who} is deadlocked, likely at fork: its only thread waits on a lock that a thread of its parent "
+                f"{parent.comm} ({parent.pid}) held when it forked, or one it took twice; nothing can release it"
             )
         else:
             summary = (
@@ -103,7 +104,8 @@ def check(ctx: Context) -> Iterator[Finding]:
                     else " (posix_spawn, or fork before any thread starts), or register at-fork handlers "
                     "(pthread_atfork) that take and release the lock"
                 )
-                + f"; see where it waits: {stack_command(ctx, p.pid)}"
+                + f"; if it worked after it was forked (a server's worker that served requests), it took a lock "
+                f"twice instead; see where it waits: {stack_command(ctx, p.pid)}"
             )
             pids = (p.pid, *([parent.pid] if parent is not None else []), *(w for w, _e in waiting if w != p.ppid))
         yield META.finding(summary, pids, ev, hint)
@@ -129,6 +131,16 @@ def _signal_waiter(ctx: Context, p: Process, call: str, signals: list[str]) -> F
         ev.append(Evidence("/proc/net/tcp", f"{sock} LISTEN, {n} connection(s) queued, none accepted over the window"))
         hint = f"kill {p.pid} (restart the server): its clients wait for ever; see where it waits: {stack_command(ctx, p.pid)}"
         return META.finding(summary, (p.pid,), ev, hint, "error")
+    client = _waiting_client(ctx, p) if ctx.two_samples and signals == [STOP_SIGNAL] else None
+    if client is not None:
+        q, e = client
+        summary = (
+            f"{p.comm} ({p.pid}) waits on a lock no thread of its own can release, and {ctx.proc_label(q)} waits on "
+            f"{e.what}, which it holds: a server stuck, not a service waiting to be stopped"
+        )
+        ev.append(Evidence("waits on it", f"{ctx.proc_label(q)} waits on {e.what}, held by {p.pid}"))
+        hint = f"kill {p.pid} (restart the server): its clients wait for ever; see where it waits: {stack_command(ctx, p.pid)}"
+        return META.finding(summary, (p.pid, q), ev, hint, "error")
     summary = (
         f"{p.comm} ({p.pid}) waits on a lock no thread of its own can release, and catches {', '.join(signals)}: "
         "it waits for a signal (a service waiting to be stopped looks like this)"
@@ -138,6 +150,30 @@ def _signal_waiter(ctx: Context, p: Process, call: str, signals: list[str]) -> F
         f"({stack_command(ctx, p.pid)})"
     )
     return META.finding(summary, (p.pid,), ev, hint, "info")
+
+
+def _waiting_client(ctx: Context, p: Process) -> tuple[int, WaitEdge] | None:
+    """A process here whose one wait is a connection `p` accepted (where `p` catches SIGTERM alone: any
+    other handler may be how it answers): a request it read and never answers (a deadlocked uvicorn
+    named alone read HEALTHY while its client waited; found by a helper)."""
+    here, _unseen = ctx.graph.connected(p.pid)
+    for q in sorted(here - {p.pid})[:64]:
+        # its one wait (a blocked read, curl's poll of its only connection), not one fd of a poll over
+        # several (a test runner polling its child's pipes beside a connection it keeps)
+        edges = ctx.graph.edges(q)
+        e = edges[0] if len(edges) == 1 else None
+        if e is None or e.kind != "tcp" or p.pid not in e.holders or e.socket is None:
+            continue
+        w = ctx.tree.by_pid.get(q)
+        if e.inferred and (w is None or w.threads > 1 or ctx.tree.kids(q)):
+            # "polls its only connection" is inferred: a process polling its children's pipes beside a
+            # connection it keeps reads so too (the test runner of this very case, under xdist: a CI run)
+            continue
+        # a client of `p`: on a connection `p` accepted (not the echo server `p` is itself a client of,
+        # reading its next line; not a socketpair shared with a forked worker; found by a helper)
+        if ctx.graph.accepted(p, e.socket.remote):
+            return q, e
+    return None
 
 
 def _undrained_listener(ctx: Context, p: Process) -> tuple[str, int] | None:

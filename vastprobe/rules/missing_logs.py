@@ -11,6 +11,7 @@ from vastprobe.analysis.logs import LogHealth
 from vastprobe.analysis.progress import Progress
 from vastprobe.model import Evidence, FileStat, Finding, NotRead, Severity, Unavailable
 from vastprobe.parsers.logs import UNREADABLE
+from vastprobe.rules import chains
 from vastprobe.rules.base import Context, Rule, RuleMeta
 
 META = RuleMeta("missing-logs", "VP104", "error", "an expected log is missing, silent or deleted while still open")
@@ -24,6 +25,8 @@ def _finding(ctx: Context, h: LogHealth) -> Finding | None:
             return None  # found open: it exists, and a rotation or a fatal tail needs its --log
         if h.state != "deleted-open" and h.writers and all(ctx.quiet_server(w) for w in h.writers):
             return None  # a server waiting for its next request logs nothing meanwhile: a quiet daemon
+        if h.state != "deleted-open" and h.writers and all(ctx.waits_on_watchers(w) for w in h.writers):
+            return None  # a filter of what `tail -F` follows: nothing came to pass on (an empty alerts.log)
         # each writer once: one holding it on stdout and stderr was named twice (found by a helper)
         who = ", ".join(ctx.proc_label(pid) for pid in h.writers[:3]) + (" and others" if len(h.writers) > 3 else "")
         ev.append(Evidence("/proc/fd", f"held open for writing by {who} (found: no --log named it)"))
@@ -158,6 +161,23 @@ _WAITS_ON_WAKES = (
     "turns with): see whether the transfer or exchange still moves (ss -ti for a connection's bytes), and what "
     "that process does (py-spy dump, /proc/PID/stack)",
 )
+_WAITS_ON_TIMERS = (
+    ": what the job waits on sleeps on a timer",
+    "the job is blocked on a process asleep on a timer, which goes on by itself (a server pacing what it sends or "
+    "reads, a back-off): see whether the transfer still moves (ss -ti for a connection's bytes), and what that "
+    "process does between its sleeps (py-spy dump, /proc/PID/stack)",
+)
+_SERVES = (
+    ": the job waits for requests",
+    "the job waits for its next request (a client on its listening socket, a writer to open its FIFO) and none is "
+    "queued: its log is quiet because nobody asks; if clients should be calling, see why they do not reach it "
+    "(ss -ltn for its listeners, the clients' own logs)",
+)
+_FOLLOWS = (
+    ": the job waits for a file it follows to change",
+    "the job passes on what it reads from a file it follows (`tail -F`, an inotify watch), and nothing was written "
+    "there: if the followed file should be growing, see what writes it",
+)
 _SLEEPS = (
     ": the job sleeps on a timer",
     "the job is asleep on a timer and wakes by itself: a long sleep, a back-off or the pause of a polling "
@@ -186,6 +206,7 @@ def _judged(
     holders = _waited_on(ctx, behind) if sev == "error" and not busy else ()
     waited = _busy(ctx, holders)
     woke = _woke(ctx, holders) if not waited else []
+    timed = _on_timers(ctx, holders) if not waited and not woke else []
     if sev == "error" and not busy and not _still(ctx, job):
         # a quiet log alone is no stall: only a job seen not to move over the window makes it one
         sev = "warning"
@@ -196,14 +217,38 @@ def _judged(
                 "the job stopped logging but moved over the window, so it is not seen to be stuck: see what it "
                 "does between log lines (the findings about its processes, `py-spy dump`, /proc/PID/stack)"
             )
-    elif sev == "error" and not busy and (sleepers := ctx.timer_sleepers(behind)):
+    elif (
+        sev == "error"
+        and not busy
+        and (sleepers := ctx.timer_sleepers(behind, flow=True) or ctx.waits_end_on_timers(behind))
+    ):
         # asleep on a timer is no holder proven not to move: the job wakes by itself (a polling loop's
-        # pause, a back-off, `time.sleep(3600)`) and read STALLED (found by a helper)
+        # pause, a back-off, `time.sleep(3600)`, a consumer of a loop that sleeps between its lines) and
+        # read STALLED (found by a helper)
         sev, summary, hint = _eased(summary, ev, [_sleeping(ctx, sleepers)], _SLEEPS)
+    elif sev == "error" and not busy and job and all(ctx.waits_on_watchers(pid) for pid in job):
+        # a named log of a filter behind `tail -F`: quiet until the file it follows changes
+        watched = f"{chains.names(ctx, job, 3)} wait(s) for a file they follow to change"
+        sev, summary, hint = _eased(summary, ev, [watched], _FOLLOWS)
+    elif (
+        sev == "error" and not busy and job and all(ctx.quiet_server(pid) or ctx.serves_in_a_thread(pid) for pid in job)
+    ):
+        # a named log of a server nobody asks: quiet by design, no holder proven not to move (an idle
+        # Java server read STALLED, exit 1; found by a helper)
+        served = f"{chains.names(ctx, job, 3)} wait(s) for requests, none queued"
+        sev, summary, hint = _eased(summary, ev, [served], _SERVES)
     # a quiet log is evidence, not a verdict: a job that computes (an epoch that logs once in ten
     # minutes) is no stall, whether the log was named (--log) or found open; nor one that waits on what
     # computes (busy and waited are never both found)
-    work, words = (busy, _COMPUTES) if busy else (waited, _WAITS_ON_WORK) if waited else (woke, _WAITS_ON_WAKES)
+    work, words = (
+        (busy, _COMPUTES)
+        if busy
+        else (waited, _WAITS_ON_WORK)
+        if waited
+        else (woke, _WAITS_ON_WAKES)
+        if woke
+        else (timed, _WAITS_ON_TIMERS)
+    )
     if work and sev == "error":
         sev, summary, hint = _eased(summary, ev, work, words)
     return sev, summary, hint
@@ -222,6 +267,15 @@ def _woke(ctx: Context, pids: tuple[int, ...]) -> list[str]:
                 f"{ctx.snapshot.sample_window:.1f}s between samples"
             )
     return out[:4]
+
+
+def _on_timers(ctx: Context, pids: tuple[int, ...]) -> list[str]:
+    """What the job waits on, every one asleep on a timer (or on children that are): each goes on by
+    itself. A server sending 1 KiB every 5 s, asleep through the whole window, held its client's quiet
+    log to an error, STALLED (found by a helper)."""
+    if not ctx.wake_by_themselves(pids):
+        return []
+    return [f"{ctx.proc_label(pid)}, which it waits on, sleeps on a timer" for pid in pids[:4]]
 
 
 #: How many processes behind a log's writers are looked at for work.
@@ -276,7 +330,8 @@ def _sleeping(ctx: Context, sleepers: tuple[int, ...]) -> str:
     names = ", ".join(ctx.proc_label(pid) for pid in sleepers[:3]) + (" and others" if len(sleepers) > 3 else "")
     p = ctx.tree.by_pid.get(sleepers[0])
     where = f" ({p.wchan})" if p is not None and isinstance(p.wchan, str) and p.wchan not in ("", "0") else ""
-    return f"{names} asleep on a timer{where} over the window: it wakes by itself, so the quiet log proves no stall"
+    how = "asleep on a timer" if all(ctx.on_timer(pid) for pid in sleepers) else "asleep on a timer or a deadline"
+    return f"{names} {how}{where} over the window: it wakes by itself, so the quiet log proves no stall"
 
 
 def _why_not_judged(ctx: Context, pids: tuple[int, ...]) -> str:

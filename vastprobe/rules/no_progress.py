@@ -48,8 +48,12 @@ def check(ctx: Context) -> Iterator[Finding]:
             continue  # something in the job moved: it works without logging (a long step)
         if any(ctx.graph.kind(ctx.tree.by_pid[w]) not in UNFOLLOWABLE for w in writers):
             continue  # a socket, a pipe, a terminal, a poll loop...: the rules for those say it, or it idles by design
+        if all(ctx.quiet_server(w) or ctx.serves_in_a_thread(w) for w in writers):
+            # a launcher joining the thread that accepts (an idle JVM), a Python service joining its
+            # listener thread: a server nobody asks; missing-logs' warning says the log is quiet
+            continue
         seen.update(writers)
-        if ctx.timer_sleepers(tuple(sorted(job))):
+        if ctx.timer_sleepers(tuple(sorted(job)), flow=True):
             # a job asleep on timers wakes by itself (time.sleep(3600), a back-off): it read STALLED on
             # its quiet log alone (found by a helper); missing-logs' warning says so
             continue

@@ -19,7 +19,7 @@ from vastprobe.analysis.terminals import SHELLS, interactive_shell, terminal_pla
 from vastprobe.analysis.wchan_families import waited_fd
 from vastprobe.model import Evidence, Finding, Process, Severity, Unavailable
 from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
-from vastprobe.rules.chains import link
+from vastprobe.rules.chains import link, still_evidence
 
 META = RuleMeta("terminal-prompt", "VP116", "warning", "a process waits for input at a terminal nobody types at")
 
@@ -73,8 +73,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             ev.append(Evidence("/proc/syscall", f"{p.pid} ({p.comm}) reads fd {fd}" + (f" -> {tty}" if tty else "")))
         if p.cmdline:
             ev.append(Evidence("cmdline", " ".join(p.cmdline)[:300]))
-        if ctx.two_samples:
-            ev.append(Evidence("progress", f"no CPU, I/O or state change over {ctx.snapshot.sample_window:.1f}s"))
+        ev += still_evidence(ctx)
         if proven:
             ev.append(Evidence("proof", f"the named job's {p.comm} ({p.pid}) waited for typed input the whole window"))
         ev += stall.evidence

@@ -20,7 +20,7 @@ from vastprobe.analysis.signal_waiters import waits_for_a_signal
 from vastprobe.analysis.waitgraph.edges import main_task, private_untimed_wait
 from vastprobe.model import Evidence, Finding, Process, Syscall
 from vastprobe.rules.base import Context, Rule, RuleMeta
-from vastprobe.rules.chains import asleep_throughout, stack_command
+from vastprobe.rules.chains import asleep_throughout, names, stack_command, still_evidence
 
 META = RuleMeta(
     "thread-deadlock", "VP129", "error", "every thread of a process waits on a lock no other thread is awake to release"
@@ -118,8 +118,7 @@ def _sealed_loop(ctx: Context, p: Process) -> Finding | None:
         Evidence("/proc/fdinfo", f"{p.pid}: its epoll interest list holds its own wake-up channel alone"),
         Evidence("/proc/status", f"{p.pid} has 1 thread and catches no signal that would wake it"),
     ]
-    if ctx.two_samples:
-        ev.append(Evidence("progress", f"no CPU, I/O or state change over {ctx.snapshot.sample_window:.1f}s"))
+    ev += still_evidence(ctx)
     summary = (
         f"{who} waits in its event loop for ever: with no timeout, on nothing but its own wake-up channel, and no "
         "thread or signal handler of its own is left to write it"
@@ -132,8 +131,39 @@ def _sealed_loop(ctx: Context, p: Process) -> Finding | None:
     return META.finding(summary, (p.pid,), ev, hint)
 
 
+def _locked_server(ctx: Context, p: Process) -> Finding | None:
+    """A threaded server whose every thread but its accepting loop waits on a lock no thread of its own
+    can release, while a client here waits on it: named with --pid, a ThreadingHTTPServer whose handler
+    took its lock twice read HEALTHY, its client's curl STALLED (found by a helper). Without a waiting
+    client, an idle pool on its queue beside an accept() looks the same: nothing said."""
+    if not ctx.handlers_locked(p.pid) or not asleep_throughout(ctx, p):
+        return None
+    clients = ctx.waiting_clients(p.pid)
+    if not clients:
+        return None
+    locked = [(t.who, call) for t in ctx.graph.tasks(p) if (call := private_untimed_wait(t.syscall)) is not None]
+    who = ctx.proc_label(p.pid)
+    waiting = names(ctx, clients, 3)
+    ev = _lock_evidence(tuple(locked))
+    ev.append(Evidence("/proc/net", f"{waiting} wait(s) on a connection {who} holds"))
+    ev += still_evidence(ctx)
+    summary = (
+        f"{who} cannot answer {waiting}: every thread of it but its accepting loop waits on a lock with no "
+        "timeout, and the loop only accepts new connections"
+    )
+    hint = (
+        f"a request handler is deadlocked (a lock taken twice, two locks in opposite orders): see where each thread "
+        f"waits ({stack_command(ctx, p.pid)}), then restart {p.pid}; give clients a timeout"
+    )
+    return META.finding(summary, (p.pid, *clients), ev, hint)
+
+
 def check(ctx: Context) -> Iterator[Finding]:
     for p in ctx.in_scope():
+        server = _locked_server(ctx, p) if p.threads > 1 else None
+        if server is not None:
+            yield server
+            continue
         if p.threads < 2:
             sealed = _sealed_loop(ctx, p)
             if sealed is not None:
@@ -148,8 +178,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             continue
         who = f"{p.comm} ({p.pid})"
         ev = _lock_evidence(waits.locked)
-        if ctx.two_samples:
-            ev.append(Evidence("progress", f"no CPU, I/O or state change over {ctx.snapshot.sample_window:.1f}s"))
+        ev += still_evidence(ctx)
         signals = waits_for_a_signal(p, ctx.tree.by_pid.get(p.ppid))
         if signals:
             if ctx.options.explicit_scope:

@@ -50,25 +50,37 @@ def run_argv(
     except OSError as exc:
         return TransportResult("probe-error", f"{what}: cannot run {argv[0]}: {exc.strerror or exc}", b"", None, False)
     assert proc.stdin is not None and proc.stdout is not None
-    try:
-        # a --log path's own bytes, not UTF-8 ones; stdin stays open until the output is read: the
-        # probe's watchdog waits on it, and its end is this process gone (script.sh)
-        proc.stdin.write(script.encode("utf-8", "surrogateescape"))
-        proc.stdin.flush()
-    except BrokenPipeError:
-        pass
+    # a --log path's own bytes, not UTF-8 ones; stdin stays open until the output is read: the probe's
+    # watchdog waits on it, and its end is this process gone (script.sh). Written as the pipe takes it,
+    # within the deadline: a script larger than the pipe's 64 KiB, written whole before the reads, held a
+    # command that never reads its stdin (a hung `docker exec`) past the deadline until it ended by itself
+    data = script.encode("utf-8", "surrogateescape")
+    sent = 0
+    wfd = proc.stdin.fileno()
+    os.set_blocking(wfd, False)
     chunks: list[bytes] = []
     size = 0
     truncated = timed_out = False
     fd = proc.stdout.fileno()
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)
+        sel.register(wfd, selectors.EVENT_WRITE)
         while True:
             left = timeout - (time.monotonic() - t0)
             if left <= 0:
                 timed_out = True
                 break
-            if not sel.select(left):
+            ready = {key.fd for key, _mask in sel.select(left)}
+            if wfd in ready:
+                try:
+                    sent += os.write(wfd, data[sent : sent + 65536])
+                except BlockingIOError:
+                    pass
+                except OSError:  # it closed its stdin or exited: nothing more to write
+                    sent = len(data)
+                if sent >= len(data):
+                    sel.unregister(wfd)
+            if fd not in ready:
                 continue
             chunk = os.read(fd, min(65536, cap - size))
             if not chunk:

@@ -57,7 +57,11 @@ def agent(tmp_path: Path) -> Iterator[str]:
     sock = tmp_path / "agent.sock"
     proc = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
     try:
-        wait_for(sock.exists, what="agent socket")
+        # listening, not only bound: ssh-add on a socket the agent had bound but not yet listened on exits 2
+        # ("could not connect"; a clean-clone CI at 276b617). `ssh-add -l` exits 1 for an empty agent
+        env = {**os.environ, "SSH_AUTH_SOCK": str(sock)}
+        wait_for(lambda: sock.exists() and subprocess.run(["ssh-add", "-l"], env=env, capture_output=True).returncode
+                 in (0, 1), what="agent listening")  # fmt: skip
         yield str(sock)
     finally:
         proc.kill()

@@ -128,6 +128,25 @@ def timed_wait(sc: Syscall | Unavailable) -> bool:
     return sc.args[i] != 0 if by_address else (sc.args[i] & 0xFFFFFFFF) < 0x80000000
 
 
+def joined_tid(sc: Syscall | Unavailable) -> int | None:
+    """The thread a futex wait joins: pthread_join waits on the thread's tid word for it to clear, so
+    the value it expects there is that tid (shared, no timeout); None for any other wait."""
+    if not untimed_futex(sc) or not isinstance(sc, Syscall) or sc.args[1] & FUTEX_PRIVATE_FLAG:
+        return None
+    return sc.args[2] if 0 < sc.args[2] < 1 << 22 else None
+
+
+def opens_for_reading(sc: Syscall | Unavailable | None) -> bool | None:
+    """Whether a blocked open() asks for reading (True), for writing (False), or unknown (None): its
+    flags' access mode. A FIFO's reader waits for a writer to come; a writer, for its consumer."""
+    if not isinstance(sc, Syscall):
+        return None
+    at = {"open": 1, "openat": 2}.get(sc.name or "")
+    if at is None or len(sc.args) <= at:
+        return None
+    return {0: True, 1: False}.get(sc.args[at] & 3)
+
+
 FUTEX_PRIVATE_FLAG = 128
 FUTEX_CLOCK_REALTIME = 256
 #: futex ops that wait: FUTEX_WAIT, FUTEX_LOCK_PI, FUTEX_WAIT_BITSET, FUTEX_WAIT_REQUEUE_PI, FUTEX_LOCK_PI2
@@ -138,6 +157,16 @@ WAIT_OPS = {
     11: "FUTEX_WAIT_REQUEUE_PI",
     13: "FUTEX_LOCK_PI2",
 }
+
+
+def mutex_wait(sc: Syscall | Unavailable) -> bool:
+    """A wait for a contended mutex with no timeout: glibc's lock waits in FUTEX_WAIT for the value 2
+    ("locked, with waiters"), a priority-inheriting one in FUTEX_LOCK_PI. A thread pool idle for work
+    waits on a condition (FUTEX_WAIT_BITSET) instead, so this one may be a deadlock."""
+    if not isinstance(sc, Syscall) or not untimed_futex(sc):
+        return False
+    base = sc.args[1] & ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME)
+    return (base == 0 and sc.args[2] == 2) or base in (6, 13)
 
 
 def private_untimed_wait(sc: Syscall | Unavailable) -> str | None:

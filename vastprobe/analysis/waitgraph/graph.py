@@ -16,7 +16,6 @@ from vastprobe.analysis.waitgraph.edges import (
     Task,
     WaitEdge,
     main_task,
-    private_untimed_wait,
     untimed_futex,
 )
 from vastprobe.analysis.waitgraph.fuse import FuseEdges
@@ -40,6 +39,16 @@ MAX_VISITS = 4096
 def _waits_for_a_child(t: Task) -> bool:
     """A thread in wait4/waitid by its wait channel (task_kind reads a thread's as a signal wait)."""
     return wait_kind(t.wchan if isinstance(t.wchan, str) else None, None) == "child"
+
+
+def _awake_at_first_read(p: Process) -> str | None:
+    """How the first read caught `p` awake, if it did: running, or asleep in its stat but woken by the
+    time its wait channel was read (none, and its system call running): no wait of its own to follow."""
+    if p.state == "R":
+        return "running"
+    if p.state == "S" and p.wchan in ("0", "") and isinstance(p.syscall, Syscall) and p.syscall.running:
+        return "awake between two calls"
+    return None
 
 
 def _loop_of(ch: Chain) -> tuple[Hop, ...]:
@@ -67,6 +76,14 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
             p = self.tree.by_pid.get(pid)
             found = self._edges[pid] = tuple(self._derive(p)) if p is not None else ()
         return found
+
+    def socket_peer(self, pid: int) -> int | None:
+        """The process at the other end of the connection `pid` waits on, when it is here: a PostgreSQL
+        backend's client."""
+        for edge in self.edges(pid):
+            if edge.kind in ("unix-socket", "tcp") and edge.holders:
+                return edge.holders[0]
+        return None
 
     def tcp_waits(self, pid: int) -> Iterator[WaitEdge]:
         """`pid`'s waits on one TCP connection it is blocked on (not one fd of a poll over several),
@@ -180,11 +197,14 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
         yield WaitEdge(p.pid, "child", (pid,), f"the exit of {pid}, which it polls for ({how})", ev, inferred=True)
 
     def _caught_awake_on(self, p: Process) -> WaitEdge | None:
-        """Running at the first read and asleep at the last, its only connection's other end held by a
-        process that cannot move (stopped, in D, one thread locked for ever): it waits there whatever it
-        did between. A client polling with a 1 ms timeout, caught running, read HEALTHY beside a stopped
-        server (found by a helper; a test's flake in CI)."""
-        if p.state != "R" or p.threads != 1 or len(p.samples) < 2 or p.last.state != "S":
+        """Awake at the first read (running, or woken between its stat and its wait channel) and asleep
+        or awake again at the last, its only connection's other end held by a process that cannot move
+        (stopped, in D, one thread locked for ever), having used little CPU and moved no byte: it waits
+        there whatever it did between. A client polling with a 1 ms timeout, caught running, read
+        HEALTHY beside a stopped server (found by a helper; a test's flake in CI); caught awake at both
+        reads, 1 read in 10 still did."""
+        first = _awake_at_first_read(p)
+        if first is None or p.threads != 1 or len(p.samples) < 2 or p.last.state not in ("S", "R"):
             return None  # one thread: in a threaded one, the running main thread says nothing of the others
         window = self.snapshot.sample_window * self.snapshot.host.clk_tck
         moved = progress(p, len(p.samples))
@@ -197,7 +217,9 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
             return None
         if not all(self._frozen(h) or self._locked(h) for h in edge.holders) and not self._queued_at_still(edge):
             return None
-        seen = Evidence("/proc/stat", f"{p.pid} ({p.comm}) was running at the first read, asleep at the last")
+        last = "asleep at the last" if p.last.state == "S" else "running again at the last"
+        used = f" (it used {moved.cpu_ticks / window:.0%} of a CPU over the window)" if p.last.state == "R" else ""
+        seen = Evidence("/proc/stat", f"{p.pid} ({p.comm}) was {first} at the first read, {last}{used}")
         return replace(edge, evidence=(seen, *edge.evidence[1:]), caught_awake=True)
 
     def _queued_at_still(self, edge: WaitEdge) -> bool:
@@ -211,11 +233,6 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
             if q is None or len(q.samples) < 2 or progress(q, len(q.samples)).moved:
                 return False
         return True
-
-    def _locked(self, pid: int) -> bool:
-        """One thread, asleep on a private futex with no timeout: nothing but a signal wakes it."""
-        q = self.tree.by_pid.get(pid)
-        return q is not None and q.threads == 1 and q.state == "S" and private_untimed_wait(q.syscall) is not None
 
     def _loops_back(self, p: Process, found: list[WaitEdge]) -> bool:
         """The pipe `p` waits on is held by a process that waits on a pipe `p` holds (git and its
@@ -334,13 +351,14 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
 
     def settle(self, chain: Chain) -> Chain | None:
         """A chain through an event loop's edges (`poll`) counts only as far as it is sure: to its end
-        where that end cannot move first (stopped, traced, in D state) or waits on something nobody
-        here holds (a remote peer, a gone server); otherwise up to the last edge that was not a poll's.
-        None: nothing of it is sure (a poller among pollers)."""
+        where that end cannot move first (stopped, traced, in D state, one thread locked for ever: a
+        relay's server whose handler took its lock twice) or waits on something nobody here holds (a
+        remote peer, a gone server); otherwise up to the last edge that was not a poll's. None: nothing
+        of it is sure (a poller among pollers)."""
         edges = chain.edges
         if not any(e.poll for e in edges):
             return chain
-        if self._frozen(chain.end) or chain.dangling is not None or chain.cycle:
+        if self._frozen(chain.end) or self._locked(chain.end) or chain.dangling is not None or chain.cycle:
             return chain
         last = max((i for i, e in enumerate(edges) if not e.poll), default=None)
         if last is None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from vastprobe.analysis.tree import ProcessTree
-from vastprobe.analysis.waitgraph.edges import Task, main_task, timed_wait, untimed_futex
+from vastprobe.analysis.waitgraph.edges import Task, main_task, private_untimed_wait, timed_wait, untimed_futex
 from vastprobe.analysis.wchan_families import WaitKind, wait_kind, waited_fd
 from vastprobe.model import (
     FdEntry,
@@ -20,6 +20,7 @@ from vastprobe.model import (
     SocketTable,
     Syscall,
     Unavailable,
+    split_endpoint,
 )
 
 #: epoll's writability event (sys/epoll.h): a write end watched with it waits to write, not for its readers
@@ -114,6 +115,12 @@ class WaitIndex:
         socks = (self._sockets.get(e.socket_inode) for e in p.fds if e.socket_inode is not None)
         return [s for s in socks if s is not None and s.state == "LISTEN"]
 
+    def accepted(self, p: Process, remote: str) -> bool:
+        """Whether `p`'s end of a TCP connection, `remote` as its peer sees it, is one it accepted: on a
+        port it listens on (a server's end, not a client's or a socketpair's)."""
+        port = split_endpoint(remote)[1] if remote else ""
+        return bool(port) and any(s.local_address[1] == port for s in self.listeners(p) if s.proto.startswith("tcp"))
+
     def listens(self, p: Process) -> bool:
         """Holds a listening socket: a server, which waits for work rather than on its clients."""
         return bool(self.listeners(p))
@@ -151,7 +158,24 @@ class WaitIndex:
         conns = [s for s in tcp if s.state == "ESTABLISHED" and s.remote]
         if not ports or not any(s.local_address[1] in ports for s in conns):
             return frozenset()
-        return frozenset(s.inode for s in conns if s.local_address[1] not in ports)
+        return frozenset(s.inode for s in conns if s.local_address[1] not in ports) | self._unix_opened(p)
+
+    def _unix_opened(self, p: Process) -> frozenset[int]:
+        """The Unix connections `p` opened to another process's named socket: its own end unnamed, the
+        other end named (accepted on a listener's path) and held elsewhere. socat's `UNIX-CONNECT:` of
+        a TCP listener's client: its clients read DEGRADED, "socat does not answer", before a server
+        whose handler locked for ever (found by a helper). A socketpair has two unnamed ends."""
+        if isinstance(p.fds, Unavailable):
+            return frozenset()
+        out = set()
+        for e in p.fds:
+            s = self._sockets.get(e.socket_inode) if e.socket_inode is not None else None
+            if s is None or s.proto != "unix" or s.state != "CONNECTED" or s.local or s.peer_inode is None:
+                continue
+            peer = self._sockets.get(s.peer_inode)
+            if peer is not None and peer.local and set(self._fds.sockets.get(peer.inode, [])) - {p.pid}:
+                out.add(s.inode)
+        return frozenset(out)
 
     def relay_ends(self, pid: int) -> tuple[int, ...]:
         """The processes here holding the far ends of what relay `pid` opened (socat's redis, an ssh
@@ -161,9 +185,20 @@ class WaitIndex:
         out: dict[int, None] = {}
         for ino in opened:
             sock = self._sockets.get(ino)
-            for peer in self._tcp_peers.get((sock.remote, sock.local), []) if sock is not None else []:
-                out.update((h, None) for h in self._fds.sockets.get(peer.inode, []) if h != pid)
+            if sock is not None and sock.proto == "unix":
+                peers = [sock.peer_inode] if sock.peer_inode is not None else []
+            else:
+                peers = (
+                    [q.inode for q in self._tcp_peers.get((sock.remote, sock.local), [])] if sock is not None else []
+                )
+            for peer_inode in peers:
+                out.update((h, None) for h in self._fds.sockets.get(peer_inode, []) if h != pid)
         return tuple(out)
+
+    def accepted_unix(self, p: Process, end: Socket | None) -> bool:
+        """Whether `end`, a Unix socket `p` holds, is one it accepted: named with the path of a listening
+        socket of its own (a server's end, as accepted() says of TCP)."""
+        return end is not None and bool(end.local) and any(s.local == end.local for s in self.listeners(p))
 
     def relay_has_client(self, p: Process) -> bool:
         """A process here waits on one of the connections the relay accepted (blocked reading it, or
@@ -382,6 +417,11 @@ class WaitIndex:
         """Stopped, traced or in uninterruptible sleep: it will not move first."""
         q = self.tree.by_pid.get(pid)
         return q is not None and q.state in ("T", "t", "D")
+
+    def _locked(self, pid: int) -> bool:
+        """One thread, asleep on a private futex with no timeout: nothing but a signal wakes it."""
+        q = self.tree.by_pid.get(pid)
+        return q is not None and q.threads == 1 and q.state == "S" and private_untimed_wait(q.syscall) is not None
 
     # ------------------------------------------------------------------ words
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from vastprobe.analysis.waitgraph.edges import Task, WaitEdge, main_task
+from vastprobe.analysis.waitgraph.edges import Task, WaitEdge, main_task, opens_for_reading
 from vastprobe.analysis.waitgraph.index import WaitIndex
 from vastprobe.analysis.wchan_families import WaitKind
 from vastprobe.model import Evidence, FdEntry, Process, Unavailable
@@ -60,6 +60,10 @@ class PipeEdges(WaitIndex):
         """open() of a FIFO blocks until the other end is opened: the path is still in the caller's
         memory, so its command line names the candidates."""
         args = [a for a in p.cmdline[1:] if a and not a.startswith("-")][:4]
-        what = "a FIFO nobody has opened from the other end" + (f" (its arguments: {', '.join(args)})" if args else "")
+        reading = opens_for_reading(p.syscall)
+        side = " for reading" if reading else " for writing" if reading is False else ""
+        what = f"a FIFO{side} nobody has opened from the other end" + (
+            f" (its arguments: {', '.join(args)})" if args else ""
+        )
         ev = (Evidence("/proc/wchan", f"{p.pid} ({p.comm}) blocked in {p.wchan} (open of a FIFO)"),)
         return WaitEdge(p.pid, "fifo-open", (), what, ev)

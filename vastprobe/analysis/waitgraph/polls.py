@@ -124,7 +124,8 @@ class PollEdges(SocketEdges):
         if edge.socket is None or edge.socket.inode not in self.relayed(p):
             return False
         if edge.holders:
-            return any(self._frozen(h) for h in edge.holders)
+            # stopped or in D, or one thread locked for ever (a server whose handler took its lock twice)
+            return any(self._frozen(h) or self._locked(h) for h in edge.holders)
         return self.relay_has_client(p)
 
     def _waits_back(self, pid: int, ino: int, reading: bool) -> bool:

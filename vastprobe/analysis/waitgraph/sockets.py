@@ -48,7 +48,8 @@ class SocketEdges(WaitIndex):
     def _poll_socket_edge(self, p: Process) -> WaitEdge | None:
         """A client like curl waits in poll() on its one connection: with no listening socket and a
         single connected socket (and a short fd set, when the system call shows it), that is the wait."""
-        if isinstance(p.fds, Unavailable):
+        if isinstance(p.fds, Unavailable) or self.relayed(p):
+            # a relay (socat's child) waits on what it opened, not on its client: the poll's edges say so
             return None
         sc = p.syscall
         if not isinstance(sc, Unavailable) and sc.name in ("poll", "ppoll") and len(sc.args) > 1 and sc.args[1] > 8:
