@@ -16,18 +16,58 @@ import pytest
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
 
-def free_port() -> int:
-    """A port nothing listens on now, for a server about to bind it (start_sshd retries when another
-    process took it meanwhile: parallel test workers and other suites share this machine)."""
+#: Ports for the servers a test starts come from a block of this worker's own, below the kernel's
+#: ephemeral range: bind(0) hands two xdist workers the same port now and then (and every outgoing
+#: connection takes its source port from that range), and a server that lost its port to another
+#: worker's left that worker's listener answering for it (a CI run: "no server.py under" its host).
+_PORT_BLOCK = 1500
+_next_port: list[int] = []
+
+
+def _worker_ports() -> range | None:
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    blocks = (low - 10000) // _PORT_BLOCK
+    if blocks < 1:
+        return None
+    first = 10000 + (index % blocks) * _PORT_BLOCK
+    return range(first, first + _PORT_BLOCK)
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def free_ports(n: int) -> list[int]:
-    """n distinct ports free now, for servers about to bind them (each held until all are chosen:
-    n free_port() calls can return one port twice). Another process may take one before the
-    server binds it; where nothing must listen, use dead_ports."""
+    """n distinct ports free now, for servers about to bind them: from this worker's own block (see
+    _PORT_BLOCK), else from the kernel. Another suite on this machine may still take one before the
+    server binds it (start_sshd retries); where nothing must listen, use dead_ports."""
+    block = _worker_ports()
+    if block is None:
+        return _kernel_ports(n)
+    if not _next_port:
+        _next_port.append(block.start + os.getpid() % _PORT_BLOCK)
+    out: list[int] = []
+    for _ in range(_PORT_BLOCK):
+        port = block.start + (_next_port[0] - block.start) % _PORT_BLOCK
+        _next_port[0] = port + 1
+        if port not in out and _bindable(port):
+            out.append(port)
+            if len(out) == n:
+                return out
+    return _kernel_ports(n)
+
+
+def _kernel_ports(n: int) -> list[int]:
     socks = [socket.socket() for _ in range(n)]
     try:
         for s in socks:
@@ -36,6 +76,11 @@ def free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def free_port() -> int:
+    """A port nothing listens on now, for a server about to bind it (free_ports)."""
+    return free_ports(1)[0]
 
 
 #: Sockets bound, never listening, for the whole test process: connections to their ports are
