@@ -34,6 +34,15 @@ class MemoryCgroup:
             pytest.skip("no writable memory cgroup controller (v1 at /sys/fs/cgroup/memory, or v2 with memory enabled)")
         self.name = "/" + name
 
+    def child(self, limit_bytes: int) -> MemoryCgroup:
+        """A memory cgroup below this one with its own limit (remove it before this one)."""
+        sub = object.__new__(MemoryCgroup)
+        sub.version, sub.path, sub.name = self.version, self.path / "sub", f"{self.name}/sub"
+        sub.path.mkdir()
+        limit = "memory.limit_in_bytes" if self.version == "v1" else "memory.max"
+        (sub.path / limit).write_text(str(limit_bytes))
+        return sub
+
     @property
     def procs_file(self) -> Path:
         return self.path / "cgroup.procs"

@@ -8,8 +8,10 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.cgroup_lab import MemoryCgroup
-from tests.helpers import children_of, vastprobe_json, wait_for
+from tests.helpers import children_of, proc_text, vastprobe_json, wait_for
 
 HOG = "b = bytearray(200 * 1024 * 1024)"
 
@@ -259,3 +261,32 @@ def test_kills_one_parent_lost_are_one_finding_headed_by_the_latest(reap, memcg:
     (incident,) = [i for i in host["incidents"] if i["root"]["summary"] == mine[0]["summary"]]
     assert f"OOM-killed 2 times, the latest at {latest} UTC" in incident["headline"], incident["headline"]
     assert mine[0]["severity"] == "error" and host["verdict"] == "stalled" and rc == 1
+
+
+def test_on_a_whole_host_a_shell_above_the_victims_cgroup_did_not_lose_it(reap, memcg: MemoryCgroup) -> None:
+    """Found by a helper: on a whole host (no --pid), a tool shell waiting on its idle child "made no
+    progress after an OOM kill in the job" because the victim died in a memory cgroup below the shell's
+    own (cgroup v1 lets a cgroup hold processes and children). Waiting on children in a cgroup above is
+    no tie on a whole host: nobody is named. Scoped to the shell (--pid), the kill is its job's: STALLED."""
+    if memcg.version != "v1":
+        pytest.skip("cgroup v2 keeps processes out of a cgroup whose children have a memory limit")
+    sub = memcg.child(40 * 1024 * 1024)
+    try:
+        shell = subprocess.Popen(["bash", "-c", f"echo $$ > {memcg.procs_file}; exec bash -c 'sleep 100000; true'"],
+                                 start_new_session=True)  # fmt: skip
+        reap.append(shell)
+        wait_for(lambda: [proc_text(k, "comm").strip() for k in children_of(shell.pid)] == ["sleep"],
+                 what="the shell waiting on sleep")  # fmt: skip
+        oom_kill_now(sub)
+        rc, host = vastprobe_json("--sample", "0.3")
+        mine = [f for f in host["findings"] if shell.pid in f["pids"]]
+        assert not mine, [(f["rule"], f["severity"], f["summary"]) for f in mine]
+        # the whole host's verdict is other processes' too (this machine is shared): a STALLED one
+        # must rest on a finding about someone else
+        stalls = [f for f in host["findings"] if f["severity"] in ("error", "critical")]
+        assert (rc == 1) == (host["verdict"] == "stalled") == bool(stalls), (rc, host["verdict"])
+        rc, host = vastprobe_json("--pid", str(shell.pid), "--sample", "0.3")
+        (lost,) = [f for f in host["findings"] if f["rule"] == "oom-killed-child" and f["pids"] == [shell.pid]]
+        assert lost["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, lost
+    finally:
+        sub.remove()

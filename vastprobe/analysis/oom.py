@@ -158,9 +158,13 @@ def match_oom_kills(
                 inside = in_memcg[ev.task_memcg] = _members(ev.task_memcg, by_cgroup, order)
             members = [p for p in inside if alive_before(p)]
             if ev.task_memcg not in ROOT_CGROUPS and members:
+                # on a whole host, a process in a cgroup above the victim's is no sign it ran the victim
+                # unless a strong tie says so: a tool shell waiting on its idle child "made no progress
+                # after an OOM kill" in a test's cgroup below its own (found by a helper)
+                own_cgroup = None if bounded else {p.pid for p in by_cgroup[0].get(ev.task_memcg, [])}
                 out.append(
                     replace(
-                        _blame(ev, members, ties, "in the job's memory cgroup"),
+                        _blame(ev, members, ties, "in the job's memory cgroup", bounded, own_cgroup),
                         cgroup=ev.task_memcg,
                     )
                 )
@@ -267,21 +271,30 @@ def _seen_parent(ev: KernelEvent, ties: _Ties, ids: set[int]) -> Process | None:
     return next((a for a in ties.tree.ancestors(victim.pid) if a.pid in ids), None)
 
 
-def _blame(ev: KernelEvent, pool: list[Process], ties: _Ties, how: str, bounded: bool = True) -> OomMatch:
+def _blame(
+    ev: KernelEvent,
+    pool: list[Process],
+    ties: _Ties,
+    how: str,
+    bounded: bool = True,
+    own_cgroup: set[int] | None = None,
+) -> OomMatch:
     """The victim's likely parent among `pool`: the victim's own parent where the snapshot still
     holds the victim, then one that still has children of the victim's name, then a wrapper running
     its program, then one waiting on children; the closest (started last). Launchers side by side
     (neither below the other) that all wait on children are no evidence: the kill is the cgroup's
     then, with no loser named, rather than blamed on whichever started last. On a whole host, any
-    process in the victim's cgroup is no parent of it: nobody is named then."""
+    process in the victim's cgroup is no parent of it: nobody is named then. `own_cgroup`: those of
+    `pool` in the victim's own cgroup, where only they may be named for waiting on children."""
     ids = {p.pid for p in pool}
+    waits_here = ids if own_cgroup is None else ids & own_cgroup
     parent = _seen_parent(ev, ties, ids)
     if parent is not None:
         return OomMatch(ev, parent.pid, f"{how}; the victim was its child (seen in the first sample)", "job")
     for group, why in (
         (ties.parents_of.get(ev.comm or "", []), "its other children share the victim's name"),
         (ties.runs.get(ev.comm or "", []), "its command line runs the victim's program"),
-        ([p for p in pool if p.pid in ties.waiting], "waits on children"),
+        ([p for p in pool if p.pid in ties.waiting and p.pid in waits_here], "waits on children"),
         (pool if bounded else [], "the closest watched process"),
     ):
         cands = [p for p in group if p.pid in ids]
