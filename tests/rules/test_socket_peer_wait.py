@@ -574,6 +574,21 @@ def test_a_client_caught_awake_between_two_calls_recorded() -> None:
     assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, f["summary"]
 
 
+def test_a_client_of_a_locked_threaded_server_whose_loop_ticked_recorded() -> None:
+    """Recorded (fixtures/procfs/threaded-server-ticks): curl waits on a ThreadingHTTPServer whose
+    request thread took its lock twice, and the server's accepting loop, woken by its 0.5 s timer,
+    counted a CPU tick over the window. The loop's wakes answer nobody: STALLED, exit 1, the server named
+    with the locked-handlers proof, not 'did nothing over' a window it ticked in. It read HEALTHY, no
+    finding, 1 read in 10 on a loaded machine (a CI failure of the live test below at 291f692)."""
+    rc, host = analyze_recording(FIXTURES / "procfs" / "threaded-server-ticks", "--pid", "6")
+    f = finding(host)
+    assert f["pids"][:2] == [6, 3], f  # curl, then the server
+    assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, f["summary"]
+    said = proof(f)
+    assert "every thread of it but its accepting loop waits for ever on a lock" in said, f["evidence"]
+    assert "did nothing" not in said, said
+
+
 LOCKED_SERVER = r"""
 import socket, threading
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(4)

@@ -180,6 +180,11 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
             (q := ctx.tree.by_pid.get(h)) is not None and ctx.graph.accepted_unix(q, edge.peer) for h in edge.holders
         )
     )
+    if serving and all(_locked_for_ever(ctx, h, serving) for h in edge.holders):
+        # before the wakes, the waiter's or the holder's: a threaded server's accepting loop wakes on its
+        # timer and answers nobody, whatever its client does between its own (curl's 1 s poll counted a
+        # tick, the loop another, and the client read HEALTHY, no finding: a CI flake under load)
+        return _locked_words(ctx, edge.holders)
     if not idle:
         # the waiter moved (a client polling with a 1 ms timeout burns CPU), yet a holder locked for ever
         # that did nothing itself proves it: the client read HEALTHY, no finding (found by a helper)
@@ -192,9 +197,6 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
             return None
         # a client caught running, then asleep, queued at a listener whose holders did nothing over the
         # window (graph._caught_awake_on): its own wakes do not accept it; the listener's proof below does
-    if serving and all(_locked_for_ever(ctx, h, serving) for h in edge.holders):
-        # before the wakes: a threaded server's accepting loop wakes on its timer, and answers nobody
-        return _locked_words(ctx, edge.holders)
     if any(ctx.runnable_throughout(h) for h in edge.holders):
         # runnable at every read, yet no CPU tick counted: waiting for a CPU, not blocked. On a loaded
         # machine a server back from its handler's sleep read so, its queued client STALLED (a CI flake);
@@ -250,7 +252,8 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
 
 def _locked_words(ctx: SnapshotView, holders: tuple[int, ...]) -> str:
     who, several = _holders(ctx, holders)
-    still = f", and did nothing over {ctx.snapshot.sample_window:.1f}s" if ctx.two_samples else ""
+    # said only where it holds: a threaded server's accepting loop may count a tick on its timer
+    still = f", and did nothing over {ctx.snapshot.sample_window:.1f}s" if _moved(ctx, holders) is False else ""
     caught = sorted(
         {
             sig
