@@ -579,7 +579,8 @@ def test_a_client_of_a_locked_threaded_server_whose_loop_ticked_recorded() -> No
     request thread took its lock twice, and the server's accepting loop, woken by its 0.5 s timer,
     counted a CPU tick over the window. The loop's wakes answer nobody: STALLED, exit 1, the server named
     with the locked-handlers proof, not 'did nothing over' a window it ticked in. It read HEALTHY, no
-    finding, 1 read in 10 on a loaded machine (a CI failure of the live test below at 291f692)."""
+    finding, 1 read in 10 on a loaded machine (a CI failure of the live test below at 291f692); the
+    server named alone read HEALTHY too (thread-deadlock wanted no tick)."""
     rc, host = analyze_recording(FIXTURES / "procfs" / "threaded-server-ticks", "--pid", "6")
     f = finding(host)
     assert f["pids"][:2] == [6, 3], f  # curl, then the server
@@ -587,6 +588,13 @@ def test_a_client_of_a_locked_threaded_server_whose_loop_ticked_recorded() -> No
     said = proof(f)
     assert "every thread of it but its accepting loop waits for ever on a lock" in said, f["evidence"]
     assert "did nothing" not in said, said
+    # the server named alone: its locked handlers, curl waiting on it, the loop's tick no motion
+    rc, host = analyze_recording(FIXTURES / "procfs" / "threaded-server-ticks", "--pid", "3")
+    f = finding(host, "thread-deadlock")
+    assert f["severity"] == "error" and "3 (python) cannot answer 6 (curl)" in f["summary"], f["summary"]
+    assert host["verdict"] == "stalled" and rc == 1, f["summary"]
+    window = [e["detail"] for e in f["evidence"] if e["source"] == "progress"]
+    assert window == ["asleep at every read; 1 CPU tick(s) and no I/O over 1.0s: its accepting loop's timer wakes"]
 
 
 LOCKED_SERVER = r"""

@@ -131,12 +131,35 @@ def _sealed_loop(ctx: Context, p: Process) -> Finding | None:
     return META.finding(summary, (p.pid,), ev, hint)
 
 
+def _asleep_but_for_its_loop(ctx: Context, p: Process) -> list[Evidence] | None:
+    """The window's lines for a server asleep at every read that did nothing over the window but what
+    its accepting loop's timer wakes cost (a CPU tick or two, no I/O, under a fifth of a CPU), or None:
+    serve_forever's 0.5 s poll counted a tick 1 read in 10 on a loaded machine, and the server named
+    alone read HEALTHY beside the curl it could not answer."""
+    if asleep_throughout(ctx, p):
+        return still_evidence(ctx)
+    pr = ctx.progress.get(p.pid)
+    window = ctx.snapshot.sample_window
+    if p.state != "S" or any(s.state != "S" for s in p.samples) or pr is None or not pr.sampled or window <= 0:
+        return None
+    if pr.gone or pr.io_bytes or pr.state_changed or pr.cpu_ticks >= window * ctx.snapshot.host.clk_tck / 5:
+        return None
+    return [
+        Evidence(
+            "progress",
+            f"asleep at every read; {pr.cpu_ticks} CPU tick(s) and no I/O over {window:.1f}s: its accepting "
+            "loop's timer wakes",
+        )
+    ]
+
+
 def _locked_server(ctx: Context, p: Process) -> Finding | None:
     """A threaded server whose every thread but its accepting loop waits on a lock no thread of its own
     can release, while a client here waits on it: named with --pid, a ThreadingHTTPServer whose handler
     took its lock twice read HEALTHY, its client's curl STALLED (found by a helper). Without a waiting
     client, an idle pool on its queue beside an accept() looks the same: nothing said."""
-    if not ctx.handlers_locked(p.pid) or not asleep_throughout(ctx, p):
+    window = _asleep_but_for_its_loop(ctx, p) if ctx.handlers_locked(p.pid) else None
+    if window is None:
         return None
     clients = ctx.waiting_clients(p.pid)
     if not clients:
@@ -146,7 +169,7 @@ def _locked_server(ctx: Context, p: Process) -> Finding | None:
     waiting = names(ctx, clients, 3)
     ev = _lock_evidence(tuple(locked))
     ev.append(Evidence("/proc/net", f"{waiting} wait(s) on a connection {who} holds"))
-    ev += still_evidence(ctx)
+    ev += window
     summary = (
         f"{who} cannot answer {waiting}: every thread of it but its accepting loop waits on a lock with no "
         "timeout, and the loop only accepts new connections"
