@@ -851,3 +851,80 @@ def test_a_client_of_a_threaded_server_whose_handler_is_locked_is_stalled(reap, 
     f = finding(host, "thread-deadlock")
     assert f["severity"] == "error" and f"cannot answer {job.pid} (curl)" in f["summary"], said
     assert host["verdict"] == "stalled" and rc == 1, said
+
+
+GUNICORN_APP = """import threading
+lock = threading.Lock()
+def app(environ, start_response):
+    if environ["PATH_INFO"] == "/report":
+        with lock:
+            with lock:  # taken twice: this request thread waits for ever
+                pass
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"ok"]
+"""
+
+
+@pytest.mark.parametrize("client", ["report", "keep-alive"])
+def test_a_client_of_a_gunicorn_gthread_worker_whose_handler_is_locked_is_stalled(
+    reap, tmp_path: Path, client: str
+) -> None:
+    """Real gunicorn (gthread worker, 4 threads): a request handler takes its lock twice. The worker's
+    main thread waits in epoll, on its listener and its signal pipe alone, waking every second for its
+    heartbeat; its pool thread waits for ever. curl read HEALTHY with a note (socket-peer-wait: "nothing
+    in flight"), the worker named alone HEALTHY (found by a helper). Now STALLED from one look: the
+    epoll loop only accepts. The control keeps an idle connection open (a pool thread reads it): no
+    stall, exit 0."""
+    gunicorn = Path(sys.executable).parent / "gunicorn"  # its own script: the processes' name is gunicorn
+    if not gunicorn.exists():
+        pytest.skip("needs gunicorn (the test extra) beside this Python")
+    if shutil.which("curl") is None:
+        pytest.skip("needs curl")
+    (tmp_path / "app.py").write_text(GUNICORN_APP)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    port = listener.getsockname()[1]
+    master = subprocess.Popen(
+        [str(gunicorn), "-k", "gthread", "--threads", "4", "-w", "1", "--chdir", str(tmp_path),
+         "-b", f"fd://{listener.fileno()}", "app:app"],
+        pass_fds=[listener.fileno()], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    reap.append(master)
+    listener.close()
+    wait_for(lambda: bool(children_of(master.pid)), what="gunicorn's worker")
+    worker = children_of(master.pid)[0]
+    if client == "report":
+        job = subprocess.Popen(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{port}/report"],
+                               start_new_session=True)  # fmt: skip
+        reap.append(job)
+        wait_for(lambda: "futex_do_wait" in _threads(worker) and proc_wchan(job.pid).startswith("poll_schedule"),
+                 what="the handler locked, curl waiting")  # fmt: skip
+    else:
+        idle = f"import socket\nc = socket.create_connection(('127.0.0.1', {port}))\nprint(flush=True)\nc.recv(1)"
+        job = subprocess.Popen([sys.executable, "-c", idle], stdout=subprocess.PIPE, start_new_session=True)
+        reap.append(job)
+        assert job.stdout is not None and job.stdout.readline() == b"\n"
+        wait_for(lambda: len(_threads(worker)) == 2 and proc_wchan(job.pid) == "wait_woken",
+                 what="a pool thread reading, the client waiting")  # fmt: skip
+    for sample in ("1", "0"):
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
+        said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+        if client == "keep-alive":
+            assert not [f for f in said if f[1] in ("error", "critical")], said
+            assert host["verdict"] in ("healthy", "degraded") and rc == 0, said
+            continue
+        f = finding(host)
+        assert f["severity"] == "error" and f"{worker} (gunicorn" in f["summary"], said
+        assert "every thread of it but its accepting loop waits for ever on a lock" in proof(f), f["evidence"]
+        assert host["verdict"] == "stalled" and rc == 1, said
+    # the job as its owner names it: gunicorn's master, its worker below it
+    rc, host = vastprobe_json("--pid", str(master.pid), "--sample", "1")
+    said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    if client == "keep-alive":
+        assert not [f for f in said if f[1] in ("error", "critical")], said
+        assert host["verdict"] == "healthy" and rc == 0, said
+        return
+    f = finding(host, "thread-deadlock")
+    assert f["severity"] == "error" and f"{worker} (gunicorn) cannot answer {job.pid} (curl)" in f["summary"], said
+    assert host["verdict"] == "stalled" and rc == 1, said

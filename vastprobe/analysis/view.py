@@ -439,8 +439,8 @@ class SnapshotView:
 
     def handlers_locked(self, pid: int) -> bool:
         """A threaded server whose every thread but its accepting loop waits on a private futex with no
-        timeout, the loop waiting for new connections alone (accept(), or a poll over no more fds than
-        the listeners it holds): no request is being worked on, and no thread is left to release the
+        timeout, the loop waiting for new connections alone (accept(), a poll over no more fds than the
+        listeners it holds, or an epoll on those and its own wake-up pipe: gunicorn's gthread worker): no request is being worked on, and no thread is left to release the
         locks but one that only accepts. A ThreadingHTTPServer whose handler took its lock twice left
         curl waiting, HEALTHY, a note (found by a helper). Not a loop that polls anything else (an
         asyncio server awaiting its upstream, its idle executor threads on their queue). A pool idle on
@@ -455,6 +455,8 @@ class SnapshotView:
         if self.graph.task_kind(p, loops[0]) == "accept":
             return True
         sc = loops[0].syscall
+        if self.graph.epoll_accepts_only(p, loops[0]):
+            return True
         if not isinstance(sc, Syscall) or sc.name not in ("poll", "ppoll") or len(sc.args) < 2:
             return False
         return 1 <= sc.args[1] <= len(self.graph.listeners(p))

@@ -352,6 +352,26 @@ class WaitIndex:
             for fd, events in watched.items()
         )
 
+    def epoll_accepts_only(self, p: Process, t: Task) -> bool:
+        """`t` waits in epoll on listeners `p` holds and on its own wake-up channels alone: it waits for
+        new connections and nothing else. gunicorn's gthread worker watches its listener and its signal
+        pipe while its pool threads work; with every one of those locked, curl read HEALTHY (a note)."""
+        sc = t.syscall
+        if (
+            not isinstance(sc, Syscall)
+            or not (sc.name or "").startswith("epoll")
+            or not sc.args
+            or p.epoll is None
+            or isinstance(p.fds, Unavailable)
+        ):
+            return False
+        listening = {s.inode for s in self.listeners(p)}
+        by_fd = {e.fd: e for e in p.fds}
+        watched = [by_fd.get(w.fd) for w in p.epoll if w.epfd == sc.args[0]]
+        if not any(e is not None and e.socket_inode in listening for e in watched):
+            return False
+        return all(e is not None and (e.socket_inode in listening or self._own_channel(p, e)) for e in watched)
+
     def children_pipe_ends(self, p: Process, t: Task) -> frozenset[str]:
         """The ends ("r", "w") of pipes to or from its children alone that `t`'s epoll watches."""
         sc = t.syscall
