@@ -225,6 +225,40 @@ def test_clients_of_a_slow_single_threaded_server_are_not_stalled(reap, tmp_path
     assert rc == 0 and host["verdict"] in ("healthy", "degraded")
 
 
+#: A program of 65 threads idle on timers: 32 of them started after the server take the probe's thread
+#: bound (64 a process, 2048 in all, the newest first), as a busy host's processes do
+CROWD = "import threading, time\nfor _ in range(64): threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\nprint(flush=True)\ntime.sleep(3600)"
+
+
+def test_a_slow_server_whose_threads_the_probe_could_not_read_is_not_stalled(reap, tmp_path: Path) -> None:
+    """The pump server above, its handler asleep 2 s, on a host whose newer processes took the probe's
+    thread bound: its pump thread is not read, so on_timer cannot say it wakes by itself, and its queued
+    client read STALLED, "accepted none over 1.1s" (a full suite's run here). A main thread asleep on a
+    timer beside threads not read proves nothing: at worst a warning, exit 0."""
+    srv, port = start_server(reap, SLOW_SERVER, "pump")
+    loop = f"while true; do curl -s -o /dev/null http://127.0.0.1:{port}/ && echo >> {tmp_path}/done; done"
+    job = subprocess.Popen(["bash", "-c", f"({loop}) & ({loop}) & wait"], start_new_session=True)
+    reap.append(job)
+    crowd = []
+    for _ in range(33):
+        c = subprocess.Popen([sys.executable, "-c", CROWD], stdout=subprocess.PIPE, start_new_session=True)
+        reap.append(c)
+        crowd.append(c)
+    for c in crowd:
+        assert c.stdout is not None and c.stdout.readline() == b"\n"
+    wait_for(lambda: (tmp_path / "done").exists(), timeout=30, what="a request served")
+    for _attempt in range(5):
+        wait_for(lambda: proc_wchan(srv.pid) == "hrtimer_nanosleep", what="the server in a handler")
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+        server = next(p for p in host["snapshot"]["processes"] if p["pid"] == srv.pid)
+        if server["state"] == "S" and server["wchan"] == "hrtimer_nanosleep":
+            break  # caught in a handler, not between two
+    assert server["threads"] == 2 and not server["threads_detail"], "the bound was not hit: the case not met"
+    bad = [f for f in host["findings"] if f["severity"] in ("error", "critical")]
+    assert not bad, json.dumps(bad, indent=1)
+    assert rc == 0 and host["verdict"] in ("healthy", "degraded"), host["headline"]
+
+
 def test_clients_of_a_listener_that_never_accepts_are_stalled(reap) -> None:
     """listen(1): two connections fill the accept queue, the third waits in connect() (SYN-SENT).
     Each of them is stalled on the listener, proven by its queue and its stillness."""

@@ -208,6 +208,10 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
         # helper). Every holder: the waiter needs each to let go, and one that sleeps on a timer does
         # not free a co-holder that is stuck (a shared flock, a listener a `sleep` child inherited)
         return None
+    if all(ctx.wakes_by_itself(h) or ctx.on_timer_beside_unread(h) for h in edge.holders):
+        # its main thread on a timer and its other threads unread (the probe's bound on a busy host): no
+        # proof that it cannot move
+        return None
     window = f"{ctx.snapshot.sample_window:.1f}s"
     who, several = _holders(ctx, edge.holders)
     holds = "hold" if several else "holds"

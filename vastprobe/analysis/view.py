@@ -183,6 +183,19 @@ class SnapshotView:
         # HEALTHY across hosts; found by a helper)
         return sum(1 for t in others if self.graph.waits_on_itself(p, t)) < 2
 
+    def on_timer_beside_unread(self, pid: int) -> bool:
+        """Its main thread asleep on a timer in every sample, some of its other threads past the probe's
+        bound (at most 192 processes' threads, the job's first, and a total per host): on_timer cannot
+        say, and it may well wake by itself. A server whose handler sleeps 2 s beside an idle pump thread
+        read STALLED, "accepted none", while a full test suite's processes took the bound (a flake)."""
+        p = self.tree.by_pid.get(pid)
+        if p is None or p.threads < 2 or p.state != "S" or any(s.state != "S" for s in p.samples):
+            return False
+        if self.graph.all_tasks(p) is not None:
+            return False  # every thread read: on_timer's answer stands
+        main = self.graph.tasks(p)[0]
+        return self.graph.task_kind(p, main) == "sleep" or (main.state == "S" and timed_wait(main.syscall))
+
     def flow_on_deadline(self, pid: int) -> bool:
         """Its flow waits with a deadline: the main thread, or the thread it joins (Java's launcher runs
         main() in a thread of its own and joins it), sleeps on a timer or waits with a timeout, every
