@@ -21,7 +21,6 @@ from vastprobe.analysis.waitgraph.edges import (
     joined_tid,
     mutex_wait,
     opens_for_reading,
-    private_untimed_wait,
     timed_wait,
     untimed_futex,
 )
@@ -451,28 +450,8 @@ class SnapshotView:
         return any(k in ("accept", "event-loop") for k in kinds.values()) and self._unasked(p, True)
 
     def handlers_locked(self, pid: int) -> bool:
-        """A threaded server whose every thread but its accepting loop waits on a private futex with no
-        timeout, the loop waiting for new connections alone (accept(), a poll over no more fds than the
-        listeners it holds, or an epoll on those and its own wake-up pipe: gunicorn's gthread worker): no request is being worked on, and no thread is left to release the
-        locks but one that only accepts. A ThreadingHTTPServer whose handler took its lock twice left
-        curl waiting, HEALTHY, a note (found by a helper). Not a loop that polls anything else (an
-        asyncio server awaiting its upstream, its idle executor threads on their queue). A pool idle on
-        its queue beside an accept() looks the same: only a client waiting on it makes this a stall."""
-        p = self.tree.by_pid.get(pid)
-        tasks = self.graph.all_tasks(p) if p is not None else None
-        if p is None or tasks is None or len(tasks) < 2 or any(t.state != "S" for t in tasks):
-            return False
-        loops = [t for t in tasks if private_untimed_wait(t.syscall) is None]
-        if len(loops) != 1:
-            return False
-        if self.graph.task_kind(p, loops[0]) == "accept":
-            return True
-        sc = loops[0].syscall
-        if self.graph.epoll_accepts_only(p, loops[0]):
-            return True
-        if not isinstance(sc, Syscall) or sc.name not in ("poll", "ppoll") or len(sc.args) < 2:
-            return False
-        return 1 <= sc.args[1] <= len(self.graph.listeners(p))
+        """docs/rules/thread-deadlock.md's threaded server that cannot answer (WaitIndex.handlers_locked)."""
+        return self.graph.handlers_locked(pid)
 
     def waiting_clients(self, pid: int) -> tuple[int, ...]:
         """The processes here waiting on a connection `pid` holds (their wait edge names it)."""

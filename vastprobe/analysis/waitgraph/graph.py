@@ -199,10 +199,12 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
     def _caught_awake_on(self, p: Process) -> WaitEdge | None:
         """Awake at the first read (running, or woken between its stat and its wait channel) and asleep
         or awake again at the last, its only connection's other end held by a process that cannot move
-        (stopped, in D, one thread locked for ever), having used little CPU and moved no byte: it waits
+        (stopped, in D, one thread locked for ever, a threaded server whose every handler is), having used
+        little CPU and moved no byte: it waits
         there whatever it did between. A client polling with a 1 ms timeout, caught running, read
         HEALTHY beside a stopped server (found by a helper; a test's flake in CI); caught awake at both
-        reads, 1 read in 10 still did."""
+        reads, 1 read in 10 still did. curl caught at its 1 s poll's wake beside a gunicorn worker whose
+        handler is locked read HEALTHY (a CI flake)."""
         first = _awake_at_first_read(p)
         if first is None or p.threads != 1 or len(p.samples) < 2 or p.last.state not in ("S", "R"):
             return None  # one thread: in a threaded one, the running main thread says nothing of the others
@@ -215,7 +217,9 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
         edge = self._poll_socket_edge(p)
         if edge is None or not edge.holders:
             return None
-        if not all(self._frozen(h) or self._locked(h) for h in edge.holders) and not self._queued_at_still(edge):
+        if not all(
+            self._frozen(h) or self._locked(h) or self.handlers_locked(h) for h in edge.holders
+        ) and not self._queued_at_still(edge):
             return None
         last = "asleep at the last" if p.last.state == "S" else "running again at the last"
         used = f" (it used {moved.cpu_ticks / window:.0%} of a CPU over the window)" if p.last.state == "R" else ""

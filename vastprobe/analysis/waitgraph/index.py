@@ -438,6 +438,30 @@ class WaitIndex:
         q = self.tree.by_pid.get(pid)
         return q is not None and q.state in ("T", "t", "D")
 
+    def handlers_locked(self, pid: int) -> bool:
+        """A threaded server whose every thread but its accepting loop waits on a private futex with no
+        timeout, the loop waiting for new connections alone (accept(), a poll over no more fds than the
+        listeners it holds, or an epoll on those and its own wake-up pipe: gunicorn's gthread worker): no
+        request is being worked on, and no thread is left to release the locks but one that only accepts. A ThreadingHTTPServer whose handler took its lock twice left
+        curl waiting, HEALTHY, a note (found by a helper). Not a loop that polls anything else (an
+        asyncio server awaiting its upstream, its idle executor threads on their queue). A pool idle on
+        its queue beside an accept() looks the same: only a client waiting on it makes this a stall."""
+        p = self.tree.by_pid.get(pid)
+        tasks = self.all_tasks(p) if p is not None else None
+        if p is None or tasks is None or len(tasks) < 2 or any(t.state != "S" for t in tasks):
+            return False
+        loops = [t for t in tasks if private_untimed_wait(t.syscall) is None]
+        if len(loops) != 1:
+            return False
+        if self.task_kind(p, loops[0]) == "accept":
+            return True
+        sc = loops[0].syscall
+        if self.epoll_accepts_only(p, loops[0]):
+            return True
+        if not isinstance(sc, Syscall) or sc.name not in ("poll", "ppoll") or len(sc.args) < 2:
+            return False
+        return 1 <= sc.args[1] <= len(self.listeners(p))
+
     def _locked(self, pid: int) -> bool:
         """One thread, asleep on a private futex with no timeout: nothing but a signal wakes it."""
         q = self.tree.by_pid.get(pid)
