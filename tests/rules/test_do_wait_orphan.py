@@ -175,6 +175,43 @@ def test_a_python_job_in_a_long_sleep_with_a_quiet_log_is_not_stalled(tmp_path: 
     assert host["verdict"] == "degraded" and rc == 0
 
 
+MANY_THREADS = """import sys, threading, time
+for _ in range(80):
+    threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+f = open(sys.argv[1], "a"); f.write("start\\n"); f.flush()
+if sys.argv[2] == "sleep":
+    time.sleep(3600)
+threading.Event().wait()  # no timeout: nothing wakes it
+"""
+
+
+@pytest.mark.parametrize("main", ["sleep", "event"])
+def test_a_job_of_more_threads_than_the_probe_reads_asleep_on_a_timer_is_not_stalled(
+    tmp_path: Path, reap, main: str
+) -> None:
+    """A trainer of 81 threads (the probe reads 64 a process), its main thread in `time.sleep(3600)`,
+    its log quiet for ten minutes, named with --log: missing-logs and no-progress called it an error,
+    STALLED, exit 1 (seen here: nothing said its unread threads sleep too). Its flow waits on a timer:
+    a warning, DEGRADED, exit 0. The control waits on an Event with no timeout: still an error."""
+    log = tmp_path / "job.log"
+    p = subprocess.Popen([sys.executable, "-c", MANY_THREADS, str(log), main], start_new_session=True)
+    reap.append(p)
+    wanted = "hrtimer_nanosleep" if main == "sleep" else "futex_do_wait"
+    wait_for(lambda: proc_wchan(p.pid) == wanted and log.stat().st_size > 0, what="its main thread waiting")
+    os.utime(log, (time.time() - 600, time.time() - 600))
+    rc, host = vastprobe_json("--pid", str(p.pid), "--log", str(log), "--stale-after", "60")
+    said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    proc = next(q for q in host["snapshot"]["processes"] if q["pid"] == p.pid)
+    assert proc["threads"] == 81 and len(proc["threads_detail"]) < 80, "every thread read: the case not met"
+    f = next(f for f in host["findings"] if f["rule"] == "missing-logs")
+    if main == "event":
+        assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, said
+        return
+    assert f["severity"] == "warning" and "sleeps on a timer" in f["summary"], said
+    assert not [x for x in said if x[1] in ("error", "critical")], said
+    assert host["verdict"] == "degraded" and rc == 0, said
+
+
 CAPTURE = """import subprocess, sys
 print("starting", flush=True)
 r = subprocess.run(["sh", "-c", sys.argv[1] + " & echo launched"], capture_output=True)

@@ -198,7 +198,7 @@ class SnapshotView:
     def flow_on_deadline(self, pid: int) -> bool:
         """Its flow waits with a deadline: the main thread, or the thread it joins (Java's launcher runs
         main() in a thread of its own and joins it), sleeps on a timer or waits with a timeout, every
-        thread read and asleep. What it does next comes when that deadline passes, whatever its other
+        thread read asleep (those past the probe's bound unknown). What it does next comes when that deadline passes, whatever its other
         threads wait on (a runtime's idle pools: Node's platform workers, a JVM's service threads): a
         quiet log beside it is no stall. Weaker than on_timer, which a holder's proof needs (threads
         deadlocked beside a sleeping main one). A Node `setInterval` job and a Java `Thread.sleep` job,
@@ -206,8 +206,11 @@ class SnapshotView:
         p = self.tree.by_pid.get(pid)
         if p is None or p.state != "S" or any(s.state != "S" for s in p.samples):
             return False
-        tasks = self.graph.all_tasks(p)
-        if tasks is None or any(t.state != "S" or mutex_wait(t.syscall) for t in tasks):
+        # past the probe's bound (64 threads a process, 2048 a host) the threads read are judged: a trainer
+        # of 80 threads asleep between its steps read STALLED on its quiet log, no-progress an error, as
+        # nothing said it wakes by itself. An unread thread cannot prove it will not
+        tasks = self.graph.all_tasks(p) or self.graph.tasks(p)
+        if any(t.state != "S" or mutex_wait(t.syscall) for t in tasks):
             # a thread on a contended mutex may be half of a deadlock the flow polls for (two workers
             # deadlocked while main joins a thread re-checking every second read DEGRADED; found by a helper)
             return False
