@@ -197,7 +197,9 @@ def test_a_job_of_more_threads_than_the_probe_reads_asleep_on_a_timer_is_not_sta
     p = subprocess.Popen([sys.executable, "-c", MANY_THREADS, str(log), main], start_new_session=True)
     reap.append(p)
     wanted = "hrtimer_nanosleep" if main == "sleep" else "futex_do_wait"
-    wait_for(lambda: proc_wchan(p.pid) == wanted and log.stat().st_size > 0, what="its main thread waiting")
+    # the log first: it is written once the threads run, and starting them waits on a futex too (a CI run)
+    wait_for(lambda: log.exists() and log.stat().st_size > 0 and proc_wchan(p.pid) == wanted,
+             what="its main thread waiting")  # fmt: skip
     os.utime(log, (time.time() - 600, time.time() - 600))
     rc, host = vastprobe_json("--pid", str(p.pid), "--log", str(log), "--stale-after", "60")
     said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]

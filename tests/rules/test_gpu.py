@@ -268,7 +268,8 @@ def _spawn(*argv: str) -> subprocess.Popen:
 def test_busy_low_power_with_a_stalled_job_is_a_hung_collective(job_log: Path) -> None:
     job = _spawn(sys.executable, "-c", "import threading; threading.Event().wait()")
     try:
-        wait_for(lambda: proc_state(job.pid) == "S", what="the job to block")
+        # its wait, not its start: asleep while the interpreter loads, it was read in no futex (a CI run)
+        wait_for(lambda: proc_wchan(job.pid) == "futex_do_wait", what="the job to block on its Event")
         (f,) = _busy_findings(job, job_log)
     finally:
         job.kill()
