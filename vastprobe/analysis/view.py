@@ -198,8 +198,9 @@ class SnapshotView:
     def flow_on_deadline(self, pid: int) -> bool:
         """Its flow waits with a deadline: the main thread, or the thread it joins (Java's launcher runs
         main() in a thread of its own and joins it), sleeps on a timer or waits with a timeout, every
-        thread read asleep (those past the probe's bound unknown). What it does next comes when that deadline passes, whatever its other
-        threads wait on (a runtime's idle pools: Node's platform workers, a JVM's service threads): a
+        thread read asleep (those past the probe's bound unknown). What it does next comes when that
+        deadline passes, whatever its other threads wait on (a runtime's idle pools: Node's platform
+        workers, a JVM's service threads): a
         quiet log beside it is no stall. Weaker than on_timer, which a holder's proof needs (threads
         deadlocked beside a sleeping main one). A Node `setInterval` job and a Java `Thread.sleep` job,
         each logging once an hour, read STALLED on their quiet logs (found by a helper)."""

@@ -442,10 +442,11 @@ class WaitIndex:
         """A threaded server whose every thread but its accepting loop waits on a private futex with no
         timeout, the loop waiting for new connections alone (accept(), a poll over no more fds than the
         listeners it holds, or an epoll on those and its own wake-up pipe: gunicorn's gthread worker): no
-        request is being worked on, and no thread is left to release the locks but one that only accepts. A ThreadingHTTPServer whose handler took its lock twice left
-        curl waiting, HEALTHY, a note (found by a helper). Not a loop that polls anything else (an
-        asyncio server awaiting its upstream, its idle executor threads on their queue). A pool idle on
-        its queue beside an accept() looks the same: only a client waiting on it makes this a stall."""
+        request is being worked on, and no thread is left to release the locks but one that only
+        accepts. A ThreadingHTTPServer whose handler took its lock twice left curl waiting, HEALTHY, a
+        note (found by a helper). Not a loop that polls anything else (an asyncio server awaiting its
+        upstream, its idle executor threads on their queue). A pool idle on its queue beside an
+        accept() looks the same: only a client waiting on it makes this a stall."""
         p = self.tree.by_pid.get(pid)
         tasks = self.all_tasks(p) if p is not None else None
         if p is None or tasks is None or len(tasks) < 2 or any(t.state != "S" for t in tasks):
