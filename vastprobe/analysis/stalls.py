@@ -202,15 +202,13 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
         # machine a server back from its handler's sleep read so, its queued client STALLED (a CI flake);
         # one throttled by its cgroup's CPU quota as well
         return None
-    if ctx.wake_by_themselves(edge.holders):
+    if all(ctx.wakes_by_itself(h) or ctx.on_timer_beside_unread(h) for h in edge.holders):
         # asleep on a timer, it moves again by itself: a server whose handler sleeps 2 s, a lock holder
         # between steps (`echo; sleep 3`) did nothing over a 1 s window and read STALLED (found by a
         # helper). Every holder: the waiter needs each to let go, and one that sleeps on a timer does
-        # not free a co-holder that is stuck (a shared flock, a listener a `sleep` child inherited)
-        return None
-    if all(ctx.wakes_by_itself(h) or ctx.on_timer_beside_unread(h) for h in edge.holders):
-        # its main thread on a timer and its other threads unread (the probe's bound on a busy host): no
-        # proof that it cannot move
+        # not free a co-holder that is stuck (a shared flock, a listener a `sleep` child inherited). Its
+        # main thread on a timer beside threads the probe's bound left unread (a busy host) proves
+        # nothing either
         return None
     window = f"{ctx.snapshot.sample_window:.1f}s"
     who, several = _holders(ctx, edge.holders)
@@ -293,7 +291,7 @@ def _locked_for_ever(ctx: SnapshotView, pid: int, serving: bool = False) -> bool
     if p is None or p.state != "S":
         return False
     one_locked = p.threads == 1 and private_untimed_wait(p.syscall) is not None
-    if not one_locked and not (serving and ctx.handlers_locked(p.pid)):
+    if not one_locked and not (serving and ctx.graph.handlers_locked(p.pid)):
         return False
     signals = waits_for_a_signal(p, ctx.tree.by_pid.get(p.ppid))
     return not signals or (serving and signals == [STOP_SIGNAL])

@@ -200,10 +200,10 @@ class SnapshotView:
         main() in a thread of its own and joins it), sleeps on a timer or waits with a timeout, every
         thread read asleep (those past the probe's bound unknown). What it does next comes when that
         deadline passes, whatever its other threads wait on (a runtime's idle pools: Node's platform
-        workers, a JVM's service threads): a
-        quiet log beside it is no stall. Weaker than on_timer, which a holder's proof needs (threads
-        deadlocked beside a sleeping main one). A Node `setInterval` job and a Java `Thread.sleep` job,
-        each logging once an hour, read STALLED on their quiet logs (found by a helper)."""
+        workers, a JVM's service threads): a quiet log beside it is no stall. Weaker than on_timer,
+        which a holder's proof needs (threads deadlocked beside a sleeping main one). A Node
+        `setInterval` job and a Java `Thread.sleep` job, each logging once an hour, read STALLED on
+        their quiet logs (found by a helper)."""
         p = self.tree.by_pid.get(pid)
         if p is None or p.state != "S" or any(s.state != "S" for s in p.samples):
             return False
@@ -452,10 +452,6 @@ class SnapshotView:
         if joined is not None and kinds.get(joined) not in ("accept", "event-loop"):
             return False
         return any(k in ("accept", "event-loop") for k in kinds.values()) and self._unasked(p, True)
-
-    def handlers_locked(self, pid: int) -> bool:
-        """docs/rules/thread-deadlock.md's threaded server that cannot answer (WaitIndex.handlers_locked)."""
-        return self.graph.handlers_locked(pid)
 
     def waiting_clients(self, pid: int) -> tuple[int, ...]:
         """The processes here waiting on a connection `pid` holds (their wait edge names it)."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from vastprobe.analysis.signal_waiters import waits_for_a_signal
 from vastprobe.analysis.waitgraph.edges import main_task, private_untimed_wait
+from vastprobe.analysis.waitgraph.graph import CAUGHT_AWAKE_CPU_SHARE
 from vastprobe.model import Evidence, Finding, Process, Syscall
 from vastprobe.rules.base import Context, Rule, RuleMeta
 from vastprobe.rules.chains import asleep_throughout, names, stack_command, still_evidence
@@ -142,7 +143,12 @@ def _asleep_but_for_its_loop(ctx: Context, p: Process) -> list[Evidence] | None:
     window = ctx.snapshot.sample_window
     if p.state != "S" or any(s.state != "S" for s in p.samples) or pr is None or not pr.sampled or window <= 0:
         return None
-    if pr.gone or pr.io_bytes or pr.state_changed or pr.cpu_ticks >= window * ctx.snapshot.host.clk_tck / 5:
+    if (
+        pr.gone
+        or pr.io_bytes
+        or pr.state_changed
+        or pr.cpu_ticks >= window * ctx.snapshot.host.clk_tck * CAUGHT_AWAKE_CPU_SHARE
+    ):
         return None
     return [
         Evidence(
@@ -158,7 +164,7 @@ def _locked_server(ctx: Context, p: Process) -> Finding | None:
     can release, while a client here waits on it: named with --pid, a ThreadingHTTPServer whose handler
     took its lock twice read HEALTHY, its client's curl STALLED (found by a helper). Without a waiting
     client, an idle pool on its queue beside an accept() looks the same: nothing said."""
-    window = _asleep_but_for_its_loop(ctx, p) if ctx.handlers_locked(p.pid) else None
+    window = _asleep_but_for_its_loop(ctx, p) if ctx.graph.handlers_locked(p.pid) else None
     if window is None:
         return None
     clients = ctx.waiting_clients(p.pid)

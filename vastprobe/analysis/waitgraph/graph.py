@@ -200,11 +200,10 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
         """Awake at the first read (running, or woken between its stat and its wait channel) and asleep
         or awake again at the last, its only connection's other end held by a process that cannot move
         (stopped, in D, one thread locked for ever, a threaded server whose every handler is), having used
-        little CPU and moved no byte: it waits
-        there whatever it did between. A client polling with a 1 ms timeout, caught running, read
-        HEALTHY beside a stopped server (found by a helper; a test's flake in CI); caught awake at both
-        reads, 1 read in 10 still did. curl caught at its 1 s poll's wake beside a gunicorn worker whose
-        handler is locked read HEALTHY (a CI flake)."""
+        little CPU and moved no byte: it waits there whatever it did between. A client polling with a
+        1 ms timeout, caught running, read HEALTHY beside a stopped server (found by a helper; a test's
+        flake in CI); caught awake at both reads, 1 read in 10 still did. curl caught at its 1 s poll's
+        wake beside a gunicorn worker whose handler is locked read HEALTHY (a CI flake)."""
         first = _awake_at_first_read(p)
         if first is None or p.threads != 1 or len(p.samples) < 2 or p.last.state not in ("S", "R"):
             return None  # one thread: in a threaded one, the running main thread says nothing of the others

@@ -456,9 +456,9 @@ class WaitIndex:
             return False
         if self.task_kind(p, loops[0]) == "accept":
             return True
-        sc = loops[0].syscall
         if self.epoll_accepts_only(p, loops[0]):
             return True
+        sc = loops[0].syscall
         if not isinstance(sc, Syscall) or sc.name not in ("poll", "ppoll") or len(sc.args) < 2:
             return False
         return 1 <= sc.args[1] <= len(self.listeners(p))
