@@ -117,7 +117,8 @@ def test_an_idle_prefork_server_with_a_quiet_log_is_healthy(reap, tmp_path: Path
 #: A launcher's shape (the `java` launcher's): the main thread creates the thread that runs the program
 #: and joins it (pthread_join: a futex wait on that thread's id); that thread listens and accepts, a
 #: pool of workers waits on a condition. `deadlock` as the 3rd argument: the joined thread locks a mutex
-#: twice and another thread accepts (the control: a server thread is no proof the job serves).
+#: twice and another thread accepts (the control: a server thread is no proof the job serves); `ticking`:
+#: a thread wakes every 50 ms and works 5 ms (a JVM's periodic task and JIT threads: its CPU moves).
 LAUNCHER_C = r"""
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -125,6 +126,7 @@ LAUNCHER_C = r"""
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 static int lfd;
 static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
@@ -132,6 +134,12 @@ static pthread_cond_t c = PTHREAD_COND_INITIALIZER;
 static void *pool(void *a) { pthread_mutex_lock(&m); for (;;) pthread_cond_wait(&c, &m); return a; }
 static void *serve(void *a) { for (;;) { int s = accept(lfd, 0, 0); if (s >= 0) { write(s, "ok\n", 3); close(s); } } return a; }
 static void *stuck(void *a) { pthread_mutex_t x = PTHREAD_MUTEX_INITIALIZER; pthread_mutex_lock(&x); pthread_mutex_lock(&x); return a; }
+static double cpu(void) { struct timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+static void *tick(void *a) {
+    struct timespec nap = {0, 50000000};
+    for (;;) { nanosleep(&nap, 0); double t0 = cpu(); while (cpu() - t0 < 0.005) {} }
+    return a;
+}
 int main(int argc, char **argv) {
     FILE *log = fopen(argv[1], "a");
     struct sockaddr_in sa; socklen_t n = sizeof sa;
@@ -141,8 +149,9 @@ int main(int argc, char **argv) {
     fprintf(log, "listening\n"); fflush(log);
     pthread_t t, w[4];
     for (int i = 0; i < 4; i++) pthread_create(&w[i], 0, pool, 0);
-    if (argc > 2) { pthread_create(&w[0], 0, serve, 0); pthread_create(&t, 0, stuck, 0); }
+    if (argc > 2 && !strcmp(argv[2], "deadlock")) { pthread_create(&w[0], 0, serve, 0); pthread_create(&t, 0, stuck, 0); }
     else pthread_create(&t, 0, serve, 0);
+    if (argc > 2 && !strcmp(argv[2], "ticking")) pthread_create(&w[1], 0, tick, 0);
     printf("%d\n", ntohs(sa.sin_port)); fflush(stdout);
     pthread_join(t, 0);
     return 0;
@@ -168,7 +177,7 @@ def _accepting_thread(pid: int) -> bool:
     return any((Path(t) / "wchan").read_text() == "inet_csk_accept" for t in Path(f"/proc/{pid}/task").glob("*"))
 
 
-@pytest.mark.parametrize("server", ["java", "launcher", "deadlock"])
+@pytest.mark.parametrize("server", ["java", "launcher", "ticking", "deadlock"])
 @pytest.mark.parametrize("named", [False, True], ids=["found", "named"])
 def test_a_server_that_accepts_in_the_thread_its_launcher_joins_is_idle(reap, tmp_path: Path, server: str,
                                                                          named: bool) -> None:  # fmt: skip
@@ -185,7 +194,7 @@ def test_a_server_that_accepts_in_the_thread_its_launcher_joins_is_idle(reap, tm
         argv = ["java", "-Xmx64m", "-XX:+UseSerialGC", str(tmp_path / "Srv.java"), str(log)]
     else:
         argv = [str(compiled_c(tmp_path, "launcher", LAUNCHER_C, "-pthread")), str(log)]
-        argv += ["deadlock"] if server == "deadlock" else []
+        argv += [server] if server in ("deadlock", "ticking") else []
     srv = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
     reap.append(srv)
     assert srv.stdout is not None
