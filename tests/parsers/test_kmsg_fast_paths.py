@@ -21,7 +21,8 @@ NOW = 1.7e9
 INSERTS = (
     "(", ")", ") total-vm:1kB", "anon-rss:9kB", "file-rss:", "shmem-rss:0kB", "vsz:3kB", "), UID 5,", " UID:12345678901",
     "[", "[ ", "] ", "]", "host kernel: ", "kernel: ", "0", ".5", "Killed process ", "Memory cgroup out of memory: ",
-    " pgtables:4kB oom_score_adj:-1000", "Jan  1 00:00:00 ",
+    " pgtables:4kB oom_score_adj:-1000", "Jan  1 00:00:00 ", " invoked oom-killer: ", "memory: usage ", "kB, limit ",
+    "Out of memory: ", "kern.err ", "[12]: ", "<3>", "\t", "a kernel: ", "123456789.5 ",
 )  # fmt: skip
 
 
@@ -54,18 +55,39 @@ def _mutated(lines: list[str], n: int) -> list[str]:
     return out
 
 
+def _variants(lines: list[str]) -> list[str]:
+    """Each recorded line with its kill's head swapped for the kernel's others, and its stamp as a host
+    up for more than a day writes it (no space after the bracket): forms few recorded logs hold."""
+    heads = ("Memory cgroup out of memory: ", "Out of memory: ", "Out of memory (oom_kill_allocating_task): ", "")
+    out = []
+    for line in lines:
+        for head in heads[:1]:
+            if head + "Killed process " in line:
+                out += [line.replace(head + "Killed process ", other + "Killed process ") for other in heads[1:]]
+        if line.startswith("[ "):
+            out.append("[" + line.lstrip("[ "))
+            out.append("[1" + line.lstrip("[ "))
+    return out
+
+
 def _general(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kmsg, "_DMESG_ONLY", NEVER)
     monkeypatch.setattr(kmsg, "_KILL_LINE", NEVER)
+    monkeypatch.setattr(kmsg, "_OOM_LINE", NEVER)
+    monkeypatch.setattr(kmsg, "_SUMMARY_STAMP", NEVER)
     monkeypatch.setattr(kmsg, "_event_of", lambda fields: KernelEvent(**fields))
 
 
 def test_fast_paths_read_every_line_as_the_general_path(monkeypatch: pytest.MonkeyPatch) -> None:
     recorded = _recorded_lines()
-    lines = recorded + _mutated(recorded, 20_000)
+    lines = recorded + _variants(recorded) + _mutated(recorded, 20_000)
     fast = [kmsg._events(kmsg._parse_lines([line], BTIME, NOW)) for line in lines]
     took = sum(1 for line in recorded if kmsg._DMESG_ONLY.match(line) and "Killed process " in line)
     assert took > 40  # the fast paths did read lines
+    whole = [line for line in lines if kmsg._OOM_LINE.fullmatch(line)]
+    kinds = {e.kind for line in whole for e in kmsg._events(kmsg._parse_lines([line], BTIME, NOW))}
+    assert len(whole) > 1000 and kinds == {"oom-kill", "memcg-usage", "oom-invoked"}, (len(whole), kinds)
+    assert sum(1 for line in lines if kmsg._SUMMARY_STAMP.match(line) and " kernel" not in line) > 500
     _general(monkeypatch)
     general = [kmsg._events(kmsg._parse_lines([line], BTIME, NOW)) for line in lines]
     differ = [(line, f, g) for line, f, g in zip(lines, fast, general, strict=True) if f != g]

@@ -81,6 +81,24 @@ _KILL_LINE = re.compile(
     r"shmem-rss:\d{1,20}kB, UID:(\d{1,10}) pgtables:\d{1,20}kB oom_score_adj:-?\d{1,6}",
     re.ASCII,
 )
+#: The three lines of a memory cgroup's OOM kill that make most of a kernel log read by dmesg, whole,
+#: stamp and all: the kill (as _KILL_LINE has it), the cgroup's usage and who invoked the killer
+#: (a name of word characters only: no logger's head, task line or second marker can hide in it).
+#: Read in one match each (what _strip_prefix, kernel_message and _event read from them, field for
+#: field; tests/parsers/test_kmsg_fast_paths.py holds them equal); a stamp with no space ("[123456.7]",
+#: a host up for more than a day) too. Every other line takes the general path.
+_OOM_LINE = re.compile(
+    r"\[ {0,12}(\d{1,12}\.\d{1,9})\] "
+    r"(?:(Memory cgroup out of memory: |Out of memory: )?Killed process "
+    + _KILL_LINE.pattern
+    + r"|memory: usage (\d{1,20})kB, limit (\d{1,20})kB(?:,[^\n]*)?"
+    + r"|([A-Za-z0-9_-]{1,15}) invoked oom-killer: [^\n]*)",
+    re.ASCII,
+)
+#: The stamp of a memory cgroup's OOM summary line ("oom-kill:constraint=…"), the fourth line of a
+#: kill: its fields are _summary's, its prefix read here in one match where the line holds no
+#: " kernel" (no logger's head can hide in it then; kernel_message would strip one).
+_SUMMARY_STAMP = re.compile(r"\[ {0,12}(\d{1,12}\.\d{1,9})\] oom-kill:(?=constraint=)", re.ASCII)
 #: The sizes of a kill's line in one pass: the first of each, as a search for each would find
 #: (no match can hold the start of another: each is a key, digits and "kB").
 _SIZES = re.compile(r"(total-vm|vsz|anon-rss|file-rss):(\d{1,20})kB", re.ASCII)
@@ -423,6 +441,11 @@ def _fields(line: str, btime: int | None, now: float | None) -> dict[str, object
     """One line's event as KernelEvent's fields, or None. The events of a log are built as fields,
     completed (_enrich) and made KernelEvents once (_events): replacing a frozen dataclass's fields
     one event at a time cost more than reading the line."""
+    if len(line) <= MAX_LINE:
+        if oom := _OOM_LINE.fullmatch(line):
+            return _oom_fields(oom, line, btime)
+        if (stamp := _SUMMARY_STAMP.match(line)) and " kernel" not in line:
+            return _stamped(_summary(line[stamp.end() :]), line, read_float(stamp[1]), btime)
     if _EVENT_TEXT.search(line) is None:  # most of a kernel log: skip its prefix's clocks
         return None
     msg, uptime, wall, local = _strip_prefix(line, now)
@@ -435,6 +458,34 @@ def _fields(line: str, btime: int | None, now: float | None) -> dict[str, object
     fields["uptime"] = uptime
     fields["wall_time"] = wall
     fields["local_time"] = local
+    return fields
+
+
+def _oom_fields(m: re.Match[str], line: str, btime: int | None) -> dict[str, object]:
+    """The fields of a line _OOM_LINE read, as _fields makes them. Its groups: the stamp; the kill's
+    head, pid, name, total-vm, anon-rss, file-rss and UID (_KILL_LINE's); the usage and the limit;
+    the name that invoked the killer."""
+    uptime = read_float(m[1])
+    fields: dict[str, object]
+    if m[11] is not None:
+        fields = {"kind": "oom-invoked", "comm": m[11]}
+    elif m[9] is not None:
+        fields = {"kind": "memcg-usage", "usage_kb": read_int(m[9]), "limit_kb": read_int(m[10])}
+    else:
+        detail = "memcg" if m[2] == "Memory cgroup out of memory: " else "global"
+        fields = {
+            "kind": "oom-kill", "pid": read_digits(m[3]), "detail": detail, "uid": read_digits(m[8]), "comm": m[4],
+            "total_vm_kb": read_digits(m[5]), "anon_rss_kb": read_digits(m[6]), "file_rss_kb": read_digits(m[7]),
+        }  # fmt: skip
+    return _stamped(fields, line, uptime, btime)
+
+
+def _stamped(fields: dict[str, object], line: str, uptime: float | None, btime: int | None) -> dict[str, object]:
+    """A fast path's fields with the line and its dmesg stamp (no wall or local time in it)."""
+    fields["line"] = line
+    fields["uptime"] = uptime
+    fields["wall_time"] = btime + uptime if uptime is not None and btime is not None else None
+    fields["local_time"] = None
     return fields
 
 
@@ -550,7 +601,10 @@ def parse_kmsg_sections(
         source, err, total, rc = "dmesg", None, 0, None
         lines: list[str] = []
         for line in text.split("\n"):
-            if line.startswith("@@source "):
+            if line[:2] != "@@":  # a log line: most of them
+                if line:
+                    lines.append(line)
+            elif line.startswith("@@source "):
                 if lines or err or total or rc is not None:
                     chunks.append((source, lines, err, total, rc))
                 source, lines, err, total, rc = line[9:200], [], None, 0, None
