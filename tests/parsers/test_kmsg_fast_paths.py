@@ -13,7 +13,7 @@ import pytest
 from tests.paths import FIXTURES
 from vastprobe.capture import load_captures
 from vastprobe.model import KernelEvent
-from vastprobe.parsers import kmsg
+from vastprobe.parsers import kmsg, kmsg_prefix
 
 NEVER = re.compile(r"(?!)")
 BTIME = 1_700_000_000
@@ -71,7 +71,7 @@ def _variants(lines: list[str]) -> list[str]:
 
 
 def _general(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kmsg, "_DMESG_ONLY", NEVER)
+    monkeypatch.setattr(kmsg_prefix, "_DMESG_ONLY", NEVER)
     monkeypatch.setattr(kmsg, "_KILL_LINE", NEVER)
     monkeypatch.setattr(kmsg, "_OOM_LINE", NEVER)
     monkeypatch.setattr(kmsg, "_SUMMARY_STAMP", NEVER)
@@ -82,7 +82,7 @@ def test_fast_paths_read_every_line_as_the_general_path(monkeypatch: pytest.Monk
     recorded = _recorded_lines()
     lines = recorded + _variants(recorded) + _mutated(recorded, 20_000)
     fast = [kmsg._events(kmsg._parse_lines([line], BTIME, NOW)) for line in lines]
-    took = sum(1 for line in recorded if kmsg._DMESG_ONLY.match(line) and "Killed process " in line)
+    took = sum(1 for line in recorded if kmsg_prefix._DMESG_ONLY.match(line) and "Killed process " in line)
     assert took > 40  # the fast paths did read lines
     whole = [line for line in lines if kmsg._OOM_LINE.fullmatch(line)]
     kinds = {e.kind for line in whole for e in kmsg._events(kmsg._parse_lines([line], BTIME, NOW))}

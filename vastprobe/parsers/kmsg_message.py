@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-#: Heads that loggers and dmesg's options write before the kernel's message, which _strip_prefix
+#: Heads that loggers and dmesg's options write before the kernel's message, which strip_prefix
 #: leaves (a tenant writes no line's start): printk's caller id "[   T25726] ", a syslog priority
 #: "<3>", a bracketed stamp of any form ("[  +0.000123]", "[Mar 2 17:35]", "[ 1.5 <    0.000123>]",
 #: a localised ctime), epoch seconds, an ISO date, "host kernel: ", "host kernel - - - " (RFC 5424),
