@@ -366,22 +366,20 @@ def _fields(line: str, btime: int | None, now: float | None) -> dict[str, object
 
 
 def _oom_fields(m: re.Match[str], line: str, btime: int | None) -> dict[str, object]:
-    """The fields of a line _OOM_LINE read, as _fields makes them. Its groups: the stamp; the kill's
-    head, pid, name, total-vm, anon-rss, file-rss and UID (_KILL_LINE's); the usage and the limit;
-    the name that invoked the killer."""
-    uptime = read_float(m[1])
+    """The fields of a line _OOM_LINE read, as _fields makes them."""
+    stamp, head, pid, comm, vm, anon, file, uid, usage, limit, invoker = m.groups()
     fields: dict[str, object]
-    if m[11] is not None:
-        fields = {"kind": "oom-invoked", "comm": m[11]}
-    elif m[9] is not None:
-        fields = {"kind": "memcg-usage", "usage_kb": read_int(m[9]), "limit_kb": read_int(m[10])}
+    if invoker is not None:
+        fields = {"kind": "oom-invoked", "comm": invoker}
+    elif usage is not None:
+        fields = {"kind": "memcg-usage", "usage_kb": read_int(usage), "limit_kb": read_int(limit)}
     else:
-        detail = "memcg" if m[2] == "Memory cgroup out of memory: " else "global"
+        detail = "memcg" if head == "Memory cgroup out of memory: " else "global"
         fields = {
-            "kind": "oom-kill", "pid": read_digits(m[3]), "detail": detail, "uid": read_digits(m[8]), "comm": m[4],
-            "total_vm_kb": read_digits(m[5]), "anon_rss_kb": read_digits(m[6]), "file_rss_kb": read_digits(m[7]),
+            "kind": "oom-kill", "pid": read_digits(pid), "detail": detail, "uid": read_digits(uid), "comm": comm,
+            "total_vm_kb": read_digits(vm), "anon_rss_kb": read_digits(anon), "file_rss_kb": read_digits(file),
         }  # fmt: skip
-    return _stamped(fields, line, uptime, btime)
+    return _stamped(fields, line, read_float(stamp), btime)
 
 
 def _stamped(fields: dict[str, object], line: str, uptime: float | None, btime: int | None) -> dict[str, object]:

@@ -6,11 +6,15 @@ from vastprobe.model import ProcIO
 from vastprobe.parsers.procfs_lines import group_by_pid, to_int
 
 
+#: The counters kept (syscr, syscw and cancelled_write_bytes are read by no rule: not converted)
+_KEPT = frozenset({"rchar", "wchar", "read_bytes", "write_bytes"})
+
+
 def parse_io(lines: list[str]) -> ProcIO | None:
     kv = {}
     for line in lines:
         key, sep, value = line.partition(":")
-        if sep:
+        if sep and key in _KEPT:
             kv[key] = to_int(value)
     rchar, wchar = kv.get("rchar"), kv.get("wchar")
     if rchar is None or wchar is None:
