@@ -5,7 +5,6 @@ from __future__ import annotations
 from vastprobe.model import ProcIO
 from vastprobe.parsers.procfs_lines import group_by_pid, to_int
 
-
 #: The counters kept (syscr, syscw and cancelled_write_bytes are read by no rule: not converted)
 _KEPT = frozenset({"rchar", "wchar", "read_bytes", "write_bytes"})
 
