@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -299,3 +300,81 @@ def test_a_service_waiting_for_its_signal_is_no_stuck_server_to_the_server_it_is
     mine = [(f["rule"], f["severity"]) for f in host["findings"] if svc.pid in f["pids"]]
     assert mine == [("fork-deadlock", "info")], host["findings"]
     assert host["verdict"] == "healthy" and rc == 0
+
+
+#: A program whose child holds a `multiprocessing.Lock`. `killed`: the child is killed holding it (as the
+#: OOM killer does), and the program waits on the lock for ever; `term`: the same, the program catching
+#: SIGTERM; `alive`: the child holds it asleep, alive; `grandchild`: the child forks one that takes it,
+#: then exits: a process of the program's own still holds it, reparented away from it
+ORPHANED_LOCK = """
+import multiprocessing as mp, os, signal, sys, time
+
+def hold(lock, mode):
+    if mode == "grandchild":
+        if os.fork() == 0:
+            lock.acquire()
+            time.sleep(3600)
+            os._exit(0)
+        while lock.acquire(block=False):
+            lock.release()
+            time.sleep(0.01)
+        os._exit(0)
+    lock.acquire()
+    time.sleep(3600)
+
+if __name__ == "__main__":
+    mode, method = sys.argv[1], sys.argv[2]
+    mp.set_start_method(method)
+    if mode == "term":
+        signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+    lock = mp.Lock()
+    child = mp.Process(target=hold, args=(lock, mode))
+    child.start()
+    while lock.acquire(block=False):  # until the child (or its child) holds it
+        lock.release()
+        time.sleep(0.01)
+    if mode in ("killed", "term"):
+        os.kill(child.pid, signal.SIGKILL)
+    with open(sys.argv[3], "w") as out:
+        out.write(str(child.pid))
+    lock.acquire()
+"""
+
+
+@pytest.mark.parametrize(("mode", "method"), [("killed", "fork"), ("killed", "spawn"), ("term", "fork"),
+                                              ("alive", "fork"), ("grandchild", "fork")])  # fmt: skip
+def test_a_program_waiting_on_a_lock_its_dead_child_held_is_deadlocked(reap, tmp_path: Path, mode: str,
+                                                                       method: str) -> None:  # fmt: skip
+    """A `multiprocessing.Lock` whose holder was killed: the program waits on it for ever, and read
+    HEALTHY, no finding (a shared futex, which another process could post; found by the session's own
+    hunt). Its children have all exited (a zombie it never reaps: it waits) and no other process runs
+    its program: none is left to release it, STALLED, exit 1. With a SIGTERM handler, a note for the
+    named job (only a signal wakes it); with the holder alive, or a grandchild of its own program holding
+    it, nothing: a process that can release it is there."""
+    script, said = tmp_path / "orphaned_lock.py", tmp_path / "child.pid"
+    script.write_text(ORPHANED_LOCK)  # a file: `spawn` imports the child's function from it
+    job = subprocess.Popen([sys.executable, str(script), mode, method, str(said)], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: said.exists() and said.read_text().isdigit(), timeout=30, what="the child holding the lock")
+    child = int(said.read_text())
+    wait_for(lambda: proc_wchan(job.pid) == "futex_do_wait", what="the program on the lock")
+    if mode in ("killed", "term", "grandchild"):
+        wait_for(lambda: proc_state(child) == "Z", what="its child exited")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+    found = [(f["severity"], f["summary"]) for f in host["findings"] if f["rule"] == "fork-deadlock"]
+    if mode == "killed":
+        [(sev, summary)] = found
+        assert sev == "error" and "every one of them has exited" in summary and str(child) in summary, summary
+        assert host["verdict"] == "stalled" and rc == 1, host["headline"]
+        # the same on the whole host, as a cron sweep reads it (other tests' processes may be stalled
+        # too: only this finding is asserted, and the exit code it makes)
+        rc, whole = vastprobe_json("--sample", "1")
+        ours = [f for f in whole["findings"] if f["rule"] == "fork-deadlock" and job.pid in f["pids"]]
+        assert ours and ours[0]["severity"] == "error" and rc == 1, [f["summary"] for f in whole["findings"]]
+    elif mode == "term":
+        [(sev, summary)] = found
+        assert sev == "info" and "catches SIGTERM" in summary, summary
+        assert rc == 0 and host["verdict"] in ("healthy", "degraded"), host["headline"]
+    else:
+        assert not found, found
+        assert rc == 0 and host["verdict"] in ("healthy", "degraded"), host["headline"]

@@ -15,6 +15,11 @@ parent) and catches SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGALRM, SIGCHLD or SIGIO
 (`threading.Event().wait()`, set by its SIGTERM handler: a service waiting to be stopped), a note
 for a named job and nothing otherwise. A worker forked from a threaded parent inherits the parent's
 handlers (a trainer's SIGTERM checkpoint handler), so for it they prove nothing.
+
+The same holds of a *shared* futex where no process that shares it is left: a single-threaded
+program waiting on a `multiprocessing` lock or semaphore whose children have all exited (zombies it
+never reaped, as it waits) and that no other process runs: the child that held it died (SIGKILL,
+the OOM killer, a crash) and nothing can release it. It read HEALTHY on a whole host.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from vastprobe.analysis.signal_waiters import STOP_SIGNAL, forked_from_threaded, waits_for_a_signal
-from vastprobe.analysis.waitgraph.edges import WaitEdge, private_untimed_wait
+from vastprobe.analysis.waitgraph.edges import WaitEdge, private_untimed_wait, shared_untimed_wait
 from vastprobe.model import Evidence, Finding, Process
 from vastprobe.rules.base import Context, Rule, RuleMeta
 from vastprobe.rules.chains import asleep_throughout, is_python, stack_command, still_evidence
@@ -35,6 +40,8 @@ META = RuleMeta(
 def check(ctx: Context) -> Iterator[Finding]:
     for p in ctx.in_scope():
         call = private_untimed_wait(p.syscall)
+        if call is None and (shared := _orphaned_shared_wait(ctx, p)) is not None:
+            yield shared
         if call is None or p.threads != 1 or not asleep_throughout(ctx, p):
             continue
         parent = ctx.tree.by_pid.get(p.ppid)
@@ -109,6 +116,67 @@ def check(ctx: Context) -> Iterator[Finding]:
             )
             pids = (p.pid, *([parent.pid] if parent is not None else []), *(w for w, _e in waiting if w != p.ppid))
         yield META.finding(summary, pids, ev, hint)
+
+
+def _orphaned_shared_wait(ctx: Context, p: Process) -> Finding | None:
+    """A single-threaded process on a shared futex with no timeout, which only its own children could
+    share (no other process runs its program: none forked from it, nor its parent), every one of them
+    exited: a zombie it has not reaped, as it waits. A `multiprocessing.Lock` whose holder was killed
+    read HEALTHY on a whole host, and STALLED on its quiet log alone for a named job, the lock unsaid.
+    Named semaphores another program opens by name are not `multiprocessing`'s (it unlinks them or
+    names them at random), so the program's own children are taken as all its sharers."""
+    call = shared_untimed_wait(p.syscall)
+    if call is None or p.threads != 1 or not p.cmdline or not asleep_throughout(ctx, p):
+        return None
+    kids = _sharers(ctx, p)
+    dead = [k for k in kids if k.state == "Z"]
+    if not dead or len(dead) < len(kids):
+        return None  # no child known to have shared it and died, or one alive that may release it
+    if any(q.cmdline == p.cmdline and q.pid != p.pid and q.state != "Z" for q in ctx.snapshot.processes):
+        return None  # a process forked from it (or its parent, forked the same way) may share it
+    parent = ctx.tree.by_pid.get(p.ppid)
+    ev = [
+        Evidence("/proc/syscall", f"{ctx.proc_label(p.pid)}: {call}"),
+        Evidence("/proc/status", f"{p.pid} has 1 thread: none of its own to release it"),
+        *(Evidence("children", f"{ctx.proc_label(k.pid)} exited: a zombie {p.pid} has not reaped") for k in dead[:4]),
+        Evidence("processes", f"no other process runs {p.comm}'s command line: none forked from it is left"),
+        *still_evidence(ctx),
+    ]
+    who = f"{p.comm} ({p.pid})"
+    signals = waits_for_a_signal(p, parent)
+    if signals:
+        if not ctx.options.explicit_scope:
+            return None
+        summary = (
+            f"{who} waits on a lock it shared with its children, which have all exited, and catches "
+            f"{', '.join(signals)}: only a signal can wake it"
+        )
+        hint = f"if {p.comm} should be working, nothing will wake it but a signal: see where it waits ({stack_command(ctx, p.pid)})"
+        return META.finding(summary, (p.pid,), ev, hint, "info")
+    names = ", ".join(ctx.proc_label(k.pid) for k in dead[:2]) + (" and others" if len(dead) > 2 else "")
+    summary = (
+        f"{who} waits for ever on a lock it shares only with its children, and every one of them has exited "
+        f"({names}): none is left to release it"
+    )
+    hint = (
+        f"kill {p.pid}: it cannot go on. A child that dies holding a multiprocessing lock or semaphore (killed, "
+        "OOM-killed: see the kernel log, or crashed) never releases it; acquire with a timeout, or have the "
+        f"parent watch its children (Process.sentinel, a Pool); see where it waits: {stack_command(ctx, p.pid)}"
+    )
+    return META.finding(summary, (p.pid, *(k.pid for k in dead[:8])), ev, hint)
+
+
+def _sharers(ctx: Context, p: Process) -> list[Process]:
+    """The children that may share `p`'s locks: not multiprocessing's resource tracker (the `spawn`
+    method starts it beside the workers; it unlinks names at exit, never posts a lock), and a
+    forkserver's children in its place (the workers are the server's)."""
+    out: list[Process] = []
+    for k in ctx.tree.kids(p.pid):
+        head = " ".join(k.cmdline[:4])
+        if "multiprocessing.resource_tracker" in head:
+            continue
+        out += ctx.tree.kids(k.pid) if "multiprocessing.forkserver" in head else [k]
+    return out
 
 
 def _signal_waiter(ctx: Context, p: Process, call: str, signals: list[str]) -> Finding:

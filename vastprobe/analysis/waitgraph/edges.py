@@ -169,6 +169,19 @@ def mutex_wait(sc: Syscall | Unavailable) -> bool:
     return (base == 0 and sc.args[2] == 2) or base in (6, 13)
 
 
+def shared_untimed_wait(sc: Syscall | Unavailable) -> str | None:
+    """The futex op, in words, when `sc` is an untimed wait on a shared futex (one another process
+    that maps the same memory can wake: a `multiprocessing` lock or semaphore) and no thread join;
+    else None."""
+    if not isinstance(sc, Syscall) or not untimed_futex(sc) or joined_tid(sc) is not None:
+        return None
+    op = sc.args[1]
+    base = op & ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME)
+    if op & FUTEX_PRIVATE_FLAG or base not in WAIT_OPS:
+        return None
+    return f"futex({sc.args[0]:#x}, {WAIT_OPS[base]}, no timeout): shared with other processes"
+
+
 def private_untimed_wait(sc: Syscall | Unavailable) -> str | None:
     """The futex op, in words, when `sc` is an untimed wait on a private futex (one no other process
     can wake: only a thread of the waiter's own); else None."""
