@@ -349,6 +349,17 @@ if __name__ == "__main__":
 """
 
 
+def start_orphaned_lock(reap, tmp_path: Path, mode: str, method: str, *extra: str) -> tuple[subprocess.Popen, int]:
+    """ORPHANED_LOCK in `mode`, from a file (`spawn` imports the child's function from it): the program
+    and its child's pid, once the child (or its own child) holds the lock."""
+    script, said = tmp_path / "orphaned_lock.py", tmp_path / "child.pid"
+    script.write_text(ORPHANED_LOCK)
+    job = subprocess.Popen([sys.executable, str(script), mode, method, str(said), *extra], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: said.exists() and said.read_text().isdigit(), timeout=30, what="the child holding the lock")
+    return job, int(said.read_text())
+
+
 @pytest.mark.parametrize(("mode", "method"), [("killed", "fork"), ("killed", "spawn"), ("term", "fork"),
                                               ("alive", "fork"), ("grandchild", "fork")])  # fmt: skip
 def test_a_program_waiting_on_a_lock_its_dead_child_held_is_deadlocked(reap, tmp_path: Path, mode: str,
@@ -359,12 +370,7 @@ def test_a_program_waiting_on_a_lock_its_dead_child_held_is_deadlocked(reap, tmp
     its program: none is left to release it, STALLED, exit 1. With a SIGTERM handler, a note for the
     named job (only a signal wakes it); with the holder alive, or a grandchild of its own program holding
     it, nothing: a process that can release it is there."""
-    script, said = tmp_path / "orphaned_lock.py", tmp_path / "child.pid"
-    script.write_text(ORPHANED_LOCK)  # a file: `spawn` imports the child's function from it
-    job = subprocess.Popen([sys.executable, str(script), mode, method, str(said)], start_new_session=True)
-    reap.append(job)
-    wait_for(lambda: said.exists() and said.read_text().isdigit(), timeout=30, what="the child holding the lock")
-    child = int(said.read_text())
+    job, child = start_orphaned_lock(reap, tmp_path, mode, method)
     wait_for(lambda: proc_wchan(job.pid) == "futex_do_wait", what="the program on the lock")
     if mode in ("killed", "term", "grandchild"):
         wait_for(lambda: proc_state(child) == "Z", what="its child exited")
@@ -393,13 +399,7 @@ def test_a_program_waiting_on_a_lock_its_oom_killed_child_held_is_deadlocked(rea
     """The same with a real OOM kill: the child grows in a memory cgroup of 40 MiB, holding the lock, and
     the kernel kills it. The wait it left is an error: STALLED, exit 1 (by hand, the kill was one too:
     "python3 was OOM-killed …; 26937 (python3) lost it")."""
-    script, said = tmp_path / "orphaned_lock.py", tmp_path / "child.pid"
-    script.write_text(ORPHANED_LOCK)
-    job = subprocess.Popen([sys.executable, str(script), "oom", "fork", str(said), str(memcg.procs_file)],
-                           start_new_session=True)  # fmt: skip
-    reap.append(job)
-    wait_for(lambda: said.exists() and said.read_text().isdigit(), timeout=30, what="the child holding the lock")
-    child = int(said.read_text())
+    job, child = start_orphaned_lock(reap, tmp_path, "oom", "fork", str(memcg.procs_file))
     wait_for(lambda: memcg.oom_kills() >= 1, timeout=30, what="the child OOM-killed")
     wait_for(
         lambda: proc_state(child) == "Z" and proc_wchan(job.pid) == "futex_do_wait", what="the program on the lock"

@@ -65,9 +65,11 @@ _KILL_LINE = re.compile(
 #: Read in one match each (what strip_prefix, kernel_message and _event read from them, field for
 #: field; tests/parsers/test_kmsg_fast_paths.py holds them equal); a stamp with no space ("[12345.6]",
 #: a host up for more than 2.8 hours) too. Every other line takes the general path.
+#: dmesg's stamp before the message, with or without its padding: the two fast paths' first group
+_DMESG_STAMP = r"\[ {0,12}(\d{1,12}\.\d{1,9})\] "
 _OOM_LINE = re.compile(
-    r"\[ {0,12}(\d{1,12}\.\d{1,9})\] "
-    r"(?:(Memory cgroup out of memory: |Out of memory: )?Killed process "
+    _DMESG_STAMP
+    + r"(?:(Memory cgroup out of memory: |Out of memory: )?Killed process "
     + _KILL_LINE.pattern
     + r"|memory: usage (\d{1,20})kB, limit (\d{1,20})kB(?:,[^\n]*)?"
     + r"|([A-Za-z0-9_-]{1,15}) invoked oom-killer: [^\n]*)",
@@ -76,7 +78,7 @@ _OOM_LINE = re.compile(
 #: The stamp of a memory cgroup's OOM summary line ("oom-kill:constraint=…"), the fourth line of a
 #: kill: its fields are _summary's, its prefix read here in one match where the line holds no
 #: " kernel" (no logger's head can hide in it then; kernel_message would strip one).
-_SUMMARY_STAMP = re.compile(r"\[ {0,12}(\d{1,12}\.\d{1,9})\] oom-kill:(?=constraint=)", re.ASCII)
+_SUMMARY_STAMP = re.compile(_DMESG_STAMP + r"oom-kill:(?=constraint=)", re.ASCII)
 #: The sizes of a kill's line in one pass: the first of each, as a search for each would find
 #: (no match can hold the start of another: each is a key, digits and "kB").
 _SIZES = re.compile(r"(total-vm|vsz|anon-rss|file-rss):(\d{1,20})kB", re.ASCII)
@@ -129,14 +131,18 @@ def _name_and_tail(rest: str) -> tuple[str, str]:
     return rest[:end], rest[end:]
 
 
+def _kill_line_fields(detail: str, pid: str, comm: str, vm: str, anon: str, file: str, uid: str) -> dict[str, object]:
+    """A kill line's fields from _KILL_LINE's groups (bounded ASCII digits, and the name)."""
+    return {
+        "kind": "oom-kill", "pid": read_digits(pid), "detail": detail, "uid": read_digits(uid), "comm": comm,
+        "total_vm_kb": read_digits(vm), "anon_rss_kb": read_digits(anon), "file_rss_kb": read_digits(file),
+    }  # fmt: skip
+
+
 def _killed(msg: str, at: int) -> dict[str, object] | None:
     detail = "memcg" if "Memory cgroup out of memory" in msg[:at] else "global"
     if whole := _KILL_LINE.fullmatch(msg, at):
-        return {
-            "kind": "oom-kill", "pid": read_digits(whole[1]), "detail": detail, "uid": read_digits(whole[6]),
-            "comm": whole[2], "total_vm_kb": read_digits(whole[3]), "anon_rss_kb": read_digits(whole[4]),
-            "file_rss_kb": read_digits(whole[5]),
-        }  # fmt: skip
+        return _kill_line_fields(detail, *whole.groups())
     m = _DIGITS.match(msg, at)
     if m is None:
         return None
@@ -375,10 +381,7 @@ def _oom_fields(m: re.Match[str], line: str, btime: int | None) -> dict[str, obj
         fields = {"kind": "memcg-usage", "usage_kb": read_int(usage), "limit_kb": read_int(limit)}
     else:
         detail = "memcg" if head == "Memory cgroup out of memory: " else "global"
-        fields = {
-            "kind": "oom-kill", "pid": read_digits(pid), "detail": detail, "uid": read_digits(uid), "comm": comm,
-            "total_vm_kb": read_digits(vm), "anon_rss_kb": read_digits(anon), "file_rss_kb": read_digits(file),
-        }  # fmt: skip
+        fields = _kill_line_fields(detail, pid, comm, vm, anon, file, uid)
     return _stamped(fields, line, read_float(stamp), btime)
 
 

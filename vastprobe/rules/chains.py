@@ -192,6 +192,16 @@ def is_python(ctx: Context, pid: int) -> bool:
     return p.comm.startswith("python") or prog.startswith("python")
 
 
+def pool_children(ctx: Context, p: Process) -> list[Process]:
+    """`p`'s children, a multiprocessing forkserver among them standing for its own (the `forkserver`
+    start method, Python 3.14's default on Linux: a pool's workers are the server's children),
+    zombies included."""
+    out: list[Process] = []
+    for k in ctx.tree.kids(p.pid):
+        out += ctx.tree.kids(k.pid) if any("multiprocessing.forkserver" in a for a in k.cmdline[:4]) else [k]
+    return out
+
+
 def stack_command(ctx: Context, pid: int) -> str:
     """How to see where a process waits: its Python stack when --py-spy took it; py-spy for a Python
     program only, else its kernel stack and gdb."""

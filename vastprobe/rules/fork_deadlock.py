@@ -30,7 +30,7 @@ from vastprobe.analysis.signal_waiters import STOP_SIGNAL, forked_from_threaded,
 from vastprobe.analysis.waitgraph.edges import WaitEdge, private_untimed_wait, shared_untimed_wait
 from vastprobe.model import Evidence, Finding, Process
 from vastprobe.rules.base import Context, Rule, RuleMeta
-from vastprobe.rules.chains import asleep_throughout, is_python, stack_command, still_evidence
+from vastprobe.rules.chains import asleep_throughout, is_python, pool_children, stack_command, still_evidence
 
 META = RuleMeta(
     "fork-deadlock", "VP127", "error", "a single-threaded process waits on a lock no thread of its own can release"
@@ -167,16 +167,10 @@ def _orphaned_shared_wait(ctx: Context, p: Process) -> Finding | None:
 
 
 def _sharers(ctx: Context, p: Process) -> list[Process]:
-    """The children that may share `p`'s locks: not multiprocessing's resource tracker (the `spawn`
-    method starts it beside the workers; it unlinks names at exit, never posts a lock), and a
-    forkserver's children in its place (the workers are the server's)."""
-    out: list[Process] = []
-    for k in ctx.tree.kids(p.pid):
-        head = " ".join(k.cmdline[:4])
-        if "multiprocessing.resource_tracker" in head:
-            continue
-        out += ctx.tree.kids(k.pid) if "multiprocessing.forkserver" in head else [k]
-    return out
+    """The children that may share `p`'s locks (a forkserver's children in its place), not
+    multiprocessing's resource tracker: the `spawn` method starts it beside the workers; it unlinks
+    names at exit, never posts a lock."""
+    return [k for k in pool_children(ctx, p) if not any("multiprocessing.resource_tracker" in a for a in k.cmdline[:4])]
 
 
 def _signal_waiter(ctx: Context, p: Process, call: str, signals: list[str]) -> Finding:

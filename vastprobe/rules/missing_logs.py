@@ -207,15 +207,16 @@ def _judged(
     waited = _busy(ctx, holders)
     woke = _woke(ctx, holders) if not waited else []
     timed = _on_timers(ctx, holders) if not waited and not woke else []
+    moved = sev == "error" and not busy and not _still(ctx, job)
     if sev == "error" and not busy and job and all(ctx.quiet_server(pid) or ctx.serves_in_a_thread(pid) for pid in job):
         # a named log of a server nobody asks: quiet by design, no holder proven not to move (an idle
         # Java server read STALLED, exit 1; found by a helper), whether or not its housekeeping moved
         # over the window (a JVM that ticked read "moved", not why; the project's CI)
         served = f"{chains.names(ctx, job, 3)} wait(s) for requests, none queued"
-        if not _still(ctx, job):
+        if moved:
             ev.append(Evidence("progress", _why_not_judged(ctx, job)))
         sev, summary, hint = _eased(summary, ev, [served], _SERVES)
-    elif sev == "error" and not busy and not _still(ctx, job):
+    elif moved:
         # a quiet log alone is no stall: only a job seen not to move over the window makes it one
         sev = "warning"
         ev.append(Evidence("progress", _why_not_judged(ctx, job)))

@@ -20,7 +20,7 @@ from vastprobe.analysis.waitgraph.edges import FUTEX_PRIVATE_FLAG, private_untim
 from vastprobe.analysis.wchan_families import wait_kind
 from vastprobe.model import Evidence, Finding, Process, Severity, Syscall
 from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
-from vastprobe.rules.chains import is_python, stack_command
+from vastprobe.rules.chains import is_python, pool_children, stack_command
 
 META = RuleMeta(
     "pool-lost-task", "VP128", "error", "a worker pool lost a task to a worker that died; the parent waits for ever"
@@ -46,18 +46,10 @@ def _idle_worker(ctx: Context, w: Process, parent: int) -> str | None:
 
 
 def _workers(ctx: Context, parent: Process) -> list[Process]:
-    """The pool's processes: the parent's children, where one is multiprocessing's forkserver its
-    children instead (the `forkserver` start method, Python 3.14's default on Linux: the workers are
-    the server's children, and a pool that lost a task read HEALTHY; found by a helper)."""
-    out = []
-    for k in ctx.tree.kids(parent.pid):
-        if k.state == "Z":
-            continue
-        if any("multiprocessing.forkserver" in a for a in k.cmdline[:4]):
-            out += [w for w in ctx.tree.kids(k.pid) if w.state != "Z"]
-        else:
-            out.append(k)
-    return out
+    """The pool's processes, alive: the parent's children, where one is multiprocessing's forkserver
+    its children instead (the `forkserver` start method, Python 3.14's default on Linux: the workers
+    are the server's children, and a pool that lost a task read HEALTHY; found by a helper)."""
+    return [k for k in pool_children(ctx, parent) if k.state != "Z"]
 
 
 def _still(ctx: Context, pids: list[int]) -> bool | None:

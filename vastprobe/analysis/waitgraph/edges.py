@@ -169,26 +169,28 @@ def mutex_wait(sc: Syscall | Unavailable) -> bool:
     return (base == 0 and sc.args[2] == 2) or base in (6, 13)
 
 
+def _untimed_wait_words(sc: Syscall | Unavailable, private: bool) -> str | None:
+    """The futex op of an untimed wait, in words, when its futex is private (`private`) or shared as
+    asked; else None."""
+    if not isinstance(sc, Syscall) or not untimed_futex(sc):
+        return None
+    op = sc.args[1]
+    base = op & ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME)
+    if bool(op & FUTEX_PRIVATE_FLAG) != private or base not in WAIT_OPS:
+        return None
+    if private:
+        return f"futex({sc.args[0]:#x}, {WAIT_OPS[base]}|FUTEX_PRIVATE_FLAG, no timeout)"
+    return f"futex({sc.args[0]:#x}, {WAIT_OPS[base]}, no timeout): shared with other processes"
+
+
 def shared_untimed_wait(sc: Syscall | Unavailable) -> str | None:
     """The futex op, in words, when `sc` is an untimed wait on a shared futex (one another process
     that maps the same memory can wake: a `multiprocessing` lock or semaphore) and no thread join;
     else None."""
-    if not isinstance(sc, Syscall) or not untimed_futex(sc) or joined_tid(sc) is not None:
-        return None
-    op = sc.args[1]
-    base = op & ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME)
-    if op & FUTEX_PRIVATE_FLAG or base not in WAIT_OPS:
-        return None
-    return f"futex({sc.args[0]:#x}, {WAIT_OPS[base]}, no timeout): shared with other processes"
+    return None if joined_tid(sc) is not None else _untimed_wait_words(sc, private=False)
 
 
 def private_untimed_wait(sc: Syscall | Unavailable) -> str | None:
     """The futex op, in words, when `sc` is an untimed wait on a private futex (one no other process
     can wake: only a thread of the waiter's own); else None."""
-    if not isinstance(sc, Syscall) or not untimed_futex(sc):
-        return None
-    op = sc.args[1]
-    base = op & ~(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME)
-    if not op & FUTEX_PRIVATE_FLAG or base not in WAIT_OPS:
-        return None
-    return f"futex({sc.args[0]:#x}, {WAIT_OPS[base]}|FUTEX_PRIVATE_FLAG, no timeout)"
+    return _untimed_wait_words(sc, private=True)
