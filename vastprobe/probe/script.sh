@@ -223,12 +223,17 @@ VP_USER_AWK='/^\/proc\/[0-9]+\/stat:/ {
 	if (nj && (q in job || f[2] in job)) job[q] = 1
 	if (f[1] == "Z" && nz++ < 64) print "z" p
 	# multi-threaded: the newest 192 of the job, then the newest others (a busy host runs more than
-	# the bound, and its daemons and other tenants must not push the threads of the job out)
+	# the bound, and its daemons and other tenants must not push the threads of the job out), each
+	# with its count of threads
 	# a program by its parent and its name: a rank whose other threads ended (its peers closed) is
 	# single-threaded beside ranks that are not, and was said to be gone
 	lp = index($0, "(")
 	kin = f[2] " " substr($0, lp + 1, length($0) - length(s) - lp - 2)
-	if (f[18] > 1) { mk[kin] = 1; if (nj && q in job) mj[nmj++ % 192] = "+" p; else mt[nt++ % 192] = "+" p }
+	if (f[18] > 1) {
+		mk[kin] = 1
+		if (nj && q in job) { mjn[nmj % 192] = f[18]; mj[nmj++ % 192] = p }
+		else { mtn[nt % 192] = f[18]; mt[nt++ % 192] = p }
+	}
 	# single-threaded processes asleep on a terminal (the newest 32): their environ says which tmux
 	# pane or screen window the terminal is (TMUX_PANE, STY), for a prompt nobody answers
 	else if (f[5] != 0 && f[1] == "S") tt[ntt++ % 32] = "e" p
@@ -245,7 +250,7 @@ VP_USER_AWK='/^\/proc\/[0-9]+\/stat:/ {
 }
 BEGIN { nj = split(jobs, w, " "); for (i = 1; i <= nj; i++) job[w[i]] = 1 }
 # 192 multi-threaded processes, those of the job first, each part newest first (a job starts after the
-# daemons, and the thread bound goes to the first ones listed); with --py-spy, 8 Python programs
+# daemons), each with its share of the thread bound; with --py-spy, 8 Python programs
 END {
 	# a list of no process is one empty name, as printf with no argument made it
 	if (nu == 0) up[nu++] = ""
@@ -255,8 +260,25 @@ END {
 		for (i = 0; i < nu; i++) printf " %s/%s", up[i], kind[k]
 		printf "\n"
 	}
-	for (i = nmj - 1; i >= 0 && i >= nmj - 192; i--) { print mj[i % 192]; nl++ }
-	for (i = nt - 1; i >= 0 && i >= nt - 192 && nl < 192; i--) { print mt[i % 192]; nl++ }
+	nl = 0  # a number, not the empty string an unset name is as a subscript
+	for (i = nmj - 1; i >= 0 && i >= nmj - 192; i--) { tp[nl] = mj[i % 192]; tw[nl] = mjn[i % 192]; tj[nl++] = 1 }
+	for (i = nt - 1; i >= 0 && i >= nt - 192 && nl < 192; i--) { tp[nl] = mt[i % 192]; tw[nl] = mtn[i % 192]; nl++ }
+	# how many threads of each to read (besides its main one), maxthr in all: those of the job up to 64
+	# each, then every other one up to 8 before any gets more (newest first): a crowd of newer
+	# programs of 64 threads took the whole bound, and the 2 threads of the server a job waited on
+	# went unread (HEALTHY, in a CI run of the project); a server of a few threads is read on any host
+	left = maxthr
+	for (pass = 1; pass <= 3; pass++)
+		for (i = 0; i < nl; i++) {
+			if ((pass == 1) != (i in tj)) continue
+			tn = tw[i] - 1
+			if (tn > 64) tn = 64
+			if (pass == 2 && tn > 8) tn = 8
+			tn -= ta[i]
+			if (tn > left) tn = left
+			if (tn > 0) { ta[i] += tn; left -= tn }
+		}
+	for (i = 0; i < nl; i++) print "+" ta[i] + 0 " " tp[i]
 	for (i = ntt - 1; i >= 0 && i >= ntt - 32; i--) print tt[i % 32]
 	for (i = ns - 1; i >= 0 && i >= ns - 256 && nsib < 32; i--) if (sk[i % 256] in mk) { print sp[i % 256]; nsib++ }
 	for (i = 0; i < nun; i++) print un[i]
@@ -278,7 +300,6 @@ vp_lists() {
 	vp_lenv=
 	vp_lz=
 	vp_lpy=
-	vp_nthr=0
 	vp_ls=
 	vp_li=
 	vp_lw=
@@ -288,9 +309,12 @@ vp_lists() {
 	# a line a word: the lists hold spaces
 	vp_ifs=$IFS
 	IFS=$VP_NL
-	for vp_w in $(printf '%s\n' "$vp_st" | awk -v py="$VP_PYSPY" -v jobs="$VP_JOBPIDS" -v me="${VP_PARENT:-0}" "$VP_USER_AWK"); do
+	for vp_w in $(printf '%s\n' "$vp_st" | awk -v py="$VP_PYSPY" -v jobs="$VP_JOBPIDS" -v me="${VP_PARENT:-0}" -v maxthr="$VP_MAXTHR" "$VP_USER_AWK"); do
 		case $vp_w in
-		+*) vp_threads "${vp_w#+}" ;;
+		+*)
+			vp_tw=${vp_w#+}
+			vp_threads "${vp_tw#* }" "${vp_tw%% *}"
+			;;
 		e*) vp_lenv="$vp_lenv ${vp_w#e}/environ" ;;
 		z*) vp_lz="$vp_lz ${vp_w#z}/sched" ;;
 		y*) vp_lpy="$vp_lpy ${vp_w#y}" ;;
@@ -311,15 +335,15 @@ vp_lists() {
 	if [ "$VP_SAMPLE" != 0 ]; then vp_l1="$vp_lstat $vp_li $vp_ls"; fi
 }
 
-# vp_threads /proc/PID: the wait channel of its threads but the main one, within the bounds (the
-# s0 awk picks the threads whose name and state are worth a read); and its environ, of which only
+# vp_threads /proc/PID N: the wait channel of N of its threads but the main one (the allowance
+# VP_USER_AWK gave it; the s0 awk picks the threads whose name and state are worth a read); and its
+# environ, of which only
 # the distributed-training variables are kept (VP_ENVPAT). The list grows by one append per
 # process: dash copies a string char by char, and an append per thread cost 10 ms at 600 threads.
 vp_threads() {
 	vp_lenv="$vp_lenv $1/environ"
-	vp_n=$((VP_MAXTHR - vp_nthr))
-	[ "$vp_n" -le 64 ] || vp_n=64
-	vp_i=$vp_n
+	vp_i=$2
+	[ "$vp_i" -gt 0 ] || return 0
 	vp_main=$1/task/${1##*/}
 	vp_c=
 	for vp_t in "$1"/task/*; do
@@ -328,7 +352,6 @@ vp_threads() {
 		vp_c="$vp_c $vp_t/wchan"
 		vp_i=$((vp_i - 1))
 	done
-	vp_nthr=$((vp_nthr + vp_n - vp_i))
 	vp_lthr="$vp_lthr$vp_c"
 }
 
