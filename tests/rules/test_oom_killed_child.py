@@ -16,11 +16,27 @@ from tests.helpers import children_of, proc_text, vastprobe_json, wait_for
 HOG = "b = bytearray(200 * 1024 * 1024)"
 
 
-def oom_kill_now(cg: MemoryCgroup) -> None:
+def oom_kill_now(cg: MemoryCgroup) -> int:
+    """A process OOM-killed in `cg`: its PID, once the cgroup's counter has it."""
     before = cg.oom_kills()
-    r = subprocess.run(["sh", "-c", f"echo $$ > {cg.procs_file}; exec {sys.executable} -c '{HOG}'"])
-    assert r.returncode == -9  # SIGKILL from the OOM killer (a shell would report 137)
+    r = subprocess.Popen(["sh", "-c", f"echo $$ > {cg.procs_file}; exec {sys.executable} -c '{HOG}'"])
+    assert r.wait(timeout=60) == -9  # SIGKILL from the OOM killer (a shell would report 137)
     wait_for(lambda: cg.oom_kills() > before, what="oom_kill counter")
+    return r.pid
+
+
+def oom_kill_reported(cg: MemoryCgroup) -> None:
+    """oom_kill_now, again until the kernel's report of a kill names its cgroup: other tests' kills
+    meanwhile (parallel workers) pass the kernel's rate limit on OOM reports (10 in 5 s), and a report
+    it drops leaves only "Killed process PID (python)", no cgroup (3 runs in 5 of this module on 3
+    workers here). The line is written before the victim dies, so one read after it says."""
+    for _try in range(30):
+        victim = oom_kill_now(cg)
+        log = subprocess.run(["dmesg"], capture_output=True, text=True).stdout.splitlines()
+        if any(f"task_memcg={cg.name}," in line and f",pid={victim}," in line for line in log):
+            return
+        time.sleep(0.5)  # pacing, not a wait for a state: the rate limit's window moves on
+    pytest.skip("the kernel rate-limited 30 reports in a row: the case not met")
 
 
 def test_kill_older_than_the_watched_processes_is_context(reap, memcg: MemoryCgroup) -> None:
@@ -277,7 +293,7 @@ def test_on_a_whole_host_a_shell_above_the_victims_cgroup_did_not_lose_it(reap, 
         reap.append(shell)
         wait_for(lambda: [proc_text(k, "comm").strip() for k in children_of(shell.pid)] == ["sleep"],
                  what="the shell waiting on sleep")  # fmt: skip
-        oom_kill_now(sub)
+        oom_kill_reported(sub)
         rc, host = vastprobe_json("--sample", "0.3")
         mine = [f for f in host["findings"] if shell.pid in f["pids"]]
         assert not mine, [(f["rule"], f["severity"], f["summary"]) for f in mine]
@@ -286,7 +302,10 @@ def test_on_a_whole_host_a_shell_above_the_victims_cgroup_did_not_lose_it(reap, 
         stalls = [f for f in host["findings"] if f["severity"] in ("error", "critical")]
         assert (rc == 1) == (host["verdict"] == "stalled") == bool(stalls), (rc, host["verdict"])
         rc, host = vastprobe_json("--pid", str(shell.pid), "--sample", "0.3")
-        (lost,) = [f for f in host["findings"] if f["rule"] == "oom-killed-child" and f["pids"] == [shell.pid]]
+        said = [(f["rule"], f["severity"], f["summary"], f["pids"]) for f in host["findings"]]
+        found = [f for f in host["findings"] if f["rule"] == "oom-killed-child" and f["pids"] == [shell.pid]]
+        assert len(found) == 1, said
+        lost = found[0]
         assert lost["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, lost
     finally:
         sub.remove()
