@@ -234,20 +234,26 @@ def test_clients_of_a_slow_single_threaded_server_are_not_stalled(reap, tmp_path
 CROWD = "import threading, time\nfor _ in range(64): threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\nprint(flush=True)\ntime.sleep(3600)"
 
 
-def crowded_after(reap: list[subprocess.Popen], start: Callable[[], list[subprocess.Popen]]) -> list[subprocess.Popen]:
-    """What `start` starts (a server first), then a crowd of 33 programs of 65 threads, newer than it
-    by the probe's measure, which takes the highest PIDs as the newest. Where PIDs wrapped between the
-    server and its crowd (pid_max 32768 here: the suite's processes wrap it) the server would come
-    first and the case would not be met (the project's CI): all of it is started again, after the wrap."""
+def crowded_after(
+    reap: list[subprocess.Popen],
+    start: Callable[[], list[subprocess.Popen]],
+    crowd_argv: tuple[str, ...] = (sys.executable, "-c", CROWD),
+    count: int = 33,
+) -> list[subprocess.Popen]:
+    """What `start` starts (a server first), then a crowd of `count` programs (by default of 65 threads
+    each; each writes a newline once ready), newer than it by the probe's measure, which takes the
+    highest PIDs as the newest. Where PIDs wrapped between the server and its crowd (pid_max 32768
+    here: the suite's processes wrap it) the server would come first and the case would not be met (the
+    project's CI): all of it is started again, after the wrap."""
     for _setup in range(3):
         started = start()
         crowd = []
-        for _ in range(33):
-            c = subprocess.Popen([sys.executable, "-c", CROWD], stdout=subprocess.PIPE, start_new_session=True)
+        for _ in range(count):
+            c = subprocess.Popen(crowd_argv, stdout=subprocess.PIPE, start_new_session=True)
             reap.append(c)
             crowd.append(c)
         for c in crowd:
-            assert c.stdout is not None and c.stdout.readline() == b"\n"
+            assert c.stdout is not None and c.stdout.read(1) == b"\n"
         if min(c.pid for c in crowd) > started[0].pid:
             return started
         for q in (*started, *crowd):
@@ -257,6 +263,7 @@ def crowded_after(reap: list[subprocess.Popen], start: Callable[[], list[subproc
     pytest.fail("PIDs wrapped between the server and its crowd three times")
 
 
+@pytest.mark.serial("thread-crowd")  # two crowds at once: the older meets neither case
 def test_a_slow_server_whose_threads_the_probe_could_not_read_is_not_stalled(reap, tmp_path: Path) -> None:
     """The pump server above, its handler asleep 2 s, with 16 idle helper threads, on a host whose
     newer processes took the probe's thread bound: some of its threads are not read, so on_timer cannot
@@ -939,12 +946,29 @@ def test_a_client_of_a_threaded_server_whose_handler_is_locked_is_stalled(reap, 
     assert host["verdict"] == "stalled" and rc == 1, said
 
 
-def test_a_client_of_a_locked_server_on_a_host_crowded_with_threads_is_stalled(reap) -> None:
-    """The threaded server above, its handler locked, curl waiting on it, and then 33 newer programs of
-    65 threads each (another tenant's, or another test's): they took the probe's whole thread bound (64
-    a program, 2048 in all, the newest first), the server's request thread went unread, and curl read
-    HEALTHY (the project's CI, a gunicorn worker beside the crowd of the test below). Every program now
-    gets up to 8 of its threads read before any gets more: STALLED, exit 1, the server named."""
+#: 70 copies of a program whose two threads wait on futexes for ever (a main thread joining a worker
+#: idle on its condition): more than the probe reads the threads' system calls of (64 such processes)
+IDLE_JOINER_C = r"""
+#include <pthread.h>
+#include <unistd.h>
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+static void *waits(void *a) { pthread_mutex_lock(&m); for (;;) pthread_cond_wait(&c, &m); return a; }
+int main(void) { pthread_t t; pthread_create(&t, 0, waits, 0); write(1, "\n", 1); pthread_join(t, 0); return 0; }
+"""
+
+
+@pytest.mark.serial("thread-crowd")  # two crowds at once: the older meets neither case
+@pytest.mark.parametrize("crowd", ["threads", "joiners"])
+def test_a_client_of_a_locked_server_on_a_crowded_host_is_stalled(reap, tmp_path: Path, crowd: str) -> None:
+    """The threaded server above, its handler locked, curl waiting on it, and then newer programs
+    (another tenant's, or another test's). `threads`: 33 programs of 65 threads took the probe's whole
+    thread bound (64 a program, 2048 in all, the newest first), the server's request thread went unread,
+    and curl read HEALTHY. `joiners`: 70 copies of an idle program whose every thread waits on a futex
+    took the 64 processes whose threads' system calls are read, the request thread's wait went unread,
+    and curl read HEALTHY (the project's CI twice, a gunicorn worker beside test_thread_deadlock's 70).
+    Every program now gets up to 8 of its threads read, and every kind of program (parent and name) 4 of
+    those system-call reads, before any gets more: STALLED, exit 1, the server named."""
     if shutil.which("curl") is None:
         pytest.skip("needs curl")
 
@@ -952,11 +976,22 @@ def test_a_client_of_a_locked_server_on_a_host_crowded_with_threads_is_stalled(r
         srv, port = start_server(reap, THREADED_HTTP)
         return [srv, client_of_a_locked_server(reap, srv.pid, port, "report")]
 
-    srv, job = crowded_after(reap, start)
+    if crowd == "threads":
+        srv, job = crowded_after(reap, start)
+    else:
+        from tests.helpers import compiled_c
+
+        exe = compiled_c(tmp_path, "idle_joiner", IDLE_JOINER_C, "-pthread")
+        srv, job = crowded_after(reap, start, (str(exe),), 70)
     assert_the_client_reads(job.pid, srv.pid, "python", "report")
     _rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0")
-    read = sum(len(p["threads_detail"]) for p in host["snapshot"]["processes"])
-    assert read >= 2048 - 64, f"{read} threads read: the bound was not spent, the case not met"
+    procs = host["snapshot"]["processes"]
+    if crowd == "threads":
+        read = sum(len(p["threads_detail"]) for p in procs)
+        assert read >= 2048 - 64, f"{read} threads read: the bound was not spent, the case not met"
+    else:
+        futex = [p for p in procs if any(t["syscall"] and t["syscall"]["name"] == "futex" for t in p["threads_detail"])]
+        assert len(futex) >= 64, f"{len(futex)} processes' futex waits read: the bound was not spent, the case not met"
 
 
 GUNICORN_APP = """import threading

@@ -404,7 +404,11 @@ vp_s0() {
 		while ((i = index(s, ") ")) > 0) s = substr(s, i + 2)
 		p = substr($0, 1, index($0, "/stat:") - 1)
 		st[p] = substr(s, 1, 1)
-		if (split(s, f, " ") >= 18 && f[18] > 1) mt[p] = 1
+		if (split(s, f, " ") >= 18 && f[18] > 1) {
+			mt[p] = 1
+			# its kind: a program by its parent and its name (the copies of one pool share it)
+			if (!index(p, "/task/")) { lp = index($0, "("); kd[p] = f[2] " " substr($0, lp + 1, length($0) - length(s) - lp - 2) }
+		}
 		if (!index(p, "/task/")) pp[p] = "/proc/" f[2]
 	}
 	{ out($0) }
@@ -438,7 +442,8 @@ vp_s0() {
 		if (w == "0" || w ~ FD_WAIT || w ~ POLL_WAIT) {
 			print p "/syscall" > "/dev/stderr"
 			# an epoll waiter: its interest lists (fdinfo tfd lines) say which fds it waits on
-			if (w ~ EPOLL_WAIT && !(q in epw) && nep++ < 64) { epw[q] = 1; print "@epoll" q > "/dev/stderr" }
+			# (64 of the host, in the order of their PIDs, and those of the job besides)
+			if (w ~ EPOLL_WAIT && !(q in epw) && (injob(q) ? nepj++ < 64 : nep++ < 64)) { epw[q] = 1; print "@epoll" q > "/dev/stderr" }
 			if (w ~ SOCK_WAIT || w ~ POLL_WAIT || w == "0") need_ss = 1
 			if (w != "0" && w ~ FD_WAIT) fdw[q] = 1
 		} else if (q == p && !mt[p] && w ~ FUTEX_WAIT && st[p] == "S" && n1fx++ < 256) {
@@ -481,17 +486,21 @@ vp_s0() {
 		# The processes of the job (--pid and their descendants) first: idle Python programs elsewhere on
 		# the host, each a main thread joining a worker on a queue, took the 64 and left the deadlock of
 		# the job unread (HEALTHY). Then in the order of their threads (the newest first, as listed; the
-		# main tasks came first, in the order of their PIDs: the oldest)
-		for (pass = njp ? 1 : 2; pass <= 2; pass++) {
+		# main tasks came first, in the order of their PIDs: the oldest), at most 4 of one kind (parent
+		# and name) before any gets more: 70 copies of one idle program took the 64 and left the
+		# threads of the server a job waited on unread (HEALTHY, in a CI run of the project)
+		for (pass = njp ? 1 : 2; pass <= 3; pass++) {
 			for (i = 1; i <= nfx; i++) {
 				q = fxq[i]
 				if (fx[i] == q || (q in fdw) || (q in dlk) || ndl >= 64 || (pass == 1 && !injob(q))) continue
-				if (((q in mfx) || (q in mep)) && ntk[q] == nfq[q]) { dlk[q] = 1; ndl++ }
+				if (pass == 2 && nkd[kd[q]] >= 4) continue
+				if (((q in mfx) || (q in mep)) && ntk[q] == nfq[q]) { dlk[q] = 1; ndl++; nkd[kd[q]]++ }
 			}
 			for (i = 1; i <= nfx; i++) {
 				q = fxq[i]
 				if (fx[i] == q || (q in fdw) || (q in dlk) || ndl >= 64 || (pass == 1 && !injob(q))) continue
-				if ((q in mfx) && ntk[q] == nfq[q] + ntm[q] && nfq[q] >= 1) { dlk[q] = 1; ndl++ }
+				if (pass == 2 && nkd[kd[q]] >= 4) continue
+				if ((q in mfx) && ntk[q] == nfq[q] + ntm[q] && nfq[q] >= 1) { dlk[q] = 1; ndl++; nkd[kd[q]]++ }
 			}
 		}
 		for (i = 1; i <= nfx; i++) if ((fxq[i] in fdw) || (fxq[i] in dlk)) print fx[i] "/syscall" > "/dev/stderr"
