@@ -36,6 +36,25 @@ def compiled_c(tmp_path: Path, name: str, source: str, *flags: str) -> Path:
     return exe
 
 
+#: An idle threaded program: its main thread joins a thread that waits on a condition nobody signals
+#: (every task on a futex, as a Python program joining a worker on its queue looks); it writes a
+#: newline once both are started. Seventy of them are more than the probe
+#: reads the threads' system calls of (64 such processes).
+IDLE_JOINER_C = r"""
+#include <pthread.h>
+#include <unistd.h>
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+static void *waits(void *a) { pthread_mutex_lock(&m); for (;;) pthread_cond_wait(&c, &m); return a; }
+int main(void) { pthread_t t; pthread_create(&t, 0, waits, 0); write(1, "\n", 1); pthread_join(t, 0); return 0; }
+"""
+
+
+def idle_joiner(tmp_path: Path) -> Path:
+    """IDLE_JOINER_C, built in `tmp_path`."""
+    return compiled_c(tmp_path, "idle_joiner", IDLE_JOINER_C, "-pthread")
+
+
 def run_probe_raw(params: ProbeParams, shell: list[str] | None = None, env: dict[str, str] | None = None) -> bytes:
     script = render_script(params)
     proc = subprocess.run(

@@ -946,18 +946,6 @@ def test_a_client_of_a_threaded_server_whose_handler_is_locked_is_stalled(reap, 
     assert host["verdict"] == "stalled" and rc == 1, said
 
 
-#: 70 copies of a program whose two threads wait on futexes for ever (a main thread joining a worker
-#: idle on its condition): more than the probe reads the threads' system calls of (64 such processes)
-IDLE_JOINER_C = r"""
-#include <pthread.h>
-#include <unistd.h>
-static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t c = PTHREAD_COND_INITIALIZER;
-static void *waits(void *a) { pthread_mutex_lock(&m); for (;;) pthread_cond_wait(&c, &m); return a; }
-int main(void) { pthread_t t; pthread_create(&t, 0, waits, 0); write(1, "\n", 1); pthread_join(t, 0); return 0; }
-"""
-
-
 @pytest.mark.serial("thread-crowd")  # two crowds at once: the older meets neither case
 @pytest.mark.parametrize("crowd", ["threads", "joiners"])
 def test_a_client_of_a_locked_server_on_a_crowded_host_is_stalled(reap, tmp_path: Path, crowd: str) -> None:
@@ -979,10 +967,9 @@ def test_a_client_of_a_locked_server_on_a_crowded_host_is_stalled(reap, tmp_path
     if crowd == "threads":
         srv, job = crowded_after(reap, start)
     else:
-        from tests.helpers import compiled_c
+        from tests.helpers import idle_joiner
 
-        exe = compiled_c(tmp_path, "idle_joiner", IDLE_JOINER_C, "-pthread")
-        srv, job = crowded_after(reap, start, (str(exe),), 70)
+        srv, job = crowded_after(reap, start, (str(idle_joiner(tmp_path)),), 70)
     assert_the_client_reads(job.pid, srv.pid, "python", "report")
     _rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0")
     procs = host["snapshot"]["processes"]

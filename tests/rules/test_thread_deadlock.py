@@ -155,26 +155,14 @@ def test_an_event_loop_awaiting_an_executor_thread_on_its_lock_is_deadlocked(rea
     assert found[0]["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["headline"]
 
 
-#: An idle threaded program: its main thread joins a thread that waits on a condition nobody signals
-#: (every task on a futex: as a Python program joining a worker on its queue looks)
-IDLE_JOINER_C = r"""
-#include <pthread.h>
-#include <unistd.h>
-static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t c = PTHREAD_COND_INITIALIZER;
-static void *waits(void *a) { pthread_mutex_lock(&m); for (;;) pthread_cond_wait(&c, &m); return a; }
-int main(void) { pthread_t t; pthread_create(&t, 0, waits, 0); write(1, "\n", 1); pthread_join(t, 0); return 0; }
-"""
-
-
 def test_the_jobs_deadlock_is_read_beside_many_idle_threaded_programs(reap, tmp_path: Path) -> None:
     """The probe reads the threads' system calls of at most 64 processes whose tasks all wait on
     futexes; a host's idle threaded programs that came first took them all, and the job's deadlock
     read HEALTHY (an event loop awaiting an executor thread on its lock, under a test suite's load in
     CI). The job's processes now come first, then the newest. 70 idle programs, started before the job."""
-    from tests.helpers import compiled_c
+    from tests.helpers import idle_joiner
 
-    exe = compiled_c(tmp_path, "idle_joiner", IDLE_JOINER_C, "-pthread")
+    exe = idle_joiner(tmp_path)
     idle = []
     for _ in range(70):
         p = subprocess.Popen([str(exe)], stdout=subprocess.PIPE, start_new_session=True)

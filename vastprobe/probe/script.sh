@@ -205,6 +205,15 @@ vp_many() {
 # vp_proc_grep LIST: one grep over the /proc files in LIST.
 vp_proc_grep() { vp_many "$1" grep -H -E "$VP_PROC_PAT"; }
 
+# Awk: a program as its parent and its name, from a stat record LINE (grep -H's) whose fields after
+# the last ") " are TAIL (comm may hold ") " itself): the copies of one pool, the ranks of one
+# launcher, share it.
+VP_KIND_AWK='function prog_kind(line, tail, ppid, lp) {
+	lp = index(line, "(")
+	return ppid " " substr(line, lp + 1, length(line) - length(tail) - lp - 2)
+}
+'
+
 # Prints the lists of the files the next passes read of each process whose stat record says it is
 # not a kernel thread (PF_KTHREAD, 0x200000, in the flags field, the 7th after the last ") ": comm
 # may hold ") " itself): one line per kind of file (status, io, wchan, cgroup, cmdline, fd), each
@@ -227,8 +236,7 @@ VP_USER_AWK='/^\/proc\/[0-9]+\/stat:/ {
 	# with its count of threads
 	# a program by its parent and its name: a rank whose other threads ended (its peers closed) is
 	# single-threaded beside ranks that are not, and was said to be gone
-	lp = index($0, "(")
-	kin = f[2] " " substr($0, lp + 1, length($0) - length(s) - lp - 2)
+	kin = prog_kind($0, s, f[2])
 	if (f[18] > 1) {
 		mk[kin] = 1
 		if (nj && q in job) { mjn[nmj % 192] = f[18]; mj[nmj++ % 192] = p }
@@ -309,7 +317,7 @@ vp_lists() {
 	# a line a word: the lists hold spaces
 	vp_ifs=$IFS
 	IFS=$VP_NL
-	for vp_w in $(printf '%s\n' "$vp_st" | awk -v py="$VP_PYSPY" -v jobs="$VP_JOBPIDS" -v me="${VP_PARENT:-0}" -v maxthr="$VP_MAXTHR" "$VP_USER_AWK"); do
+	for vp_w in $(printf '%s\n' "$vp_st" | awk -v py="$VP_PYSPY" -v jobs="$VP_JOBPIDS" -v me="${VP_PARENT:-0}" -v maxthr="$VP_MAXTHR" "$VP_KIND_AWK$VP_USER_AWK"); do
 		case $vp_w in
 		+*)
 			vp_tw=${vp_w#+}
@@ -337,9 +345,9 @@ vp_lists() {
 
 # vp_threads /proc/PID N: the wait channel of N of its threads but the main one (the allowance
 # VP_USER_AWK gave it; the s0 awk picks the threads whose name and state are worth a read); and its
-# environ, of which only
-# the distributed-training variables are kept (VP_ENVPAT). The list grows by one append per
-# process: dash copies a string char by char, and an append per thread cost 10 ms at 600 threads.
+# environ, of which only the distributed-training variables are kept (VP_ENVPAT). The list grows by
+# one append per process: dash copies a string char by char, and an append per thread cost 10 ms at
+# 600 threads.
 vp_threads() {
 	vp_lenv="$vp_lenv $1/environ"
 	vp_i=$2
@@ -374,7 +382,7 @@ vp_s0() {
 	vp_lsys=$({ {
 		printf '%s\n' "$vp_st"
 		vp_proc_grep "$vp_l0" 2>&1
-	} | VP_B=$VP_B awk -v cap="$VP_MAXPROC" -v max=64 -v jp="$VP_JOBPIDS" "$VP_CAP_AWK"'
+	} | VP_B=$VP_B awk -v cap="$VP_MAXPROC" -v max=64 -v jp="$VP_JOBPIDS" "$VP_CAP_AWK$VP_KIND_AWK"'
 	BEGIN { njp = split(jp, jpw, " "); for (i = 1; i <= njp; i++) jq["/proc/" jpw[i]] = 1 }
 	# a --pid process or one of its descendants (through the parents the stat lines name), once a process
 	function injob(q, n, a) {
@@ -404,12 +412,11 @@ vp_s0() {
 		while ((i = index(s, ") ")) > 0) s = substr(s, i + 2)
 		p = substr($0, 1, index($0, "/stat:") - 1)
 		st[p] = substr(s, 1, 1)
-		if (split(s, f, " ") >= 18 && f[18] > 1) {
-			mt[p] = 1
-			# its kind: a program by its parent and its name (the copies of one pool share it)
-			if (!index(p, "/task/")) { lp = index($0, "("); kd[p] = f[2] " " substr($0, lp + 1, length($0) - length(s) - lp - 2) }
+		if (split(s, f, " ") >= 18 && f[18] > 1) mt[p] = 1
+		if (!index(p, "/task/")) {
+			pp[p] = "/proc/" f[2]
+			if (mt[p] == 1) kd[p] = prog_kind($0, s, f[2])
 		}
-		if (!index(p, "/task/")) pp[p] = "/proc/" f[2]
 	}
 	{ out($0) }
 	# the system call is worth reading (it needs root) for a sleeping or D-state task whose wait
@@ -489,20 +496,19 @@ vp_s0() {
 		# main tasks came first, in the order of their PIDs: the oldest), at most 4 of one kind (parent
 		# and name) before any gets more: 70 copies of one idle program took the 64 and left the
 		# threads of the server a job waited on unread (HEALTHY, in a CI run of the project)
-		for (pass = njp ? 1 : 2; pass <= 3; pass++) {
-			for (i = 1; i <= nfx; i++) {
-				q = fxq[i]
-				if (fx[i] == q || (q in fdw) || (q in dlk) || ndl >= 64 || (pass == 1 && !injob(q))) continue
-				if (pass == 2 && nkd[kd[q]] >= 4) continue
-				if (((q in mfx) || (q in mep)) && ntk[q] == nfq[q]) { dlk[q] = 1; ndl++; nkd[kd[q]]++ }
-			}
-			for (i = 1; i <= nfx; i++) {
-				q = fxq[i]
-				if (fx[i] == q || (q in fdw) || (q in dlk) || ndl >= 64 || (pass == 1 && !injob(q))) continue
-				if (pass == 2 && nkd[kd[q]] >= 4) continue
-				if ((q in mfx) && ntk[q] == nfq[q] + ntm[q] && nfq[q] >= 1) { dlk[q] = 1; ndl++; nkd[kd[q]]++ }
-			}
-		}
+		# (in each pass those with no sleeper first, then those beside timers)
+		for (pass = njp ? 1 : 2; pass <= 3; pass++)
+			for (sleepers = 0; sleepers <= 1; sleepers++)
+				for (i = 1; i <= nfx; i++) {
+					q = fxq[i]
+					if (fx[i] == q || (q in fdw) || (q in dlk) || ndl >= 64 || (pass == 1 && !injob(q))) continue
+					if (pass == 2 && nkd[kd[q]] >= 4) continue
+					if (sleepers ? ((q in mfx) && ntk[q] == nfq[q] + ntm[q] && nfq[q] >= 1) : (((q in mfx) || (q in mep)) && ntk[q] == nfq[q])) {
+						dlk[q] = 1
+						ndl++
+						nkd[kd[q]]++
+					}
+				}
 		for (i = 1; i <= nfx; i++) if ((fxq[i] in fdw) || (fxq[i] in dlk)) print fx[i] "/syscall" > "/dev/stderr"
 		# and, in a process whose main task waits on a futex and every other on a futex, a timer or an
 		# event loop (a gloo rank: its tcp loop polls, its run loops wait for work or, inside a
