@@ -155,15 +155,35 @@ def tree(
     # bound one read took it for young and the other for old, and the two probes' findings differed
     # (a clean-clone CI at be35deb, two shells of three). The sched clock also leaves out steal time, which
     # a loaded VM has much of: 16 s of wall time still read under 10 s there (4 runs of 9 flipped, 4.6 s
-    # between this VM's two CPU clocks after 6 hours up), so three times the bound
+    # between this VM's two CPU clocks after 6 hours up), so three times the bound. And by that clock
+    # itself, as the rule reads it: it leaves out steal time, and a clean-clone CI (56e6bc4, busybox)
+    # read the zombie young with the previous probe and old with this one, run after it, three times
     zombie = next(k for k in children_of(procs[2].pid) if Path(f"/proc/{k}/stat").read_text().split(") ")[1][0] == "Z")
-    wait_for(lambda: _age(zombie) > YOUNG_SECONDS * 3, timeout=60, what="the zombie older than the rule's bound")
+    wait_for(lambda: _age(zombie) > YOUNG_SECONDS * 3 and _sched_age(zombie) > YOUNG_SECONDS * 2, timeout=120,
+             what="the zombie older than the rule's bound")  # fmt: skip
     pids: set[int] = set()
     frontier = [p.pid for p in procs]
     while frontier:
         pids.update(frontier)
         frontier = [k for p in frontier for k in children_of(p)]
     yield tmp, tuple(sorted(pids))  # reap_module kills them all, stopped ones too
+
+
+def _sched_age(pid: int) -> float:
+    """Seconds since `pid` last ran (a zombie: since it exited) by the scheduler's task clock, as
+    zombie-child's `exited_ago` reads it: this process's own `se.exec_start` is now. Infinite where the
+    kernel has no /proc/PID/sched (no CONFIG_SCHED_DEBUG: the rule has only the start time then)."""
+
+    def exec_start(path: str) -> float | None:
+        try:
+            text = Path(path).read_text()
+        except OSError:
+            return None
+        line = next((x for x in text.splitlines() if x.startswith("se.exec_start")), None)
+        return float(line.split(":")[1]) / 1000 if line else None
+
+    now, then = exec_start("/proc/self/sched"), exec_start(f"/proc/{pid}/sched")
+    return now - then if now is not None and then is not None else float("inf")
 
 
 def _age(pid: int) -> float:
