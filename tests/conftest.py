@@ -33,6 +33,12 @@ def kill_families(procs: list[subprocess.Popen]) -> None:
     from tests.helpers import children_of
 
     for p in procs:
+        if p.returncode is not None and Path(f"/proc/{p.pid}").exists():
+            # the test reaped it, and its PID is another process's now (pid_max 32768 here: the suite
+            # wraps it): killing that one's family would kill another test's processes. A reaped
+            # leader's number stays reserved while its group has members, so where /proc has no such
+            # process the group below is still this test's, and is killed
+            continue
         # descendants first: one that started a session of its own (a setsid daemon) escapes killpg
         stack, family = [p.pid], []
         while stack:
