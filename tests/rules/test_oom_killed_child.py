@@ -229,7 +229,9 @@ def test_a_job_that_noticed_the_kill_and_went_on_is_not_stalled(reap, memcg: Mem
         if after == rerun:  # the launcher's own write well before the window: only its worker works
             wait_for(lambda: time.time() - log.stat().st_mtime > 1.5, what="the launcher waiting on its worker")
         rc, host = vastprobe_json("--pid", str(p.pid), "--log", str(log), "--sample", "0.5")
-        (f,) = [f for f in host["findings"] if f["rule"] == "oom-killed-child" and f["pids"] == [p.pid]]
+        found = [f for f in host["findings"] if f["rule"] == "oom-killed-child" and f["pids"] == [p.pid]]
+        assert len(found) == 1, [(f["severity"], f["summary"], f["evidence"]) for f in found]
+        f = found[0]
         if went_on:
             assert f["severity"] == "warning" and f["summary"].endswith(": the job went on"), f
             assert any(e["source"] == "progress" for e in f["evidence"]), f["evidence"]
