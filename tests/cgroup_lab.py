@@ -11,6 +11,12 @@ from pathlib import Path
 import pytest
 
 V1 = Path("/sys/fs/cgroup/memory")
+
+#: A test that OOM-kills runs beside no other that does: the kernel lets 10 OOM reports through in
+#: 5 s, and a report it drops leaves a kill with no cgroup, which kills of one program and size
+#: elsewhere cannot be told from (test_seed_case named the wrong victim, and an OOM-sibling test
+#: missed a kill, in 3 of 7 runs of four OOM modules on 4 workers with these tests side by side)
+OOM_KILLS = pytest.mark.serial("oom-kills")
 V2 = Path("/sys/fs/cgroup")
 
 
@@ -137,3 +143,13 @@ def oom_noise() -> Iterator[OomNoise]:
     assert noise.kills >= 1, "the noise process was never OOM-killed"
     yield noise
     noise.stop()
+
+
+@pytest.fixture
+def oom_storm() -> Iterator[None]:
+    """For a test that passes the kernel's rate limit on OOM reports on purpose: its window (5 s of
+    time, no state to poll) runs out before the next OOM_KILLS test may start."""
+    import time
+
+    yield
+    time.sleep(5.5)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cgroup_lab import memcg, oom_noise  # noqa: F401  (fixtures, used by name)
+from tests.cgroup_lab import memcg, oom_noise, oom_storm  # noqa: F401  (fixtures, used by name)
 
 
 @pytest.fixture

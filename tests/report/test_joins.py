@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.cgroup_lab import MemoryCgroup
+from tests.cgroup_lab import OOM_KILLS, MemoryCgroup
 from tests.helpers import proc_state, proc_wchan, wait_for
 from tests.paths import FIXTURES, TESTS
 from tests.sshd import Sshd, free_ports, keygen, start_sshd
@@ -188,6 +188,7 @@ def test_ranks_whose_log_grows_are_not_called_held(fleet: Fleet) -> None:
     assert got[a.target]["verdict"] == "healthy" and got[b.target]["verdict"] == "stalled" and rc == 1
 
 
+@OOM_KILLS
 def test_an_oom_killed_rank_is_named_by_number_on_both_hosts(fleet: Fleet) -> None:
     """Rank 2 on B allocates past its memory cgroup's limit and the kernel kills it: B says rank 2 of 4
     is gone, when, and under which launcher; A is told that rank holds the job."""

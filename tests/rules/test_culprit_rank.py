@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cgroup_lab import MemoryCgroup
+from tests.cgroup_lab import OOM_KILLS, MemoryCgroup
 from tests.helpers import children_of, favour_on_cpu, mount_fuse, proc_state, proc_wchan, vastprobe_json, wait_for
 from tests.sshd import free_ports, keygen, start_sshd
 
@@ -177,6 +177,7 @@ def test_a_rank_reading_a_dead_fuse_mount_holds_the_job(reap, tmp_path: Path) ->
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
+@OOM_KILLS
 def test_an_oom_killed_rank_holds_the_job_and_the_kill_leads(reap, tmp_path: Path, memcg: MemoryCgroup) -> None:
     cg = MemoryCgroup(256 * 1024 * 1024)
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cgroup_lab import MemoryCgroup
+from tests.cgroup_lab import OOM_KILLS, MemoryCgroup
 from tests.helpers import children_of, proc_state, proc_wchan, vastprobe_json, wait_for
 
 TRAINER = """
@@ -394,6 +394,7 @@ def test_a_program_waiting_on_a_lock_its_dead_child_held_is_deadlocked(reap, tmp
         assert rc == 0 and host["verdict"] in ("healthy", "degraded"), host["headline"]
 
 
+@OOM_KILLS
 def test_a_program_waiting_on_a_lock_its_oom_killed_child_held_is_deadlocked(reap, memcg: MemoryCgroup,
                                                                              tmp_path: Path) -> None:  # fmt: skip
     """The same with a real OOM kill: the child grows in a memory cgroup of 40 MiB, holding the lock, and

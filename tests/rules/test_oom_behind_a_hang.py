@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-from tests.cgroup_lab import MemoryCgroup
+from tests.cgroup_lab import OOM_KILLS, MemoryCgroup
 from tests.helpers import proc_wchan, vastprobe_json, wait_for
 
 TRAINER = textwrap.dedent("""
@@ -25,6 +25,7 @@ TRAINER = textwrap.dedent("""
 """)
 
 
+@OOM_KILLS
 def test_a_trainer_waiting_on_a_queue_whose_worker_was_oom_killed(reap, memcg: MemoryCgroup) -> None:
     cg = MemoryCgroup(128 * 1024 * 1024)
     try:

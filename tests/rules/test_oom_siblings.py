@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.cgroup_lab import MemoryCgroup
+from tests.cgroup_lab import OOM_KILLS, MemoryCgroup
 from tests.helpers import children_of, proc_state, vastprobe_json, wait_for
 
 ALLOC = "import time; b = bytearray(400 << 20); time.sleep(600)"
@@ -24,6 +24,7 @@ def comm(pid: int) -> str:
         return ""
 
 
+@OOM_KILLS
 def test_a_kill_beside_two_launchers_is_the_cgroups_not_the_newest_launchers(reap, memcg: MemoryCgroup,
                                                                               tmp_path: Path) -> None:  # fmt: skip
     cg = MemoryCgroup(128 * 1024 * 1024)
@@ -56,6 +57,7 @@ def test_a_kill_beside_two_launchers_is_the_cgroups_not_the_newest_launchers(rea
         cg.remove()
 
 
+@OOM_KILLS
 def test_a_victim_still_a_zombie_names_its_launcher(reap, memcg: MemoryCgroup) -> None:
     """The launcher is stopped before it reaps the killed child: the zombie's parent is the loser,
     however many other launchers share the cgroup."""
@@ -78,6 +80,7 @@ def test_a_victim_still_a_zombie_names_its_launcher(reap, memcg: MemoryCgroup) -
         cg.remove()
 
 
+@OOM_KILLS
 def test_two_kills_beside_two_launchers_are_both_the_cgroups(reap, memcg: MemoryCgroup, tmp_path: Path) -> None:
     """Each launcher's child is OOM-killed (two kills, one per launcher): both were blamed on the
     first launcher. Nothing shows whose child each was once it is gone: the cgroup is named with

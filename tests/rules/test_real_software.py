@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cgroup_lab import MemoryCgroup
+from tests.cgroup_lab import OOM_KILLS, MemoryCgroup
 from tests.helpers import (
     all_stopped,
     children_of,
@@ -879,6 +879,7 @@ def proc_wchan_of_task(pid: int, tid: int) -> str:
 # ---------------------------------------------------------------- OOM
 
 
+@OOM_KILLS
 def test_pool_worker_oom_killed_under_a_waiting_entrypoint(reap, memcg: MemoryCgroup, oom_noise) -> None:
     """multiprocessing.Pool never notices a worker the OOM killer took: map() waits forever. The
     job runs in its own memory cgroup; an unrelated process is OOM-killed in another meanwhile."""

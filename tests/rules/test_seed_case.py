@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cgroup_lab import MemoryCgroup
+from tests.cgroup_lab import OOM_KILLS, MemoryCgroup
 from tests.helpers import children_of, proc_wchan, vastprobe_json, wait_for
 
 
@@ -50,6 +50,7 @@ wait
     cg.remove()
 
 
+@OOM_KILLS
 def test_seed_case(seed) -> None:
     entry, bench, cg = seed
     rc, host = vastprobe_json("--pid", str(entry), "--sample", "1")
@@ -74,6 +75,7 @@ def test_seed_case(seed) -> None:
     assert "idle-gpu" not in rules
 
 
+@OOM_KILLS
 def test_seed_case_seen_from_inside_the_container(seed) -> None:
     """How an operator sees it on vast.ai: the probe runs inside the container's PID namespace,
     with no --pid at all. No kernel threads are visible, so the scope is the job."""
@@ -103,6 +105,7 @@ def test_seed_case_seen_from_inside_the_container(seed) -> None:
     assert verdict(findings) == "stalled"
 
 
+@OOM_KILLS
 def test_default_scope_on_a_host_does_not_blame_idle_shells(reap, memcg: MemoryCgroup) -> None:
     """On a whole host (kernel threads visible), an OOM kill tied to no watched process by cgroup
     or name must not turn every idle waiting shell into a stall."""

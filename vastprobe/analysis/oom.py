@@ -11,6 +11,7 @@ The loser named is the victim's likely parent: the watched process closest to it
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -82,6 +83,20 @@ def _members(path: str, by_cgroup: _CgroupIndex, order: dict[int, int]) -> list[
     return sorted(out.values(), key=lambda p: order[p.pid])
 
 
+def _by_name(watched: list[Process], tree: ProcessTree) -> tuple[dict[str, list[Process]], dict[str, list[Process]]]:
+    """Who runs a program (a wrapper that names it in its arguments: timeout, nohup, srun, mpirun;
+    comm is the file name cut to 15 bytes), and who has live children of a name: built once, a
+    host's log can hold hundreds of kills and a host hundreds of processes."""
+    runs: dict[str, list[Process]] = {}
+    parents_of: dict[str, list[Process]] = {}
+    for p in watched:
+        for name in {a.rsplit("/", 1)[-1][:15] for a in p.cmdline[1:8]}:
+            runs.setdefault(name, []).append(p)
+        for name in {k.comm for k in tree.kids(p.pid) if k.state != "Z"}:
+            parents_of.setdefault(name, []).append(p)
+    return runs, parents_of
+
+
 def match_oom_kills(
     snapshot: HostSnapshot, scope: frozenset[int], graph: WaitGraph, explicit_scope: bool = False
 ) -> list[OomMatch]:
@@ -108,16 +123,7 @@ def match_oom_kills(
     job_counted_none = bool(counters) and all(n == 0 for n in counters)
     tree = graph.tree
     waiting = {p.pid for p in watched if graph.waits_on_jobs(p)}
-    # indexes built once: a host's log can hold hundreds of kills, a host hundreds of processes
-    runs: dict[str, list[Process]] = {}
-    parents_of: dict[str, list[Process]] = {}
-    for p in watched:
-        # a wrapper that names the victim's program in its arguments (timeout, nohup, srun, mpirun);
-        # comm is the program's file name cut to 15 bytes
-        for name in {a.rsplit("/", 1)[-1][:15] for a in p.cmdline[1:8]}:
-            runs.setdefault(name, []).append(p)
-        for name in {k.comm for k in tree.kids(p.pid) if k.state != "Z"}:
-            parents_of.setdefault(name, []).append(p)
+    runs, parents_of = _by_name(watched, tree)
     by_cgroup = _index(watched)
     order = {p.pid: i for i, p in enumerate(watched)}
     # the probe sees host PIDs (the kernel log's) only where every watched process is in the
@@ -127,6 +133,7 @@ def match_oom_kills(
     in_memcg: dict[str, list[Process]] = {}  # kills share a few cgroups: each is matched once
     out: list[OomMatch | None] = []
     unnamed: list[tuple[int, KernelEvent, list[Process]]] = []  # kills whose cgroup line the kernel dropped
+    earlier: list[tuple[int, KernelEvent]] = []  # those of them from before the job started
     for ev in kills:
         when = ev.wall_time
 
@@ -135,6 +142,8 @@ def match_oom_kills(
             return when is None or s is None or s <= when + slack
 
         if not (when is None or unknown_start or (earliest is not None and earliest <= when + slack)):
+            if ev.task_memcg is None and comparable:
+                earlier.append((len(out), ev))  # it may be one a counter of the job's cgroups counted
             out.append(OomMatch(ev, None, "the kill happened before every watched process started", "before"))
             continue
         # names are weak ties ("python"): only where the scope is the job itself
@@ -179,9 +188,34 @@ def match_oom_kills(
         else:
             out.append(OomMatch(ev, None, "no watched process could be tied to the victim", "elsewhere"))
     if unnamed:
-        named_in = [m.cgroup for m in out if m is not None and m.tie == "job" and m.cgroup]
-        _place_unnamed(out, unnamed, [c for c in own if c.oom_kill], named_in, watched, ties, bounded)
+        # every kill the log names a cgroup for, whenever it was: a counter counts its cgroup's kills
+        # from before the job started too (a neighbour's rate-limited kill took what those had spent,
+        # and was blamed on the job: two findings for one launcher in a clean-clone CI)
+        named_in = [ev.task_memcg for ev in kills if ev.task_memcg is not None]
+        counting = [c for c in own if c.oom_kill]
+        _place_unnamed(out, unnamed, counting, named_in, watched, ties, bounded, earlier=earlier)
     return [m for m in out if m is not None]
+
+
+def counted_by(c: CgroupMemory, named: str) -> bool:
+    """Whether c's counter counted a kill the kernel log placed in cgroup `named`: v2's memory.events
+    counts its children's kills too, v1's memory.oom_control only its own (checked on a v1 host)."""
+    return named == c.path or (c.version != "v1" and named.startswith(c.path.rstrip("/") + "/"))
+
+
+def unlogged_kills(snapshot: HostSnapshot, matches: list[OomMatch], c: CgroupMemory) -> int:
+    """How many of c's counted kills the kernel log does not hold, and so may be the job's unseen
+    losses: all of them where the log is unreadable; otherwise the counter less the kills the log
+    names c for, at any time (a counter counts the kills from before the job started too: a job
+    whose container had lost a process before it read STALLED, "the log no longer holds the lines").
+    None where the log reaches back past the job's start (it holds a kill from before it): the log
+    drops its oldest lines first, so a kill it lost is older still."""
+    if not snapshot.kernel_log.readable:
+        return c.oom_kill or 0
+    if any(m.tie == "before" for m in matches):
+        return 0
+    named = sum(1 for m in matches if m.event.task_memcg is not None and counted_by(c, m.event.task_memcg))
+    return max(0, (c.oom_kill or 0) - named)
 
 
 def _place_unnamed(
@@ -192,20 +226,20 @@ def _place_unnamed(
     watched: list[Process],
     ties: _Ties,
     bounded: bool,
+    earlier: Sequence[tuple[int, KernelEvent]] = (),
 ) -> None:
     """Kills without their cgroup line, placed by the counters of the job's memory cgroups: each
-    cgroup takes at most as many as it counted, less those the log named it for, and only a kill that some process inside it lived
-    through (a kill from before they started is not theirs, and a process outside the cgroup is no
-    loser of it, whatever its children are called). The likeliest first: a victim tied by name to a
-    process in the cgroup, then one whose memory at death was near the cgroup's limit (a memory
-    cgroup kills when it is full, and takes its largest process), then one fewer cgroups could hold,
-    then the newest."""
+    cgroup takes at most as many as it counted, less those the log named it for at any time, and
+    only a kill that some process inside it lived through (a process outside the cgroup is no loser
+    of it, whatever its children are called). The `earlier` ones (before the job started, context
+    whatever they were) spend a counter too: a counter counts its cgroup's kills from before the job,
+    and a neighbour's kill took what one of them had spent (two findings for one launcher in a
+    clean-clone CI). The likeliest first: a victim tied by name to a process in the cgroup, then one
+    whose memory at death was near the cgroup's limit (a memory cgroup kills when it is full, and
+    takes its largest process), then one fewer cgroups could hold, then the newest."""
     inside = {c.path: [p for p in watched if c.path in _cgroups(p)] for c in counting}
     # a counter also counts the kills the log placed by their own cgroup line: those are spent
-    left = {
-        c.path: (c.oom_kill or 0) - sum(1 for n in named_in if n == c.path or n.startswith(c.path.rstrip("/") + "/"))
-        for c in counting
-    }
+    left = {c.path: (c.oom_kill or 0) - sum(1 for n in named_in if counted_by(c, n)) for c in counting}
 
     def near_limit(ev: KernelEvent, c: CgroupMemory) -> bool:
         if not c.limit_bytes or ev.anon_rss_kb is None:
@@ -216,23 +250,33 @@ def _place_unnamed(
         ids = {p.pid for p in pool}
         return [p for p in ties.parents_of.get(ev.comm or "", []) + ties.runs.get(ev.comm or "", []) if p.pid in ids]
 
-    def options(ev: KernelEvent, alive: list[Process]) -> list[tuple[bool, bool, CgroupMemory, list[Process]]]:
-        """(tied by name, near the limit, cgroup, its members alive at the kill), best first."""
-        ids = {p.pid for p in alive}
-        out = []
+    Option = tuple[bool, bool, CgroupMemory, list[Process]]
+
+    def options(ev: KernelEvent, alive: list[Process] | None) -> list[Option]:
+        """(tied by name, near the limit, cgroup, its members alive at the kill), best first; a kill
+        from before the job (`alive` None) could be any counting cgroup's, with nobody to lose it."""
+        ids = {p.pid for p in alive or ()}
+        out: list[Option] = []
         for c in counting:
             pool = [p for p in inside[c.path] if p.pid in ids]
-            if pool:
+            if pool or alive is None:
                 out.append((bounded and bool(named(ev, pool)), near_limit(ev, c), c, pool))
         return sorted(out, key=lambda o: (not o[0], not o[1]))
 
+    candidates = [(i, ev, options(ev, alive), False) for i, ev, alive in unnamed]
+    candidates += [(i, ev, options(ev, None), True) for i, ev in earlier]
     ranked = sorted(
-        ((i, ev, options(ev, alive)) for i, ev, alive in unnamed),
-        # a kill that fewer cgroups could hold is placed before one that more could
+        candidates,
+        # a kill that fewer cgroups could hold is placed before one that more could; on a tie the
+        # newest (a kill from before the job takes a count only where it is the likelier one)
         key=lambda u: (not (u[2] and u[2][0][0]), not (u[2] and u[2][0][1]), len(u[2]), -(u[1].uptime or 0)),
     )
-    for i, ev, opts in ranked:
+    for i, ev, opts, before in ranked:
         chosen = next((o for o in opts if left[o[2].path] > 0), None)
+        if chosen is not None:
+            left[chosen[2].path] -= 1
+        if before:
+            continue  # context whatever it was: it only spent a count
         if chosen is None:
             why = "its cgroup is not in the log, and no memory cgroup of the job that counts kills had a process then"
             if opts:
@@ -240,10 +284,8 @@ def _place_unnamed(
             out[i] = OomMatch(ev, None, why, "elsewhere")
             continue
         by_name, _near, c, pool = chosen
-        left[c.path] -= 1
         how = f"in the job's memory cgroup {c.path} by its counter"
-        out[i] = replace(_blame(ev, named(ev, pool) if by_name else pool, ties, how, bounded),
-                         cgroup=c.path)  # fmt: skip
+        out[i] = replace(_blame(ev, named(ev, pool) if by_name else pool, ties, how, bounded), cgroup=c.path)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from vastprobe.analysis.gpu import idle_gpus
+from vastprobe.analysis.oom import unlogged_kills
 from vastprobe.analysis.signal_waiters import STOP_SIGNAL, waits_for_a_signal
 from vastprobe.analysis.waitgraph.edges import Chain, Hop, WaitEdge, private_untimed_wait
 from vastprobe.analysis.waitgraph.locks import process_title
@@ -82,7 +83,7 @@ def stall_evidence(ctx: SnapshotView, pids: Iterable[int], waiter: int) -> Stall
         # the kernel log no longer holds the kill (rolled over, or not readable): the chain's own
         # memory cgroup counting one is the same loss
         for cg in ctx.snapshot.cgroups:
-            if not cg.oom_kill or cg.path in ("/", ""):
+            if not cg.oom_kill or cg.path in ("/", "") or not unlogged_kills(ctx.snapshot, ctx.oom_matches, cg):
                 continue
             inside = [
                 p for p in chain_pids if (q := ctx.tree.by_pid.get(p)) and cg.path in (q.memory_cgroup, q.cgroup_v2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from vastprobe.analysis.oom import OomMatch
+from vastprobe.analysis.oom import OomMatch, unlogged_kills
 from vastprobe.clock import utc_text
 from vastprobe.model import Evidence, Finding, Severity
 from vastprobe.rules.base import Context, Rule, RuleMeta
@@ -177,6 +177,8 @@ def _from_cgroups(ctx: Context) -> Iterator[Finding]:
             continue
         if snap.kernel_log.readable and logged:
             continue  # the log's lines already say it, with names and times
+        if not unlogged_kills(snap, ctx.oom_matches, cg):
+            continue  # the log holds every kill it counted, each matched above (before the job: context)
         members = [p.pid for p in ctx.in_scope() if cg.path in (p.memory_cgroup, p.cgroup_v2)]
         ev = [
             Evidence(
