@@ -12,13 +12,14 @@ import os
 import pwd
 import shlex
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import descendants, vastprobe_json, wait_for
+from tests.helpers import descendants, proc_state, proc_wchan, vastprobe_json, wait_for
 
 BIN = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
 
@@ -69,7 +70,7 @@ def cluster(tmp_path_factory) -> Iterator[Path]:
 
     as_postgres(f"{bin_}/initdb", "-D", str(d / "data"), "-A", "trust")
     as_postgres(f"{bin_}/pg_ctl", "-D", str(d / "data"), "-l", str(d / "log"), "-w",
-                "-o", f"-k {d} -c listen_addresses=''", "start")  # fmt: skip
+                "-o", f"-k {d} -c listen_addresses='' -c max_prepared_transactions=4", "start")  # fmt: skip
     subprocess.run(["psql", "-h", str(d), "-U", "postgres", "-qc",
                     "create table t(id int primary key, v int); insert into t values (1, 0);"], check=True)  # fmt: skip
     yield d
@@ -180,6 +181,99 @@ def test_a_session_level_advisory_lock_held_by_an_idle_session_is_named(reap, cl
         subprocess.run(["psql", "-h", str(cluster), "-U", "postgres", "-qc",
                         "select pg_terminate_backend(pid) from pg_stat_activity where pid <> pg_backend_pid() "
                         "and backend_type = 'client backend'"], capture_output=True, timeout=30)  # fmt: skip
+
+
+def end_client_sessions(cluster: Path) -> None:
+    subprocess.run(["psql", "-h", str(cluster), "-U", "postgres", "-qc",
+                    "select pg_terminate_backend(pid) from pg_stat_activity where pid <> pg_backend_pid() "
+                    "and backend_type = 'client backend'"], capture_output=True, timeout=30)  # fmt: skip
+
+
+def test_a_lock_whose_holder_is_stopped_mid_statement_is_a_stall(reap, cluster: Path) -> None:
+    """A session takes a table lock and runs a long statement; its backend is SIGSTOPped. A job's query
+    of the table waits for the lock: it read DEGRADED, exit 0, "likely held by backend N, running a
+    statement" with that backend stopped throughout (found by a helper). Every session that could hold
+    it is stopped: whichever holds it cannot finish. STALLED, exit 1."""
+    end_client_sessions(cluster)
+    holder = subprocess.Popen(["psql", "-h", str(cluster), "-U", "postgres", "-qc",
+                               "begin; lock table t in access exclusive mode; "
+                               "select count(*) from generate_series(1, 3000000000); commit;"],
+                              start_new_session=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    reap.append(holder)
+    wait_for(lambda: any(t.endswith(" SELECT") for t in titles(cluster).values()), what="the holder's statement")
+    backend = next(pid for pid, t in titles(cluster).items() if t.endswith(" SELECT"))
+    os.kill(backend, signal.SIGSTOP)
+    try:
+        wait_for(lambda: proc_state(backend) == "T", what="the holder's backend stopped")
+        job = subprocess.Popen(["psql", "-h", str(cluster), "-U", "postgres", "-qc", "select * from t;"],
+                               start_new_session=True, stdout=subprocess.DEVNULL)  # fmt: skip
+        reap.append(job)
+        wait_for(lambda: any(t.endswith(" waiting") for t in titles(cluster).values()), what="the job waiting")
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+        f = next((f for f in host["findings"] if f["rule"] == "db-lock-wait"), None)
+        assert f is not None, [(g["rule"], g["severity"], g["summary"]) for g in host["findings"]]
+        assert f"likely held by backend {backend}" in f["summary"], f["summary"]
+        proof = [e["detail"] for e in f["evidence"] if e["source"] == "proof"]
+        assert proof and "is stopped over" in proof[0], f["evidence"]
+        assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, f["summary"]
+    finally:
+        os.kill(backend, signal.SIGCONT)
+        end_client_sessions(cluster)
+
+
+def test_a_lock_a_prepared_transaction_holds_is_a_dead_end(reap, cluster: Path) -> None:
+    """`PREPARE TRANSACTION` keeps the row lock with no session, until COMMIT or ROLLBACK PREPARED; a
+    job's update of the row waits for ever. It read HEALTHY, exit 0, no db-lock-wait finding (found by
+    a helper): no session of the database could hold it, so the holder has no process. STALLED, exit 1;
+    with one sample, a note."""
+    end_client_sessions(cluster)
+    prepare = "begin; update t set v = 5 where id = 1; prepare transaction 'vastprobe_test';"
+    subprocess.run(["psql", "-h", str(cluster), "-U", "postgres", "-qc", prepare], check=True, capture_output=True,
+                   timeout=30)  # fmt: skip
+    try:
+        job = subprocess.Popen(["psql", "-h", str(cluster), "-U", "postgres", "-qc", "update t set v = 6 where id = 1;"],
+                               start_new_session=True, stdout=subprocess.DEVNULL)  # fmt: skip
+        reap.append(job)
+        # a lock waiter checks for a deadlock once, at deadlock_timeout (1 s): then it only waits
+        waited = ["psql", "-h", str(cluster), "-U", "postgres", "-Atc", "select count(*) from pg_stat_activity "
+                  "where wait_event_type = 'Lock' and now() - query_start > interval '2 s'"]  # fmt: skip
+        wait_for(lambda: subprocess.run(waited, capture_output=True, text=True).stdout.strip() == "1",
+                 what="the job waiting past its deadlock check")  # fmt: skip
+        for sample in ("1", "0"):
+            rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
+            f = next((f for f in host["findings"] if f["rule"] == "db-lock-wait"), None)
+            assert f is not None, [(g["rule"], g["severity"], g["summary"]) for g in host["findings"]]
+            assert "UPDATE waiting" in f["summary"] and "pg_prepared_xacts" in f["hint"], f
+            if sample == "1":
+                assert any("prepared transaction" in e["detail"] for e in f["evidence"]), f["evidence"]
+                assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, f["summary"]
+            else:
+                assert f["severity"] == "info" and host["verdict"] == "healthy" and rc == 0, f["summary"]
+    finally:
+        subprocess.run(["psql", "-h", str(cluster), "-U", "postgres", "-qc", "rollback prepared 'vastprobe_test';"],
+                       capture_output=True, timeout=30)  # fmt: skip
+        end_client_sessions(cluster)
+
+
+def test_a_client_queued_at_a_stopped_postmaster_is_stalled(reap, cluster: Path) -> None:
+    """psql connecting to a SIGSTOPped postmaster sits in its Unix listener's accept queue: it read
+    HEALTHY, exit 0, no finding (found by a helper; the same over TCP read STALLED). STALLED, exit 1."""
+    postmaster = int((cluster / "data" / "postmaster.pid").read_text().split()[0])
+    os.kill(postmaster, signal.SIGSTOP)
+    try:
+        wait_for(lambda: proc_state(postmaster) == "T", what="the postmaster stopped")
+        job = subprocess.Popen(["psql", "-h", str(cluster), "-U", "postgres", "-qc", "select 1;"],
+                               start_new_session=True, stdout=subprocess.DEVNULL)  # fmt: skip
+        reap.append(job)
+        wait_for(lambda: proc_wchan(job.pid).startswith(("poll_schedule", "do_sys_poll", "unix_stream")),
+                 what="psql waiting")  # fmt: skip
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+        f = next((f for f in host["findings"] if f["rule"] == "socket-peer-wait"), None)
+        assert f is not None, [(g["rule"], g["severity"], g["summary"]) for g in host["findings"]]
+        assert f"{postmaster} (postgres)" in f["summary"], f["summary"]
+        assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, f["summary"]
+    finally:
+        os.kill(postmaster, signal.SIGCONT)
 
 
 def test_a_running_query_is_healthy(reap, cluster: Path) -> None:

@@ -236,6 +236,14 @@ def _proof(ctx: SnapshotView, kind: ChainKind, edge: WaitEdge | None, idle: bool
             "read, and nothing works on it"
         )
     if kind == "db-lock":
+        stopped = [q for h in edge.holders if (q := ctx.tree.by_pid.get(h)) is not None and ctx.stopped_throughout(q)]
+        if edge.holders and len(stopped) == len(edge.holders):
+            # every session that could hold it is stopped: whichever holds it cannot finish (a holder
+            # SIGSTOPped mid-statement read DEGRADED, exit 0; found by a helper)
+            return (
+                f"{who} {'are' if several else 'is'} stopped over {window}: no session that could hold the lock "
+                "can finish its statement or release it"
+            )
         titles = [process_title(ctx.tree.by_pid[h]) for h in edge.holders]
         idle_tx = [h for h, t in zip(edge.holders, titles, strict=True) if "idle in transaction" in t]
         if idle_tx and not any(_client_goes_on(ctx, h) for h in idle_tx):
@@ -408,9 +416,11 @@ def _classify(ctx: SnapshotView, chain: Chain) -> StalledChain:
             return StalledChain(
                 "orphan-pipe", chain, edge, orphans, None if moved is None else not moved, "orphan", orphans
             )
-    db = next((e for e in chain.edges if e.kind == "db-lock"), None)
+    db = next((e for e in chain.resource_edges() if e.kind == "db-lock"), None)
     if db is not None:  # the database's own lock, likely holders named: that is the story
-        moved = _moved(ctx, db.holders) if db.holders else None
+        if not db.holders:
+            return _db_lock_unheld(ctx, chain, db)
+        moved = _moved(ctx, db.holders)
         idle = None if moved is None else not moved
         return StalledChain("db-lock", chain, db, db.holders, idle, None, proof=_proof(ctx, "db-lock", db, idle))
     resource = chain.resource_edges()
@@ -453,6 +463,23 @@ def _classify(ctx: SnapshotView, chain: Chain) -> StalledChain:
         dead_end,
         proof=_proof(ctx, kind, edge, idle),
     )
+
+
+def _db_lock_unheld(ctx: SnapshotView, chain: Chain, db: WaitEdge) -> StalledChain:
+    """A backend waiting for a lock that no session of its database could hold: none in a transaction,
+    running a statement or idle. Every session has a backend here (its client may be elsewhere), so
+    what holds it has no process: a prepared transaction, which keeps its locks until COMMIT PREPARED
+    or ROLLBACK PREPARED. Such a wait read HEALTHY, no finding (found by a helper). A dead end where the
+    backend waited throughout the window; one sample is a wait seen once."""
+    moved = _moved(ctx, [db.waiter])
+    idle = None if moved is None else not moved
+    dead = (
+        "no session of its database could hold the lock (none in a transaction, running a statement or idle): "
+        "likely a prepared transaction, held until COMMIT PREPARED or ROLLBACK PREPARED"
+        if idle
+        else None
+    )
+    return StalledChain("db-lock", chain, db, (db.waiter,), idle, dead)
 
 
 _RANK = {"deadlock": 0, "orphan-pipe": 1, "db-lock": 1}

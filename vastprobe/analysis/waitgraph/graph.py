@@ -347,10 +347,14 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
         elif len(out) < limit:
             # a poller over pipes to processes here and a connection leaving this host (ssh under git
             # clone, reading git's pipes and the session to the other host) waits on that connection
-            # too: a chain ends there, for the run to find its other end on another host
-            off_host = next((e for e in edges if not e.holders and e.poll and e.kind == "tcp"), None)
-            if off_host is not None:
-                out.append(Chain((*path, Hop(pid, None)), dangling=off_host))
+            # too: a chain ends there, for the run to find its other end on another host. So does a
+            # PostgreSQL backend's lock no session holds (a prepared transaction's), beside the pipe from
+            # its postmaster that every backend watches: it read HEALTHY, no finding (found by a helper)
+            unheld = next(
+                (e for e in edges if not e.holders and ((e.poll and e.kind == "tcp") or e.kind == "db-lock")), None
+            )
+            if unheld is not None:
+                out.append(Chain((*path, Hop(pid, None)), dangling=unheld))
 
     def settle(self, chain: Chain) -> Chain | None:
         """A chain through an event loop's edges (`poll`) counts only as far as it is sure: to its end

@@ -100,7 +100,9 @@ class LockEdges(WaitIndex):
             p.pid,
             "db-lock",
             tuple(q.pid for q in likely),
-            f"a PostgreSQL lock; likely held by the session(s) {why}",
+            f"a PostgreSQL lock; likely held by the session(s) {why}"
+            if likely
+            else "a PostgreSQL lock no session holds",
             tuple(ev),
             inferred=True,
         )

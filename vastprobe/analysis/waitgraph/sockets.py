@@ -158,14 +158,52 @@ class SocketEdges(WaitIndex):
             holders = (p.pid,)
         name = f"Unix socket {sock.local or ''}".rstrip() + f" (socket:[{sock.inode}])"
         ev = [Evidence("/proc/net/unix", f"fd {fd}: {name} {sock.state}")]
+        peers_known = not isinstance(self.snapshot.sockets, SocketTable) or self.snapshot.sockets.unix_peers_known
+        listener = self._unix_listener(p, sock) if peers_known and sock.peer_inode == 0 else None
         if sock.peer_inode:
             ev.append(
                 Evidence("ss", f"peer socket:[{sock.peer_inode}]" + (f" {peer.local}" if peer and peer.local else ""))
             )
             ev += [Evidence("/proc/fd", f"peer held by {self._label(h)}") for h in holders[:8]]
-        elif isinstance(self.snapshot.sockets, SocketTable) and not self.snapshot.sockets.unix_peers_known:
+        elif listener is not None:
+            holders = tuple(sorted(set(self._fds.sockets.get(listener.inode, [])) - {p.pid}))
+            ev.append(
+                Evidence(
+                    "ss",
+                    f"its peer has no inode: a connection not accepted yet; the Unix listener here with "
+                    f"connections queued is {listener.local} ({listener.recv_queue} queued)",
+                )
+            )
+            ev += [
+                Evidence("/proc/fd", f"listening socket:[{listener.inode}] held by {self._label(h)}")
+                for h in holders[:8]
+            ]
+        elif not peers_known:
             ev.append(Evidence("ss", "not on the target: a Unix socket's peer is unknown"))
-        return WaitEdge(p.pid, "unix-socket", holders, name, tuple(ev), fd=fd, socket=sock, peer=peer)
+        return WaitEdge(
+            p.pid, "unix-socket", holders, name, tuple(ev), fd=fd, socket=sock, peer=peer,
+            listener=listener if listener is not None and holders else None,
+        )  # fmt: skip
+
+    def _unix_listener(self, p: Process, sock: Socket) -> Socket | None:
+        """The listener whose accept queue holds the other end of connected Unix socket `sock`: ss names
+        a peer with no inode (0) for a connection not accepted yet, which sits in its listener's queue
+        with the listener's path, and /proc/net/unix gives neither end a link to the other. The one Unix
+        listener with connections queued, or of several the one whose path (or its directory: psql's
+        `-h /run/postgresql`) the waiter's command line names: a `redis-cli -s` or a psql queued at a
+        stopped server read HEALTHY with no finding (found by a helper). None where that leaves more
+        than one. A peer that closed has no inode either, but then a read returns at once."""
+        if sock.state != "CONNECTED":
+            return None
+        queued = [
+            s
+            for s in self._sockets.values()
+            if s.proto == "unix" and s.state == "LISTEN" and s.recv_queue and s.local and s.netns == sock.netns
+        ]
+        if len(queued) > 1:
+            args = {a.rstrip("/") for a in p.cmdline[1:64] if a.startswith("/")}
+            queued = [s for s in queued if s.local in args or s.local.rsplit("/", 1)[0] in args]
+        return queued[0] if len(queued) == 1 else None
 
     def connected(self, pid: int) -> tuple[set[int], int]:
         """The processes at the other end of the connected sockets `pid` holds (TCP on this host: the
