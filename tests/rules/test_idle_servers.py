@@ -254,8 +254,11 @@ def consumer():
     while True:
         print("done", q.get(), flush=True)
 def listener():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
-    print(s.getsockname()[1], flush=True)
+    if sys.argv[1:2] == ["--unix"]:
+        s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[2]); s.listen()
+    else:
+        s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+    print(s.getsockname(), flush=True)
     while True:
         c, _ = s.accept(); q.put(c.recv(100)); c.close()
 def locked():
@@ -265,7 +268,7 @@ t = threading.Thread(target=locked if sys.argv[1:] == ["--locked"] else listener
 """
 
 
-@pytest.mark.parametrize("service", ["listening", "locked"])
+@pytest.mark.parametrize("service", ["listening", "listening-unix", "locked"])
 @pytest.mark.parametrize("named", [False, True], ids=["found", "named"])
 def test_a_python_service_joining_its_listener_thread_is_not_stalled(reap, tmp_path: Path, service: str,
                                                                       named: bool) -> None:  # fmt: skip
@@ -273,15 +276,19 @@ def test_a_python_service_joining_its_listener_thread_is_not_stalled(reap, tmp_p
     its queue, nobody connecting, its log 10 minutes old: no-progress and missing-logs made it STALLED,
     exit 1 (found by a helper). A thread of it serves and nothing is queued: a warning, 'the job waits
     for requests'. The control has no listener: its main thread joins a thread locked on itself,
-    STALLED."""
+    STALLED. Over a Unix socket the listener's accept() sleeps in a datagram wait, as a read does: it
+    was taken for one, not an accepting loop."""
     log = tmp_path / "service.log"
+    args = {"locked": ["--locked"], "listening-unix": ["--unix", str(tmp_path / "service.sock")]}.get(service, [])
     with log.open("w") as out:
-        srv = subprocess.Popen([sys.executable, "-u", "-c", QUEUE_SERVICE, *(["--locked"] if service == "locked" else [])],
+        srv = subprocess.Popen([sys.executable, "-u", "-c", QUEUE_SERVICE, *args],
                                stdout=subprocess.PIPE, stderr=out, text=True, start_new_session=True)  # fmt: skip
     reap.append(srv)
     assert srv.stdout is not None
     srv.stdout.readline()
-    want = "inet_csk_accept" if service == "listening" else "futex_do_wait"
+    want = {"listening": "inet_csk_accept", "listening-unix": "__skb_wait_for_more_packets"}.get(
+        service, "futex_do_wait"
+    )
     wait_for(lambda: len(list(Path(f"/proc/{srv.pid}/task").iterdir())) == 3
              and sum(1 for t in Path(f"/proc/{srv.pid}/task").iterdir() if (t / "wchan").read_text() == want) >= 1
              and proc_wchan(srv.pid) == "futex_do_wait", what="the threads waiting")  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -147,6 +148,38 @@ def test_a_prompt_in_a_later_tmux_session_is_not_named_after_the_first(reap, tmp
         subprocess.run([*tmux, "kill-server"], check=False)
 
 
+@pytest.mark.parametrize("sample", ["1", "0"])
+def test_a_job_writing_to_a_pane_of_a_stopped_tmux_server_is_stalled(reap, tmp_path: Path, sample: str) -> None:
+    """A job printing in a tmux pane whose server is SIGSTOPped blocks writing its terminal: it read
+    STALLED as a prompt ("waits for someone to type", the hint to attach a stopped server), and HEALTHY
+    with one sample (found by a helper). The write waits on the master's holder, the server: stopped,
+    STALLED from one sample too."""
+    if shutil.which("tmux") is None:
+        pytest.skip("needs tmux")
+    sock = tmp_path / "tmux.sock"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TMUX")}
+    tmux = ["tmux", "-S", str(sock)]
+    printer = f"{sys.executable} -c 'while True: print(\"x\" * 200, flush=True)'"
+    subprocess.run([*tmux, "new-session", "-d", "-s", "job", printer], check=True, env=env)
+    server = int(subprocess.run([*tmux, "display", "-p", "#{pid}"], capture_output=True, text=True, check=True,
+                                env=env).stdout)  # fmt: skip
+    try:
+        wait_for(lambda: descendant(server, "python") or descendant(server, "python3"), what="the job")
+        job = descendant(server, "python") or descendant(server, "python3")
+        assert job is not None
+        os.kill(server, signal.SIGSTOP)
+        wait_for(lambda: proc_state(server) == "T" and Path(f"/proc/{job}/syscall").read_text().split()[0] == "1",
+                 what="the job blocked writing its terminal")  # fmt: skip
+        rc, host = vastprobe_json("--pid", str(job), "--sample", sample)
+        found = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+        assert not prompts(host), found
+        assert any(str(server) in s and "stopped" in s for r, sev, s in found if sev == "error"), found
+        assert host["verdict"] == "stalled" and rc == 1, found
+    finally:
+        os.kill(server, signal.SIGCONT)
+        subprocess.run([*tmux, "kill-server"], check=False, env=env)
+
+
 def prompts(host: dict) -> list[dict]:
     return [f for f in host["findings"] if f["rule"] == "terminal-prompt"]
 
@@ -210,6 +243,72 @@ def test_a_script_reading_the_terminal_is_a_prompt(reap) -> None:
     rc, host = vastprobe_json("--pid", str(dash), "--sample", "0.5")
     [f] = prompts(host)
     assert f["pids"] == [dash] and f["severity"] == "error" and rc == 1 and host["verdict"] == "stalled"
+
+
+#: A program writing to a pty whose master its parent drains 64 KiB every 3 s (a paced reader: expect,
+#: a log collector behind `script`): the writer blocks in write() on its terminal between the reads
+PTY_PACED = r"""
+import os, pty, sys, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.executable, [sys.executable, "-c", "import sys\nwhile True: sys.stdout.write('x' * 200 + '\\n')"])
+while True:
+    os.read(fd, 65536)
+    time.sleep(3)
+"""
+
+
+def test_a_program_writing_to_a_slowly_drained_pty_is_not_a_prompt(reap) -> None:
+    """A write to a terminal blocks until its master reads: it was said to wait "for someone to type at
+    /dev/pts/N" ("reads fd 1"), an error, STALLED, exit 1 (found by a helper). Output nobody drains yet
+    is no prompt; here the reader wakes on its timer: HEALTHY."""
+    top = subprocess.Popen([sys.executable, "-c", PTY_PACED], start_new_session=True)
+    reap.append(top)
+    wait_for(lambda: len(children_of(top.pid)) == 1, what="the writer")
+    [writer] = children_of(top.pid)
+    wait_for(lambda: Path(f"/proc/{writer}/syscall").read_text().split()[0] == "1", what="the writer blocked in write")
+    rc, host = vastprobe_json("--pid", str(top.pid), "--sample", "1")
+    assert not prompts(host), prompts(host)
+    assert host["verdict"] == "healthy" and rc == 0, [
+        (f["rule"], f["severity"], f["summary"]) for f in host["findings"]
+    ]
+
+
+#: A driver (pexpect's shape) typing a line every 3 s at a program that reads its terminal; `--stopped`:
+#: the driver stops itself after its first line (the control: nobody types any more)
+PTY_TYPIST = r"""
+import os, pty, signal, sys, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.executable, [sys.executable, "-c", "while True: input()"])
+while True:
+    os.write(fd, b"1\n")
+    if sys.argv[1:] == ["--stopped"]:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    time.sleep(3)
+    os.read(fd, 65536)
+"""
+
+
+@pytest.mark.parametrize("driver", ["typing", "stopped"])
+def test_a_program_its_own_driver_types_at_is_no_prompt(reap, driver: str) -> None:
+    """A program reading a pty whose master its parent holds and writes a line every 3 s (pexpect,
+    expect): said to wait "for someone to type", STALLED, exit 1, between two lines (found by a
+    helper). The driver types: no prompt. Stopped, it types no more: the prompt stands."""
+    top = subprocess.Popen([sys.executable, "-c", PTY_TYPIST, *(["--stopped"] if driver == "stopped" else [])],
+                           start_new_session=True)  # fmt: skip
+    reap.append(top)
+    wait_for(lambda: len(children_of(top.pid)) == 1, what="the program")
+    [reader] = children_of(top.pid)
+    wait_for(lambda: proc_wchan(reader) in ("wait_woken", "n_tty_read"), what="the program reading its terminal")
+    if driver == "stopped":
+        wait_for(lambda: proc_state(top.pid) == "T", what="the driver stopped")
+    rc, host = vastprobe_json("--pid", str(top.pid), "--sample", "1")
+    found = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    if driver == "stopped":
+        assert prompts(host) and host["verdict"] == "stalled" and rc == 1, found
+        return
+    assert not prompts(host) and host["verdict"] == "healthy" and rc == 0, found
 
 
 @pytest.mark.parametrize(

@@ -135,6 +135,11 @@ def wait_kind(wchan: str | Unavailable | None, syscall: Syscall | Unavailable | 
         if w in WAIT_CHILD:
             return "child"
         kind = _BY_WCHAN.get(w)
+        if kind == "socket-read" and isinstance(syscall, Syscall) and syscall.name in ("accept", "accept4"):
+            # a Unix socket's accept() sleeps in a datagram wait, as a read does: it waits for clients. A
+            # multiprocessing Manager's accepting thread so read as a read, and a client of its locked
+            # handler DEGRADED, "does not answer", not the locked server it is (found by a helper)
+            return "accept"
         if kind is not None:
             return kind
         if w.startswith(NVIDIA_PREFIXES):

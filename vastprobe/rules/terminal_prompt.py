@@ -39,6 +39,26 @@ def _own_prompt(p: Process, tty: str | None) -> bool:
     return tty is None or stdin == tty
 
 
+#: Programs that hold a terminal's master for a person to type through: a login over ssh, a tmux or
+#: screen session, a console, a container's terminal (docker's shim, podman's conmon), sudo's relay
+TERMINAL_HOSTS = frozenset(
+    {"sshd", "sshd-session", "tmux: server", "tmux", "screen", "SCREEN", "script", "login", "agetty", "getty",
+     "dropbear", "mosh-server", "xterm", "konsole", "gnome-terminal-", "conmon", "containerd-shim", "sudo", "su"}
+)  # fmt: skip
+
+
+def _driver(ctx: Context, p: Process) -> Process | None:
+    """The program typing at `p`'s terminal itself: the nearest ancestor holding a pty's master
+    (/dev/ptmx), where that is no terminal a person types through (pexpect, expect, a test harness
+    driving `bc` a line every 3 s). Said to wait for "someone to type", STALLED, exit 1, between two of
+    its driver's lines (found by a helper)."""
+    for a in list(ctx.tree.ancestors(p.pid))[:4]:
+        if isinstance(a.fds, Unavailable) or not any(e.target in ("/dev/ptmx", "/dev/pts/ptmx") for e in a.fds):
+            continue
+        return None if a.comm in TERMINAL_HOSTS or a.comm.startswith("containerd-shim") else a
+    return None
+
+
 def check(ctx: Context) -> Iterator[Finding]:
     for p in ctx.in_scope():
         if ctx.graph.kind(p) != "tty":
@@ -51,6 +71,9 @@ def check(ctx: Context) -> Iterator[Finding]:
         pr = ctx.progress.get(p.pid)
         if pr is not None and pr.moved:
             continue  # someone typed, or it did something else in between
+        driver = _driver(ctx, p)
+        if driver is not None and not ctx.stopped_throughout(driver):
+            continue  # its own driver types at it: a wait for its next line, whose pace the driver sets
         stall = stall_evidence(ctx, [p.pid], p.pid)
         # a named job that waited at a prompt over the whole window cannot go on until someone types:
         # nobody does on a batch host, so that is a stall from the first look (docs/evidence.md)

@@ -276,7 +276,10 @@ class WaitIndex:
         if entry.target.startswith("pipe:["):
             return "pipe-write" if writing else "pipe-read"
         if entry.target.startswith("/dev/pts/") or entry.target.startswith("/dev/tty"):
-            return "tty"
+            # a write blocks on output nobody drains yet (a pty whose master reads slowly, or a terminal
+            # held by Ctrl-S), as a full pipe's does, never on input: it was said to wait "for someone to
+            # type" (found by a helper)
+            return "pipe-write" if writing else "tty"
         return None
 
     def waited_entry(self, p: Process, sc: Syscall | Unavailable | None = None) -> FdEntry | None:

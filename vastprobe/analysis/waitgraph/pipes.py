@@ -28,6 +28,9 @@ class PipeEdges(WaitIndex):
             want = ("r", "rw") if reading else ("w", "rw")
             candidates = [e for e in p.fds if e.mode in want and e.pipe_inode is not None]
         other_modes = ("w", "rw") if reading else ("r", "rw")
+        if not reading and entry is not None and entry.path.startswith(("/dev/pts/", "/dev/tty")):
+            yield self._terminal_write_edge(p, t, entry)
+            return
         for e in candidates:
             ino = e.pipe_inode
             if ino is not None:
@@ -55,6 +58,37 @@ class PipeEdges(WaitIndex):
                 inferred=entry is None and len(candidates) > 1,  # which of its pipes, only the syscall says
                 writes=not reading,
             )
+
+    def _terminal_write_edge(self, p: Process, t: Task, e: FdEntry) -> WaitEdge:
+        """A write to a terminal blocks until its master drains it, as a full pipe's does until its reader
+        reads: the master's holder is the nearest ancestor holding /dev/ptmx (tmux's server, sshd, a
+        pexpect driver; which pty each master is, only fdinfo's tty-index says). A pane's job blocked
+        writing behind a stopped tmux server read STALLED as a prompt, "waits for someone to type"
+        (found by a helper)."""
+        holder = next(
+            (
+                a.pid
+                for a in list(self.tree.ancestors(p.pid))[:8]
+                if not isinstance(a.fds, Unavailable) and any(x.path in ("/dev/ptmx", "/dev/pts/ptmx") for x in a.fds)
+            ),
+            None,
+        )
+        ev = [Evidence("/proc/fd", f"{t.who} writes the terminal {e.path} on fd {e.fd}")]
+        if holder is not None:
+            ev.append(
+                Evidence("/proc/fd", f"its master (/dev/ptmx) held by {self._label(holder)}, its nearest such ancestor")
+            )
+        return WaitEdge(
+            p.pid,
+            "pipe",
+            (holder,) if holder is not None else (),
+            f"the terminal {e.path} (fd {e.fd}), its output undrained",
+            tuple(ev),
+            fd=e.fd,
+            thread=t.tid,
+            inferred=True,
+            writes=True,
+        )
 
     def _fifo_open_edge(self, p: Process) -> WaitEdge:
         """open() of a FIFO blocks until the other end is opened: the path is still in the caller's
