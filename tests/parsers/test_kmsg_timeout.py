@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from fixtures.kmsg.replay import filter_like_probe
-from tests.helpers import proc_wchan, wait_for
+from tests.helpers import proc_state, proc_wchan, wait_for
 from tests.probe.test_script_attacks import fake_bin, kill_marked, needs_root_unshare
 from tests.rules.test_pool_lost_task import IDLE_WAITS, MAP, age, pool_workers
 from vastprobe.model import KernelLog
@@ -115,11 +115,14 @@ def test_a_lost_pool_worker_says_an_oom_kill_could_not_be_checked(reap, tmp_path
     wait_for(lambda: age(victim) >= 1.0, what="the long task under way for a second")
     os.kill(victim, signal.SIGKILL)
     wait_for(lambda: len(pool_workers(job.pid)) == 3 and victim not in pool_workers(job.pid), what="a new worker")
-    wait_for(
-        lambda: all(proc_wchan(w).startswith(IDLE_WAITS) for w in pool_workers(job.pid)),
-        timeout=30,
-        what="every worker idle on the task queue",
-    )  # fmt: skip (a loaded CI run needed more than 10 s)
+    try:
+        wait_for(
+            lambda: all(proc_wchan(w).startswith(IDLE_WAITS) for w in pool_workers(job.pid)),
+            timeout=30,
+            what="every worker idle on the task queue",
+        )  # fmt: skip (a loaded CI run needed more than 10 s)
+    except AssertionError:  # a full local run timed out here once: say where each worker was
+        raise AssertionError([(w, proc_state(w), proc_wchan(w)) for w in pool_workers(job.pid)]) from None
     _took, _rc, host = diagnose_with_hanging_dmesg(tmp_path, "--pid", str(job.pid), "--sample", "0")
     assert host["snapshot"]["kernel_log"]["readable"] is False
     (f,) = [f for f in host["findings"] if f["rule"] == "pool-lost-task"]

@@ -111,7 +111,10 @@ def _state_words(ctx: Context, h: LogHealth, path: str, ev: list[Evidence]) -> t
     elif h.state == "rotated":
         moved = {pid: ctx.progress[pid].io_bytes for pid, _fd, _path in h.rotated_writers if pid in ctx.progress}
         written = sorted({path for _pid, _fd, path in h.rotated_writers})
-        names = ", ".join(ctx.proc_label(pid) for pid, _fd, _path in h.rotated_writers[:4])
+        # each writer once: stdout and stderr on the rotated file named it twice (found by a helper)
+        names = ", ".join(
+            ctx.proc_label(pid) for pid in list(dict.fromkeys(pid for pid, _fd, _p in h.rotated_writers))[:4]
+        )
         sev = "warning"
         summary = f"{path} was rotated; {names} still write(s) {', '.join(written)}"
         hint = (
