@@ -183,6 +183,17 @@ def test_a_session_level_advisory_lock_held_by_an_idle_session_is_named(reap, cl
                         "and backend_type = 'client backend'"], capture_output=True, timeout=30)  # fmt: skip
 
 
+@contextlib.contextmanager
+def stopped(pid: int, what: str) -> Iterator[None]:
+    """`pid` SIGSTOPped (and seen stopped) for the block, then resumed."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: proc_state(pid) == "T", what=f"{what} stopped")
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def end_client_sessions(cluster: Path) -> None:
     subprocess.run(["psql", "-h", str(cluster), "-U", "postgres", "-qc",
                     "select pg_terminate_backend(pid) from pg_stat_activity where pid <> pg_backend_pid() "
@@ -202,22 +213,20 @@ def test_a_lock_whose_holder_is_stopped_mid_statement_is_a_stall(reap, cluster: 
     reap.append(holder)
     wait_for(lambda: any(t.endswith(" SELECT") for t in titles(cluster).values()), what="the holder's statement")
     backend = next(pid for pid, t in titles(cluster).items() if t.endswith(" SELECT"))
-    os.kill(backend, signal.SIGSTOP)
     try:
-        wait_for(lambda: proc_state(backend) == "T", what="the holder's backend stopped")
-        job = subprocess.Popen(["psql", "-h", str(cluster), "-U", "postgres", "-qc", "select * from t;"],
-                               start_new_session=True, stdout=subprocess.DEVNULL)  # fmt: skip
-        reap.append(job)
-        wait_for(lambda: any(t.endswith(" waiting") for t in titles(cluster).values()), what="the job waiting")
-        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
-        f = next((f for f in host["findings"] if f["rule"] == "db-lock-wait"), None)
-        assert f is not None, [(g["rule"], g["severity"], g["summary"]) for g in host["findings"]]
-        assert f"likely held by backend {backend}" in f["summary"], f["summary"]
-        proof = [e["detail"] for e in f["evidence"] if e["source"] == "proof"]
-        assert proof and "is stopped over" in proof[0], f["evidence"]
-        assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, f["summary"]
+        with stopped(backend, "the holder's backend"):
+            job = subprocess.Popen(["psql", "-h", str(cluster), "-U", "postgres", "-qc", "select * from t;"],
+                                   start_new_session=True, stdout=subprocess.DEVNULL)  # fmt: skip
+            reap.append(job)
+            wait_for(lambda: any(t.endswith(" waiting") for t in titles(cluster).values()), what="the job waiting")
+            rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
+            f = next((f for f in host["findings"] if f["rule"] == "db-lock-wait"), None)
+            assert f is not None, [(g["rule"], g["severity"], g["summary"]) for g in host["findings"]]
+            assert f"likely held by backend {backend}" in f["summary"], f["summary"]
+            proof = [e["detail"] for e in f["evidence"] if e["source"] == "proof"]
+            assert proof and "is stopped over" in proof[0], f["evidence"]
+            assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, f["summary"]
     finally:
-        os.kill(backend, signal.SIGCONT)
         end_client_sessions(cluster)
 
 
@@ -259,9 +268,7 @@ def test_a_client_queued_at_a_stopped_postmaster_is_stalled(reap, cluster: Path)
     """psql connecting to a SIGSTOPped postmaster sits in its Unix listener's accept queue: it read
     HEALTHY, exit 0, no finding (found by a helper; the same over TCP read STALLED). STALLED, exit 1."""
     postmaster = int((cluster / "data" / "postmaster.pid").read_text().split()[0])
-    os.kill(postmaster, signal.SIGSTOP)
-    try:
-        wait_for(lambda: proc_state(postmaster) == "T", what="the postmaster stopped")
+    with stopped(postmaster, "the postmaster"):
         job = subprocess.Popen(["psql", "-h", str(cluster), "-U", "postgres", "-qc", "select 1;"],
                                start_new_session=True, stdout=subprocess.DEVNULL)  # fmt: skip
         reap.append(job)
@@ -272,8 +279,6 @@ def test_a_client_queued_at_a_stopped_postmaster_is_stalled(reap, cluster: Path)
         assert f is not None, [(g["rule"], g["severity"], g["summary"]) for g in host["findings"]]
         assert f"{postmaster} (postgres)" in f["summary"], f["summary"]
         assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, f["summary"]
-    finally:
-        os.kill(postmaster, signal.SIGCONT)
 
 
 def test_a_running_query_is_healthy(reap, cluster: Path) -> None:

@@ -135,22 +135,6 @@ def test_a_client_whose_redis_sleeps_with_its_request_unread_is_stalled(redis: t
         sleeper.close()
 
 
-def test_a_client_redis_never_accepted_while_asleep_is_stalled(redis: tuple[int, int], reap) -> None:
-    sleeper = debug_sleep(redis)
-    try:
-        job = subprocess.Popen(["redis-cli", "-p", str(redis[0]), "GET", "k"], stdout=subprocess.DEVNULL,
-                               start_new_session=True)  # fmt: skip
-        reap.append(job)
-        wait_for(lambda: proc_wchan(job.pid) == "wait_woken", what="redis-cli waiting")
-        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
-        f = finding(host)
-        assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["headline"]
-        assert "in its accept queue, and accepted none over" in proof(f), f["evidence"]
-        assert "has not accepted the connection" in f["summary"] and "connect timeout" in f["hint"], f
-    finally:
-        sleeper.close()
-
-
 #: A Unix listener that never accepts, with a connection of its own queued: another listener with a
 #: queue on the host, as a stuck service's would be
 UNIX_DECOY = """
@@ -161,22 +145,24 @@ select.poll().poll()
 """
 
 
-def test_a_client_redis_never_accepted_on_its_unix_socket_while_asleep_is_stalled(
-    redis: tuple[int, int], reap, tmp_path: Path
-) -> None:
-    """The same over redis's Unix socket read HEALTHY, exit 0, with no finding (found by a helper; a
-    psql queued at a stopped postmaster too): a Unix connection not accepted yet has a peer with no
-    inode (ss shows 0), so the wait led nowhere. It leads to the one Unix listener here with
-    connections queued, as a TCP connection's leads to its listener; beside another such listener
-    (a decoy that never accepts), to the one whose path the client's command line names."""
-    decoy = subprocess.Popen([sys.executable, "-c", UNIX_DECOY, str(tmp_path / "decoy.sock")], start_new_session=True)
-    reap.append(decoy)
-    wait_for(lambda: (tmp_path / "decoy.sock").exists() and proc_wchan(decoy.pid).startswith(("poll_schedule", "do_sys_poll")),
-             what="the decoy")  # fmt: skip
+@pytest.mark.parametrize("over", ["tcp", "unix"])
+def test_a_client_redis_never_accepted_while_asleep_is_stalled(redis: tuple[int, int], reap, tmp_path: Path,
+                                                               over: str) -> None:  # fmt: skip
+    """Over TCP, and over redis's Unix socket, which read HEALTHY, exit 0, with no finding (found by a
+    helper; a psql queued at a stopped postmaster too): a Unix connection not accepted yet has a peer
+    with no inode (ss shows 0), so the wait led nowhere. It leads to the one Unix listener here with
+    connections queued, as a TCP connection's leads to its listener; beside another such listener (a
+    decoy that never accepts), to the one whose path the client's command line names."""
+    if over == "unix":
+        decoy = subprocess.Popen([sys.executable, "-c", UNIX_DECOY, str(tmp_path / "decoy.sock")],
+                                 start_new_session=True)  # fmt: skip
+        reap.append(decoy)
+        wait_for(lambda: (tmp_path / "decoy.sock").exists()
+                 and proc_wchan(decoy.pid).startswith(("poll_schedule", "do_sys_poll")), what="the decoy")  # fmt: skip
     sleeper = debug_sleep(redis)
     try:
-        job = subprocess.Popen(["redis-cli", "-s", str(tmp_path / "redis.sock"), "GET", "k"],
-                               stdout=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        to = ["-p", str(redis[0])] if over == "tcp" else ["-s", str(tmp_path / "redis.sock")]
+        job = subprocess.Popen(["redis-cli", *to, "GET", "k"], stdout=subprocess.DEVNULL, start_new_session=True)
         reap.append(job)
         wait_for(lambda: proc_wchan(job.pid) in ("unix_stream_read_generic", "wait_woken"), what="redis-cli waiting")
         rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
@@ -184,6 +170,7 @@ def test_a_client_redis_never_accepted_on_its_unix_socket_while_asleep_is_stalle
         assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["findings"]
         assert "in its accept queue, and accepted none over" in proof(f), f["evidence"]
         assert "has not accepted the connection" in f["summary"] and "redis-server" in f["summary"], f
+        assert "connect timeout" in f["hint"], f
     finally:
         sleeper.close()
 
