@@ -416,14 +416,14 @@ def _classify(ctx: SnapshotView, chain: Chain) -> StalledChain:
             return StalledChain(
                 "orphan-pipe", chain, edge, orphans, None if moved is None else not moved, "orphan", orphans
             )
-    db = next((e for e in chain.resource_edges() if e.kind == "db-lock"), None)
+    resource = chain.resource_edges()
+    db = next((e for e in resource if e.kind == "db-lock"), None)
     if db is not None:  # the database's own lock, likely holders named: that is the story
         if not db.holders:
             return _db_lock_unheld(ctx, chain, db)
         moved = _moved(ctx, db.holders)
         idle = None if moved is None else not moved
         return StalledChain("db-lock", chain, db, db.holders, idle, None, proof=_proof(ctx, "db-lock", db, idle))
-    resource = chain.resource_edges()
     if not resource:
         moved = _moved(ctx, chain.pids[1:])
         return StalledChain(

@@ -52,11 +52,10 @@ def _driver(ctx: Context, p: Process) -> Process | None:
     (/dev/ptmx), where that is no terminal a person types through (pexpect, expect, a test harness
     driving `bc` a line every 3 s). Said to wait for "someone to type", STALLED, exit 1, between two of
     its driver's lines (found by a helper)."""
-    for a in list(ctx.tree.ancestors(p.pid))[:4]:
-        if isinstance(a.fds, Unavailable) or not any(e.target in ("/dev/ptmx", "/dev/pts/ptmx") for e in a.fds):
-            continue
-        return None if a.comm in TERMINAL_HOSTS or a.comm.startswith("containerd-shim") else a
-    return None
+    a = ctx.graph.pty_master_holder(p, within=4)
+    if a is None or a.comm in TERMINAL_HOSTS or a.comm.startswith("containerd-shim"):
+        return None
+    return a
 
 
 def check(ctx: Context) -> Iterator[Finding]:

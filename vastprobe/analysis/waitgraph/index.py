@@ -5,6 +5,7 @@ threads can still act. Every edge module builds on this; none re-reads the snaps
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -280,6 +281,15 @@ class WaitIndex:
             # held by Ctrl-S), as a full pipe's does, never on input: it was said to wait "for someone to
             # type" (found by a helper)
             return "pipe-write" if writing else "tty"
+        return None
+
+    def pty_master_holder(self, p: Process, within: int) -> Process | None:
+        """The nearest of `p`'s first `within` ancestors holding a pty's master (/dev/ptmx): tmux's
+        server, sshd, a pexpect driver. Which pty each master is only fdinfo's tty-index says: the
+        nearest holder stands for it (a terminal write's edge, terminal-prompt's driver)."""
+        for a in itertools.islice(self.tree.ancestors(p.pid), within):
+            if not isinstance(a.fds, Unavailable) and any(x.path in ("/dev/ptmx", "/dev/pts/ptmx") for x in a.fds):
+                return a
         return None
 
     def waited_entry(self, p: Process, sc: Syscall | Unavailable | None = None) -> FdEntry | None:

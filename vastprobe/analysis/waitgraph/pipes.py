@@ -65,14 +65,8 @@ class PipeEdges(WaitIndex):
         pexpect driver; which pty each master is, only fdinfo's tty-index says). A pane's job blocked
         writing behind a stopped tmux server read STALLED as a prompt, "waits for someone to type"
         (found by a helper)."""
-        holder = next(
-            (
-                a.pid
-                for a in list(self.tree.ancestors(p.pid))[:8]
-                if not isinstance(a.fds, Unavailable) and any(x.path in ("/dev/ptmx", "/dev/pts/ptmx") for x in a.fds)
-            ),
-            None,
-        )
+        master = self.pty_master_holder(p, within=8)
+        holder = master.pid if master is not None else None
         ev = [Evidence("/proc/fd", f"{t.who} writes the terminal {e.path} on fd {e.fd}")]
         if holder is not None:
             ev.append(

@@ -107,17 +107,8 @@ class SocketEdges(WaitIndex):
         listener = self._listener(sock.remote, sock.netns) if not holders and peer is None else None
         if listener is not None:
             # accepted by the kernel, not yet by the server: it sits in the listener's queue
-            holders = tuple(sorted(set(self._fds.sockets.get(listener.inode, [])) - {p.pid}))
-            ev.append(
-                Evidence(
-                    "/proc/net/tcp",
-                    f"not accepted yet: {listener.local} LISTEN has {listener.recv_queue} connection(s) queued",
-                )
-            )
-            ev += [
-                Evidence("/proc/fd", f"listening socket:[{listener.inode}] held by {self._label(h)}")
-                for h in holders[:8]
-            ]
+            queued = f"not accepted yet: {listener.local} LISTEN has {listener.recv_queue} connection(s) queued"
+            holders = self._queued_at(p, listener, Evidence("/proc/net/tcp", queued), ev)
         elif peer is not None:
             ev.append(
                 Evidence(
@@ -134,6 +125,16 @@ class SocketEdges(WaitIndex):
             p.pid, "tcp", holders, f"TCP {conn}", tuple(ev), fd=fd, socket=sock, peer=peer,
             listener=listener if listener is not None and holders else None,
         )  # fmt: skip
+
+    def _queued_at(self, p: Process, listener: Socket, queued: Evidence, ev: list[Evidence]) -> tuple[int, ...]:
+        """The holders of the listener whose queue holds `p`'s connection (TCP's or a Unix socket's),
+        with `queued` and who holds the listening socket added to `ev`."""
+        holders = tuple(sorted(set(self._fds.sockets.get(listener.inode, [])) - {p.pid}))
+        ev.append(queued)
+        ev += [
+            Evidence("/proc/fd", f"listening socket:[{listener.inode}] held by {self._label(h)}") for h in holders[:8]
+        ]
+        return holders
 
     @cached_property
     def _local_ips(self) -> frozenset[str]:
@@ -166,18 +167,11 @@ class SocketEdges(WaitIndex):
             )
             ev += [Evidence("/proc/fd", f"peer held by {self._label(h)}") for h in holders[:8]]
         elif listener is not None:
-            holders = tuple(sorted(set(self._fds.sockets.get(listener.inode, [])) - {p.pid}))
-            ev.append(
-                Evidence(
-                    "ss",
-                    f"its peer has no inode: a connection not accepted yet; the Unix listener here with "
-                    f"connections queued is {listener.local} ({listener.recv_queue} queued)",
-                )
+            queued = (
+                f"its peer has no inode: a connection not accepted yet; the Unix listener here with "
+                f"connections queued is {listener.local} ({listener.recv_queue} queued)"
             )
-            ev += [
-                Evidence("/proc/fd", f"listening socket:[{listener.inode}] held by {self._label(h)}")
-                for h in holders[:8]
-            ]
+            holders = self._queued_at(p, listener, Evidence("ss", queued), ev)
         elif not peers_known:
             ev.append(Evidence("ss", "not on the target: a Unix socket's peer is unknown"))
         return WaitEdge(
