@@ -1,48 +1,118 @@
 """VP110 disk-full: /tmp or a log's filesystem out of space or inodes; writes fail, and jobs that
-do not check them hang or die quietly."""
+do not check them hang or die quietly.
+
+A full filesystem proves a stall only where the job writes: a 200 GiB volume at 98% with 3.8 GiB
+free, or a full /tmp the job holds nothing open on, read STALLED for a job whose log kept growing
+(found by a helper). It is an error when there is no room left (98% used and under 256 MiB free, or
+98% of inodes used and under 4,096 free), the job writes there (a `--log` on it, or a file under
+the path asked about that a process of the job holds open for writing), and no log on it grew
+between the samples; a warning otherwise."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
-from vastprobe.model import Evidence, Finding
+from vastprobe.model import DiskUsage, Evidence, Finding, Unavailable
 from vastprobe.rules.base import Context, Rule, RuleMeta
 
 META = RuleMeta("disk-full", "VP110", "error", "a filesystem the job writes to is (nearly) out of space or inodes")
 ERROR_PCT, WARN_PCT = 98.0, 90.0
 ERROR_FREE_KB = 256 * 1024
+ERROR_FREE_INODES = 4096
+#: The directory the probe's df always asks about (script.sh: vp_df).
+ALWAYS_ASKED = "/tmp"
+
+
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def _mount_of(path: str, disks: tuple[DiskUsage, ...]) -> str | None:
+    """The mount point of the listed filesystem a path asked about lies on: the longest above it."""
+    return max((d.mount for d in disks if _under(path, d.mount)), key=len, default=None)
+
+
+def _asked(ctx: Context) -> list[str]:
+    """The directories df was asked about: /tmp and each --log's."""
+    return [ALWAYS_ASKED, *(os.path.dirname(log.path) or "." for log in ctx.snapshot.logs)]
+
+
+def _writers(ctx: Context, d: DiskUsage) -> list[str]:
+    """Why the job writes to `d`: a --log on it, or a process in scope holding a file open for
+    writing under a directory asked about that lies on it."""
+    disks = ctx.snapshot.disks
+    out = [
+        f"--log {log.path} is on it"
+        for log in ctx.snapshot.logs
+        if _mount_of(os.path.dirname(log.path), disks) == d.mount
+    ]
+    tops = [a for a in _asked(ctx) if _mount_of(a, disks) == d.mount]
+    for p in ctx.in_scope():
+        if isinstance(p.fds, Unavailable):
+            continue
+        held = next((e.path for e in p.fds if e.mode in ("w", "rw") and any(_under(e.path, t) for t in tops)), None)
+        if held is not None:
+            out.append(f"{p.comm} ({p.pid}) holds {held} open for writing")
+        if len(out) >= 3:
+            break
+    return out
+
+
+def _grew(ctx: Context, d: DiskUsage) -> str | None:
+    """A log on `d` that grew between the samples: writes still land there."""
+    for h in ctx.log_healths:
+        if h.grew and _mount_of(os.path.dirname(h.log.path) or "/", ctx.snapshot.disks) == d.mount:
+            return h.log.path
+    return None
+
+
+def _problems(d: DiskUsage) -> tuple[list[Evidence], bool, bool]:
+    """The evidence of a filesystem filling up, whether it is (that far) filling, and whether it is
+    out of room."""
+    problems, filling, full = [], False, False
+    if d.size_kb and d.used_kb is not None and d.available_kb is not None:
+        pct = 100.0 * d.used_kb / max(1, d.used_kb + d.available_kb)
+        if pct >= WARN_PCT:
+            filling = True
+            full = pct >= ERROR_PCT and d.available_kb < ERROR_FREE_KB
+            problems.append(Evidence("df -P", f"{d.mount}: {pct:.1f}% used, {d.available_kb // 1024} MiB free"))
+    if d.inodes and d.inodes_free is not None:
+        ipct = 100.0 * (d.inodes - d.inodes_free) / d.inodes
+        if ipct >= WARN_PCT:
+            filling = True
+            full = full or (ipct >= ERROR_PCT and d.inodes_free < ERROR_FREE_INODES)
+            problems.append(Evidence("df -Pi", f"{d.mount}: {ipct:.1f}% of inodes used, {d.inodes_free} free"))
+    return problems, filling, full
 
 
 def check(ctx: Context) -> Iterator[Finding]:
+    seen = set()
     for d in ctx.snapshot.disks:
-        problems = []
-        sev = None
-        if d.size_kb and d.used_kb is not None and d.available_kb is not None:
-            pct = 100.0 * d.used_kb / max(1, d.used_kb + d.available_kb)
-            # under 256 MiB free is full only once the filesystem is filling (90%): a 64 MiB /dev/shm or a
-            # small tmpfs holding one log read "is full" at 0.0% used (found by a helper)
-            if pct >= ERROR_PCT or (d.available_kb < ERROR_FREE_KB and pct >= WARN_PCT):
+        if d.mount in seen:
+            continue
+        seen.add(d.mount)
+        problems, filling, full = _problems(d)
+        if not filling:
+            continue
+        sev = "warning"
+        if full:
+            writers = _writers(ctx, d)
+            grew = _grew(ctx, d)
+            if not writers:
+                problems.append(Evidence("fd", "the job holds no file open for writing there"))
+            elif grew is not None:
+                problems.append(Evidence("stat", f"{grew} grew between the samples: writes still land"))
+            else:
                 sev = "error"
-            elif pct >= WARN_PCT:
-                sev = "warning"
-            if sev:
-                problems.append(Evidence("df -P", f"{d.mount}: {pct:.1f}% used, {d.available_kb // 1024} MiB free"))
-        if d.inodes and d.inodes_free is not None:
-            ipct = 100.0 * (d.inodes - d.inodes_free) / d.inodes
-            if ipct >= ERROR_PCT:
-                sev = "error"
-            elif ipct >= WARN_PCT and sev is None:
-                sev = "warning"
-            if ipct >= WARN_PCT:
-                problems.append(Evidence("df -Pi", f"{d.mount}: {ipct:.1f}% of inodes used, {d.inodes_free} free"))
-        if sev:
-            yield META.finding(
-                f"{d.mount} is {'full' if sev == 'error' else 'filling up'}",
-                [],
-                problems,
-                "free space (old checkpoints, caches, /tmp) or point the job at a larger volume",
-                sev,  # type: ignore[arg-type]
-            )
+                problems.extend(Evidence("fd", w) for w in writers)
+        yield META.finding(
+            f"{d.mount} is {'full' if full else 'filling up'}",
+            [],
+            problems,
+            "free space (old checkpoints, caches, /tmp) or point the job at a larger volume",
+            sev,  # type: ignore[arg-type]
+        )
 
 
 RULE = Rule(META, check)
