@@ -411,3 +411,33 @@ def test_a_program_waiting_on_a_lock_its_oom_killed_child_held_is_deadlocked(rea
     # kills share the log)
     assert "every one of them has exited" in errors.get("fork-deadlock", ""), errors
     assert host["verdict"] == "stalled" and rc == 1, host["headline"]
+
+
+#: a job whose own POSIX timer (or a peer's sigqueue) will end its wait: the handler sets the event
+RT_SIGNAL_WAITER = """
+import signal, sys, threading
+done = threading.Event()
+signal.signal(signal.SIGRTMIN + int(sys.argv[1]), lambda *a: done.set())
+print("ready", flush=True)
+done.wait()
+"""
+
+
+@pytest.mark.parametrize("offset", [0, 3])
+def test_a_wait_a_real_time_signal_handler_ends_is_no_stall(reap, offset: int) -> None:
+    """A job whose timer's SIGRTMIN handler sets what it waits on read STALLED, exit 1 ("waits for
+    ever on a lock no thread of its own can release"), and finished 25 s later (found by a helper):
+    SIGRTMIN and up are signals only a program's own code uses, as USR1 is."""
+    job = subprocess.Popen([sys.executable, "-c", RT_SIGNAL_WAITER, str(offset)], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    assert job.stdout is not None and job.stdout.readline() == "ready\n"
+    wait_for(lambda: proc_wchan(job.pid).startswith("futex") and proc_state(job.pid) == "S", what="the event wait")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3")
+    mine = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"] if job.pid in f["pids"]]
+    assert all(sev != "error" for _r, sev, _s in mine), mine
+    name = "SIGRTMIN" if offset == 0 else f"SIGRTMIN+{offset}"
+    assert any(name in s for _r, _sev, s in mine), mine
+    assert rc == 0 and host["verdict"] != "stalled", host["findings"]
+    os.kill(job.pid, signal.SIGRTMIN + offset)  # the proof that the wait ends: the handler sets it
+    assert job.wait(30) == 0

@@ -84,3 +84,19 @@ def test_two_line_retry_blocks_and_too_few_repeats() -> None:
     assert retry_loop("".join(block.format(n=i) for i in range(6))).period == 2  # type: ignore[union-attr]
     assert retry_loop("".join(block.format(n=i) for i in range(4))) is None
     assert retry_loop("started\n" + "waiting for rank 1\n" * 3 + "rank 1 joined\n" + "waiting for rank 2\n" * 2) is None
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        ["job starting", "error: cannot open database /data/db.sqlite", "worker exited with status 1, restarting in 2s"],
+        ["2026-12-07 20:00:{n:02d},120 INFO spawned: 'crash' with pid 41{n:02d}",
+         "2026-12-07 20:00:{n:02d},450 INFO exited: crash (exit status 1; not expected)"],  # supervisord's own words
+    ],
+)  # fmt: skip
+def test_a_restarter_that_restarts_a_failing_job_is_a_retry_loop(block: list[str]) -> None:
+    """A job restarted over and over read HEALTHY: "restarting in 2s" was no retry word, nor
+    supervisord's "not expected" exit (found by a helper)."""
+    text = "".join(line.format(n=i) + "\n" for i in range(8) for line in block)
+    loop = retry_loop(text)
+    assert loop is not None and loop.repeats == 8 and loop.period == len(block), loop

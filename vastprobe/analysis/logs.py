@@ -28,15 +28,18 @@ FATAL = re.compile(
 RETRY = re.compile(
     r"(retrying|will retry|retry in|retry #|retry attempt|trying again|try again in|backing off|"
     r"connection refused|couldn'?t connect|could not connect|failed to connect|unable to connect|"
-    r"not yet listening|no route to host|errno:? ?111|ECONNREFUSED)",
+    r"not yet listening|no route to host|errno:? ?111|ECONNREFUSED|"
+    # a restarter's words: a bash `until job; do sleep; done`, supervisord's unexpected exit, systemd's
+    r"restarting|restart in|will restart|respawn|scheduled restart|not expected\))",
     re.IGNORECASE,
 )
 _NUMBERS = re.compile(r"0x[0-9a-fA-F]+|[0-9a-fA-F]{8,}|[0-9]+")
 # a time or a date changes on every line of any loop; a decimal (a loss, a rate) wanders
 _CLOCKS = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}|[0-9]{1,2}:[0-9]{2}(:[0-9]{2})?(\.[0-9]+)?|[0-9]+\.[0-9]+")
 _COUNTS = re.compile(r"[0-9]+")
-# an attempt counter counts retries, not progress: wget's "(try:23)", "attempt 4"
-_ATTEMPTS = re.compile(r"\b(try|tries|attempt|attempts|retry|retries)\b\W{0,3}[0-9]+", re.IGNORECASE)
+# an attempt counter counts retries, not progress: wget's "(try:23)", "attempt 4"; so does a restarted
+# job's new process ID (supervisord's "spawned: 'job' with pid 4107")
+_ATTEMPTS = re.compile(r"\b(try|tries|attempt|attempts|retry|retries|pid)\b\W{0,3}[0-9]+", re.IGNORECASE)
 MIN_REPEATS = 5
 MAX_PERIOD = 6
 
