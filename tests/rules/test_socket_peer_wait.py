@@ -673,22 +673,20 @@ def test_a_client_caught_awake_between_two_calls_recorded() -> None:
 def test_a_client_of_a_locked_threaded_server_whose_loop_ticked_recorded() -> None:
     """Recorded (fixtures/procfs/threaded-server-ticks): curl waits on a ThreadingHTTPServer whose
     request thread took its lock twice, and the server's accepting loop, woken by its 0.5 s timer,
-    counted a CPU tick over the window. The loop's wakes answer nobody: STALLED, exit 1, the server named
-    with the locked-handlers proof, not 'did nothing over' a window it ticked in. It read HEALTHY, no
-    finding, 1 read in 10 on a loaded machine (a CI failure of the live test below at 291f692); the
-    server named alone read HEALTHY too (thread-deadlock wanted no tick)."""
+    counted a CPU tick over the window. The loop's wakes answer nobody: a warning naming the server's
+    locked handlers (a long poll reads the same: no proof). It read HEALTHY, no finding, 1 read in 10 on
+    a loaded machine (a CI failure of the live test below at 291f692); the server named alone read
+    HEALTHY too (thread-deadlock wanted no tick)."""
     rc, host = analyze_recording(FIXTURES / "procfs" / "threaded-server-ticks", "--pid", "6")
     f = finding(host)
     assert f["pids"][:2] == [6, 3], f  # curl, then the server
-    assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, f["summary"]
-    said = proof(f)
-    assert "every thread of it but its accepting loop waits for ever on a lock" in said, f["evidence"]
-    assert "did nothing" not in said, said
+    assert f["severity"] == "warning" and host["verdict"] == "degraded" and rc == 0, f["summary"]
+    assert "its peer 3 (python) answers no one" in f["summary"], f["summary"]
     # the server named alone: its locked handlers, curl waiting on it, the loop's tick no motion
     rc, host = analyze_recording(FIXTURES / "procfs" / "threaded-server-ticks", "--pid", "3")
     f = finding(host, "thread-deadlock")
-    assert f["severity"] == "error" and "3 (python) cannot answer 6 (curl)" in f["summary"], f["summary"]
-    assert host["verdict"] == "stalled" and rc == 1, f["summary"]
+    assert f["severity"] == "warning" and "3 (python) answers none of 6 (curl)" in f["summary"], f["summary"]
+    assert host["verdict"] == "degraded" and rc == 0, f["summary"]
     window = [e["detail"] for e in f["evidence"] if e["source"] == "progress"]
     assert window == ["asleep at every read; 1 CPU tick(s) and no I/O over 1.0s: its accepting loop's timer wakes"]
 
@@ -934,8 +932,9 @@ def vastprobe_json_server_asleep(server: int, *args: str) -> tuple[int, dict]:
 
 
 def assert_the_client_reads(waiter: int, server: int, name: str, client: str) -> None:
-    """The client named, with two samples and with one: STALLED, exit 1, the server named with the
-    locked-handlers proof (`report`); no error, exit 0 (`keep-alive`)."""
+    """The client named, with two samples and with one: a warning, DEGRADED, exit 0, the server named
+    with its locked handlers (`report`: a deadlock and a long poll read the same); no error, exit 0
+    (`keep-alive`)."""
     for sample in ("1", "0"):
         rc, host = vastprobe_json_server_asleep(server, "--pid", str(waiter), "--sample", sample)
         said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
@@ -944,19 +943,20 @@ def assert_the_client_reads(waiter: int, server: int, name: str, client: str) ->
             assert host["verdict"] in ("healthy", "degraded") and rc == 0, said
             continue
         f = finding(host)
-        assert f["severity"] == "error" and f"{server} ({name}" in f["summary"], said
-        assert "every thread of it but its accepting loop waits for ever on a lock" in proof(f), f["evidence"]
-        assert host["verdict"] == "stalled" and rc == 1, said
+        assert f["severity"] == "warning" and f"its peer {server} ({name}) answers no one" in f["summary"], said
+        assert "a deadlocked handler, or long polls" in f["summary"], f["summary"]
+        assert host["verdict"] == "degraded" and rc == 0, said
 
 
 @pytest.mark.parametrize("client", ["report", "keep-alive"])
-def test_a_client_of_a_threaded_server_whose_handler_is_locked_is_stalled(reap, client: str) -> None:
+def test_a_client_of_a_threaded_server_whose_handler_is_locked_is_a_warning(reap, client: str) -> None:
     """curl waits on a ThreadingHTTPServer whose request thread took its lock twice: the main thread
     wakes every 0.5 s in its poll over the listener, so the server 'wakes by itself', and the job read
-    HEALTHY with a note, no --log (found by a helper). Every thread but the accepting loop locked for
-    ever, the loop polling the listener alone: STALLED, the server named; the server named alone reads
-    STALLED too (thread-deadlock: it cannot answer the client). The control keeps an idle connection
-    open (its request thread reads it): no stall either way."""
+    HEALTHY with a note, no --log (found by a helper). Every thread but the accepting loop waits on a
+    lock with no timeout, the loop polling the listener alone: a warning naming the server, for the
+    client and for the server named alone (thread-deadlock), not proof: a long poll reads the same
+    (test_a_long_poll_on_a_threaded_server_is_no_stall). The control keeps an idle connection open
+    (its request thread reads it): nothing said either way."""
     if shutil.which("curl") is None:
         pytest.skip("needs curl")
     srv, port = start_server(reap, THREADED_HTTP)
@@ -970,13 +970,59 @@ def test_a_client_of_a_threaded_server_whose_handler_is_locked_is_stalled(reap, 
         assert host["verdict"] == "healthy" and rc == 0, said
         return
     f = finding(host, "thread-deadlock")
-    assert f["severity"] == "error" and f"cannot answer {job.pid} (curl)" in f["summary"], said
-    assert host["verdict"] == "stalled" and rc == 1, said
+    assert f["severity"] == "warning" and f"answers none of {job.pid} (curl)" in f["summary"], said
+    assert host["verdict"] == "degraded" and rc == 0, said
+
+
+#: A long poll on http.server's ThreadingHTTPServer: GET /poll waits for the next message with no
+#: deadline, POST /publish sets it. From /proc its handler's Event wait is a lock taken twice.
+LONG_POLL_HTTP = r"""
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+news = threading.Event()
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        news.wait()
+        self.send_response(200); self.end_headers(); self.wfile.write(b"news")
+    def do_POST(self):
+        news.set()
+        self.send_response(200); self.end_headers(); self.wfile.write(b"sent")
+    def log_message(self, *a):
+        pass
+srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"""
+
+
+def test_a_long_poll_on_a_threaded_server_is_no_stall(reap) -> None:
+    """curl long-polls a ThreadingHTTPServer whose handler waits on an Event with no deadline: the server
+    and curl read STALLED, exit 1 ("every thread of it but its accepting loop waits for ever on a lock"),
+    and curl got its answer at the next POST (found by a helper, with Flask and gunicorn too). The loop
+    starts a thread for each new request, and that thread may set what the others wait on: a warning,
+    exit 0, and the POST ends the wait."""
+    if shutil.which("curl") is None:
+        pytest.skip("needs curl")
+    srv, port = start_server(reap, LONG_POLL_HTTP)
+    job = subprocess.Popen(["curl", "-s", f"http://127.0.0.1:{port}/poll"], stdout=subprocess.PIPE,
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    wait_for(lambda: "futex_do_wait" in _threads(srv.pid) and proc_wchan(job.pid).startswith("poll_schedule"),
+             what="the handler waiting for news, curl waiting")  # fmt: skip
+    for who in (job.pid, srv.pid):
+        rc, host = vastprobe_json_server_asleep(srv.pid, "--pid", str(who), "--sample", "1")
+        said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+        assert not [f for f in said if f[1] in ("error", "critical")], said
+        assert [f for f in said if "a deadlocked handler, or long polls" in f[2]], said
+        assert host["verdict"] == "degraded" and rc == 0, said
+    subprocess.run(["curl", "-s", "-X", "POST", f"http://127.0.0.1:{port}/publish"], capture_output=True, timeout=30)
+    out, _ = job.communicate(timeout=30)
+    assert out == b"news"  # the wait it was told was for ever ended at the next request
 
 
 @pytest.mark.serial("thread-crowd")  # two crowds at once: the older meets neither case
 @pytest.mark.parametrize("crowd", ["threads", "joiners"])
-def test_a_client_of_a_locked_server_on_a_crowded_host_is_stalled(reap, tmp_path: Path, crowd: str) -> None:
+def test_a_client_of_a_locked_server_on_a_crowded_host_is_seen(reap, tmp_path: Path, crowd: str) -> None:
     """The threaded server above, its handler locked, curl waiting on it, and then newer programs
     (another tenant's, or another test's). `threads`: 33 programs of 65 threads took the probe's whole
     thread bound (64 a program, 2048 in all, the newest first), the server's request thread went unread,
@@ -984,7 +1030,7 @@ def test_a_client_of_a_locked_server_on_a_crowded_host_is_stalled(reap, tmp_path
     took the 64 processes whose threads' system calls are read, the request thread's wait went unread,
     and curl read HEALTHY (the project's CI twice, a gunicorn worker beside test_thread_deadlock's 70).
     Every program now gets up to 8 of its threads read, and every kind of program (parent and name) 4 of
-    those system-call reads, before any gets more: STALLED, exit 1, the server named."""
+    those system-call reads, before any gets more: the server named with its locked handlers."""
     if shutil.which("curl") is None:
         pytest.skip("needs curl")
 
@@ -1022,15 +1068,16 @@ def app(environ, start_response):
 
 
 @pytest.mark.parametrize("client", ["report", "keep-alive"])
-def test_a_client_of_a_gunicorn_gthread_worker_whose_handler_is_locked_is_stalled(
+def test_a_client_of_a_gunicorn_gthread_worker_whose_handler_is_locked_is_a_warning(
     reap, tmp_path: Path, client: str
 ) -> None:
     """Real gunicorn (gthread worker, 4 threads): a request handler takes its lock twice. The worker's
     main thread waits in epoll, on its listener and its signal pipe alone, waking every second for its
     heartbeat; its pool thread waits for ever. curl read HEALTHY with a note (socket-peer-wait: "nothing
-    in flight"), the worker named alone HEALTHY (found by a helper). Now STALLED from one look: the
-    epoll loop only accepts. The control keeps an idle connection open (a pool thread reads it): no
-    stall, exit 0."""
+    in flight"), the worker named alone HEALTHY (found by a helper). Now a warning from one look, naming
+    the worker's locked handlers: the epoll loop only accepts, but the thread it starts for the next
+    request may release them (a long poll reads the same). The control keeps an idle connection open (a
+    pool thread reads it): nothing said, exit 0."""
     gunicorn = Path(sys.executable).parent / "gunicorn"  # its own script: the processes' name is gunicorn
     if not gunicorn.exists():
         pytest.skip("needs gunicorn (the test extra) beside this Python")
@@ -1060,5 +1107,5 @@ def test_a_client_of_a_gunicorn_gthread_worker_whose_handler_is_locked_is_stalle
         assert host["verdict"] == "healthy" and rc == 0, said
         return
     f = finding(host, "thread-deadlock")
-    assert f["severity"] == "error" and f"{worker} (gunicorn) cannot answer {job.pid} (curl)" in f["summary"], said
-    assert host["verdict"] == "stalled" and rc == 1, said
+    assert f["severity"] == "warning" and f"{worker} (gunicorn) answers none of {job.pid} (curl)" in f["summary"], said
+    assert host["verdict"] == "degraded" and rc == 0, said

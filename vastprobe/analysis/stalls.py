@@ -295,12 +295,13 @@ def _locked_for_ever(ctx: SnapshotView, pid: int, serving: bool = False) -> bool
     could (a service waiting to be told to stop). `serving`: the waiter is a client on a connection it
     accepted, which a SIGTERM may end but never answer (curl on a uvicorn whose handler took a lock twice
     read HEALTHY, uvicorn catching SIGTERM; found by a helper). Any other handler may be how it works:
-    SIGUSR1 sends a publisher's next event, SIGALRM answers at its time (found by a helper)."""
+    SIGUSR1 sends a publisher's next event, SIGALRM answers at its time (found by a helper). A threaded
+    server whose handlers all wait on locks is no proof: the thread its accepting loop starts for the
+    next request may release them, as a long poll's publish does (thread-deadlock's warning)."""
     p = ctx.tree.by_pid.get(pid)
     if p is None or p.state != "S":
         return False
-    one_locked = p.threads == 1 and private_untimed_wait(p.syscall) is not None
-    if not one_locked and not (serving and ctx.graph.handlers_locked(p.pid)):
+    if not (p.threads == 1 and private_untimed_wait(p.syscall) is not None):
         return False
     signals = waits_for_a_signal(p, ctx.tree.by_pid.get(p.ppid))
     return not signals or (serving and signals == [STOP_SIGNAL])

@@ -129,7 +129,9 @@ def chain_evidence(ctx: Context, s: StalledChain) -> list[Evidence]:
 def severity(ctx: Context, s: StalledChain, stall: StallEvidence) -> Severity | None:
     if s.dead_end:
         return "error"
-    if s.idle is False and not s.proof:  # a proof with the chain moving: its holder is locked for ever
+    if s.idle is False and not s.proof and not locked_handlers(ctx, s.edge):
+        # a proof with the chain moving: its holder is locked for ever; a server whose handlers all wait on
+        # locks moves only in its accepting loop's wakes, which answer nobody
         return None
     if stall.logs_only and not s.proof and (_blockers_woke(ctx, s) or ctx.wake_by_themselves(s.blockers)):
         # a quiet log alone, beside a blocker that was scheduled over the window: no proof it is still (a
@@ -142,6 +144,12 @@ def severity(ctx: Context, s: StalledChain, stall: StallEvidence) -> Severity | 
     if s.idle is None:
         return "info"  # one sample, no dead end, no evidence: a wait seen once, as every process waits
     return "warning"
+
+
+def locked_handlers(ctx: Context, edge: WaitEdge | None) -> bool:
+    """The wait's holders are servers whose every thread but the accepting loop waits on a lock with no
+    timeout (graph.handlers_locked): a deadlocked handler, or long polls; seen, never proof."""
+    return edge is not None and bool(edge.holders) and all(ctx.graph.handlers_locked(h) for h in edge.holders)
 
 
 def _blockers_woke(ctx: Context, s: StalledChain) -> bool:

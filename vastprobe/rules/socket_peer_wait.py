@@ -19,7 +19,7 @@ from vastprobe.analysis.stalls import StalledChain, StallEvidence
 from vastprobe.analysis.waitgraph.edges import WaitEdge
 from vastprobe.model import Evidence, Finding, Process, Severity, split_endpoint
 from vastprobe.rules.base import Context, Rule, RuleMeta
-from vastprobe.rules.chains import chain_evidence, marked, names, stack_command, stalled
+from vastprobe.rules.chains import chain_evidence, locked_handlers, marked, names, stack_command, stalled
 from vastprobe.units import byte_size
 from vastprobe.untrusted.numbers import read_int
 
@@ -85,7 +85,10 @@ def _reported(ctx: Context, s: StalledChain, edge: WaitEdge, stall: StallEvidenc
         and not alone
         and edge.listener is None
     )  # a connection in an accept queue is no idle keep-alive
-    if quiet and not (ctx.options.explicit_scope and s.idle and edge.holders):
+    # a server whose handlers all wait on locks: its accepting loop's wakes answer nobody, and its state
+    # says as much from one sample (thread-deadlock's warning)
+    locked = locked_handlers(ctx, edge)
+    if quiet and not (ctx.options.explicit_scope and (s.idle or locked) and edge.holders):
         return None
     waiter = ctx.tree.by_pid[s.waiter]
     via = f", through {ctx.proc_label(edge.waiter)}," if edge.waiter != s.waiter else ""
@@ -97,6 +100,20 @@ def _reported(ctx: Context, s: StalledChain, edge: WaitEdge, stall: StallEvidenc
 def _quiet_words(ctx: Context, w: _Wait) -> tuple[str, str, Severity]:
     """Nothing in flight either way: an idle connection, or a request read and never answered (a note)."""
     waiter, via, edge, peer, state = w.waiter, w.via, w.edge, w.peer, w.state
+    if locked_handlers(ctx, edge):
+        # a deadlocked handler and a long poll read the same from /proc: a warning, not proof (the server
+        # read STALLED, its long-poll clients with it, and answered at the next publish; found by a helper)
+        summary = (
+            f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}: its peer {peer} answers no one, every thread "
+            "of it but its accepting loop waiting on a lock with no timeout (a deadlocked handler, or long polls "
+            "waiting for an event a new request would set)"
+        )
+        hint = (
+            f"see where {peer}'s threads wait ({stack_command(ctx, edge.holders[0])}): a lock taken twice or two "
+            "locks in opposite orders is a deadlocked handler (restart it); an Event, Condition or queue wait is "
+            "a long poll; give clients a timeout"
+        )
+        return summary, hint, "warning"
     summary = (
         f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what} with nothing in flight either way; "
         f"its peer {peer} ({state}) sent nothing over the window"

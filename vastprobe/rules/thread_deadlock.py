@@ -160,10 +160,13 @@ def _asleep_but_for_its_loop(ctx: Context, p: Process) -> list[Evidence] | None:
 
 
 def _locked_server(ctx: Context, p: Process) -> Finding | None:
-    """A threaded server whose every thread but its accepting loop waits on a lock no thread of its own
-    can release, while a client here waits on it: named with --pid, a ThreadingHTTPServer whose handler
-    took its lock twice read HEALTHY, its client's curl STALLED (found by a helper). Without a waiting
-    client, an idle pool on its queue beside an accept() looks the same: nothing said."""
+    """A threaded server whose every thread but its accepting loop waits on a lock with no timeout,
+    while a client here waits on it: named with --pid, a ThreadingHTTPServer whose handler took its lock
+    twice read HEALTHY, its client's curl STALLED (found by a helper). A warning, not proof: the loop
+    starts a thread for each new request, and that thread may set what the others wait on, as a long
+    poll's publish does (ThreadingHTTPServer, Flask and gunicorn handlers waiting on an event read
+    STALLED, exit 1, and answered at the next POST; found by a helper). Without a waiting client, an
+    idle pool on its queue beside an accept() looks the same: nothing said."""
     window = _asleep_but_for_its_loop(ctx, p) if ctx.graph.handlers_locked(p.pid) else None
     if window is None:
         return None
@@ -177,14 +180,16 @@ def _locked_server(ctx: Context, p: Process) -> Finding | None:
     ev.append(Evidence("/proc/net", f"{waiting} wait(s) on a connection {who} holds"))
     ev += window
     summary = (
-        f"{who} cannot answer {waiting}: every thread of it but its accepting loop waits on a lock with no "
-        "timeout, and the loop only accepts new connections"
+        f"{who} answers none of {waiting}: every thread of it but its accepting loop waits on a lock with no "
+        "timeout, and the loop only accepts new connections (a deadlocked handler, or long polls waiting for "
+        "an event a new request would set)"
     )
     hint = (
-        f"a request handler is deadlocked (a lock taken twice, two locks in opposite orders): see where each thread "
-        f"waits ({stack_command(ctx, p.pid)}), then restart {p.pid}; give clients a timeout"
+        f"see where each thread waits ({stack_command(ctx, p.pid)}): a lock taken twice or two locks in opposite "
+        f"orders is a deadlocked handler (restart {p.pid}; give clients a timeout); an Event, Condition or queue "
+        "wait is a long poll"
     )
-    return META.finding(summary, (p.pid, *clients), ev, hint)
+    return META.finding(summary, (p.pid, *clients), ev, hint, "warning")
 
 
 def check(ctx: Context) -> Iterator[Finding]:
