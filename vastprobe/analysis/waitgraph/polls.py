@@ -35,6 +35,7 @@ class PollEdges(SocketEdges):
             return
         out: list[WaitEdge] = []
         own: set[frozenset[int]] = set()  # its own wake-up pipes and socketpairs (both ends its own)
+        connecting = 0  # its connections not yet made (SYN_SENT): polled, and no end to follow
         head = Evidence("/proc/wchan", f"{t.who} waits in {t.wchan} over its pipes and connections")
         relay = self.listens(p)  # pollable while holding a listener: a relay, followed only into what it opened
         for e in p.fds:
@@ -69,6 +70,8 @@ class PollEdges(SocketEdges):
                 continue
             sino = e.socket_inode
             sock = self._sockets.get(sino) if sino is not None else None
+            if sock is not None and sock.state == "SYN_SENT":
+                connecting += 1
             if sock is None or sock.state not in ("ESTABLISHED", "CONNECTED"):
                 continue
             if sock.proto.startswith("tcp"):
@@ -98,12 +101,14 @@ class PollEdges(SocketEdges):
             epfd = sc.args[0] if sc.args else None
             watched = {w.fd for w in p.epoll if epfd is None or w.epfd == epfd}
             out = [e for e in out if e.fd in watched]
-        elif sc.name in ("poll", "ppoll") and len(sc.args) > 1 and sc.args[1] - len(own) < len(out):
+        elif sc.name in ("poll", "ppoll") and len(sc.args) > 1 and sc.args[1] - len(own) - connecting < len(out):
             # its own wake-up pipe or socketpair is polled at one end and counts in the number (curl polls
-            # its connection and its socketpair: 2 fds, not a pipe it inherited at fd 251); its own
-            # stdout or stderr, a pipe to a supervisor (docker's shim, a test), after the rest: the
-            # pipes of the children it reads (communicate()) are what it polls
-            bound = max(sc.args[1] - len(own), 0)
+            # its connection and its socketpair: 2 fds, not a pipe it inherited at fd 251); so does a
+            # connection not yet made (curl in SYN_SENT took its stdout pipe, shared with another job
+            # under one supervisor, for its wait, and read STALLED on that job's stopped server; found by
+            # a helper); its own stdout or stderr, a pipe to a supervisor (docker's shim, a test), after
+            # the rest: the pipes of the children it reads (communicate()) are what it polls
+            bound = max(sc.args[1] - len(own) - connecting, 0)
             out = sorted(out, key=_poll_order)[:bound]
         # ends that cannot move first, and what it writes to them (a backlog), before the rest: the
         # walk meets them before the other pollers
