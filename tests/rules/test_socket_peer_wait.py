@@ -1109,3 +1109,45 @@ def test_a_client_of_a_gunicorn_gthread_worker_whose_handler_is_locked_is_a_warn
     f = finding(host, "thread-deadlock")
     assert f["severity"] == "warning" and f"{worker} (gunicorn) answers none of {job.pid} (curl)" in f["summary"], said
     assert host["verdict"] == "degraded" and rc == 0, said
+
+
+#: In a network namespace of its own, a firewall drops SYNs to the listener's port: the client sits in
+#: SYN_SENT beside an empty accept queue. vastprobe runs in the namespace too and prints its JSON.
+FIREWALLED = r"""
+ip link set lo up
+iptables -A INPUT -p tcp --dport 18101 -j DROP || { echo "no iptables here" >&2; exit 0; }
+"$PY" -c '
+import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", 18101))
+s.listen(5); time.sleep(600)' &
+S=$!
+"$PY" -c 'import socket; socket.create_connection(("127.0.0.1", 18101)).recv(1)' &
+C=$!
+trap 'kill -CONT $S; kill $S $C' EXIT
+i=0; until [ -n "$(ss -Htn state syn-sent)" ] || [ $i -ge 200 ]; do sleep 0.05; i=$((i+1)); done
+[ "$LISTENER" = stopped ] && kill -STOP $S
+echo "$S $C" > "$D/who"
+"$PY" -m vastprobe diagnose local --format json --pid "$C" --sample 0.3 || true
+"""
+
+
+@pytest.mark.parametrize("listener", ["live", "stopped"])
+def test_a_syn_a_firewall_drops_is_not_held_by_the_listener(tmp_path: Path, listener: str) -> None:
+    """A client in SYN_SENT beside a listener with nothing queued: the listener did not drop its SYN
+    (a full queue does), a firewall did. It read "its queue is full" with 0 queued (a warning), and
+    STALLED, exit 1, with the listener stopped, though no SYN ever reached it (found by a helper)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("iptables") is None:
+        pytest.skip("needs root, unshare and iptables (CI installs it)")
+    env = {**os.environ, "PY": sys.executable, "D": str(tmp_path), "LISTENER": listener}
+    r = subprocess.run(["unshare", "-n", "bash", "-c", FIREWALLED], capture_output=True, text=True, env=env,
+                       timeout=120, cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    if not r.stdout:
+        pytest.skip(f"no firewall in a new network namespace here: {r.stderr.strip()[:200]}")
+    host = json.loads(r.stdout)["hosts"][0]
+    server, client = (tmp_path / "who").read_text().split()
+    said = [(f["rule"], f["severity"], f["summary"], f["pids"]) for f in host["findings"]]
+    assert not [f for f in said if "queue is full" in f[2] or int(server) in f[3]], said
+    mine = [f for f in said if f[0] == "socket-peer-wait"]
+    assert mine and mine[0][3][:1] == [int(client)], said
+    assert "no process on this host holds the other end" in mine[0][2], said
+    assert host["verdict"] != "stalled", said

@@ -105,6 +105,11 @@ class SocketEdges(WaitIndex):
         # the listener's queue; a peer socket whose holder is not visible (another PID namespace, a
         # host outside this container) is no queued connection
         listener = self._listener(sock.remote, sock.netns) if not holders and peer is None else None
+        if listener is not None and sock.state == "SYN_SENT" and not listener.recv_queue:
+            # a SYN unanswered beside an empty accept queue: the listener did not drop it (a full queue
+            # does), something between did (a firewall). Tied to it, the client read "its queue is full"
+            # with 0 queued, and STALLED where the listener was stopped (found by a helper)
+            listener = None
         if listener is not None:
             # accepted by the kernel, not yet by the server: it sits in the listener's queue
             queued = f"not accepted yet: {listener.local} LISTEN has {listener.recv_queue} connection(s) queued"
