@@ -153,6 +153,9 @@ class LockEdges(WaitIndex):
         entry = self.waited_entry(p, t.syscall)
         path = entry.path if entry is not None and entry.target.startswith("/") else None
         requests = waiting.get(p.pid, [])
+        if not requests and path is not None and (ofd := self._ofd_request()) is not None:
+            yield self._ofd_edge(p, t, path, ofd)
+            return
         if not requests:
             yield WaitEdge(p.pid, "file-lock", (), f"a file lock{f' on {path}' if path else ''} (not in /proc/locks)")
             return
@@ -178,6 +181,28 @@ class LockEdges(WaitIndex):
                 lock=lk,
                 thread=t.tid,
             )
+
+    def _ofd_request(self) -> FileLock | None:
+        """A blocked request for an open file description's lock (F_OFD_SETLKW): /proc/locks names no
+        process for those (-1)."""
+        locks = self.snapshot.locks
+        return (
+            None
+            if isinstance(locks, Unavailable)
+            else next((k for k in locks if k.waiting and k.kind == "OFDLCK"), None)
+        )
+
+    def _ofd_edge(self, p: Process, t: Task, path: str, req: FileLock) -> WaitEdge:
+        """A wait for an OFD lock on `path`: its holder is one of the others with the file open. A
+        waiter behind a stopped holder read DEGRADED, "held by a process not visible here (not in
+        /proc/locks)", though the request is there and the one other opener a stopped process here
+        (found by a helper)."""
+        holders = tuple(sorted({pid for pid, _e in self._fds.paths.get(path, []) if pid != p.pid}))
+        ev = (
+            Evidence("/proc/locks", f"an OFD lock request waits ({req.kind} {req.access}): OFD locks name no process"),
+            *(Evidence("/proc/fd", f"{path} open in {self._label(h)}") for h in holders[:8]),
+        )
+        return WaitEdge(p.pid, "file-lock", holders, f"OFD {req.access} lock on {path}", ev, path=path, thread=t.tid)
 
     def _co_holders(self, req: FileLock, blocker: FileLock, waiter: int) -> tuple[int, ...]:
         """The other holders of locks that keep `req` out beside the one the kernel names: readers of a
