@@ -271,3 +271,34 @@ def test_a_deadlock_beside_a_heartbeat_thread_is_likely(reap, sample: str) -> No
         and "the other thread only sleeps on a timer" in f["summary"]
     ), f["summary"]
     assert f["severity"] == "warning" and host["verdict"] == "degraded" and rc == 0, host["headline"]
+
+
+#: a ThreadPoolExecutor of 4 whose 3 threads ran a quick task each; the caller then waits on a task that
+#: sleeps: the caller and 2 idle workers on futexes, the sleeping worker on its timer
+POOL_WAITING_ON_A_SLEEP = """
+import time
+from concurrent.futures import ThreadPoolExecutor
+pool = ThreadPoolExecutor(4)
+for f in [pool.submit(time.sleep, 0.2) for _ in range(3)]:
+    f.result()
+print("ready", flush=True)
+pool.submit(time.sleep, 600).result()
+"""
+
+
+def test_a_pool_waiting_on_a_task_that_sleeps_is_not_said_to_be_likely_deadlocked(reap) -> None:
+    """It reads as the heartbeat case does, and its summary said "likely a deadlock among them" of a
+    healthy job (found by a helper): it says both now, still a warning (DEGRADED, exit 0)."""
+    job = subprocess.Popen([sys.executable, "-c", POOL_WAITING_ON_A_SLEEP], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    assert job.stdout is not None and job.stdout.readline() == "ready\n"
+    wait_for(lambda: len(list(Path(f"/proc/{job.pid}/task").iterdir())) == 4
+             and sum(proc_wchan(int(t.name)).startswith("futex") for t in Path(f"/proc/{job.pid}/task").iterdir()) == 3,
+             what="the caller and 2 idle workers on futexes")  # fmt: skip
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3")
+    said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    found = [f for f in said if f[0] == "thread-deadlock"]
+    assert found and "or a pool waiting on a task that sleeps" in found[0][2], said
+    assert "likely a deadlock" not in found[0][2], said
+    assert host["verdict"] != "stalled" and rc == 0, said

@@ -75,7 +75,9 @@ def _lock_evidence(locked: tuple[tuple[str, str], ...]) -> list[Evidence]:
 def _likely(ctx: Context, p: Process) -> Finding | None:
     """Threads waiting on locks with no timeout beside threads that only sleep on timers (a heartbeat,
     a monitor): a sleeper wakes and could release a lock, so nothing proves the deadlock, but nothing
-    else is left to. A lock-order deadlock beside a heartbeat thread read HEALTHY (found by a helper)."""
+    else is left to. A lock-order deadlock beside a heartbeat thread read HEALTHY (found by a helper). A
+    ThreadPoolExecutor's idle workers and its caller, beside the worker whose task sleeps, read the same:
+    "likely a deadlock" said too much of it (found by a helper), so the summary says both."""
     waits = _thread_waits(ctx, p)
     if waits is None or len(waits.locked) < 2 or not waits.timers or not waits.main_locked:
         return None
@@ -91,8 +93,8 @@ def _likely(ctx: Context, p: Process) -> Finding | None:
         else f"the other {len(timers)} only sleep on timers"
     )
     summary = (
-        f"{len(locked)} of the {p.threads} threads of {who} wait on locks with no timeout, and {others}: likely a "
-        "deadlock among them (a heartbeat thread wakes, but seldom takes another thread's lock)"
+        f"{len(locked)} of the {p.threads} threads of {who} wait on locks with no timeout, and {others}: a "
+        "deadlock among them beside a heartbeat, or a pool waiting on a task that sleeps (from /proc alike)"
     )
     hint = (
         f"see which locks each thread holds and waits for ({stack_command(ctx, p.pid)}: two locks taken in opposite "
