@@ -1151,3 +1151,54 @@ def test_a_syn_a_firewall_drops_is_not_held_by_the_listener(tmp_path: Path, list
     assert mine and mine[0][3][:1] == [int(client)], said
     assert "no process on this host holds the other end" in mine[0][2], said
     assert host["verdict"] != "stalled", said
+
+
+#: a client shaped as grpcio's is to /proc: its main thread waits on the result (a futex, no timeout), a
+#: transport thread's epoll watches the connection (no timeout), another thread idles on a futex
+TRANSPORT_THREAD_CLIENT = r"""
+import selectors, socket, sys, threading
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+c.sendall(b"subscribe\n")
+done = threading.Event()
+def transport():
+    sel = selectors.EpollSelector()
+    sel.register(c, selectors.EVENT_READ)
+    while True:
+        for _key, _events in sel.select():
+            if not c.recv(100):
+                done.set()
+                return
+threading.Thread(target=transport, daemon=True).start()
+threading.Thread(target=threading.Event().wait, daemon=True).start()
+print("ready", flush=True)
+done.wait()
+"""
+
+
+@pytest.mark.parametrize("server", ["stopped", "idle"])
+def test_a_transport_threads_loop_on_a_stopped_server_holds_the_client(reap, server: str) -> None:
+    """A grpcio server-streaming client whose server was stopped read HEALTHY, no finding (found by a
+    helper): its main thread waits on a futex, and the connection is watched by another thread's epoll,
+    which no edge followed. That thread's loop on a connection whose other end cannot move is the
+    client's wait: STALLED, exit 1. A live server with nothing to send: no error."""
+    srv, port = start_server(reap, LOCKED_SERVER.replace("lock = threading.Lock(); lock.acquire(); lock.acquire()",
+                                                         "import time; time.sleep(600)"))  # fmt: skip
+    job = subprocess.Popen([sys.executable, "-c", TRANSPORT_THREAD_CLIENT, port], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    assert job.stdout is not None and job.stdout.readline() == "ready\n"
+    wait_for(lambda: "do_epoll_wait" in _threads(job.pid) and proc_wchan(srv.pid).startswith("hrtimer"),
+             what="the transport thread in epoll, the server asleep")  # fmt: skip
+    if server == "stopped":
+        os.kill(srv.pid, signal.SIGSTOP)
+        wait_for(lambda: proc_state(srv.pid) == "T", what="the server stopped")
+    for sample in ("1", "0"):
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
+        said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+        if server == "idle":
+            assert not [f for f in said if f[1] in ("error", "critical")], said
+            assert host["verdict"] != "stalled" and rc == 0, said
+            continue
+        f = finding(host)
+        assert f["pids"][:2] == [job.pid, srv.pid] and "does not answer" in f["summary"], said
+        assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, said

@@ -157,6 +157,14 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
                     any(self._frozen(h) for h in edge.holders) or (self.relayed(p) and self._relay_keeps(p, edge))
                 ):
                     yield edge
+            elif tk == "event-loop" and not sealed:
+                # a transport thread's event loop (gRPC's, an HTTP client's I/O thread) over a connection whose
+                # other end cannot move, the main thread waiting on its result: a grpcio stream from a stopped
+                # server read HEALTHY, no finding (found by a helper). Only frozen ends: a live peer with
+                # nothing to say is how such a loop idles
+                yield from (
+                    e for e in self._poll_edges(p, t) if e.socket is not None and any(map(self._frozen, e.holders))
+                )
 
     def waits_for_children(self, p: Process) -> bool:
         """Its wait is for its children: in wait4/sigsuspend, or an event loop nothing else can wake
