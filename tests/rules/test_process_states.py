@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -271,3 +272,36 @@ def test_a_frozen_process_is_said_to_be_frozen_not_a_storage_hang(reap) -> None:
         p.wait()
         wait_for(lambda: not (cg / "cgroup.procs").read_text().strip(), what="the cgroup empty")
         cg.rmdir()
+
+
+@pytest.mark.skipif(shutil.which("cpulimit") is None, reason="needs cpulimit (CI installs it)")
+@pytest.mark.parametrize("how", ["parent", "by-pid"])
+def test_a_job_throttled_by_cpulimit_is_not_stopped_at_one_read(reap, how: str) -> None:
+    """cpulimit stops and continues its job about ten times a second: at --sample 0 a working job read
+    STALLED, exit 1, "python3 is stopped (T)", 7 runs of 7, its log growing (found by a helper). With a
+    throttler running, one read of T proves nothing."""
+    busy = [sys.executable, "-c", "while True: sum(range(100000))"]
+    if how == "parent":
+        job = subprocess.Popen(["cpulimit", "-l", "5", "-f", "--", *busy], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        reap.append(job)
+        wait_for(lambda: bool(children_of(job.pid)), what="cpulimit's child")
+        target = children_of(job.pid)[0]
+    else:
+        job = subprocess.Popen(busy, start_new_session=True)
+        reap.append(job)
+        target = job.pid
+        limiter = subprocess.Popen(["cpulimit", "-l", "5", "-p", str(job.pid)], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        reap.append(limiter)
+    for _attempt in range(20):  # a read that finds it stopped: the case
+        wait_for(lambda: proc_state(target) == "T", what="the job stopped by cpulimit")
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0")
+        p = next((q for q in host["snapshot"]["processes"] if q["pid"] == target), None)
+        if p is not None and p["state"] == "T":
+            break
+    else:
+        pytest.skip("never read stopped: the case not met")
+    said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    assert not [f for f in said if f[1] in ("error", "critical")], said
+    assert host["verdict"] != "stalled" and rc == 0, said

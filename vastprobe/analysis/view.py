@@ -31,6 +31,8 @@ from vastprobe.rule_options import RuleOptions
 
 #: The share of one CPU over the sample window at which a process counts as computing.
 BUSY_CPU_SHARE = 0.5
+#: The program that throttles a process by stopping and continuing it (cpulimit -p PID, or its parent)
+THROTTLER = "cpulimit"
 
 
 #: What a thread may wait on beside a main thread asleep on a timer, for the process to wake by itself:
@@ -308,7 +310,20 @@ class SnapshotView:
         if not p.samples or any(s.state not in ("T", "t") for s in p.samples):
             return False
         pr = self.progress.get(p.pid) if self.two_samples else None
+        if pr is None and self.throttled(p):
+            return False
         return pr is None or not pr.sampled or not (pr.cpu_ticks or pr.io_bytes)
+
+    def throttled(self, p: Process) -> bool:
+        """A throttler that stops and continues it (cpulimit: SIGSTOP and SIGCONT ten times a second) is
+        running: one read of T proves nothing. A job under `cpulimit -l 10` read STALLED, "stopped (T)",
+        7 of 7 runs at --sample 0, its log growing (found by a helper)."""
+        ups = {a.pid for a in self.tree.ancestors(p.pid)}
+        named = (str(p.pid), f"--pid={p.pid}")
+        return any(
+            q.comm == THROTTLER and q.state not in ("T", "t") and (q.pid in ups or any(a in named for a in q.cmdline))
+            for q in self.snapshot.processes
+        )
 
     def stopped_below(self, pid: int) -> Process | None:
         """A process stopped in every sample under `pid`, where `pid` polls on a timer and so is held
