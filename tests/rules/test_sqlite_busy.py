@@ -55,7 +55,8 @@ def test_a_writer_retrying_an_open_transactions_lock(reap, tmp_path: Path) -> No
     ]
     f = found[0]
     assert f["summary"].startswith(f"bash ({job.pid}), through {waiter} (python")
-    assert f"SQLite's write lock on {db}" in f["summary"] and holder.pid in f["pids"] and waiter in f["pids"]
+    assert f"keeps retrying a lock on {db} (SQLite's write lock keeps it out)" in f["summary"], f["summary"]
+    assert holder.pid in f["pids"] and waiter in f["pids"]
     assert f["severity"] == "error" and rc == 1 and "transaction left open" in f["hint"]
     assert host["verdict"] == "stalled" and any(e["source"] == "proof" for e in f["evidence"])
 

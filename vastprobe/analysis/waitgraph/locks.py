@@ -272,8 +272,11 @@ class LockEdges(WaitIndex):
                 ),
                 Evidence("/proc/fd", f"{held_db} open in both"),
             )
-            return WaitEdge(p.pid, "file-lock", (holder,), f"SQLite's write lock on {held_db}", ev, path=held_db, lock=lk,
-                            inferred=True, retry="sqlite-busy")  # fmt: skip
+            # its retry is for the shared lock every reader and writer needs first: "retrying SQLite's write
+            # lock" said of a SELECT-only job was false (found by a helper)
+            what = f"a lock on {held_db} (SQLite's write lock keeps it out)"
+            return WaitEdge(p.pid, "file-lock", (holder,), what, ev, path=held_db, lock=lk, inferred=True,
+                            retry="sqlite-busy")  # fmt: skip
         return None
 
     def _sqlite_wal_edge(self, p: Process, mine: list[FileLock], by_pid: dict[int, list[FileLock]]) -> WaitEdge | None:
