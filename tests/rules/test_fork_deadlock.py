@@ -441,3 +441,36 @@ def test_a_wait_a_real_time_signal_handler_ends_is_no_stall(reap, offset: int) -
     assert rc == 0 and host["verdict"] != "stalled", host["findings"]
     os.kill(job.pid, signal.SIGRTMIN + offset)  # the proof that the wait ends: the handler sets it
     assert job.wait(30) == 0
+
+
+#: a parent with a warm ThreadPoolExecutor forks; the child submits to the pool and waits on the result:
+#: the pool's threads stayed in the parent, no lock was held at the fork
+FORKED_AWAY_POOL = """
+import os, sys, time
+from concurrent.futures import ThreadPoolExecutor
+pool = ThreadPoolExecutor(2)
+pool.submit(time.sleep, 0).result()
+child = os.fork()
+if child == 0:
+    pool.submit(time.sleep, 0).result()
+    os._exit(0)
+print(child, flush=True)
+os.waitpid(child, 0)
+"""
+
+
+def test_a_child_whose_pool_stayed_in_the_parent_is_not_said_to_inherit_a_held_lock(reap) -> None:
+    """The verdict was right, STALLED, but the evidence said "one of them held the lock when it forked"
+    as a fact of a child whose pool's threads simply did not come with the fork (found by a helper)."""
+    job = subprocess.Popen([sys.executable, "-c", FORKED_AWAY_POOL], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    assert job.stdout is not None
+    child = int(job.stdout.readline())
+    wait_for(lambda: proc_wchan(child).startswith("futex") and proc_state(child) == "S", what="the child waiting")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3")
+    (f,) = [f for f in host["findings"] if f["rule"] == "fork-deadlock"]
+    said = [e["detail"] for e in f["evidence"] if e["source"] == "parent"]
+    assert said and "none of them came with it" in said[0] and "held the lock" not in said[0], said
+    assert "or one only a thread that did not come with the fork would release" in f["summary"], f["summary"]
+    assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, f["summary"]

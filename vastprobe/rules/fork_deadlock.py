@@ -62,8 +62,10 @@ def check(ctx: Context) -> Iterator[Finding]:
             ev.append(
                 Evidence(
                     "parent",
-                    f"forked by {ctx.proc_label(parent.pid)}, which has {parent.threads} thread(s): one of them "
-                    "held the lock when it forked"
+                    # "held the lock when it forked" as a fact was false of a child whose pool's threads
+                    # simply did not survive the fork, no lock held (found by a helper)
+                    f"forked by {ctx.proc_label(parent.pid)}, which has {parent.threads} thread(s), without exec: "
+                    "none of them came with it"
                     if forked
                     else f"its parent {ctx.proc_label(parent.pid)} runs another program: it was not forked from it "
                     "without exec",
@@ -81,7 +83,8 @@ def check(ctx: Context) -> Iterator[Finding]:
             # requests after it was forked, was told it deadlocked at fork (found by a helper)
             summary = (
                 f"{who} is deadlocked, likely at fork: its only thread waits on a lock that a thread of its parent "
-                f"{parent.comm} ({parent.pid}) held when it forked, or one it took twice; nothing can release it"
+                f"{parent.comm} ({parent.pid}) held when it forked, one it took twice, or one only a thread that did not "
+                "come with the fork would release; nothing can release it"
             )
         else:
             summary = (
