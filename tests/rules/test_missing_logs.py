@@ -60,6 +60,22 @@ def test_fresh_log_is_healthy(tmp_path: Path, reap) -> None:
     assert host["verdict"] == "healthy" and rc == 0, host["findings"]
 
 
+def test_a_fresh_log_ending_in_fatal_lines_says_when_it_was_written(tmp_path: Path, reap) -> None:
+    """Its summary said "is being written" of a log last written 3 minutes before (found by a helper):
+    it says its age now. A warning, exit 0."""
+    log = tmp_path / "run.log"
+    log.write_text("step 7\nKilled\n")
+    then = time.time() - 200
+    os.utime(log, (then, then))
+    p = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    reap.append(p)
+    rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "0", "--log", str(log))
+    (f,) = [f for f in host["findings"] if f["rule"] == "missing-logs"]
+    assert f["summary"].startswith(f"{log} ends in fatal-looking lines (last written 20"), f["summary"]
+    assert "is being written" not in f["summary"] and f["severity"] == "warning", f["summary"]
+    assert host["verdict"] == "degraded" and rc == 0, host["findings"]
+
+
 @pytest.mark.parametrize("named", [True, False], ids=["--log", "found-open"])
 def test_a_stale_log_whose_writer_spins_says_so(tmp_path: Path, reap, named: bool) -> None:
     """The writer holds the log on stdout and stderr (named once, or found open with no --log) and

@@ -65,7 +65,9 @@ def _fatal_tail(h: LogHealth, path: str, ev: list[Evidence]) -> Finding | None:
     if not h.fatal_lines:
         return None
     ev += [Evidence(f"tail of {path}", line) for line in h.fatal_lines]
-    return META.finding(f"{path} is being written but ends in fatal-looking lines", h.writers, ev,
+    # "is being written" of a log last written 3 minutes before was false (found by a helper): its age says
+    when = "grew over the window" if h.grew else (f"last written {h.age:.0f}s ago" if h.age is not None else "fresh")
+    return META.finding(f"{path} ends in fatal-looking lines ({when})", h.writers, ev,
                         "read the log's tail; the job may be retrying or about to exit", "warning")  # fmt: skip
 
 
