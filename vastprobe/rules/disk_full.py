@@ -4,13 +4,12 @@ do not check them hang or die quietly.
 A full filesystem proves a stall only where the job writes: a 200 GiB volume at 98% with 3.8 GiB
 free, or a full /tmp the job holds nothing open on, read STALLED for a job whose log kept growing
 (found by a helper). It is an error when there is no room left (98% used and under 256 MiB free, or
-98% of inodes used and under 4,096 free), the job writes there (a `--log` on it, or a file under
-the path asked about that a process of the job holds open for writing), and no log on it grew
-between the samples; a warning otherwise."""
+98% of inodes used and under 4,096 free), the job writes there (a `--log` on it, or a file on it
+that a process of the job holds open for writing), and no log of the job grew between the samples;
+a warning otherwise."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 from vastprobe.model import DiskUsage, Evidence, Finding, Unavailable
@@ -20,8 +19,6 @@ META = RuleMeta("disk-full", "VP110", "error", "a filesystem the job writes to i
 ERROR_PCT, WARN_PCT = 98.0, 90.0
 ERROR_FREE_KB = 256 * 1024
 ERROR_FREE_INODES = 4096
-#: The directory the probe's df always asks about (script.sh: vp_df).
-ALWAYS_ASKED = "/tmp"
 
 
 def _under(path: str, top: str) -> bool:
@@ -33,38 +30,39 @@ def _mount_of(path: str, disks: tuple[DiskUsage, ...]) -> str | None:
     return max((d.mount for d in disks if _under(path, d.mount)), key=len, default=None)
 
 
-def _asked(ctx: Context) -> list[str]:
-    """The directories df was asked about: /tmp and each --log's."""
-    return [ALWAYS_ASKED, *(os.path.dirname(log.path) or "." for log in ctx.snapshot.logs)]
+#: Paths that are no file on a disk: devices (a terminal, /dev/null), the kernel's own filesystems
+NOT_ON_A_DISK = ("/dev/", "/proc/", "/sys/")
 
 
 def _writers(ctx: Context, d: DiskUsage) -> list[str]:
-    """Why the job writes to `d`: a --log on it, or a process in scope holding a file open for
-    writing under a directory asked about that lies on it."""
+    """Why the job writes to `d`: a --log on it, or a process in scope holding a file on it open for
+    writing (a file lies on the listed filesystem whose mount point is the longest above it: a job
+    writing /workspace/train.log on a container's full overlay root, its /tmp on the same root)."""
     disks = ctx.snapshot.disks
-    out = [
-        f"--log {log.path} is on it"
-        for log in ctx.snapshot.logs
-        if _mount_of(os.path.dirname(log.path), disks) == d.mount
-    ]
-    tops = [a for a in _asked(ctx) if _mount_of(a, disks) == d.mount]
+    out = [f"--log {log.path} is on it" for log in ctx.snapshot.logs if _mount_of(log.path, disks) == d.mount]
     for p in ctx.in_scope():
-        if isinstance(p.fds, Unavailable):
+        if len(out) >= 3 or isinstance(p.fds, Unavailable):
             continue
-        held = next((e.path for e in p.fds if e.mode in ("w", "rw") and any(_under(e.path, t) for t in tops)), None)
+        held = next(
+            (
+                e.path
+                for e in p.fds
+                if e.mode in ("w", "rw")
+                and e.path.startswith("/")
+                and not e.path.startswith(NOT_ON_A_DISK)
+                and _mount_of(e.path, disks) == d.mount
+            ),
+            None,
+        )
         if held is not None:
             out.append(f"{p.comm} ({p.pid}) holds {held} open for writing")
-        if len(out) >= 3:
-            break
     return out
 
 
-def _grew(ctx: Context, d: DiskUsage) -> str | None:
-    """A log on `d` that grew between the samples: writes still land there."""
-    for h in ctx.log_healths:
-        if h.grew and _mount_of(os.path.dirname(h.log.path) or "/", ctx.snapshot.disks) == d.mount:
-            return h.log.path
-    return None
+def _grew(ctx: Context) -> str | None:
+    """A log of the job that grew between the samples: its writes still land (on this filesystem, or
+    it writes elsewhere than where it is full)."""
+    return next((h.log.path for h in ctx.log_healths if h.grew), None)
 
 
 def _problems(d: DiskUsage) -> tuple[list[Evidence], bool, bool]:
@@ -98,11 +96,11 @@ def check(ctx: Context) -> Iterator[Finding]:
         sev = "warning"
         if full:
             writers = _writers(ctx, d)
-            grew = _grew(ctx, d)
+            grew = _grew(ctx)
             if not writers:
                 problems.append(Evidence("fd", "the job holds no file open for writing there"))
             elif grew is not None:
-                problems.append(Evidence("stat", f"{grew} grew between the samples: writes still land"))
+                problems.append(Evidence("stat", f"{grew} grew between the samples: the job's writes still land"))
             else:
                 sev = "error"
                 problems.extend(Evidence("fd", w) for w in writers)
