@@ -275,28 +275,45 @@ def test_a_frozen_process_is_said_to_be_frozen_not_a_storage_hang(reap) -> None:
 
 
 @pytest.mark.skipif(shutil.which("cpulimit") is None, reason="needs cpulimit (CI installs it)")
-@pytest.mark.parametrize("how", ["parent", "by-pid"])
-def test_a_job_throttled_by_cpulimit_is_not_stopped_at_one_read(reap, how: str) -> None:
+@pytest.mark.parametrize("how", ["launched-f", "launched", "by-pid", "by-pid-glued"])
+def test_a_job_throttled_by_cpulimit_is_not_stopped_at_one_read(reap, tmp_path: Path, how: str) -> None:
     """cpulimit stops and continues its job about ten times a second: at --sample 0 a working job read
     STALLED, exit 1, "python3 is stopped (T)", 7 runs of 7, its log growing (found by a helper). With a
-    throttler running, one read of T proves nothing."""
-    busy = [sys.executable, "-c", "while True: sum(range(100000))"]
-    if how == "parent":
-        job = subprocess.Popen(["cpulimit", "-l", "5", "-f", "--", *busy], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-        reap.append(job)
-        wait_for(lambda: bool(children_of(job.pid)), what="cpulimit's child")
-        target = children_of(job.pid)[0]
+    throttler of it running, one read of T proves nothing: its parent (`-f`), beside it (a launch without
+    -f), or naming its PID (`-p N`, `-pN`)."""
+    script = tmp_path / "busy.py"
+    script.write_text("while True:\n    sum(range(100000))\n")
+    busy = [sys.executable, str(script)]
+    if how.startswith("launched"):
+        limiter = subprocess.Popen(["cpulimit", "-l", "5", *(["-f"] if how == "launched-f" else []), "--", *busy],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        reap.append(limiter)
+
+        def job_pid() -> int | None:
+            for d in Path("/proc").iterdir():
+                try:
+                    if d.name.isdigit() and (d / "cmdline").read_bytes().split(b"\0")[:2] == [b.encode() for b in busy]:
+                        return int(d.name)
+                except OSError:
+                    continue
+            return None
+
+        wait_for(lambda: job_pid() is not None, what="the job cpulimit launched")
+        target = job_pid()
+        assert target is not None
+        if how == "launched":  # cpulimit runs beside it: it is no child of the limiter, killed below
+            reap.append(subprocess.Popen(["sh", "-c", f"while kill -0 {target} 2>/dev/null; do sleep 1; done"]))
     else:
         job = subprocess.Popen(busy, start_new_session=True)
         reap.append(job)
         target = job.pid
-        limiter = subprocess.Popen(["cpulimit", "-l", "5", "-p", str(job.pid)], stdout=subprocess.DEVNULL,
+        pid_args = ["-p", str(job.pid)] if how == "by-pid" else [f"-p{job.pid}"]
+        limiter = subprocess.Popen(["cpulimit", "-l", "5", *pid_args], stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
         reap.append(limiter)
     for _attempt in range(20):  # a read that finds it stopped: the case
         wait_for(lambda: proc_state(target) == "T", what="the job stopped by cpulimit")
-        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0")
+        rc, host = vastprobe_json("--pid", str(target), "--sample", "0")
         p = next((q for q in host["snapshot"]["processes"] if q["pid"] == target), None)
         if p is not None and p["state"] == "T":
             break
@@ -305,3 +322,21 @@ def test_a_job_throttled_by_cpulimit_is_not_stopped_at_one_read(reap, how: str) 
     said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
     assert not [f for f in said if f[1] in ("error", "critical")], said
     assert host["verdict"] != "stalled" and rc == 0, said
+
+
+@pytest.mark.skipif(shutil.which("cpulimit") is None, reason="needs cpulimit (CI installs it)")
+def test_a_process_stopped_below_a_cpulimit_target_is_still_stopped(reap) -> None:
+    """cpulimit throttles its target only (without -m): a `sleep` the target's bash stopped is continued
+    by nobody, and read HEALTHY at --sample 0 while the throttler's every ancestor counted (found by a
+    helper)."""
+    job = subprocess.Popen(["cpulimit", "-f", "-l", "50", "--", "bash", "-c", "sleep 1000 & kill -STOP $!; wait"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    reap.append(job)
+    wait_for(lambda: bool(children_of(job.pid)) and bool(children_of(children_of(job.pid)[0])), what="bash's sleep")
+    bash = children_of(job.pid)[0]
+    sleeper = children_of(bash)[0]
+    wait_for(lambda: proc_state(sleeper) == "T", what="the sleep stopped")
+    rc, host = vastprobe_json("--pid", str(bash), "--sample", "0")
+    (f,) = [f for f in host["findings"] if f["rule"] == "stopped-child"]
+    assert sleeper in f["pids"] and f["severity"] == "error", f
+    assert host["verdict"] == "stalled" and rc == 1, host["findings"]

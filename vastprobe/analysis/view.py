@@ -31,8 +31,38 @@ from vastprobe.rule_options import RuleOptions
 
 #: The share of one CPU over the sample window at which a process counts as computing.
 BUSY_CPU_SHARE = 0.5
-#: The program that throttles a process by stopping and continuing it (cpulimit -p PID, or its parent)
+#: The program that throttles a process by stopping and continuing it (cpulimit)
 THROTTLER = "cpulimit"
+
+
+def throttles(limiter: Process, p: Process, parent: Process | None) -> bool:
+    """Whether a running cpulimit throttles `p`: its target by PID (`-p N`, `-pN`, `--pid=N`), by
+    program (`-e NAME`, `-P PATH`), or the program it launched (`cpulimit -l 10 [-f] -- CMD`: its parent
+    with -f, beside it without); with `-m` (it watches the target's forks) the target's children too.
+    Only its target: a process a `cpulimit -f` job's bash stopped is not continued by it (found by a
+    helper, a real stop read HEALTHY)."""
+    args = list(limiter.cmdline)
+    launched = args[args.index("--") + 1 :] if "--" in args else []
+    opts = args[: args.index("--")] if "--" in args else args
+    watches_forks = any(a in ("-m", "--monitor-forks") for a in opts)
+
+    def targets(q: Process) -> bool:
+        pid = str(q.pid)
+        prog = q.cmdline[0] if q.cmdline else ""
+        for i, a in enumerate(opts):
+            nxt = opts[i + 1] if i + 1 < len(opts) else ""
+            if (a in ("-p", "--pid") and nxt == pid) or a in (f"-p{pid}", f"--pid={pid}"):
+                return True
+            if (a in ("-e", "--exe") and nxt == q.comm) or a in (f"-e{q.comm}", f"--exe={q.comm}"):
+                return True
+            if prog and ((a in ("-P", "--path") and nxt == prog) or a in (f"-P{prog}", f"--path={prog}")):
+                return True
+        return bool(launched) and list(q.cmdline[: len(launched)]) == launched
+
+    # a copy of the launched program forked and not yet exec'd (bash's `sleep &` stopped at once) runs
+    # its parent's command line: the parent is the target, not it
+    copy = parent is not None and parent.cmdline == p.cmdline
+    return (targets(p) and not copy) or (watches_forks and parent is not None and targets(parent))
 
 
 #: What a thread may wait on beside a main thread asleep on a timer, for the process to wake by itself:
@@ -318,10 +348,8 @@ class SnapshotView:
         """A throttler that stops and continues it (cpulimit: SIGSTOP and SIGCONT ten times a second) is
         running: one read of T proves nothing. A job under `cpulimit -l 10` read STALLED, "stopped (T)",
         7 of 7 runs at --sample 0, its log growing (found by a helper)."""
-        ups = {a.pid for a in self.tree.ancestors(p.pid)}
-        named = (str(p.pid), f"--pid={p.pid}")
         return any(
-            q.comm == THROTTLER and q.state not in ("T", "t") and (q.pid in ups or any(a in named for a in q.cmdline))
+            q.comm == THROTTLER and q.state not in ("T", "t") and throttles(q, p, self.tree.by_pid.get(p.ppid))
             for q in self.snapshot.processes
         )
 
