@@ -153,7 +153,7 @@ class LockEdges(WaitIndex):
         entry = self.waited_entry(p, t.syscall)
         path = entry.path if entry is not None and entry.target.startswith("/") else None
         requests = waiting.get(p.pid, [])
-        if not requests and path is not None and (ofd := self._ofd_request()) is not None:
+        if not requests and path is not None and (ofd := self._ofd_requests()):
             yield self._ofd_edge(p, t, path, ofd)
             return
         if not requests:
@@ -182,27 +182,38 @@ class LockEdges(WaitIndex):
                 thread=t.tid,
             )
 
-    def _ofd_request(self) -> FileLock | None:
-        """A blocked request for an open file description's lock (F_OFD_SETLKW): /proc/locks names no
-        process for those (-1)."""
+    def _ofd_requests(self) -> list[FileLock]:
+        """The blocked requests for an open file description's lock (F_OFD_SETLKW): /proc/locks names no
+        process for those (-1), the waiter's or the holder's."""
         locks = self.snapshot.locks
-        return (
-            None
-            if isinstance(locks, Unavailable)
-            else next((k for k in locks if k.waiting and k.kind == "OFDLCK"), None)
-        )
+        return [] if isinstance(locks, Unavailable) else [k for k in locks if k.waiting and k.kind == "OFDLCK"]
 
-    def _ofd_edge(self, p: Process, t: Task, path: str, req: FileLock) -> WaitEdge:
-        """A wait for an OFD lock on `path`: its holder is one of the others with the file open. A
-        waiter behind a stopped holder read DEGRADED, "held by a process not visible here (not in
-        /proc/locks)", though the request is there and the one other opener a stopped process here
-        (found by a helper)."""
-        holders = tuple(sorted({pid for pid, _e in self._fds.paths.get(path, []) if pid != p.pid}))
-        ev = (
-            Evidence("/proc/locks", f"an OFD lock request waits ({req.kind} {req.access}): OFD locks name no process"),
-            *(Evidence("/proc/fd", f"{path} open in {self._label(h)}") for h in holders[:8]),
-        )
-        return WaitEdge(p.pid, "file-lock", holders, f"OFD {req.access} lock on {path}", ev, path=path, thread=t.tid)
+    def _ofd_edge(self, p: Process, t: Task, path: str, requests: list[FileLock]) -> WaitEdge:
+        """A wait for an OFD lock on `path`, held by one of the file's other openers: named only where one
+        opener alone could hold it (a write lock needs the file open for writing). A waiter behind a
+        stopped holder read DEGRADED, "held by a process not visible here (not in /proc/locks)" (found by
+        a helper); its first version named every opener, and a stopped one that only read the file made a
+        false STALLED, two waiters a false deadlock (found by a helper). Which request is this waiter's
+        only the file's inode says, which the probe does not read: with requests on several files, the
+        access is unsaid."""
+        _waiting, held = self._locks
+        files = {(r.device, r.inode) for r in requests}
+        blocker = held.get(requests[0].number) if len(files) == 1 else None
+        need = {"WRITE": ("w", "rw"), "READ": ("r", "rw")}.get(blocker.access if blocker else "", ("r", "w", "rw"))
+        openers = sorted({pid for pid, e in self._fds.paths.get(path, []) if pid != p.pid and e.mode in need})
+        access = f"{blocker.access} " if blocker is not None else ""
+        ev = [
+            Evidence("/proc/locks", f"an OFD lock request waits ({access or 'on one of ' + str(len(files)) + ' files'}"
+                                    "): OFD locks name no process"),
+            *(Evidence("/proc/fd", f"{path} open{' for writing' if need == ('w', 'rw') else ''} in {self._label(h)}")
+              for h in openers[:8]),
+        ]  # fmt: skip
+        if len(openers) != 1:
+            ev.append(Evidence("/proc/locks", f"{len(openers)} other process(es) have it open: which holds the lock "
+                                              "/proc/locks cannot say"))  # fmt: skip
+        holders = tuple(openers) if len(openers) == 1 else ()
+        return WaitEdge(p.pid, "file-lock", holders, f"OFD {access}lock on {path}", tuple(ev), path=path,
+                        thread=t.tid)  # fmt: skip
 
     def _co_holders(self, req: FileLock, blocker: FileLock, waiter: int) -> tuple[int, ...]:
         """The other holders of locks that keep `req` out beside the one the kernel names: readers of a
