@@ -132,3 +132,53 @@ def test_a_connect_in_progress_is_polled_not_a_shared_stdout_pipe(tmp_path: Path
     assert not [f for f in said if f"{j2} (" in f[2] or f"{server} (" in f[2]], said  # nothing of the other job
     assert not [f for f in said if f[1] in ("error", "critical")], said
     assert host["verdict"] != "stalled" and j1.isdigit(), said
+
+
+#: a pipeline `writer | poller`: the poller's main thread polls stdin (nfds 1, no timeout), a worker thread
+#: is blocked in connect() to a listener whose accept queue is full (SYN_SENT); the writer is stopped
+POLLER_BESIDE_A_CONNECT = r"""
+cleanup() { kill -CONT $W 2>/dev/null; kill $W $P $F $Q 2>/dev/null; }
+trap cleanup EXIT
+"$PY" -c '
+import socket, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(0); print(s.getsockname()[1], flush=True); time.sleep(600)' > "$D/full" &
+F=$!
+while [ ! -s "$D/full" ]; do sleep 0.05; done
+PORT=$(cat "$D/full")
+"$PY" -c 'import socket, sys, time; c = socket.create_connection(("127.0.0.1", int(sys.argv[1]))); time.sleep(600)' $PORT > /dev/null &
+Q=$!
+i=0; until [ -n "$(ss -Htn state established dport = :$PORT)" ] || [ $i -ge 200 ]; do sleep 0.05; i=$((i+1)); done
+"$PY" -c 'import os, time; open(os.environ["D"] + "/writer", "w").write(str(os.getpid())); time.sleep(600)' | "$PY" -c '
+import select, socket, sys, threading
+def connect():
+    s = socket.socket(); s.connect(("127.0.0.1", int(sys.argv[1])))
+threading.Thread(target=connect, daemon=True).start()
+p = select.poll(); p.register(0, select.POLLIN)
+while p.poll() and sys.stdin.buffer.read1(65536):
+    pass' $PORT > /dev/null 2>&1 &
+P=$!
+while [ ! -s "$D/writer" ]; do sleep 0.05; done
+W=$(cat "$D/writer")
+i=0; until [ -n "$(ss -Htn state syn-sent dport = :$PORT)" ] && grep -q poll_schedule /proc/$P/wchan 2>/dev/null || [ $i -ge 200 ]; do sleep 0.05; i=$((i+1)); done
+kill -STOP $W
+echo "$P $W $(ss -Htn state syn-sent dport = :$PORT | wc -l)" > "$D/who"
+"$PY" -m vastprobe diagnose local --format json --pid "$P" --sample 0.3 || true
+"""
+
+
+def test_a_poller_beside_a_thread_in_connect_still_waits_on_its_pipe(tmp_path: Path) -> None:
+    """A connection another thread is making (blocking connect(), SYN_SENT) is not in the poll: counted
+    there, it hid the main thread's stdin pipe from a stopped writer, and the job read DEGRADED, exit 0,
+    "polls its only connection" (found by a helper, against the change above)."""
+    if shutil.which("ss") is None:
+        pytest.skip("needs ss")
+    env = {**os.environ, "PY": sys.executable, "D": str(tmp_path)}
+    r = subprocess.run(["bash", "-c", POLLER_BESIDE_A_CONNECT], capture_output=True, text=True, env=env, timeout=120,
+                       cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    assert r.stdout, r.stderr
+    host = json.loads(r.stdout)["hosts"][0]
+    poller, writer, syn_sent = (tmp_path / "who").read_text().split()
+    assert syn_sent == "1", "no thread sat in connect(): the case not met"
+    said = [(f["rule"], f["severity"], f["summary"], f["pids"]) for f in host["findings"]]
+    assert [f for f in said if f[1] == "error" and int(writer) in f[3]], said
+    assert host["verdict"] == "stalled" and poller.isdigit(), said

@@ -70,7 +70,7 @@ class PollEdges(SocketEdges):
                 continue
             sino = e.socket_inode
             sock = self._sockets.get(sino) if sino is not None else None
-            if sock is not None and sock.state == "SYN_SENT":
+            if sock is not None and sock.state == "SYN_SENT" and self._connect_polled(p, e.fd):
                 connecting += 1
             if sock is None or sock.state not in ("ESTABLISHED", "CONNECTED"):
                 continue
@@ -115,6 +115,17 @@ class PollEdges(SocketEdges):
         out = [replace(e, holders=tuple(sorted(e.holders, key=lambda h: not self._frozen(h)))) for e in out]
         out.sort(key=lambda e: (not any(self._frozen(h) for h in e.holders), not e.writes))
         yield from out
+
+    def _connect_polled(self, p: Process, fd: int) -> bool:
+        """A connection being made that an event loop polls (a non-blocking connect): not one another
+        thread of it is blocked in connect() on. Counted for such a thread, it hid the polled pipe of a
+        main thread behind a stopped writer (found by a helper): with threads unread, none is counted."""
+        tasks = self.tasks(p)
+        if p.threads > len(tasks):
+            return False
+        return not any(
+            isinstance(t.syscall, Syscall) and t.syscall.name == "connect" and t.syscall.args[:1] == (fd,) for t in tasks
+        )
 
     def _pollable(self, p: Process) -> bool:
         """Not a server: a process holding a listening socket waits for work, not on its clients;
