@@ -124,7 +124,8 @@ class PollEdges(SocketEdges):
         if p.threads > len(tasks):
             return False
         return not any(
-            isinstance(t.syscall, Syscall) and t.syscall.name == "connect" and t.syscall.args[:1] == (fd,) for t in tasks
+            isinstance(t.syscall, Syscall) and t.syscall.name == "connect" and t.syscall.args[:1] == (fd,)
+            for t in tasks
         )
 
     def _pollable(self, p: Process) -> bool:
