@@ -1159,10 +1159,13 @@ TRANSPORT_THREAD_CLIENT = r"""
 import selectors, socket, sys, threading
 c = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
 c.sendall(b"subscribe\n")
+side = [socket.create_connection(("127.0.0.1", int(port))) for port in sys.argv[2:]]  # idle keep-alives
 done = threading.Event()
 def transport():
     sel = selectors.EpollSelector()
     sel.register(c, selectors.EVENT_READ)
+    for s in side:
+        sel.register(s, selectors.EVENT_READ)
     while True:
         for _key, _events in sel.select():
             if not c.recv(100):
@@ -1175,27 +1178,35 @@ done.wait()
 """
 
 
-@pytest.mark.parametrize("server", ["stopped", "idle"])
+@pytest.mark.parametrize("server", ["stopped", "idle", "stopped-side"])
 def test_a_transport_threads_loop_on_a_stopped_server_holds_the_client(reap, server: str) -> None:
     """A grpcio server-streaming client whose server was stopped read HEALTHY, no finding (found by a
     helper): its main thread waits on a futex, and the connection is watched by another thread's epoll,
     which no edge followed. That thread's loop on a connection whose other end cannot move is the
-    client's wait: STALLED, exit 1. A live server with nothing to send: no error."""
-    srv, port = start_server(reap, LOCKED_SERVER.replace("lock = threading.Lock(); lock.acquire(); lock.acquire()",
-                                                         "import time; time.sleep(600)"))  # fmt: skip
-    job = subprocess.Popen([sys.executable, "-c", TRANSPORT_THREAD_CLIENT, port], stdout=subprocess.PIPE, text=True,
+    client's wait: STALLED, exit 1. A live server with nothing to send: no error. `stopped-side`: the
+    loop also watches an idle connection to a side service that is stopped, while its request's server
+    lives: it read STALLED on the side service (found by a helper); no error."""
+    sleeper = LOCKED_SERVER.replace(
+        "lock = threading.Lock(); lock.acquire(); lock.acquire()", "import time; time.sleep(600)"
+    )
+    srv, port = start_server(reap, sleeper)
+    side = start_server(reap, sleeper.replace("c.recv(100)\n", "")) if server == "stopped-side" else None
+    ports = [port, *([side[1]] if side else [])]
+    job = subprocess.Popen([sys.executable, "-c", TRANSPORT_THREAD_CLIENT, *ports], stdout=subprocess.PIPE, text=True,
                            start_new_session=True)  # fmt: skip
     reap.append(job)
     assert job.stdout is not None and job.stdout.readline() == "ready\n"
     wait_for(lambda: "do_epoll_wait" in _threads(job.pid) and proc_wchan(srv.pid).startswith("hrtimer"),
              what="the transport thread in epoll, the server asleep")  # fmt: skip
-    if server == "stopped":
-        os.kill(srv.pid, signal.SIGSTOP)
-        wait_for(lambda: proc_state(srv.pid) == "T", what="the server stopped")
+    stop = srv if server == "stopped" else side[0] if side else None
+    if stop is not None:
+        wait_for(lambda: proc_wchan(stop.pid).startswith("hrtimer"), what="the server to stop asleep")
+        os.kill(stop.pid, signal.SIGSTOP)
+        wait_for(lambda: proc_state(stop.pid) == "T", what="the server stopped")
     for sample in ("1", "0"):
         rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
         said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
-        if server == "idle":
+        if server != "stopped":
             assert not [f for f in said if f[1] in ("error", "critical")], said
             assert host["verdict"] != "stalled" and rc == 0, said
             continue

@@ -158,13 +158,14 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
                 ):
                     yield edge
             elif tk == "event-loop" and not sealed:
-                # a transport thread's event loop (gRPC's, an HTTP client's I/O thread) over a connection whose
-                # other end cannot move, the main thread waiting on its result: a grpcio stream from a stopped
-                # server read HEALTHY, no finding (found by a helper). Only frozen ends: a live peer with
-                # nothing to say is how such a loop idles
-                yield from (
-                    e for e in self._poll_edges(p, t) if e.socket is not None and any(map(self._frozen, e.holders))
-                )
+                # a transport thread's event loop (gRPC's, an HTTP client's I/O thread) whose every end cannot
+                # move, the main thread waiting on its result: a grpcio stream from a stopped server read
+                # HEALTHY, no finding (found by a helper). Every end: a loop that also watches a live
+                # connection still to answer waits on that one (a stopped side service beside it read
+                # STALLED, and the request was answered; found by a helper)
+                polled = list(self._poll_edges(p, t))
+                if polled and all(e.holders and all(map(self._frozen, e.holders)) for e in polled):
+                    yield from (e for e in polled if e.socket is not None)
 
     def waits_for_children(self, p: Process) -> bool:
         """Its wait is for its children: in wait4/sigsuspend, or an event loop nothing else can wake
