@@ -121,19 +121,30 @@ def test_a_full_tmp_the_job_writes_nothing_on_is_a_warning(tmp_path: Path) -> No
         Path(ready).unlink(missing_ok=True)
     f = _disk_full(host)
     assert f["summary"] == "/tmp is full" and f["severity"] == "warning", f
-    assert any("holds no file open for writing" in e["detail"] for e in f["evidence"]), f
+    assert any("no log of the job is on it" in e["detail"] for e in f["evidence"]), f
     assert rc == 0 and host["verdict"] == "degraded", host["findings"]
 
 
-def test_a_full_tmp_the_job_holds_a_file_open_on_is_a_stall() -> None:
-    """The control: the job holds /tmp/job.out open for writing and nothing there grows."""
+def test_a_full_tmp_the_jobs_log_is_on_is_a_stall() -> None:
+    """The control: the job's stdout is /tmp/job.out (its log, found open) and nothing grows."""
     ready = "/tmp/job.out"
-    job = "sh -c 'exec 3>>/tmp/job.out; while :; do sleep 1; done' vp-tmp-writer"
+    job = "sh -c 'exec >>/tmp/job.out; while :; do sleep 1; done' vp-tmp-writer"
     rc, host = _in_full_tmp(job, ready, 0, "--match", "vp-tmp-writer", "--sample", "0.3")
     f = _disk_full(host)
     assert f["summary"] == "/tmp is full" and f["severity"] == "error", f
-    assert any("holds /tmp/job.out open for writing" in e["detail"] for e in f["evidence"]), f
+    assert any("/tmp/job.out, the job's log (found open), is on it" in e["detail"] for e in f["evidence"]), f
     assert rc == 1 and host["verdict"] == "stalled", host["findings"]
+
+
+def test_a_lock_file_alone_on_a_full_tmp_is_a_warning() -> None:
+    """A cron job holds only its lock file on the full /tmp (`exec 9>/tmp/job.lock`), and works
+    elsewhere: a file held for writing is no write that fails, and it read STALLED (found by a helper)."""
+    ready = "/tmp/job.lock"
+    job = "sh -c 'exec 9>/tmp/job.lock; exec >/dev/null; while :; do sleep 1; done' vp-tmp-locker"
+    rc, host = _in_full_tmp(job, ready, 0, "--match", "vp-tmp-locker", "--sample", "0.3")
+    f = _disk_full(host)
+    assert f["summary"] == "/tmp is full" and f["severity"] == "warning", f
+    assert rc == 0 and host["verdict"] == "degraded", host["findings"]
 
 
 def test_a_log_still_growing_on_a_nearly_full_filesystem_is_a_warning() -> None:

@@ -4,15 +4,14 @@ do not check them hang or die quietly.
 A full filesystem proves a stall only where the job writes: a 200 GiB volume at 98% with 3.8 GiB
 free, or a full /tmp the job holds nothing open on, read STALLED for a job whose log kept growing
 (found by a helper). It is an error when there is no room left (98% used and under 256 MiB free, or
-98% of inodes used and under 4,096 free), the job writes there (a `--log` on it, or a file on it
-that a process of the job holds open for writing), and no log of the job grew between the samples;
-a warning otherwise."""
+98% of inodes used and under 4,096 free), the job writes there (a `--log` on it, or the job's log
+found open on it), and no log of the job grew between the samples; a warning otherwise."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from vastprobe.model import DiskUsage, Evidence, Finding, Unavailable
+from vastprobe.model import DiskUsage, Evidence, Finding
 from vastprobe.rules.base import Context, Rule, RuleMeta
 
 META = RuleMeta("disk-full", "VP110", "error", "a filesystem the job writes to is (nearly) out of space or inodes")
@@ -30,33 +29,19 @@ def _mount_of(path: str, disks: tuple[DiskUsage, ...]) -> str | None:
     return max((d.mount for d in disks if _under(path, d.mount)), key=len, default=None)
 
 
-#: Paths that are no file on a disk: devices (a terminal, /dev/null), the kernel's own filesystems
-NOT_ON_A_DISK = ("/dev/", "/proc/", "/sys/")
-
-
 def _writers(ctx: Context, d: DiskUsage) -> list[str]:
-    """Why the job writes to `d`: a --log on it, or a process in scope holding a file on it open for
-    writing (a file lies on the listed filesystem whose mount point is the longest above it: a job
-    writing /workspace/train.log on a container's full overlay root, its /tmp on the same root)."""
+    """Why the job writes to `d`: a --log on it, or the job's log found open on it (a file lies on the
+    listed filesystem whose mount point is the longest above it: a job writing /workspace/train.log on a
+    container's full overlay root, which /tmp shares). Not any file held for writing: a cron job's lock
+    file on a full /tmp, while it worked elsewhere, read STALLED (found by a helper)."""
     disks = ctx.snapshot.disks
     out = [f"--log {log.path} is on it" for log in ctx.snapshot.logs if _mount_of(log.path, disks) == d.mount]
-    for p in ctx.in_scope():
-        if len(out) >= 3 or isinstance(p.fds, Unavailable):
-            continue
-        held = next(
-            (
-                e.path
-                for e in p.fds
-                if e.mode in ("w", "rw")
-                and e.path.startswith("/")
-                and not e.path.startswith(NOT_ON_A_DISK)
-                and _mount_of(e.path, disks) == d.mount
-            ),
-            None,
-        )
-        if held is not None:
-            out.append(f"{p.comm} ({p.pid}) holds {held} open for writing")
-    return out
+    out += [
+        f"{log.path}, the job's log (found open), is on it"
+        for log in ctx.found_logs
+        if _mount_of(log.path, disks) == d.mount
+    ]
+    return out[:3]
 
 
 def _grew(ctx: Context) -> str | None:
@@ -98,7 +83,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             writers = _writers(ctx, d)
             grew = _grew(ctx)
             if not writers:
-                problems.append(Evidence("fd", "the job holds no file open for writing there"))
+                problems.append(Evidence("fd", "no log of the job is on it"))
             elif grew is not None:
                 problems.append(Evidence("stat", f"{grew} grew between the samples: the job's writes still land"))
             else:
