@@ -30,7 +30,15 @@ def check(ctx: Context) -> Iterator[Finding]:
         where = edge.path or "a file"
         end = ctx.proc_label(s.chain.end)
         beyond = f"; it waits in turn on {end}" if edge.holders and s.chain.end not in (*edge.holders, s.waiter) else ""
-        if not edge.holders:
+        if not edge.holders and edge.what.startswith("OFD"):
+            # an OFD lock names no process: "held by a process not visible here" was false of one held through
+            # the waiter's own other open of the file (found by a helper)
+            holder_words = "an open file description /proc/locks names no process for"
+            hint = (
+                f"OFD locks name no holder: `lsof {where}` lists who has it open (its own other open of the file "
+                "counts: OFD locks conflict between two opens in one process)"
+            )
+        elif not edge.holders:
             holder_words = "a process not visible here"
             hint = f"no visible process holds the lock on {where}: look for it on the host (lslocks) or in another container"
         else:

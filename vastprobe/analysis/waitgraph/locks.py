@@ -165,11 +165,21 @@ class LockEdges(WaitIndex):
             if lk is not None and lk.pid is not None and lk.pid in self.tree.by_pid:
                 holders = (lk.pid, *self._co_holders(req, lk, p.pid))
             elif path is not None:  # the locker is gone or not visible: who still has the file open
-                holders = tuple(sorted({pid for pid, _e in self._fds.paths.get(path, []) if pid != p.pid}))
+                # (to write, for a write lock: a stopped reader of the file is no holder; found by a helper)
+                need = ("w", "rw") if lk is not None and lk.access == "WRITE" else ("r", "w", "rw")
+                holders = tuple(
+                    sorted({pid for pid, e in self._fds.paths.get(path, []) if pid != p.pid and e.mode in need})
+                )
             where = path or f"inode {req.inode} on device {req.device}"
             ev = [Evidence("/proc/locks", f"{p.pid} ({p.comm}) waits: {req.kind} {req.access} on {where}")]
             if lk is not None:
-                who = self._label(lk.pid) if lk.pid is not None else "a process not visible here"
+                who = (
+                    self._label(lk.pid)
+                    if lk.pid is not None
+                    else "an open file description (OFD locks name no process)"
+                    if lk.kind == "OFDLCK"
+                    else "a process not visible here"
+                )
                 ev.append(Evidence("/proc/locks", f"held: {lk.kind} {lk.access} by {who}"))
             yield WaitEdge(
                 p.pid,
