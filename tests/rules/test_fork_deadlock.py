@@ -171,17 +171,24 @@ child.wait()
 """
 
 
+def _child_on_a_lock(reap: list, program: str, sample: str) -> tuple[int, dict, dict, int]:
+    """Run `program` (it prints the PID of the child that will wait on a lock), wait for that child on its
+    futex, and diagnose the job: the exit code, the host, its one fork-deadlock finding, the child."""
+    job = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    reap.append(job)
+    assert job.stdout is not None
+    child = int(job.stdout.readline())
+    wait_for(lambda: proc_wchan(child).startswith("futex") and proc_state(child) == "S", what="the child on its lock")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
+    (f,) = [f for f in host["findings"] if f["rule"] == "fork-deadlock"]
+    return rc, host, f, child
+
+
 def test_a_program_execd_by_a_threaded_parent_is_not_told_it_deadlocked_at_fork(reap) -> None:
     """Found by a helper: a process exec'd and orphaned to a multi-threaded init was told it deadlocked
     at fork on a lock its parent's thread held, and to use spawn. Only a child running its parent's
     command line (forked without exec) is; this one waits on a lock of its own."""
-    job = subprocess.Popen([sys.executable, "-c", EXECD], stdout=subprocess.PIPE, text=True, start_new_session=True)
-    reap.append(job)
-    assert job.stdout is not None
-    child = int(job.stdout.readline())
-    wait_for(lambda: proc_wchan(child).startswith("futex") and proc_state(child) == "S", what="the lock taken twice")
-    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "1")
-    (f,) = [f for f in host["findings"] if f["rule"] == "fork-deadlock"]
+    rc, host, f, child = _child_on_a_lock(reap, EXECD, "1")
     assert f["pids"][0] == child and "at fork" not in f["summary"], f["summary"]
     assert "waits for ever on a lock no thread of its own can release" in f["summary"] and "spawn" not in f["hint"]
     assert any("was not forked from it without exec" in e["detail"] for e in f["evidence"]), f["evidence"]
@@ -462,14 +469,7 @@ os.waitpid(child, 0)
 def test_a_child_whose_pool_stayed_in_the_parent_is_not_said_to_inherit_a_held_lock(reap) -> None:
     """The verdict was right, STALLED, but the evidence said "one of them held the lock when it forked"
     as a fact of a child whose pool's threads simply did not come with the fork (found by a helper)."""
-    job = subprocess.Popen([sys.executable, "-c", FORKED_AWAY_POOL], stdout=subprocess.PIPE, text=True,
-                           start_new_session=True)  # fmt: skip
-    reap.append(job)
-    assert job.stdout is not None
-    child = int(job.stdout.readline())
-    wait_for(lambda: proc_wchan(child).startswith("futex") and proc_state(child) == "S", what="the child waiting")
-    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0.3")
-    (f,) = [f for f in host["findings"] if f["rule"] == "fork-deadlock"]
+    rc, host, f, _child = _child_on_a_lock(reap, FORKED_AWAY_POOL, "0.3")
     said = [e["detail"] for e in f["evidence"] if e["source"] == "parent"]
     assert said and "none of them came with it" in said[0] and "held the lock" not in said[0], said
     assert "or one only a thread that did not come with the fork would release" in f["summary"], f["summary"]
