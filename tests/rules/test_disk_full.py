@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -74,7 +75,9 @@ def test_a_small_filesystem_mostly_free_is_not_full(reap, tmp_path: Path) -> Non
 #: its command line, which holds `marker`).
 _FULL_TMP = r"""
 set -e
+mount --bind /tmp {old}
 mount -t tmpfs -o size=1m tmpfs /tmp
+for keep in {keeps}; do mkdir -p "$keep"; mount --bind "{old}${{keep#/tmp}}" "$keep"; done
 dd if=/dev/zero of=/tmp/fill bs=1k count=$(( 1024 - {free_kb} )) 2>/dev/null || true
 {job} </dev/null >/dev/null 2>&1 &
 echo $! > {pidfile}
@@ -83,11 +86,21 @@ exec "$@"
 """
 
 
+def _under_tmp() -> list[str]:
+    """The checkout and the Python running the tests where they lie under /tmp (a CI clone, its venv):
+    bound back below the full /tmp, or vastprobe could not start there (a clean clone's CI failed so)."""
+    need = {str(ROOT), sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    return sorted(p for p in need if p.startswith("/tmp/"))
+
+
 def _in_full_tmp(job: str, ready: str, free_kb: int, *args: str) -> tuple[int, dict]:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare to mount a private /tmp")
     pidfile = Path("/dev/shm") / f"vp-disk-full-{os.getpid()}.pid"
-    script = _FULL_TMP.format(job=job, ready=ready, free_kb=free_kb, pidfile=pidfile)
+    old = Path("/dev/shm") / f"vp-disk-full-{os.getpid()}.tmp"  # the real /tmp, bound back below the full one
+    old.mkdir(exist_ok=True)
+    keeps = " ".join(shlex.quote(k) for k in _under_tmp())
+    script = _FULL_TMP.format(job=job, ready=ready, free_kb=free_kb, pidfile=pidfile, old=old, keeps=keeps)
     cmd = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
            sys.executable, "-m", "vastprobe", "diagnose", "local", "--format", "json", *args]  # fmt: skip
     try:
@@ -96,6 +109,7 @@ def _in_full_tmp(job: str, ready: str, free_kb: int, *args: str) -> tuple[int, d
         with contextlib.suppress(OSError, ValueError):
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
         pidfile.unlink(missing_ok=True)
+        old.rmdir()
     if "mount" in r.stderr and not r.stdout:
         pytest.skip(f"cannot mount a private /tmp: {r.stderr.strip()[:200]}")
     assert r.stdout, r.stderr
