@@ -6,8 +6,10 @@ one sample; the same program with workers that do not wait on the lock is the he
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -474,3 +476,56 @@ def test_a_child_whose_pool_stayed_in_the_parent_is_not_said_to_inherit_a_held_l
     assert said and "none of them came with it" in said[0] and "held the lock" not in said[0], said
     assert "or one only a thread that did not come with the fork would release" in f["summary"], f["summary"]
     assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, f["summary"]
+
+
+#: a launcher: two workers that keep working, then it waits for Ctrl-C (KeyboardInterrupt) in Event().wait()
+CTRL_C_LAUNCHER = """
+import subprocess, sys, threading
+work = "import time\\nwhile True:\\n    sum(range(20000)); time.sleep(0.2)"
+procs = [subprocess.Popen([sys.executable, "-c", work]) for _ in range(2)]
+print("workers running; Ctrl-C to stop", flush=True)
+try:
+    threading.Event().wait()
+except KeyboardInterrupt:
+    for p in procs:
+        p.terminate()
+    print("stopped", flush=True)
+"""
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_a_launcher_waiting_for_ctrl_c_in_its_terminal_is_no_stall(reap, tmp_path: Path) -> None:
+    """In the foreground of a tmux pane, its workers working: it read STALLED, exit 1 ("waits for ever on
+    a lock no thread of its own can release"), and Ctrl-C ended it as designed (found by a helper).
+    Its terminal's Ctrl-C is the signal it waits for: a note for the named job, HEALTHY."""
+    sock = tmp_path / "tmux.sock"
+    script = tmp_path / "launcher.py"
+    script.write_text(CTRL_C_LAUNCHER)
+    tmux = ["tmux", "-S", str(sock)]
+    env = {k: v for k, v in os.environ.items() if k != "TMUX"}
+    subprocess.run([*tmux, "-f", "/dev/null", "new-session", "-d", "-s", "l", "-x", "120", "-y", "30",
+                    f"{sys.executable} {script}; sleep 600"], check=True, env=env)  # fmt: skip
+    try:
+
+        def launcher() -> int | None:
+            for d in Path("/proc").iterdir():
+                with contextlib.suppress(OSError):
+                    mine = d.name.isdigit() and str(script).encode() in (d / "cmdline").read_bytes()
+                    if mine and len(children_of(int(d.name))) == 2:
+                        return int(d.name)
+            return None
+
+        wait_for(lambda: launcher() is not None, what="the launcher and its 2 workers")
+        pid = launcher()
+        assert pid is not None
+        wait_for(lambda: proc_wchan(pid).startswith("futex") and proc_state(pid) == "S", what="the launcher waiting")
+        rc, host = vastprobe_json("--pid", str(pid), "--sample", "0.5")
+        said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+        assert not [f for f in said if f[1] in ("error", "critical")], said
+        assert [f for f in said if "catches SIGINT (Ctrl-C at its terminal)" in f[2]], said
+        assert host["verdict"] != "stalled" and rc == 0, said
+        subprocess.run([*tmux, "send-keys", "-t", "l", "C-c"], check=True, env=env)  # the proof: Ctrl-C ends it
+        wait_for(lambda: "stopped" in subprocess.run([*tmux, "capture-pane", "-p", "-t", "l"], capture_output=True,
+                                                     text=True, env=env).stdout, what="the launcher stopped")  # fmt: skip
+    finally:
+        subprocess.run([*tmux, "kill-server"], check=False, env=env)

@@ -44,3 +44,16 @@ def waits_for_a_signal(p: Process, parent: Process | None) -> list[str]:
     """The handlers that make `p`'s wait on its own locks a wait for a signal: none for a worker
     forked from a threaded parent."""
     return [] if forked_from_threaded(p, parent) else wake_signals(p)
+
+
+#: How a person at a terminal ends a launcher that waits for Ctrl-C
+CTRL_C = "SIGINT (Ctrl-C at its terminal)"
+
+
+def waits_for_ctrl_c(p: Process, kids: list[Process]) -> bool:
+    """A launcher in the foreground of its terminal, catching SIGINT, with children of its own alive:
+    "workers running; Ctrl-C to stop", then `Event().wait()`. SIGINT is no wake-up signal elsewhere
+    (Python catches it in every program), but here the terminal's Ctrl-C is how it ends: it read
+    STALLED, exit 1, fork-deadlock, while its workers worked (found by a helper)."""
+    foreground = p.tty_nr != 0 and p.tpgid is not None and p.tpgid == p.pgrp
+    return foreground and bool(p.sig_cgt and p.sig_cgt >> 1 & 1) and any(k.state != "Z" for k in kids)

@@ -26,7 +26,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from vastprobe.analysis.signal_waiters import STOP_SIGNAL, forked_from_threaded, waits_for_a_signal
+from vastprobe.analysis.signal_waiters import (
+    CTRL_C,
+    STOP_SIGNAL,
+    forked_from_threaded,
+    waits_for_a_signal,
+    waits_for_ctrl_c,
+)
 from vastprobe.analysis.waitgraph.edges import WaitEdge, private_untimed_wait, shared_untimed_wait
 from vastprobe.model import Evidence, Finding, Process
 from vastprobe.rules.base import Context, Rule, RuleMeta
@@ -54,6 +60,8 @@ def check(ctx: Context) -> Iterator[Finding]:
         # multi-threaded init, was told it deadlocked at fork (found by a helper)
         forked = forked_from_threaded(p, parent)
         signals = waits_for_a_signal(p, parent)
+        if not signals and waits_for_ctrl_c(p, ctx.tree.kids(p.pid)):
+            signals = [CTRL_C]
         if signals:
             if ctx.options.explicit_scope:
                 yield _signal_waiter(ctx, p, call, signals)
