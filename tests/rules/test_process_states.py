@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -340,3 +341,46 @@ def test_a_process_stopped_below_a_cpulimit_target_is_still_stopped(reap) -> Non
     (f,) = [f for f in host["findings"] if f["rule"] == "stopped-child"]
     assert sleeper in f["pids"] and f["severity"] == "error", f
     assert host["verdict"] == "stalled" and rc == 1, host["findings"]
+
+
+#: in a PID namespace of its own (so other tests' stopped processes are not this host's story): a tmux pane
+#: runs a tracer at its prompt, attached to a sleeper (PTRACE_ATTACH, then `input()` at its terminal)
+DEBUGGER_AT_A_PROMPT = r"""
+cat > "$D/tracer.py" <<'PY'
+import ctypes, os, subprocess, sys
+sleeper = subprocess.Popen([sys.executable, "-c", "import time\nwhile 1: time.sleep(1)"])
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.ptrace(16, sleeper.pid, 0, 0) == 0  # PTRACE_ATTACH: it stops, traced (t)
+os.waitpid(sleeper.pid, os.WUNTRACED | 0x40000000)  # __WALL
+open(os.environ["D"] + "/sleeper", "w").write(str(sleeper.pid))
+input("(tracer) ")
+PY
+tmux -S "$D/sock" -f /dev/null new-session -d -s g -x 120 -y 30 "$PY $D/tracer.py; sleep 600"
+i=0; until [ -s "$D/sleeper" ] || [ $i -ge 200 ]; do sleep 0.05; i=$((i+1)); done
+sleep 0.3
+"$PY" -m vastprobe diagnose local --format json --sample 0.3 || true
+tmux -S "$D/sock" kill-server
+"""
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None or shutil.which("unshare") is None, reason="needs tmux and unshare")
+def test_a_process_held_by_a_debugger_at_its_prompt_is_a_note_on_a_whole_host(tmp_path: Path) -> None:
+    """gdb attached at its `(gdb)` prompt in a tmux pane: the whole host read STALLED, exit 1, "python3
+    is stopped (t)" (found by a helper). Someone debugging holds it on purpose, as Ctrl-Z does: a note
+    with no scope (a stand-in tracer: PTRACE_ATTACH, then its prompt)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root for a PID namespace")
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("TMUX")},
+        "PY": sys.executable,
+        "D": str(tmp_path),
+    }
+    r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "bash", "-c", DEBUGGER_AT_A_PROMPT],
+                       capture_output=True, text=True, env=env, timeout=120, cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    assert r.stdout, r.stderr
+    host = json.loads(r.stdout)["hosts"][0]
+    sleeper = int((tmp_path / "sleeper").read_text())
+    said = [(f["rule"], f["severity"], f["summary"], f["pids"]) for f in host["findings"]]
+    held = [f for f in said if f[0] == "stopped-child" and sleeper in f[3]]
+    assert held and held[0][1] == "info" and "held by a debugger someone works in" in held[0][2], said
+    assert host["verdict"] != "stalled" and not [f for f in said if f[1] in ("error", "critical")], said

@@ -22,7 +22,7 @@ def check(ctx: Context) -> Iterator[Finding]:
         parent = ctx.tree.by_pid.get(p.ppid)
         ev = [Evidence("/proc/stat", f"pid {p.pid} ({p.comm}) state {p.state} in {len(p.samples)} sample(s)")]
         if p.tracer_pid:
-            ev.append(Evidence("/proc/status", f"TracerPid {p.tracer_pid} ({ctx.proc_label(p.tracer_pid)})"))
+            ev.append(Evidence("/proc/status", f"TracerPid {ctx.proc_label(p.tracer_pid)}"))
         if parent is not None:
             ev.append(Evidence("parent", f"{parent.pid} ({parent.comm}) state {parent.state}, wchan {parent.wchan}"))
         hint = resume_hint(ctx, p.pid)
@@ -33,6 +33,14 @@ def check(ctx: Context) -> Iterator[Finding]:
             # --pid/--match, it is the job, and a stall
             ev.append(Evidence("terminal", f"a job of {ctx.proc_label(shell.pid)}, an interactive shell at its prompt"))
             summary = f"{p.comm} ({p.pid}) is stopped ({p.state}): a job suspended in an interactive shell"
+            yield META.finding(summary, [p.pid], ev, hint, "info")
+            continue
+        debugger = _debugger_at_its_prompt(ctx, p)
+        if debugger is not None and not ctx.options.explicit_scope:
+            # someone debugging on a shared machine: gdb at its prompt in a terminal's foreground holds it on
+            # purpose, as Ctrl-Z does; the whole host read STALLED (found by a helper). Named, it is the job
+            ev.append(Evidence("terminal", f"its tracer {ctx.proc_label(debugger.pid)} waits at its terminal"))
+            summary = f"{p.comm} ({p.pid}) is stopped ({p.state}): held by a debugger someone works in"
             yield META.finding(summary, [p.pid], ev, hint, "info")
             continue
         yield META.finding(f"{p.comm} ({p.pid}) is stopped ({p.state})", [p.pid], ev, hint)
@@ -69,6 +77,14 @@ def _suspended_at_a_prompt(ctx: Context, p: Process) -> Process | None:
     if shell is None or shell.comm not in SHELLS or not interactive_shell(shell) or shell.pgrp != p.tpgid:
         return None
     return shell if shell.state == "S" and ctx.graph.kind(shell) != "child" else None
+
+
+def _debugger_at_its_prompt(ctx: Context, p: Process) -> Process | None:
+    """The tracer of `p`, asleep in the foreground of its own terminal (gdb at its `(gdb)` prompt)."""
+    tracer = ctx.tree.by_pid.get(p.tracer_pid) if p.tracer_pid else None
+    if tracer is None or tracer.state != "S" or not tracer.tty_nr or tracer.tpgid != tracer.pgrp:
+        return None
+    return tracer
 
 
 RULE = Rule(META, check)
