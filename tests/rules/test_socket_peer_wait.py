@@ -1213,3 +1213,42 @@ def test_a_transport_threads_loop_on_a_stopped_server_holds_the_client(reap, ser
         f = finding(host)
         assert f["pids"][:2] == [job.pid, srv.pid] and "does not answer" in f["summary"], said
         assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, said
+
+
+#: in a PID namespace of its own (the host's story is this one alone): an asyncio echo server, and a client
+#: that sent 5 bytes, read the echo, and waits in recv() for a push that has not come
+IDLE_SUBSCRIBER = r"""
+"$PY" -c '
+import asyncio
+async def echo(r, w):
+    w.write(await r.read(5)); await w.drain(); await asyncio.sleep(600)
+async def main():
+    s = await asyncio.start_server(echo, "127.0.0.1", 0); print(s.sockets[0].getsockname()[1], flush=True)
+    await asyncio.sleep(600)
+asyncio.run(main())' > "$D/port" &
+while [ ! -s "$D/port" ]; do sleep 0.05; done
+"$PY" -c '
+import socket, sys
+c = socket.create_connection(("127.0.0.1", int(sys.argv[1]))); c.sendall(b"hello"); c.recv(5)
+open(sys.argv[2], "w").write("ok"); c.recv(1)' "$(cat "$D/port")" "$D/echoed" &
+i=0; until [ -s "$D/echoed" ] || [ $i -ge 200 ]; do sleep 0.05; i=$((i+1)); done
+sleep 0.3
+"$PY" -m vastprobe diagnose local --format json --sample 0.5 || true
+"""
+
+
+def test_an_idle_subscriber_in_recv_on_a_whole_host_is_no_warning(tmp_path: Path) -> None:
+    """Its request answered, the client waits in recv() for a push: on a whole host (no scope) it read
+    DEGRADED, "whose peer … does not answer", with a hint to restart a healthy server (found by a
+    helper); a poller's idle connection read nothing. Nothing is in flight: no finding either way."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare for a PID namespace")
+    env = {**os.environ, "PY": sys.executable, "D": str(tmp_path)}
+    r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "bash", "-c", IDLE_SUBSCRIBER],
+                       capture_output=True, text=True, env=env, timeout=120, cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    assert r.stdout, r.stderr
+    assert (tmp_path / "echoed").read_text() == "ok", "the client never read its echo: the case not met"
+    host = json.loads(r.stdout)["hosts"][0]
+    said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    assert not [f for f in said if f[0] == "socket-peer-wait" and f[1] != "info"], said
+    assert host["verdict"] == "healthy", said

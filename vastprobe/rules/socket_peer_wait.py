@@ -90,6 +90,12 @@ def _reported(ctx: Context, s: StalledChain, edge: WaitEdge, stall: StallEvidenc
     locked = locked_handlers(ctx, edge)
     if quiet and not (ctx.options.explicit_scope and (s.idle or locked) and edge.holders):
         return None
+    idle_peer = not (unread or stall or s.proof or stopped or locked) and edge.holders and edge.listener is None
+    if idle_peer and not ctx.options.explicit_scope and remote_ssh is None:
+        # a client blocked in recv() on a live peer with nothing in flight, on a whole host: a push it
+        # waits for (a subscriber), as a poller's idle connection is; it read DEGRADED, "does not answer",
+        # on a healthy busy host (found by a helper)
+        return None
     waiter = ctx.tree.by_pid[s.waiter]
     via = f", through {ctx.proc_label(edge.waiter)}," if edge.waiter != s.waiter else ""
     peer = names(ctx, edge.holders)
