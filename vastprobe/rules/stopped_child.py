@@ -26,22 +26,14 @@ def check(ctx: Context) -> Iterator[Finding]:
         if parent is not None:
             ev.append(Evidence("parent", f"{parent.pid} ({parent.comm}) state {parent.state}, wchan {parent.wchan}"))
         hint = resume_hint(ctx, p.pid)
-        shell = _suspended_at_a_prompt(ctx, p)
-        if shell is not None and not ctx.options.explicit_scope:
-            # Ctrl-Z in someone's shell on a shared machine: its user resumes it with `fg`, nothing waits
-            # on it; the whole host read STALLED for a suspended pager (found by a helper). Named with
-            # --pid/--match, it is the job, and a stall
-            ev.append(Evidence("terminal", f"a job of {ctx.proc_label(shell.pid)}, an interactive shell at its prompt"))
-            summary = f"{p.comm} ({p.pid}) is stopped ({p.state}): a job suspended in an interactive shell"
-            yield META.finding(summary, [p.pid], ev, hint, "info")
-            continue
-        debugger = _debugger_at_its_prompt(ctx, p)
-        if debugger is not None and not ctx.options.explicit_scope:
-            # someone debugging on a shared machine: gdb at its prompt in a terminal's foreground holds it on
-            # purpose, as Ctrl-Z does; the whole host read STALLED (found by a helper). Named, it is the job
-            ev.append(Evidence("terminal", f"its tracer {ctx.proc_label(debugger.pid)} waits at its terminal"))
-            summary = f"{p.comm} ({p.pid}) is stopped ({p.state}): held by a debugger someone works in"
-            yield META.finding(summary, [p.pid], ev, hint, "info")
+        held = _held_on_purpose(ctx, p) if not ctx.options.explicit_scope else None
+        if held is not None:
+            # someone at a terminal holds it (Ctrl-Z at a shell's prompt, gdb at its own), on a shared
+            # machine: the whole host read STALLED for a suspended pager and for a process under gdb (found by
+            # helpers). Named with --pid/--match, it is the job, and a stall
+            why, seen = held
+            ev.append(seen)
+            yield META.finding(f"{p.comm} ({p.pid}) is stopped ({p.state}): {why}", [p.pid], ev, hint, "info")
             continue
         yield META.finding(f"{p.comm} ({p.pid}) is stopped ({p.state})", [p.pid], ev, hint)
 
@@ -77,6 +69,19 @@ def _suspended_at_a_prompt(ctx: Context, p: Process) -> Process | None:
     if shell is None or shell.comm not in SHELLS or not interactive_shell(shell) or shell.pgrp != p.tpgid:
         return None
     return shell if shell.state == "S" and ctx.graph.kind(shell) != "child" else None
+
+
+def _held_on_purpose(ctx: Context, p: Process) -> tuple[str, Evidence] | None:
+    """Why a person at a terminal holds `p` stopped, with the evidence, or None."""
+    shell = _suspended_at_a_prompt(ctx, p)
+    if shell is not None:
+        seen = Evidence("terminal", f"a job of {ctx.proc_label(shell.pid)}, an interactive shell at its prompt")
+        return "a job suspended in an interactive shell", seen
+    debugger = _debugger_at_its_prompt(ctx, p)
+    if debugger is not None:
+        seen = Evidence("terminal", f"its tracer {ctx.proc_label(debugger.pid)} waits at its terminal")
+        return "held by a debugger someone works in", seen
+    return None
 
 
 def _debugger_at_its_prompt(ctx: Context, p: Process) -> Process | None:
