@@ -104,7 +104,9 @@ def start() -> Cluster | str:
     hba = f"local all {SECRET_USER} scram-sha-256\nlocal all all trust\n"
     r = run("sh", "-c", f"printf '%s' '{hba}' > {data}/pg_hba.conf")
     options = (f"-c listen_addresses='' -k {d} -c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-               "-c max_connections=80 -c shared_buffers=32MB")  # fmt: skip
+               "-c max_connections=80 -c shared_buffers=32MB -c dynamic_shared_memory_type=mmap")  # fmt: skip
+    # mmap: its dynamic shared memory in the data directory, removed with it; in /dev/shm (posix), a stop in
+    # immediate mode or a SIGKILL left `PostgreSQL.N` segments behind (121 of them, 64 MiB, on this host)
     r = run(str(bindir / "pg_ctl"), "-D", str(data), "-l", str(d / "server.log"), "-w", "-t", "60", "-o", options,
             "start")  # fmt: skip
     if r.returncode != 0:

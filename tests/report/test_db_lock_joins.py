@@ -93,7 +93,7 @@ def row_lock(fleet: Fleet, data: Path) -> RowLock:  # noqa: F811
     """The three hosts, once A's update waits (also fixtures/joins/record.py's scene)."""
     port = free_ports(1)[0]
     b = fleet.host(f"runuser -u postgres -- {BIN[-1]}/postgres -D {data}/data -c listen_addresses=127.0.0.1 "
-                   f"-p {port} -k {data} -c fsync=off -c shared_buffers=16MB")  # fmt: skip
+                   f"-p {port} -k {data} -c fsync=off -c shared_buffers=16MB -c dynamic_shared_memory_type=mmap")  # fmt: skip
     psql = f"psql -h 127.0.0.1 -p {port} -U postgres -X -q"
     up = [*psql.split(), "-c", "select 1"]
     wait_for(lambda: subprocess.run(up, capture_output=True).returncode == 0, timeout=60, what="postgres answering")

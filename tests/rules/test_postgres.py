@@ -69,8 +69,17 @@ def cluster(tmp_path_factory) -> Iterator[Path]:
         subprocess.run(["runuser", "-u", "postgres", "--", *cmd], check=True, capture_output=True, timeout=120)
 
     as_postgres(f"{bin_}/initdb", "-D", str(d / "data"), "-A", "trust")
-    as_postgres(f"{bin_}/pg_ctl", "-D", str(d / "data"), "-l", str(d / "log"), "-w",
-                "-o", f"-k {d} -c listen_addresses='' -c max_prepared_transactions=4", "start")  # fmt: skip
+    as_postgres(
+        f"{bin_}/pg_ctl",
+        "-D",
+        str(d / "data"),
+        "-l",
+        str(d / "log"),
+        "-w",
+        "-o",
+        f"-k {d} -c listen_addresses='' -c max_prepared_transactions=4 -c dynamic_shared_memory_type=mmap",
+        "start",
+    )  # fmt: skip  (mmap: no segment left in /dev/shm by the immediate stop, as pg_cluster says)
     subprocess.run(["psql", "-h", str(d), "-U", "postgres", "-qc",
                     "create table t(id int primary key, v int); insert into t values (1, 0);"], check=True)  # fmt: skip
     yield d
