@@ -33,6 +33,7 @@ from vastprobe.model.host import (
     Socket,
     SocketProto,
     SocketTable,
+    lies_under,
     split_endpoint,
 )
 from vastprobe.model.process import EpollWatch, FdEntry, FdMode, Process, ProcIO, ProcSample, Syscall, ThreadState
@@ -124,6 +125,7 @@ __all__ = [
     "WaitLink",
     "WaitPicture",
     "available",
+    "lies_under",
     "split_endpoint",
     "verdict",
 ]

@@ -278,6 +278,12 @@ class ArtifactListing:
     error: str | None
 
 
+def lies_under(path: str, mount_point: str) -> bool:
+    """Whether `path` is `mount_point` or below it, by whole components (`/data2` is not under
+    `/data`): where a file or a wait lies among the mounts the probe listed."""
+    return path == mount_point or path.startswith(mount_point.rstrip("/") + "/")
+
+
 @dataclass(frozen=True)
 class DiskUsage:
     filesystem: str

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from vastprobe.model import DiskUsage, Evidence, Finding
+from vastprobe.model import DiskUsage, Evidence, Finding, lies_under
 from vastprobe.rules.base import Context, Rule, RuleMeta
 
 META = RuleMeta("disk-full", "VP110", "error", "a filesystem the job writes to is (nearly) out of space or inodes")
@@ -20,13 +20,9 @@ ERROR_FREE_KB = 256 * 1024
 ERROR_FREE_INODES = 4096
 
 
-def _under(path: str, top: str) -> bool:
-    return path == top or path.startswith(top.rstrip("/") + "/")
-
-
 def _mount_of(path: str, disks: tuple[DiskUsage, ...]) -> str | None:
     """The mount point of the listed filesystem a path asked about lies on: the longest above it."""
-    return max((d.mount for d in disks if _under(path, d.mount)), key=len, default=None)
+    return max((d.mount for d in disks if lies_under(path, d.mount)), key=len, default=None)
 
 
 def _writers(ctx: Context, d: DiskUsage) -> list[str]:

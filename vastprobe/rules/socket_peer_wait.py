@@ -37,6 +37,7 @@ class _Wait:
     remote_ssh: SshDestination | None  # an ssh session off this host that holds the job
     alone: bool  # a peer on another host, and nothing else says the job is stalled
     quiet: bool  # poll() with nothing in flight either way, and nothing else says so
+    locked: bool  # every holder a server whose handlers all wait on locks (chains.locked_handlers)
     waiter: Process
     via: str  # the process in between, when the chain's waiter waits through another
     peer: str  # the holders of the other end, named
@@ -77,21 +78,19 @@ def _reported(ctx: Context, s: StalledChain, edge: WaitEdge, stall: StallEvidenc
     alone = not edge.holders and not stall and remote_ssh is None
     if alone and not (ctx.options.explicit_scope and s.idle and edge.kind == "tcp" and not incoming):
         return None
-    # poll() over a connection with nothing pending either way: an idle keep-alive client, or a
-    # request the server read and never answered; only a named job, still after two samples, is
-    # worth a note (the server read the request and sleeps: a common hang that is otherwise unseen)
-    quiet = (
-        (edge.inferred and not unread and not stall and not s.proof and not stopped and remote_ssh is None)
-        and not alone
-        and edge.listener is None
-    )  # a connection in an accept queue is no idle keep-alive
+    # nothing pending either way, nothing else says it is stalled, no holder stopped: an idle keep-alive
+    # client, or a request the server read and never answered (a connection in an accept queue is no
+    # idle keep-alive)
+    still = not (unread or stall or s.proof or stopped) and remote_ssh is None and edge.listener is None
+    # poll() over such a connection: only a named job, still after two samples, is worth a note (the
+    # server read the request and sleeps: a common hang that is otherwise unseen)
+    quiet = edge.inferred and still and not alone
     # a server whose handlers all wait on locks: its accepting loop's wakes answer nobody, and its state
     # says as much from one sample (thread-deadlock's warning)
     locked = locked_handlers(ctx, edge)
     if quiet and not (ctx.options.explicit_scope and (s.idle or locked) and edge.holders):
         return None
-    idle_peer = not (unread or stall or s.proof or stopped or locked) and edge.holders and edge.listener is None
-    if idle_peer and not ctx.options.explicit_scope and remote_ssh is None:
+    if still and not locked and edge.holders and not ctx.options.explicit_scope:
         # a client blocked in recv() on a live peer with nothing in flight, on a whole host: a push it
         # waits for (a subscriber), as a poller's idle connection is; it read DEGRADED, "does not answer",
         # on a healthy busy host (found by a helper)
@@ -100,13 +99,13 @@ def _reported(ctx: Context, s: StalledChain, edge: WaitEdge, stall: StallEvidenc
     via = f", through {ctx.proc_label(edge.waiter)}," if edge.waiter != s.waiter else ""
     peer = names(ctx, edge.holders)
     state = ", ".join(f"{ctx.tree.by_pid[h].state} {ctx.tree.by_pid[h].wchan}" for h in edge.holders[:2])
-    return _Wait(s, edge, unread, stopped, remote_ssh, alone, quiet, waiter, via, peer, state)
+    return _Wait(s, edge, unread, stopped, remote_ssh, alone, quiet, locked, waiter, via, peer, state)
 
 
 def _quiet_words(ctx: Context, w: _Wait) -> tuple[str, str, Severity]:
     """Nothing in flight either way: an idle connection, or a request read and never answered (a note)."""
     waiter, via, edge, peer, state = w.waiter, w.via, w.edge, w.peer, w.state
-    if locked_handlers(ctx, edge):
+    if w.locked:
         # a deadlocked handler and a long poll read the same from /proc: a warning, not proof (the server
         # read STALLED, its long-poll clients with it, and answered at the next publish; found by a helper)
         summary = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from vastprobe.analysis.waitgraph.edges import WaitEdge, main_task
 from vastprobe.analysis.waitgraph.index import WaitIndex
-from vastprobe.model import Evidence, FdEntry, FuseMount, Process, Unavailable
+from vastprobe.model import Evidence, FdEntry, FuseMount, Process, Unavailable, lies_under
 
 
 def _names_mount(argv: tuple[str, ...], mount: FuseMount) -> bool:
@@ -62,7 +62,7 @@ class FuseEdges(WaitIndex):
 
     def _fuse_mount_of(self, p: Process, entry: FdEntry | None, mounts: tuple[FuseMount, ...]) -> FuseMount | None:
         def under(path: str) -> list[FuseMount]:
-            return [m for m in mounts if path == m.mount_point or path.startswith(m.mount_point.rstrip("/") + "/")]
+            return [m for m in mounts if lies_under(path, m.mount_point)]
 
         if entry is not None and (found := under(entry.path)):
             return max(found, key=lambda m: len(m.mount_point))

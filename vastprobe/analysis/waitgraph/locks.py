@@ -167,9 +167,7 @@ class LockEdges(WaitIndex):
             elif path is not None:  # the locker is gone or not visible: who still has the file open
                 # (to write, for a write lock: a stopped reader of the file is no holder; found by a helper)
                 need = ("w", "rw") if lk is not None and lk.access == "WRITE" else ("r", "w", "rw")
-                holders = tuple(
-                    sorted({pid for pid, e in self._fds.paths.get(path, []) if pid != p.pid and e.mode in need})
-                )
+                holders = tuple(self._openers(path, p.pid, need))
             where = path or f"inode {req.inode} on device {req.device}"
             ev = [Evidence("/proc/locks", f"{p.pid} ({p.comm}) waits: {req.kind} {req.access} on {where}")]
             if lk is not None:
@@ -192,6 +190,11 @@ class LockEdges(WaitIndex):
                 thread=t.tid,
             )
 
+    def _openers(self, path: str, waiter: int, modes: tuple[str, ...]) -> list[int]:
+        """The processes but the waiter with `path` open in one of `modes`: who may hold a lock on it
+        where /proc/locks names nobody (a locker not visible, an OFD lock)."""
+        return sorted({pid for pid, e in self._fds.paths.get(path, []) if pid != waiter and e.mode in modes})
+
     def _ofd_requests(self) -> list[FileLock]:
         """The blocked requests for an open file description's lock (F_OFD_SETLKW): /proc/locks names no
         process for those (-1), the waiter's or the holder's."""
@@ -210,7 +213,7 @@ class LockEdges(WaitIndex):
         files = {(r.device, r.inode) for r in requests}
         blocker = held.get(requests[0].number) if len(files) == 1 else None
         need = {"WRITE": ("w", "rw"), "READ": ("r", "rw")}.get(blocker.access if blocker else "", ("r", "w", "rw"))
-        openers = sorted({pid for pid, e in self._fds.paths.get(path, []) if pid != p.pid and e.mode in need})
+        openers = self._openers(path, p.pid, need)
         access = f"{blocker.access} " if blocker is not None else ""
         ev = [
             Evidence("/proc/locks", f"an OFD lock request waits ({access or 'on one of ' + str(len(files)) + ' files'}"
