@@ -75,13 +75,14 @@ def local_snapshot(params: ProbeParams | None = None, shell: list[str] | None = 
     return build_snapshot(out, params, "local", "local", len(raw))
 
 
-def wait_for(cond: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+def wait_for(cond: Callable[[], bool], timeout: float = 10.0, what: str | Callable[[], str] = "condition") -> None:
+    """Polls `cond`; `what` may be a callable, called at the timeout, that says what was seen instead."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
             return
         time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
 
 
 def communicate_or_dump(p: subprocess.Popen[str], timeout: float) -> tuple[str, str]:

@@ -54,7 +54,8 @@ def test_apt_get_waiting_for_the_frontend_lock_names_its_holder(reap, tmp_path: 
                                start_new_session=True)  # fmt: skip
     reap.append(job)
     wait_for(lambda: "Could not get lock" in out.read_text() and proc_wchan(job.pid).endswith("nanosleep"),
-             timeout=30, what="apt-get retrying the lock")  # fmt: skip
+             timeout=60, what=lambda: f"apt-get retrying the lock: exit {job.poll()}, wait channel "
+             f"{proc_wchan(job.pid)!r}, it wrote {out.read_text()[-2000:]!r}")  # fmt: skip
     try:
         rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
         found = [f for f in host["findings"] if f["rule"] == "file-lock-wait"]
