@@ -33,6 +33,7 @@ from vastprobe.model.host import (
     Socket,
     SocketProto,
     SocketTable,
+    is_loopback,
     lies_under,
     split_endpoint,
 )
@@ -125,6 +126,7 @@ __all__ = [
     "WaitLink",
     "WaitPicture",
     "available",
+    "is_loopback",
     "lies_under",
     "split_endpoint",
     "verdict",

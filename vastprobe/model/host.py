@@ -109,6 +109,12 @@ def split_endpoint(endpoint: str) -> tuple[str, str]:
     return host, port
 
 
+def is_loopback(ip: str) -> bool:
+    """Whether an address as `split_endpoint` gives it is a loopback one (127/8, ::1, IPv4-mapped
+    127/8): a connection between two such never leaves its network namespace."""
+    return ip.startswith(("127.", "[::ffff:127.")) or ip in ("[::1]", "::1")
+
+
 @dataclass(frozen=True)
 class Socket:
     """One socket a listed process holds, from /proc/PID/net/* of its network namespace."""

@@ -17,7 +17,7 @@ from vastprobe.analysis.endpoints import remote_peer
 from vastprobe.analysis.ssh_clients import SSH_CLIENTS, SshDestination, ssh_destination
 from vastprobe.analysis.stalls import StalledChain, StallEvidence
 from vastprobe.analysis.waitgraph.edges import WaitEdge
-from vastprobe.model import Evidence, Finding, Process, Severity, split_endpoint
+from vastprobe.model import Evidence, Finding, Process, Severity, is_loopback, split_endpoint
 from vastprobe.rules.base import Context, Rule, RuleMeta
 from vastprobe.rules.chains import chain_evidence, locked_handlers, marked, names, stack_command, stalled
 from vastprobe.units import byte_size
@@ -255,7 +255,7 @@ def _remote_ssh(ctx: Context, s: StalledChain, edge: WaitEdge) -> SshDestination
 def _off_host_hint(remote: str) -> str:
     """What to run for the other end of a connection that leaves this host."""
     ip, port = split_endpoint(remote)
-    if ip.startswith("127.") or ip in ("[::1]", "::1"):
+    if is_loopback(ip):
         return (
             f"{remote} is a loopback address whose holder this view cannot see (another container or PID namespace "
             f"sharing this network): diagnose the host's namespace that listens on port {port}; give the client a "

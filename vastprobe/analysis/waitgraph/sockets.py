@@ -9,7 +9,7 @@ from functools import cached_property
 
 from vastprobe.analysis.waitgraph.edges import Task, WaitEdge, main_task
 from vastprobe.analysis.waitgraph.index import WaitIndex
-from vastprobe.model import Evidence, Process, Socket, SocketTable, Unavailable, split_endpoint
+from vastprobe.model import Evidence, Process, Socket, SocketTable, Unavailable, is_loopback, split_endpoint
 
 
 class SocketEdges(WaitIndex):
@@ -93,9 +93,8 @@ class SocketEdges(WaitIndex):
         )
 
     def _tcp_edge(self, p: Process, sock: Socket, fd: int) -> WaitEdge:
-        peers = [s for s in self._tcp_peers.get((sock.remote, sock.local), []) if s.inode != sock.inode]
-        same_ns = [s for s in peers if s.netns == sock.netns] or peers
-        peer = same_ns[0] if same_ns else None
+        mirrors = self._tcp_mirrors(sock)
+        peer = mirrors[0] if mirrors else None
         holders = tuple(sorted(set(self._fds.sockets.get(peer.inode, [])) - {p.pid})) if peer else ()
         if peer is not None and not holders and p.pid in self._fds.sockets.get(peer.inode, []):
             holders = (p.pid,)  # it holds the other end itself: a server in another of its threads
@@ -148,7 +147,7 @@ class SocketEdges(WaitIndex):
     def _listener(self, address: str, netns: int | None) -> Socket | None:
         """The listening socket a connection to `address` lands on, when that address is this host's."""
         ip, port = split_endpoint(address)
-        local = ip.startswith("127.") or ip == "[::1]" or ip in self._local_ips
+        local = is_loopback(ip) or ip in self._local_ips
         for s in self._sockets.values():
             if s.state != "LISTEN" or not s.proto.startswith("tcp") or (s.netns != netns and netns is not None):
                 continue
@@ -225,12 +224,22 @@ class SocketEdges(WaitIndex):
                 out.update(self._fds.sockets.get(sock.peer_inode, []))
         return out - {pid}, unseen
 
+    def _tcp_mirrors(self, sock: Socket) -> list[Socket]:
+        """The other end of TCP socket `sock` (its mirror-image row): in its own network namespace, else in
+        another where its addresses can cross one (a container's bridge to the host). A loopback connection
+        never does: a host pair that happened to use a namespaced client's 4-tuple was taken for its peer,
+        and the client of a stopped server in its namespace read HEALTHY (found by a helper)."""
+        peers = [s for s in self._tcp_peers.get((sock.remote, sock.local), []) if s.inode != sock.inode]
+        same_ns = [s for s in peers if s.netns == sock.netns]
+        if not same_ns and sock.netns is not None and is_loopback(split_endpoint(sock.local)[0]):
+            return []
+        return same_ns or peers
+
     def _mirror_holders(self, sock: Socket) -> set[int]:
-        """The processes here holding the other end of TCP socket `sock` (its mirror-image row)."""
+        """The processes here holding the other end of TCP socket `sock`."""
         holders: set[int] = set()
-        for peer in self._tcp_peers.get((sock.remote, sock.local), []):
-            if peer.inode != sock.inode:
-                holders.update(self._fds.sockets.get(peer.inode, []))
+        for peer in self._tcp_mirrors(sock):
+            holders.update(self._fds.sockets.get(peer.inode, []))
         return holders
 
     def _tcp_in(self, pid: int, state: str) -> list[Socket]:
