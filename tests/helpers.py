@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from vastprobe.model import HostSnapshot
 from vastprobe.parsers.snapshot import build_snapshot
 from vastprobe.probe.script import ProbeParams, render_script
@@ -73,6 +75,25 @@ def local_snapshot(params: ProbeParams | None = None, shell: list[str] | None = 
     raw = run_probe_raw(params, shell)
     out = split_sections(raw, params.boundary)
     return build_snapshot(out, params, "local", "local", len(raw))
+
+
+def cpu_throttled_cgroup(name: str) -> tuple[Path, Path]:
+    """A cgroup allowed 1 ms of CPU a second: (the directory, its procs file). v1's cpu controller or
+    v2's cpu.max; skips where neither can be made."""
+    v1 = Path("/sys/fs/cgroup/cpu")
+    if (v1 / "cpu.cfs_quota_us").exists():
+        d = v1 / name
+        d.mkdir()
+        (d / "cpu.cfs_period_us").write_text("1000000")
+        (d / "cpu.cfs_quota_us").write_text("1000")
+        return d, d / "cgroup.procs"
+    v2 = Path("/sys/fs/cgroup")
+    if (v2 / "cgroup.controllers").exists() and "cpu" in (v2 / "cgroup.subtree_control").read_text().split():
+        d = v2 / name
+        d.mkdir()
+        (d / "cpu.max").write_text("1000 1000000")
+        return d, d / "cgroup.procs"
+    pytest.skip("no cgroup CPU controller to throttle a process with here")
 
 
 def wait_for(cond: Callable[[], bool], timeout: float = 10.0, what: str | Callable[[], str] = "condition") -> None:

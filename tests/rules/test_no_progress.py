@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import children_of, proc_wchan, vastprobe_json, wait_for
+from tests.helpers import children_of, cpu_throttled_cgroup, proc_wchan, vastprobe_json, wait_for
 
 TRAINER = textwrap.dedent("""
     import sys, threading, time
@@ -29,6 +29,11 @@ TRAINER = textwrap.dedent("""
     elif mode == "compute":          # healthy: a long step that logs at its end
         while True:
             sum(i * i for i in range(10000))
+    elif mode == "thread":           # healthy: the step in a worker thread the main thread joins
+        def step():
+            while True:
+                sum(i * i for i in range(10000))
+        worker = threading.Thread(target=step); worker.start(); worker.join()
 """)
 
 
@@ -96,3 +101,29 @@ def test_a_wait_chain_explains_it_instead(reap, tmp_path: Path) -> None:
     os.utime(log, (old, old))
     _rc, host = vastprobe_json("--pid", str(p.pid), "--sample", "1")
     assert "no-progress" not in rules(host), host["findings"]
+
+
+def test_a_worker_thread_starved_of_cpu_still_works(reap, tmp_path: Path) -> None:
+    """The main thread joins a worker that computes under a CPU quota of 1 ms a second (`docker --cpus`
+    on a crowded host): the process counts no clock tick over the window, and read STALLED, exit 1, "no
+    CPU, I/O or context switch" (found by a helper). Its worker was read running (R): it works."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a cgroup")
+    pid, _log = trainer(reap, tmp_path, "thread")
+    cg, procs = cpu_throttled_cgroup(f"vastprobe-test-{os.getpid()}-np")
+    try:
+        procs.write_text(str(pid))
+        wait_for(lambda: len(list(Path(f"/proc/{pid}/task").iterdir())) == 2 and proc_wchan(pid).startswith("futex"),
+                 what="the main thread joining its worker")  # fmt: skip
+        rc, host = vastprobe_json("--pid", str(pid), "--sample", "1")
+        [p] = [p for p in host["snapshot"]["processes"] if p["pid"] == pid]
+        ticks = [s["utime"] + s["stime"] for s in p["samples"]]
+        if ticks[0] != ticks[-1] or not any(t["state"] == "R" for t in p["threads_detail"]):
+            pytest.skip(f"the worker was not read running with no tick counted (ticks {ticks}): the case not met")
+        said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+        assert "no-progress" not in rules(host), said
+        assert host["verdict"] != "stalled" and rc == 0, said
+    finally:
+        os.kill(pid, 9)
+        wait_for(lambda: not procs.read_text().strip(), what="the cgroup empty")
+        cg.rmdir()

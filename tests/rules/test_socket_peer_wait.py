@@ -21,6 +21,7 @@ import pytest
 from tests.helpers import (
     analyze_recording,
     children_of,
+    cpu_throttled_cgroup,
     proc_state,
     proc_wchan,
     vastprobe_json,
@@ -825,25 +826,6 @@ while True:
 """
 
 
-def _cpu_throttled_cgroup(name: str) -> tuple[Path, Path]:
-    """A cgroup allowed 1 ms of CPU a second: (the directory, its procs file). v1's cpu controller or
-    v2's cpu.max; skips where neither can be made."""
-    v1 = Path("/sys/fs/cgroup/cpu")
-    if (v1 / "cpu.cfs_quota_us").exists():
-        d = v1 / name
-        d.mkdir()
-        (d / "cpu.cfs_period_us").write_text("1000000")
-        (d / "cpu.cfs_quota_us").write_text("1000")
-        return d, d / "cgroup.procs"
-    v2 = Path("/sys/fs/cgroup")
-    if (v2 / "cgroup.controllers").exists() and "cpu" in (v2 / "cgroup.subtree_control").read_text().split():
-        d = v2 / name
-        d.mkdir()
-        (d / "cpu.max").write_text("1000 1000000")
-        return d, d / "cgroup.procs"
-    pytest.skip("no cgroup CPU controller to throttle a process with here")
-
-
 def test_a_server_runnable_but_starved_of_cpu_is_no_proof(reap) -> None:
     """The client's connection sat in the server's accept queue, and the server did nothing over the
     window: the proof of a stall, but it was runnable at every read and simply got no CPU (a loaded
@@ -853,7 +835,7 @@ def test_a_server_runnable_but_starved_of_cpu_is_no_proof(reap) -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root to make a cgroup")
     srv, port = start_server(reap, SPINNING_SERVER)
-    cg, procs = _cpu_throttled_cgroup(f"vastprobe-test-{os.getpid()}")
+    cg, procs = cpu_throttled_cgroup(f"vastprobe-test-{os.getpid()}")
     try:
         procs.write_text(str(srv.pid))
         client = subprocess.Popen([sys.executable, "-c", ASK_AND_WAIT, port], start_new_session=True)

@@ -18,12 +18,15 @@ class Progress:
     ctxt_switches: int | None
     state_changed: bool
     gone: bool = False  # the probe took a second sample and this process was not in it
+    thread_running: bool = False  # a thread other than the main one was read running (R)
 
     @property
     def moved(self) -> bool:
-        """It did work a counter shows: CPU, I/O, a state change, or it left. A wake alone is not
-        work: a client polling on a timeout wakes without moving its wait on."""
-        return bool(self.gone or self.cpu_ticks or self.io_bytes or self.state_changed)
+        """It did work a counter shows: CPU, I/O, a state change, or it left; or a thread of it was
+        running. A wake alone is not work: a client polling on a timeout wakes without moving its wait
+        on. A worker thread under a CPU quota of 1% runs less than a clock tick a second: its job read
+        STALLED, "no CPU", while it computed (found by a helper)."""
+        return bool(self.gone or self.cpu_ticks or self.io_bytes or self.state_changed or self.thread_running)
 
     @property
     def active(self) -> bool:
@@ -48,4 +51,5 @@ def progress(p: Process, samples_taken: int = 1) -> Progress:
         ctxt = b.voluntary_ctxt - a.voluntary_ctxt
         if a.nonvoluntary_ctxt is not None and b.nonvoluntary_ctxt is not None:
             ctxt += b.nonvoluntary_ctxt - a.nonvoluntary_ctxt
-    return Progress(True, b.cpu_ticks - a.cpu_ticks, io, ctxt, a.state != b.state)
+    running = any(t.state == "R" for t in p.threads_detail)
+    return Progress(True, b.cpu_ticks - a.cpu_ticks, io, ctxt, a.state != b.state, thread_running=running)

@@ -362,6 +362,7 @@ def _how_moved(pr: Progress) -> list[str]:
             ("context switches", pr.ctxt_switches),
             ("a state change", pr.state_changed),
             ("a process ended", pr.gone),
+            ("a thread running", pr.thread_running),
         )
         if did
     ]
