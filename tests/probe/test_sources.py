@@ -7,12 +7,13 @@ import re
 from pathlib import Path
 
 from tests.helpers import run_probe_raw
+from vastprobe.analysis.waitgraph.edges import timed_wait
 from vastprobe.model import Syscall
 from vastprobe.parsers.fd import parse_fd_section, unescape_ls
 from vastprobe.parsers.locks import parse_locks
 from vastprobe.parsers.mounts import parse_fuse_mounts
 from vastprobe.parsers.net import inet_address, parse_net_section
-from vastprobe.parsers.syscall import parse_syscall, parse_syscall_section
+from vastprobe.parsers.syscall import parse_syscall, parse_syscall_section, resumed
 from vastprobe.parsers.threads import parse_threads_section
 from vastprobe.probe import sources
 from vastprobe.probe.script import ProbeParams
@@ -62,6 +63,20 @@ def test_syscall_lines_recorded_here() -> None:
     assert errors == {1: "Operation not permitted"}
     assert parse_syscall("63 0x3 0x0 0x0 0x0 0x0 0x0 0x0 0x0", "aarch64").name == "read"  # type: ignore[union-attr]
     assert parse_syscall("٣ 0x1", "x86_64") is None and parse_syscall("", "x86_64") is None
+
+
+def test_restart_syscall_is_read_as_the_call_it_resumes() -> None:
+    """Recorded here: `sleep 300`, `Event().wait(400)` and `poll(400000)`, each stopped and continued."""
+    sleep = parse_syscall("219 0x0 0x0 0x7ffe8c5fa060 0x7ffe8c5fa0a0 0x0 0x0 0x7ffe8c5f 0x7f", "x86_64")
+    futex = parse_syscall("219 0x55882d8c8250 0x89 0x0 0x7fff1673fae0 0x0 0xffffffff 0x7fff 0x7f", "x86_64")
+    poll = parse_syscall("219 0x56510019be00 0x0 0x61a80 0x0 0x0 0x0 0x7ffd 0x7f", "x86_64")
+    assert sleep is not None and sleep.name == "restart_syscall"
+    assert resumed(sleep, "do_syscall_64").name == "nanosleep"  # type: ignore[union-attr]
+    assert resumed(futex, "futex_do_wait").name == "futex" and timed_wait(resumed(futex, "futex_do_wait"))  # type: ignore[union-attr,arg-type]
+    assert resumed(poll, "poll_schedule_timeout.constprop.0").name == "poll"  # type: ignore[union-attr]
+    assert timed_wait(resumed(poll, "poll_schedule_timeout.constprop.0"))  # type: ignore[arg-type]
+    assert resumed(sleep, "pipe_read") is sleep  # a wait channel that says nothing of it: left as read
+    assert parse_syscall("128 0x0 0x0 0x0 0x0 0x0 0x0 0x0 0x0", "aarch64").name == "restart_syscall"  # type: ignore[union-attr]
 
 
 def test_proc_locks_lines_recorded_here() -> None:

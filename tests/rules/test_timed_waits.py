@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import analyze_recording, compiled_c, proc_wchan, vastprobe_json, wait_for
+from tests.helpers import analyze_recording, compiled_c, proc_state, proc_wchan, vastprobe_json, wait_for
 from tests.paths import FIXTURES
 
 WAITS = {
@@ -48,6 +49,47 @@ def test_a_job_waiting_with_a_deadline_beside_a_quiet_log_is_not_stalled(reap, t
     if how == "untimed":  # nothing wakes it: the control
         assert host["verdict"] == "stalled" and rc == 1, said
         return
+    assert host["verdict"] == "degraded" and rc == 0, said
+    assert any(r == "missing-logs" and "sleeps on a timer" in s for r, _sev, s in said), said
+
+
+#: timed waits the kernel resumes through restart_syscall once stopped and continued (or ptrace-attached:
+#: `strace -p`, `gdb -p`), and an untimed one (restarted as the futex call itself): the control
+RESUMED = {
+    "sleep": ["sleep", "3600"],
+    "event": [sys.executable, "-c", WAITS["event"]],
+    "sigtimedwait": [sys.executable, "-c", "import signal; signal.sigtimedwait([signal.SIGUSR1], 3600)"],
+    "untimed": [sys.executable, "-c", WAITS["untimed"]],
+}
+
+
+@pytest.mark.parametrize("how", sorted(RESUMED))
+def test_a_timed_wait_resumed_after_a_stop_is_still_timed(reap, tmp_path: Path, how: str) -> None:
+    """After `kill -STOP`/`-CONT`, Ctrl-Z and `bg`, or `gdb -p` (which vastprobe's own hints name), the
+    kernel resumes a timed wait through restart_syscall: /proc shows that call (219 on x86-64) with the
+    arguments of the one it resumes, and `sleep`'s wait channel becomes do_syscall_64. Each read as a
+    wait with no deadline: STALLED, exit 1, "makes no progress" (found by a helper). A wait for a signal
+    with a deadline (sigtimedwait) read so even unstopped: the probe did not read its system call."""
+    log = quiet_log(tmp_path)
+    job = subprocess.Popen(RESUMED[how], start_new_session=True)
+    reap.append(job)
+    asleep = ("futex", "hrtimer", "do_nanosleep", "do_sigtimedwait")
+    wait_for(
+        lambda: proc_wchan(job.pid).startswith(asleep), what=lambda: f"the job asleep, not {proc_wchan(job.pid)!r}"
+    )
+    if how != "sigtimedwait":
+        os.kill(job.pid, signal.SIGSTOP)
+        wait_for(lambda: proc_state(job.pid) == "T", what="the job stopped")
+        os.kill(job.pid, signal.SIGCONT)
+        wait_for(lambda: proc_state(job.pid) == "S", what="the job asleep again")
+    call = Path(f"/proc/{job.pid}/syscall").read_text().split()[0]
+    rc, host = vastprobe_json("--pid", str(job.pid), "--log", str(log), "--sample", "0.5")
+    said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    if how == "untimed":  # nothing wakes it: the control
+        assert host["verdict"] == "stalled" and rc == 1, said
+        return
+    if how != "sigtimedwait" and call not in ("219", "128"):
+        pytest.skip(f"the kernel resumed it otherwise here (system call {call}): the case not met")
     assert host["verdict"] == "degraded" and rc == 0, said
     assert any(r == "missing-logs" and "sleeps on a timer" in s for r, _sev, s in said), said
 

@@ -166,7 +166,7 @@ def _process(
         samples=_samples(samples, per_pid, pid, rec),
         # the flag, not "pid 2 or its children": inside a PID namespace pid 2 is a user process
         kernel_thread=kernel_thread,
-        syscall=_process_syscall(pid, kernel_thread, fmt, per_pid.syscalls, per_pid.syscall_errors),
+        syscall=_process_syscall(pid, kernel_thread, fmt, per_pid.syscalls, per_pid.syscall_errors, per_pid.wchans),
         threads_detail=per_pid.threads.get(pid, ()),
         exited_ago=per_pid.exited.get(pid),
         tpgid=rec.tpgid,
@@ -222,7 +222,7 @@ def _fds(sections: Sections, fd_table: FdTable, pid: int, kernel_thread: bool) -
 
 
 def _process_syscall(
-    pid: int, kernel_thread: bool, fmt: int, calls: dict[int, Syscall], errors: dict[int, str]
+    pid: int, kernel_thread: bool, fmt: int, calls: dict[int, Syscall], errors: dict[int, str], wchans: dict[int, str]
 ) -> Syscall | Unavailable:
     if fmt < 2:
         return Unavailable(NOT_READ)
@@ -230,5 +230,5 @@ def _process_syscall(
         return Unavailable("not read for kernel threads")
     found = calls.get(pid)
     if found is not None:
-        return found
+        return syscall.resumed(found, wchans.get(pid)) or found
     return Unavailable(errors.get(pid, "not read: running, or its wait channel says what it waits on"))

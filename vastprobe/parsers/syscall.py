@@ -6,8 +6,11 @@ blocked outside one, `running` otherwise. Reading it needs PTRACE_MODE_ATTACH (r
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from vastprobe.model import Syscall
 from vastprobe.parsers.procfs_lines import group_by_pid
+from vastprobe.parsers.wchan import wchan_family
 from vastprobe.untrusted.numbers import read_hex, read_int
 
 #: The system calls a wait can sit in, by architecture. aarch64 uses the generic table (no poll,
@@ -37,6 +40,7 @@ SYSCALL_NAMES: dict[str, dict[int, str]] = {
         128: "rt_sigtimedwait",
         130: "rt_sigsuspend",
         202: "futex",
+        219: "restart_syscall",
         230: "clock_nanosleep",
         232: "epoll_wait",
         247: "waitid",
@@ -65,6 +69,7 @@ SYSCALL_NAMES: dict[str, dict[int, str]] = {
         98: "futex",
         101: "nanosleep",
         115: "clock_nanosleep",
+        128: "restart_syscall",
         133: "rt_sigsuspend",
         137: "rt_sigtimedwait",
         202: "accept",
@@ -93,6 +98,27 @@ def parse_syscall(line: str, arch: str) -> Syscall | None:
         return Syscall(number=-1, args=(), name=None)
     args = tuple(a for a in (read_hex(x) for x in f[1:7]) if a is not None)
     return Syscall(number=nr, args=args, name=SYSCALL_NAMES.get(arch, {}).get(nr))
+
+
+#: The call restart_syscall resumes, by the family of its wait channel. The kernel resumes a timed wait
+#: that a stop and continue, or a ptrace attach (`strace -p`, `gdb -p`), interrupted through it, with
+#: the registers (the arguments) of the call it resumes: a relative nanosleep (its wait channel then
+#: do_syscall_64), a futex wait with a timeout (one with none is restarted as a futex call), a poll.
+_RESUMED_BY_WCHAN = {
+    **dict.fromkeys(("do_syscall_64", "hrtimer_nanosleep", "do_nanosleep", "hrtimer_nanosleep_restart"), "nanosleep"),
+    **dict.fromkeys(("poll_schedule_timeout", "do_sys_poll", "do_restart_poll"), "poll"),
+}
+
+
+def resumed(sc: Syscall | None, wchan: str | None) -> Syscall | None:
+    """restart_syscall named as the call it resumes. A `sleep 300`, an `Event.wait(400)` that someone
+    stopped and continued, or ran `gdb -p` on (as vastprobe's own hints say to), read as a wait with no
+    deadline, and its job STALLED, exit 1 (found by a helper)."""
+    if sc is None or sc.name != "restart_syscall" or not wchan:
+        return sc
+    family = wchan_family(wchan.strip()).lstrip("_")
+    name = "futex" if family.startswith("futex_") else _RESUMED_BY_WCHAN.get(family)
+    return replace(sc, name=name) if name is not None else sc
 
 
 def parse_syscall_section(text: str, arch: str) -> tuple[dict[int, Syscall], dict[int, str]]:

@@ -18,6 +18,7 @@ import re
 from vastprobe.model import Syscall, ThreadState
 from vastprobe.parsers.proc_stat import parse_stat_head
 from vastprobe.parsers.procfs_lines import group_by_pid
+from vastprobe.parsers.syscall import resumed
 
 #: the wait channels the probe reads no stat for (script.sh, FUTEX_WAIT in the s0 awk)
 _FUTEX_WAIT = re.compile(r"_*futex_")
@@ -50,6 +51,6 @@ def parse_threads_section(
         else:
             continue  # gone between the reads, or past a cut: nothing known of it
         out.setdefault(owners[tid], []).append(
-            ThreadState(tid=tid, comm=comm, state=state, wchan=wchan, syscall=(syscalls or {}).get(tid))
+            ThreadState(tid=tid, comm=comm, state=state, wchan=wchan, syscall=resumed((syscalls or {}).get(tid), wchan))
         )
     return {pid: tuple(ts) for pid, ts in out.items()}

@@ -453,6 +453,10 @@ vp_s0() {
 			if (w ~ EPOLL_WAIT && !(q in epw) && (injob(q) ? nepj++ < 64 : nep++ < 64)) { epw[q] = 1; print "@epoll" q > "/dev/stderr" }
 			if (w ~ SOCK_WAIT || w ~ POLL_WAIT || w == "0") need_ss = 1
 			if (w != "0" && w ~ FD_WAIT) fdw[q] = 1
+		} else if (w ~ /^_*(do_syscall_64|do_sigtimedwait)($|[.])/) {
+			# a nanosleep resumed after a stop or a ptrace attach (restart_syscall), a wait for a signal:
+			# whether it has a deadline is in its arguments
+			print p "/syscall" > "/dev/stderr"
 		} else if (q == p && !mt[p] && w ~ FUTEX_WAIT && st[p] == "S" && n1fx++ < 256) {
 			# a single-threaded process asleep on a futex: no thread of its own can wake it unless
 			# the futex is shared (its op says), and a private one is a lock held across fork
