@@ -94,6 +94,34 @@ def test_a_timed_wait_resumed_after_a_stop_is_still_timed(reap, tmp_path: Path, 
     assert any(r == "missing-logs" and "sleeps on a timer" in s for r, _sev, s in said), said
 
 
+#: a launcher waiting on its workers in order (Popen.wait): the first sleeps on timers, the second is
+#: killed below and stays a zombie until the launcher gets to it
+IN_ORDER = """
+import subprocess, sys
+ps = [subprocess.Popen(["bash", "-c", "while :; do sleep 3; done"]), subprocess.Popen(["sleep", "3600"])]
+print(ps[1].pid, flush=True)
+for p in ps:
+    p.wait()
+"""
+
+
+def test_a_job_asleep_on_timers_beside_a_killed_unreaped_child_is_not_stalled(reap, tmp_path: Path) -> None:
+    """Someone SIGKILLs a worker (not the OOM killer) that its launcher, waiting on another first, has not
+    reaped: the zombie waits on nothing, and the job still sleeps on timers. The zombie made the job
+    "not all asleep on timers", and its quiet log STALLED, exit 1 (found by a helper)."""
+    log = quiet_log(tmp_path)
+    job = subprocess.Popen([sys.executable, "-c", IN_ORDER], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    reap.append(job)
+    assert job.stdout is not None
+    victim = int(job.stdout.readline())
+    os.kill(victim, signal.SIGKILL)
+    wait_for(lambda: proc_state(victim) == "Z", what="the killed worker a zombie")
+    rc, host = vastprobe_json("--pid", str(job.pid), "--log", str(log), "--sample", "0.5")
+    said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    assert host["verdict"] == "degraded" and rc == 0, said
+    assert any(r == "missing-logs" and "sleeps on a timer" in s for r, _sev, s in said), said
+
+
 @pytest.mark.skipif(shutil.which("flock") is None, reason="needs flock (util-linux)")
 def test_the_next_cron_run_behind_a_holder_waiting_with_a_deadline_is_not_stalled(reap, tmp_path: Path) -> None:
     lock = tmp_path / "job.lock"

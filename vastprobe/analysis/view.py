@@ -262,8 +262,8 @@ class SnapshotView:
         sleepers = []
         for pid in pids:
             p = self.tree.by_pid.get(pid)
-            if p is None:
-                continue
+            if p is None or p.state == "Z":
+                continue  # an exited child waits on nothing: its parent reaps it when its own wait ends
             if self.on_timer(pid) or (flow and self.flow_on_deadline(pid)):
                 sleepers.append(pid)
             elif not (p.state == "S" and self.graph.waits_for_children(p)):
@@ -279,7 +279,9 @@ class SnapshotView:
         inferred edges; any holder that ends its wait ends it."""
         job = set(pids)
         sleepers = [pid for pid in pids if self.on_timer(pid) or self.flow_on_deadline(pid)]
-        good = set(sleepers)
+        # an exited child (killed, not reaped yet: its parent waits on another first) ends nothing it held
+        exited = {pid for pid in pids if (p := self.tree.by_pid.get(pid)) is not None and p.state == "Z"}
+        good = set(sleepers) | exited
         rest = [pid for pid in pids if pid not in good]
         changed = True
         while rest and changed:
