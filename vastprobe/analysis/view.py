@@ -253,18 +253,35 @@ class SnapshotView:
             flow = next((t for t in tasks[1:] if t.tid == joined), flow)
         return timed_wait(flow.syscall) or self.graph.task_kind(p, flow) == "sleep"
 
+    def keeps_alive(self, pid: int) -> bool:
+        """`sleep infinity` asleep in every sample: a keep-alive, idle by design (what a container's
+        entrypoint ends with to stay up, a placeholder a script waits on). Beside a quiet log it proves
+        no stall of the job: an entrypoint whose worker logged elsewhere every 5 s, and `sleep infinity
+        & wait`, read STALLED, exit 1 (found by a helper). Not a timer: a lock held by one is held for
+        ever, and its waiter is stalled."""
+        p = self.tree.by_pid.get(pid)
+        return (
+            p is not None
+            and p.comm == "sleep"
+            and len(p.cmdline) > 1
+            and all(a.lower() in ("inf", "infinity") for a in p.cmdline[1:])
+            and bool(p.samples)
+            and all(s.state == "S" for s in p.samples)
+        )
+
     def timer_sleepers(self, pids: tuple[int, ...], flow: bool = False) -> tuple[int, ...]:
         """The processes of a job asleep on timers, where that is all the job waits on: each of `pids`
         sleeps on a timer or waits for its children. Such a job wakes by itself (a polling loop's
         pause, a back-off, `time.sleep(3600)`): neither a quiet log beside it nor its stillness over the
         window proves a stall. () otherwise. `flow`: a process whose flow waits with a deadline counts
-        (flow_on_deadline), for a quiet log's judgement; not for a holder's proof."""
+        (flow_on_deadline), and a keep-alive (keeps_alive), for a quiet log's judgement; not for a
+        holder's proof."""
         sleepers = []
         for pid in pids:
             p = self.tree.by_pid.get(pid)
             if p is None or p.state == "Z":
                 continue  # an exited child waits on nothing: its parent reaps it when its own wait ends
-            if self.on_timer(pid) or (flow and self.flow_on_deadline(pid)):
+            if self.on_timer(pid) or (flow and (self.flow_on_deadline(pid) or self.keeps_alive(pid))):
                 sleepers.append(pid)
             elif not (p.state == "S" and self.graph.waits_for_children(p)):
                 return ()
@@ -278,7 +295,7 @@ class SnapshotView:
         outside the job, or a cycle among the job's waiters, gives (). Each process's waits are firm or
         inferred edges; any holder that ends its wait ends it."""
         job = set(pids)
-        sleepers = [pid for pid in pids if self.on_timer(pid) or self.flow_on_deadline(pid)]
+        sleepers = [pid for pid in pids if self.on_timer(pid) or self.flow_on_deadline(pid) or self.keeps_alive(pid)]
         # an exited child (killed, not reaped yet: its parent waits on another first) ends nothing it held
         exited = {pid for pid in pids if (p := self.tree.by_pid.get(pid)) is not None and p.state == "Z"}
         good = set(sleepers) | exited

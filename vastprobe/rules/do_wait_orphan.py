@@ -109,10 +109,16 @@ def _idle_chain(ctx: Context, s: StalledChain) -> Finding | None:
         # waiting for a file, `sleep 3600` in a script read STALLED; found by a helper). Its blockers alone
         # decide, not every process before them: `(while :; do check; sleep 400; done) | consumer` has the
         # consumer reading a pipe, and read STALLED, "sleep makes no progress" (found by a helper)
-        ev.append(Evidence("progress", f"{end.comm} ({end.pid}) sleeps on a timer: it wakes by itself"))
+        if ctx.keeps_alive(end.pid):
+            ev.append(
+                Evidence("progress", f"{end.comm} ({end.pid}) is a keep-alive (`sleep infinity`): idle by design")
+            )
+            how = "is a keep-alive (`sleep infinity`)"
+        else:
+            ev.append(Evidence("progress", f"{end.comm} ({end.pid}) sleeps on a timer: it wakes by itself"))
+            how = "sleeps on a timer"
         return META.finding(
-            f"{waiter.comm} ({waiter.pid}){via} {verb} on {end.comm} ({end.pid}), which sleeps on a timer while "
-            "the job's log is silent",
+            f"{waiter.comm} ({waiter.pid}){via} {verb} on {end.comm} ({end.pid}), which {how} while the job's log is silent",
             s.chain.pids,
             ev,
             hint,

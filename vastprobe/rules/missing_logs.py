@@ -188,6 +188,11 @@ _SLEEPS = (
     "the job is asleep on a timer and wakes by itself: a long sleep, a back-off or the pause of a polling "
     "loop; if it should have logged by now, see what it waits for between sleeps (its script, py-spy dump)",
 )
+_KEEPS_ALIVE = (
+    ": the job only sleeps, in a keep-alive (`sleep infinity`) or on timers",
+    "the job only sleeps: a keep-alive (`sleep infinity`, what an entrypoint ends with to stay up) idles by "
+    "design; if work should be running under it, see where it went (its own log, the processes it started)",
+)
 
 
 def _eased(summary: str, ev: list[Evidence], texts: list[str], words: tuple[str, str]) -> tuple[Severity, str, str]:
@@ -239,7 +244,8 @@ def _judged(
         # asleep on a timer is no holder proven not to move: the job wakes by itself (a polling loop's
         # pause, a back-off, `time.sleep(3600)`, a consumer of a loop that sleeps between its lines) and
         # read STALLED (found by a helper)
-        sev, summary, hint = _eased(summary, ev, [_sleeping(ctx, sleepers)], _SLEEPS)
+        words = _KEEPS_ALIVE if any(ctx.keeps_alive(pid) for pid in sleepers) else _SLEEPS
+        sev, summary, hint = _eased(summary, ev, [_sleeping(ctx, sleepers)], words)
     elif sev == "error" and not busy and job and all(ctx.waits_on_watchers(pid) for pid in job):
         # a named log of a filter behind `tail -F`: quiet until the file it follows changes
         watched = f"{chains.names(ctx, job, 3)} wait(s) for a file they follow to change"
@@ -337,6 +343,8 @@ def _sleeping(ctx: Context, sleepers: tuple[int, ...]) -> str:
     names = ", ".join(ctx.proc_label(pid) for pid in sleepers[:3]) + (" and others" if len(sleepers) > 3 else "")
     p = ctx.tree.by_pid.get(sleepers[0])
     where = f" ({p.wchan})" if p is not None and isinstance(p.wchan, str) and p.wchan not in ("", "0") else ""
+    if any(ctx.keeps_alive(pid) for pid in sleepers):
+        return f"{names} asleep over the window, each on a timer or a keep-alive (`sleep infinity`, idle by design): the quiet log proves no stall"
     how = "asleep on a timer" if all(ctx.on_timer(pid) for pid in sleepers) else "asleep on a timer or a deadline"
     return f"{names} {how}{where} over the window: it wakes by itself, so the quiet log proves no stall"
 
