@@ -56,7 +56,9 @@ def test_a_lock_held_by_a_keep_alive_still_stalls_its_waiter(reap, tmp_path: Pat
     lock = tmp_path / "job.lock"
     holder = subprocess.Popen(["flock", str(lock), "sleep", "infinity"], start_new_session=True)
     reap.append(holder)
-    wait_for(lambda: any(proc_wchan(k).endswith("do_sys_pause") for k in children_of(holder.pid)), what="the holder asleep")
+    wait_for(
+        lambda: any(proc_wchan(k).endswith("do_sys_pause") for k in children_of(holder.pid)), what="the holder asleep"
+    )
     waiter = subprocess.Popen(["flock", str(lock), "true"], start_new_session=True)
     reap.append(waiter)
     wait_for(lambda: proc_wchan(waiter.pid).startswith(("locks_", "flock_")), what="the waiter on the lock")

@@ -527,6 +527,23 @@ def _started(ctx: SnapshotView, pid: int) -> int:
     return p.starttime if p is not None else 0
 
 
+def _another_end_goes_on(ctx: SnapshotView, best: StalledChain, chains: list[StalledChain]) -> bool:
+    """A pipe or FIFO with several writers (or, full, several readers) waits on any one of them: where
+    another end, found on a chain of its own, moved over the window or sleeps on a timer, the one that
+    cannot move proves nothing. A queue's consumer fed by two producers, one stopped and the other
+    putting an item every 2 s, read STALLED, exit 1, while it consumed (found by a helper)."""
+    first = best.chain.edges[0] if best.chain.edges else None
+    if best.dead_end is None or first is None or first.kind not in ("pipe", "fifo") or len(first.holders) < 2:
+        return False
+    return any(
+        s.chain.edges[:1] == (first,)
+        and s.dead_end is None
+        and (s.idle is False or ctx.wakes_by_itself(s.chain.end) or ctx.flow_on_deadline(s.chain.end))
+        for s in chains
+        if s is not best
+    )
+
+
 def stalled_chains(ctx: SnapshotView) -> list[StalledChain]:
     """The best chain of each top waiter; a waiter already inside a reported chain is not reported
     again, nor one below a reported chain whose root blocker it waits on too (multiprocessing's idle
@@ -544,6 +561,8 @@ def stalled_chains(ctx: SnapshotView) -> list[StalledChain]:
         if best.kind == "child" and not polls_stopped and any(s.kind == "child" and s.idle is False for s in chains):
             continue  # a waiter whose jobs still work is waiting as it should (not its loop's `sleep 1` beside
             # the stopped process it polls for: `while kill -0 P`)
+        if _another_end_goes_on(ctx, best, chains):
+            continue
         candidates.append(best)
     # the longest first; among equals, the waiter nearest the top of the tree, then the oldest (not
     # the lowest pid: PIDs wrap, and a pool's worker started after the wrap came before its pool's
