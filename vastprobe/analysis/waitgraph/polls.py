@@ -142,8 +142,34 @@ class PollEdges(SocketEdges):
             return False
         if edge.holders:
             # stopped or in D, or one thread locked for ever (a server whose handler took its lock twice)
-            return any(self._frozen(h) or self._locked(h) for h in edge.holders)
+            return any(self._cannot_move(h) for h in edge.holders) and not self._ambiguous_relay(p)
         return self.relay_has_client(p)
+
+    def _cannot_move(self, pid: int) -> bool:
+        return self._frozen(pid) or self._locked(pid)
+
+    def _ambiguous_relay(self, p: Process) -> bool:
+        """A relay of several clients over several connections it opened, some of whose far ends can move
+        (an nginx worker, HAProxy, an asyncio proxy): which client's bytes go on which connection is in
+        its memory alone. A client streaming through nginx from a live server read STALLED, exit 1,
+        naming another client's stopped upstream (found by a helper). One client, or every far end
+        unable to move, names it."""
+        tcp, ports = self._tcp_held(p)
+        clients = sum(1 for s in tcp if s.state == "ESTABLISHED" and s.local_address[1] in ports)
+        if clients < 2:
+            return False
+        for ino in self.relayed(p):
+            sock = self._sockets.get(ino)
+            far = (
+                self._fds.sockets.get(sock.peer_inode, [])
+                if sock is not None and sock.proto == "unix" and sock.peer_inode
+                else []
+            )
+            if sock is not None and sock.proto.startswith("tcp"):
+                far = [h for peer in self._tcp_mirrors(sock) for h in self._fds.sockets.get(peer.inode, [])]
+            if any(h != p.pid and not self._cannot_move(h) for h in far):
+                return True
+        return False
 
     def _waits_back(self, pid: int, ino: int, reading: bool) -> bool:
         """Whether `pid` is blocked on pipe `ino` itself: writing it (full) when the poller reads it,
