@@ -89,3 +89,31 @@ def test_a_namespaced_client_of_a_stopped_server_is_not_paired_with_a_host_conne
     waits = [f for f in said if f[0] == "socket-peer-wait" and f[3][:1] == [client]]
     assert waits and waits[0][1] == "error" and server in waits[0][3], said
     assert host["verdict"] == "stalled" and rc == 1, said
+
+
+def test_a_namespaced_client_is_read_beside_many_other_namespaces(reap, tmp_path: Path) -> None:
+    """The probe reads the socket tables of at most 16 other network namespaces, and took them in hash
+    order: 40 containers' listeners (here as many, each a socat in a namespace of its own) left the client's
+    unread, and the client of a stopped server read HEALTHY, exit 0 (found by a helper). The job's
+    namespaces come first, then those of processes that wait."""
+    if shutil.which("socat") is None:
+        pytest.skip("needs socat (CI installs it)")
+    for _ in range(40):
+        other = subprocess.Popen(["unshare", "-n", "socat", "TCP-LISTEN:5000,bind=127.0.0.1", "-"],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 start_new_session=True)  # fmt: skip
+        reap.append(other)
+    env = {**os.environ, "PY": sys.executable, "SERVER": SERVER, "CLIENT": CLIENT, "PORT": "47111", "CPORT": "0",
+           "D": str(tmp_path)}  # fmt: skip
+    job = subprocess.Popen(["unshare", "-n", "bash", "-c", NAMESPACED_PAIR], env=env, start_new_session=True)
+    reap.append(job)
+    who = tmp_path / "who"
+    wait_for(lambda: who.exists() and len(who.read_text().split()) == 2, timeout=30, what="the namespaced pair")
+    server, client = (int(x) for x in who.read_text().split())
+    wait_for(lambda: proc_state(server) == "T" and proc_wchan(client) not in ("", "0"), timeout=30,
+             what="the client waiting on the stopped server")  # fmt: skip
+    rc, host = vastprobe_json("--pid", str(client), "--sample", "1")
+    said = [(f["rule"], f["severity"], f["summary"], f["pids"]) for f in host["findings"]]
+    waits = [f for f in said if f[0] == "socket-peer-wait" and f[3][:1] == [client]]
+    assert waits and waits[0][1] == "error" and server in waits[0][3], said
+    assert host["verdict"] == "stalled" and rc == 1, said

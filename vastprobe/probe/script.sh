@@ -533,6 +533,9 @@ vp_s0() {
 		for (q in mfx)
 			if (!(q in fdw) && !(q in dlk) && ntk[q] >= 1 && nml++ < 256)
 				print q "/syscall" > "/dev/stderr"
+		# the processes of the job (--pid and their descendants, at most 256), for the fd section: the
+		# network namespaces of their sockets are read first
+		if (njp) for (q in pp) if (!index(q, "/task/") && injob(q) && nij++ < 256) print "@job" q > "/dev/stderr"
 		if (!cut) printf "\n@@rc=0\n"
 		printf "\n@@%s@@ /s0.proc\n\n@@%s@@ cgmap\n", B, B
 		for (i = 1; i <= n_cg; i++) {
@@ -870,11 +873,28 @@ vp_fd() {
 			case $vp_f in @epoll/proc/*) vp_ep="$vp_ep ${vp_f#@epoll}" ;; esac
 		done
 	fi
+	# the processes of the job, then those waiting on an fd or polling (their system call was read, at
+	# most 1024): the network namespaces of their sockets are read first, in that order
+	vp_jb=
+	vp_wt=
+	vp_wn=0
+	for vp_f in $vp_lsys; do
+		case $vp_f in
+		@job/proc/*) vp_jb="$vp_jb ${vp_f#@job/proc/}" ;;
+		/proc/*/task/*) ;;
+		/proc/*/syscall)
+			vp_wn=$((vp_wn + 1))
+			[ "$vp_wn" -gt 1024 ] && continue
+			vp_f=${vp_f%/syscall}
+			vp_wt="$vp_wt ${vp_f#/proc/}"
+			;;
+		esac
+	done
 	exec 4>&1
 	# the sections on stdout; on stderr, captured, the fds held write-only on files named like logs
 	vp_held=$({ vp_many "$vp_lfd" ls -ln$VP_LSB 2>&1 |
 		VP_B=$VP_B awk -v cap="$VP_MAXPROC" -v max="$VP_MAXFD" -v ncap="$VP_MAXNET" -v ss="$VP_SSNEED" \
-			-v ep="$vp_ep" "$VP_CAP_AWK"'
+			-v ep="$vp_ep" -v wt="$vp_wt" -v jb="$vp_jb" "$VP_CAP_AWK"'
 			function readns(p, label,   t, f, col, l, c, ino, miss) {
 				out("@ns " label)
 				for (t = 1; t <= 5; t++) {
@@ -933,7 +953,15 @@ vp_fd() {
 				if (!(id in fw) && !(p in mread)) { mread[p] = 1; mounts(p "/mountinfo") }
 				return (id in fw) && fw[id] > 0
 			}
-			BEGIN { n = split(ep, e, " "); for (i = 1; i <= n; i++) epw[e[i]] = 1 }
+			BEGIN {
+				n = split(ep, e, " "); for (i = 1; i <= n; i++) epw[e[i]] = 1
+				# the processes whose system call was read (they wait on an fd or poll) and the --pid ones:
+				# the namespaces of their sockets are read first
+				n = split(wt, e, " ")
+				for (i = 1; i <= n; i++) first["/proc/" e[i]] = 2
+				n = split(jb, e, " ")
+				for (i = 1; i <= n; i++) first["/proc/" e[i]] = 1
+			}
 			/^\/proc\/[0-9]+\/fd:$/ { k = 0; pid = substr($0, 1, length($0) - 4); out($0); next }
 			/^total / || /^$/ { next }
 			{
@@ -973,9 +1001,17 @@ vp_fd() {
 				split("tcp tcp6 udp udp6 unix", tabs, " ")
 				split("netlink packet raw raw6 icmp icmp6 udplite udplite6", xtabs, " ")
 				readns("/proc/self", "self")
+				# those of the job first, then of waiters (a client waiting on its server), then any: the
+				# listeners of 40 containers took the 16 in hash order and left the namespace of a client
+				# unread (HEALTHY; found by a helper)
 				for (r = 0; r < 16; r++) {
 					p = ""
-					for (ino in held) if (!(ino in found) && !(holder[ino] in tried)) { p = holder[ino]; break }
+					for (rank = 1; rank <= 3 && p == ""; rank++)
+						for (ino in held)
+							if (!(ino in found) && !(holder[ino] in tried) && (rank == 3 || first[holder[ino]] == rank)) {
+								p = holder[ino]
+								break
+							}
 					if (p == "") break
 					tried[p] = 1
 					readns(p, substr(p, 7))
