@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from vastprobe.analysis.stalls import stall_evidence
 from vastprobe.analysis.wchan_families import BLOCK_IO_WAITS, NVIDIA_PREFIXES, family, wait_kind
-from vastprobe.model import Evidence, Finding, Unavailable
+from vastprobe.model import CgroupMemory, Evidence, Finding, Process, Unavailable
 from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
 
 #: Waits that sleep interruptibly (S): seen in D, the task was frozen there (a frozen task keeps its
@@ -37,6 +37,25 @@ def check(ctx: Context) -> Iterator[Finding]:
         frozen = w in ("refrigerator", "do_freezer_trap") or wait_kind(w, None) in FROZEN_WAITS
         ev = [Evidence("/proc/stat", f"state D in {len(p.samples)} sample(s) over {ctx.snapshot.sample_window:.1f}s")]
         ev.append(Evidence("/proc/wchan", w or "unknown"))
+        memcg = _under_oom(ctx, p) if w.startswith("mem_cgroup_oom") else None
+        if memcg is not None:
+            # the cgroup's OOM killer is off and it is at its limit: nothing moves until memory is freed in
+            # it or its limit raised. It read as storage, and HEALTHY at one sample (found by a helper)
+            ev.append(
+                Evidence(f"{memcg.directory}/memory.oom_control", "under_oom 1: at its limit, the OOM killer off")
+            )
+            limit = f" of {memcg.limit_bytes // 2**20} MiB" if memcg.limit_bytes else ""
+            yield META.finding(
+                f"{p.comm} ({p.pid}) waits for memory in its cgroup {memcg.path}, at its limit{limit} with the OOM "
+                "killer disabled",
+                [p.pid],
+                ev,
+                f"nothing in the cgroup runs until memory is freed in it: raise its limit "
+                f"(`echo NEW > {memcg.directory}/memory.limit_in_bytes`), kill a process in it, or turn its OOM "
+                f"killer back on (`echo 0 > {memcg.directory}/memory.oom_control`; docker's --oom-kill-disable)",
+                "error",
+            )
+            continue
         if w in VFORK_WAITS:
             hint = (
                 f"a vfork (posix_spawn, or a program's own vfork) waits for its child to exec or exit: the child "
@@ -74,6 +93,14 @@ def check(ctx: Context) -> Iterator[Finding]:
             continue
         hint = "seen in one sample: a process doing I/O passes through D all the time; a second sample (--sample 1, the default) tells"
         yield META.finding(summary + ONE_SAMPLE, [p.pid], ev, hint, "info")
+
+
+def _under_oom(ctx: Context, p: Process) -> CgroupMemory | None:
+    """The v1 memory cgroup of `p` when it reads under_oom 1 (its OOM killer disabled, at its limit)."""
+    return next(
+        (cg for cg in ctx.snapshot.cgroups if cg.version == "v1" and cg.path == p.memory_cgroup and cg.oom == 1),
+        None,
+    )
 
 
 RULE = Rule(META, check)
