@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import proc_state, proc_wchan, vastprobe_json, wait_for
+from tests.helpers import children_of, proc_state, proc_wchan, vastprobe_json, wait_for
 
 LOOP = textwrap.dedent("""
     import os, selectors, sys, time
@@ -182,3 +182,33 @@ def test_a_poller_beside_a_thread_in_connect_still_waits_on_its_pipe(tmp_path: P
     said = [(f["rule"], f["severity"], f["summary"], f["pids"]) for f in host["findings"]]
     assert [f for f in said if f[1] == "error" and int(writer) in f[3]], said
     assert host["verdict"] == "stalled" and poller.isdigit(), said
+
+
+#: a producer as fast as its pipe, and a consumer as fast as its: pv between them paces the flow
+FAST_PRODUCER = (
+    "import os, sys\nbuf = os.urandom(1 << 16)\nwhile True:\n    sys.stdout.buffer.write(buf); sys.stdout.flush()"
+)
+FAST_CONSUMER = "import sys\nwhile sys.stdin.buffer.read(4096):\n    pass"
+
+
+@pytest.mark.skipif(shutil.which("pv") is None, reason="needs pv (CI installs it)")
+@pytest.mark.parametrize("sample", ["1", "0"])
+def test_a_rate_limited_pipeline_is_no_cycle(reap, sample: str) -> None:
+    """`producer | pv -q -L 1k | consumer` moves at 1 KiB/s: pv waits in select() on its stdin alone
+    with a timeout, pacing itself, while its stdin is full. It read as a blocking read of an empty pipe,
+    and with the consumer reading pv's pipe, a cycle: a warning "deadlock" at one sample (found by a
+    helper). A select with a timeout is a pause."""
+    py = sys.executable
+    job = subprocess.Popen(["bash", "-c", f"{py} -c '{FAST_PRODUCER}' | pv -q -L 1k | {py} -c '{FAST_CONSUMER}'"],
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+
+    def pv() -> int | None:
+        return next((k for k in children_of(job.pid) if Path(f"/proc/{k}/comm").read_text().strip() == "pv"), None)
+
+    wait_for(lambda: (p := pv()) is not None and Path(f"/proc/{p}/syscall").read_text().split()[0] in ("23", "270"),
+             what="pv pacing in select()")  # fmt: skip
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", sample)
+    said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    assert not [f for f in said if f[0] == "deadlock"], said
+    assert host["verdict"] == "healthy" and rc == 0, said
