@@ -6,6 +6,8 @@ passed for a read of its listening socket, and the chain ended there with nobody
 from __future__ import annotations
 
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +70,58 @@ def test_a_client_of_a_unix_server_working_on_its_request_is_healthy(reap, tmp_p
     assert host["verdict"] == "healthy" and rc == 0, [
         (f["rule"], f["severity"], f["summary"]) for f in host["findings"]
     ]
+
+
+#: argv: its socket's path. An HTTP server on a Unix socket; prints a line once listening
+UNIX_HTTP = """
+import http.server, socketserver, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def address_string(self):
+        return "unix"
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "3"); self.end_headers(); self.wfile.write(b"ok\\n")
+srv = socketserver.UnixStreamServer(sys.argv[1], H)
+print(flush=True)
+srv.serve_forever()
+"""
+
+
+@pytest.mark.skipif(shutil.which("socat") is None or shutil.which("curl") is None, reason="needs socat and curl")
+def test_a_client_through_socat_to_a_stopped_unix_server_beside_another_is_stalled(reap, tmp_path: Path) -> None:
+    """curl -> socat `UNIX-CONNECT:/path` -> a stopped Unix server, while another stopped Unix listener
+    has a client queued too: the queued connection is tied to the listener its holder's command line
+    names, and socat's `UNIX-CONNECT:` form was not read as a path: HEALTHY, exit 0 (found by a helper)."""
+    servers = {}
+    for name in ("a", "b"):
+        srv = subprocess.Popen([sys.executable, "-c", UNIX_HTTP, str(tmp_path / f"{name}.sock")], stdout=subprocess.PIPE,
+                               text=True, start_new_session=True)  # fmt: skip
+        reap.append(srv)
+        assert srv.stdout is not None and srv.stdout.readline() == "\n"
+        srv.send_signal(signal.SIGSTOP)
+        servers[name] = srv
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    relay = subprocess.Popen(["socat", f"TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork", f"UNIX-CONNECT:{tmp_path}/a.sock"],
+                             stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    reap.append(relay)
+    other = subprocess.Popen([sys.executable, "-c", CLIENT, str(tmp_path / "b.sock")], start_new_session=True)
+    reap.append(other)
+    wait_for(lambda: bool(subprocess.run(["ss", "-Htln", f"sport = :{port}"], capture_output=True, text=True).stdout),
+             what="socat listening")  # fmt: skip
+    client = subprocess.Popen(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{port}/"], start_new_session=True)
+    reap.append(client)
+
+    def queued() -> int:
+        out = subprocess.run(["ss", "-Hxl"], capture_output=True, text=True).stdout
+        return sum(1 for line in out.splitlines() if str(tmp_path) in line and line.split()[2] != "0")
+
+    wait_for(lambda: queued() == 2 and proc_wchan(client.pid).startswith("poll"), timeout=20,
+             what="a connection queued at each stopped listener")  # fmt: skip
+    rc, host = vastprobe_json("--pid", str(client.pid), "--sample", "1")
+    said = [(f["rule"], f["severity"], f["summary"], f["pids"]) for f in host["findings"]]
+    assert any(f[1] == "error" and servers["a"].pid in f[3] for f in said), said
+    assert not any(servers["b"].pid in f[3] for f in said), said
+    assert host["verdict"] == "stalled" and rc == 1, said
+    for srv in servers.values():
+        srv.send_signal(signal.SIGCONT)

@@ -199,7 +199,7 @@ class SocketEdges(WaitIndex):
             if s.proto == "unix" and s.state == "LISTEN" and s.recv_queue and s.local and s.netns == sock.netns
         ]
         if len(queued) > 1:
-            args = {a.rstrip("/") for a in p.cmdline[1:64] if a.startswith("/")}
+            args = _named_paths(p.cmdline[1:64])
             queued = [s for s in queued if s.local in args or s.local.rsplit("/", 1)[0] in args]
         return queued[0] if len(queued) == 1 else None
 
@@ -270,3 +270,16 @@ class SocketEdges(WaitIndex):
         if found is None:
             found = self._closed[pid] = self._remote_ends(pid, "CLOSE_WAIT")
         return found
+
+
+def _named_paths(args: tuple[str, ...]) -> set[str]:
+    """The absolute paths a command line names: an argument itself, or after its address type or option
+    name (socat's `UNIX-CONNECT:/run/app.sock,retry=3`, `--socket=/run/x.sock`). socat's were missed, and
+    its client read HEALTHY beside a second stopped listener with a queue (found by a helper)."""
+    out = set()
+    for a in args:
+        for part in (a, a.partition(":")[2], a.partition("=")[2]):
+            path = part.split(",", 1)[0].rstrip("/")
+            if path.startswith("/"):
+                out.add(path)
+    return out
