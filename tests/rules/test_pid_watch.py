@@ -47,3 +47,39 @@ def test_a_waiter_polling_for_a_process_to_exit_waits_on_it(reap, how: str, targ
     assert f"kill -CONT {daemon.pid}" in f["hint"], f["hint"]
     assert any("polls for" in e["detail"] for e in f["evidence"]), f["evidence"]
     assert host["verdict"] == "stalled" and rc == 1
+
+
+#: forks a child that exits at once, prints its PID, and stops itself before reaping it: a zombie whose
+#: parent is stopped
+UNREAPED = """
+import os, signal
+kid = os.fork()
+if kid == 0:
+    os._exit(0)
+print(kid, flush=True)
+os.kill(os.getpid(), signal.SIGSTOP)
+os.wait()
+"""
+
+
+def test_a_waiter_polling_for_a_zombie_whose_parent_is_stopped_waits_on_the_parent(reap) -> None:
+    """kill(Z, 0) answers for a zombie until its parent reaps it: `tail --pid=Z` of a child whose
+    parent is stopped waits for ever. It read HEALTHY: the chain ended at the zombie (found by a
+    helper). The wait is on the parent, stopped: STALLED."""
+    parent = subprocess.Popen([sys.executable, "-c", UNREAPED], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)  # fmt: skip
+    reap.append(parent)
+    assert parent.stdout is not None
+    zombie = int(parent.stdout.readline())
+    wait_for(lambda: proc_state(parent.pid) == "T" and proc_state(zombie) == "Z", what="a zombie, its parent stopped")
+    waiter = subprocess.Popen(["bash", "-c", f"tail --pid={zombie} -f /dev/null; echo done"], start_new_session=True,
+                              stdout=subprocess.DEVNULL)  # fmt: skip
+    reap.append(waiter)
+    wait_for(lambda: any(proc_text(k, "comm").strip() == "tail" and proc_state(k) == "S" for k in children_of(waiter.pid)),
+             what="tail polling")  # fmt: skip
+    rc, host = vastprobe_json("--pid", str(waiter.pid), "--sample", "0.5")
+    errors = [f for f in host["findings"] if f["severity"] in ("error", "critical")]
+    assert errors and parent.pid in errors[0]["pids"], host["findings"]
+    assert f"({parent.pid}), which is stopped (T)" in errors[0]["summary"], errors[0]["summary"]
+    assert host["verdict"] == "stalled" and rc == 1
+    parent.send_signal(signal.SIGCONT)

@@ -164,7 +164,7 @@ def test_a_wake_is_activity_not_movement() -> None:
     a = ProcSample("S", 5, 1, io, voluntary_ctxt=40, nonvoluntary_ctxt=7)
     for later, switches in ((40, 0), (46, 6)):
         b = ProcSample("S", 5, 1, io, voluntary_ctxt=later, nonvoluntary_ctxt=None)
-        pr = progress(SimpleNamespace(samples=(a, b)), 2)  # type: ignore[arg-type]  # its samples alone
+        pr = progress(SimpleNamespace(samples=(a, b), threads_detail=()), 2)  # type: ignore[arg-type]  # its samples alone
         assert pr.ctxt_switches == switches and not pr.moved and pr.active == bool(switches)
 
 

@@ -202,7 +202,20 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
         q = self.tree.by_pid.get(pid)
         if q is None or pid == p.pid or q.ppid == p.pid:
             return
-        ev = (Evidence("/proc/cmdline", f"{p.pid} ({p.comm}) polls for {self._label(pid)} to exit: {how}"),)
+        ev: tuple[Evidence, ...] = (
+            Evidence("/proc/cmdline", f"{p.pid} ({p.comm}) polls for {self._label(pid)} to exit: {how}"),
+        )
+        parent = self.tree.by_pid.get(q.ppid)
+        if q.state == "Z" and parent is not None and parent.pid != p.pid:
+            # exited, not reaped: it is there (kill -0 answers) until its parent reaps it, so the wait is
+            # on the parent. tail --pid of a zombie whose parent is stopped read HEALTHY (found by a helper)
+            ev = (
+                *ev,
+                Evidence("/proc/stat", f"{pid} exited (Z): it goes when its parent {self._label(parent.pid)} reaps it"),
+            )
+            yield WaitEdge(p.pid, "child", (parent.pid,), f"the exit of {pid}, which it polls for ({how}), reaped by "
+                           f"{parent.pid}", ev, inferred=True)  # fmt: skip
+            return
         yield WaitEdge(p.pid, "child", (pid,), f"the exit of {pid}, which it polls for ({how})", ev, inferred=True)
 
     def _caught_awake_on(self, p: Process) -> WaitEdge | None:
