@@ -116,3 +116,80 @@ def test_a_client_of_a_multiplexing_proxy_is_not_tied_to_another_clients_stopped
     assert any(f[1] == "error" and stopped.pid in f[3] for f in said), said
     assert host["verdict"] == "stalled" and rc == 1, said
     stopped.send_signal(signal.SIGCONT)
+
+
+KEEPALIVE_CONF = """
+daemon off;
+master_process on;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/error.log;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+    client_body_temp_path {d}/body;
+    proxy_temp_path {d}/proxy;
+    fastcgi_temp_path {d}/fastcgi;
+    uwsgi_temp_path {d}/uwsgi;
+    scgi_temp_path {d}/scgi;
+    upstream live {{ server 127.0.0.1:{live}; keepalive 8; }}
+    server {{
+        listen 127.0.0.1:{port};
+        keepalive_timeout 3600s;
+        location /stopped/ {{ proxy_pass http://127.0.0.1:{stopped}/; proxy_read_timeout 3600s; }}
+        location /live/ {{ proxy_pass http://live/; proxy_http_version 1.1; proxy_set_header Connection ""; }}
+    }}
+}}
+"""
+
+#: an HTTP/1.1 server, threaded, that keeps connections open; prints its port
+KEEPING_SERVER = """
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *a):
+        pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"""
+
+#: argv: nginx's port. One request on a kept-alive connection, then idle on it
+KEEPING_CLIENT = """
+import http.client, sys, time
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1])); c.request("GET", "/live/"); c.getresponse().read()
+print(flush=True)
+time.sleep(3600)
+"""
+
+
+def test_a_client_of_a_proxy_whose_other_upstream_is_an_idle_pooled_connection_is_stalled(reap, tmp_path: Path) -> None:
+    """An idle keep-alive client, and nginx's pooled connection to a live upstream, idle too: that far
+    end waits on nginx, serving nobody. The other client's upstream is stopped: STALLED, as it read
+    before multiplexing relays were told apart (the attack on that change found it read HEALTHY)."""
+    stopped, stopped_port = server(reap, SLOW_SERVER)
+    _live, live_port = server(reap, KEEPING_SERVER)
+    port = free_port()
+    (tmp_path / "nginx.conf").write_text(
+        KEEPALIVE_CONF.format(d=tmp_path, port=port, stopped=stopped_port, live=live_port)
+    )
+    nginx = subprocess.Popen(["nginx", "-p", str(tmp_path), "-e", str(tmp_path / "error.log"), "-c",
+                              str(tmp_path / "nginx.conf")], start_new_session=True, stderr=subprocess.DEVNULL)  # fmt: skip
+    reap.append(nginx)
+    wait_for(lambda: any(proc_wchan(k) in ("do_epoll_wait", "ep_poll") for k in children_of(nginx.pid)),
+             what="nginx's worker waiting")  # fmt: skip
+    stopped.send_signal(signal.SIGSTOP)
+    wait_for(lambda: proc_state(stopped.pid) == "T", what="the upstream stopped")
+    idle = subprocess.Popen([sys.executable, "-c", KEEPING_CLIENT, str(port)], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
+    reap.append(idle)
+    assert idle.stdout is not None and idle.stdout.readline() == "\n"
+    stuck = curl(reap, f"http://127.0.0.1:{port}/stopped/")
+    wait_for(lambda: proc_wchan(stuck.pid).startswith("poll"), what="the client waiting")
+    rc, host = vastprobe_json("--pid", str(stuck.pid), "--sample", "1")
+    said = [(f["rule"], f["severity"], f["summary"], f["pids"]) for f in host["findings"]]
+    assert any(f[1] == "error" and stopped.pid in f[3] for f in said), said
+    assert host["verdict"] == "stalled" and rc == 1, said
+    stopped.send_signal(signal.SIGCONT)

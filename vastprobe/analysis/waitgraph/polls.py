@@ -160,15 +160,35 @@ class PollEdges(SocketEdges):
             return False
         for ino in self.relayed(p):
             sock = self._sockets.get(ino)
-            far = (
-                self._fds.sockets.get(sock.peer_inode, [])
-                if sock is not None and sock.proto == "unix" and sock.peer_inode
-                else []
-            )
-            if sock is not None and sock.proto.startswith("tcp"):
-                far = [h for peer in self._tcp_mirrors(sock) for h in self._fds.sockets.get(peer.inode, [])]
-            if any(h != p.pid and not self._cannot_move(h) for h in far):
-                return True
+            if sock is None:
+                continue
+            peers = [self._sockets.get(sock.peer_inode)] if sock.proto == "unix" and sock.peer_inode else []
+            if sock.proto.startswith("tcp"):
+                peers = list(self._tcp_mirrors(sock))
+            for peer in peers:
+                if peer is None:
+                    continue
+                for h in self._fds.sockets.get(peer.inode, []):
+                    # a far end idle on this very connection (an upstream's pooled keep-alive) serves no
+                    # client now, and one stuck on a stopped process of its own moves for none (the
+                    # attack on this rule found both hid a stall it had named)
+                    if h != p.pid and not (
+                        self._cannot_move(h) or self._waits_back_socket(h, peer) or self._stuck_on_frozen(h)
+                    ):
+                        return True
+        return False
+
+    def _stuck_on_frozen(self, pid: int) -> bool:
+        """A thread of `pid` blocked reading a connection whose other end is stopped or in D, and none
+        running: an upstream whose handler waits on a stopped database."""
+        q = self.tree.by_pid.get(pid)
+        if q is None or q.state == "R" or any(t.state == "R" for t in q.threads_detail):
+            return False
+        for t in self.tasks(q):
+            if self.task_kind(q, t) == "socket-read":
+                edge = self._socket_edge(q, t)
+                if edge is not None and edge.holders and all(self._frozen(h) for h in edge.holders):
+                    return True
         return False
 
     def _waits_back(self, pid: int, ino: int, reading: bool) -> bool:
