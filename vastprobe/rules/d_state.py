@@ -20,6 +20,10 @@ FROZEN_WAITS = frozenset(
     {"sleep", "futex", "event-loop", "signal", "child", "accept", "pipe-read", "socket-read", "tty"}
 )
 
+#: Of those, the waits no kernel path sleeps in uninterruptibly (a socket's wait_woken and a terminal's
+#: are generic waits some drivers use so): D there proves a freezer from one read
+FROZEN_FOR_SURE = FROZEN_WAITS - {"socket-read", "tty"}
+
 #: Where a vfork's parent waits (D) for its child to exec or exit: not storage (found by a helper)
 VFORK_WAITS = frozenset({"kernel_clone", "wait_for_vfork_done", "do_fork", "copy_process"})
 
@@ -90,6 +94,13 @@ def check(ctx: Context) -> Iterator[Finding]:
         if hung:
             ev.append(Evidence("kernel log", hung[-1].line))
             yield META.finding(summary, [p.pid], ev, hint, "warning")
+            continue
+        if w in ("refrigerator", "do_freezer_trap") or (frozen and wait_kind(w, None) in FROZEN_FOR_SURE):
+            # D in a wait the kernel sleeps in interruptibly, and only there: nothing but a freezer puts it
+            # in D, and only a thaw moves it, as only SIGCONT moves a stopped one. A paused container read
+            # HEALTHY at --sample 0 (found by a helper)
+            ev.append(Evidence("proof", f"D in {w}, which sleeps interruptibly unless frozen: only a thaw moves it"))
+            yield META.finding(summary, [p.pid], ev, hint, "error")
             continue
         hint = "seen in one sample: a process doing I/O passes through D all the time; a second sample (--sample 1, the default) tells"
         yield META.finding(summary + ONE_SAMPLE, [p.pid], ev, hint, "info")
