@@ -66,3 +66,20 @@ def test_a_lock_held_by_a_keep_alive_still_stalls_its_waiter(reap, tmp_path: Pat
     said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
     assert any(r == "file-lock-wait" and sev == "error" for r, sev, _s in said), said
     assert host["verdict"] == "stalled" and rc == 1, said
+
+
+def test_a_pipe_a_keep_alive_holds_open_still_stalls_its_reader(reap, tmp_path: Path) -> None:
+    """`x=$(sleep infinity & echo hi)`: the orphan keep-alive holds the substitution's pipe open, and
+    bash waits for its end of file for ever. The quiet log's finding said "the job only sleeps, in a
+    keep-alive" beside that error (the attack on the keep-alive change found it): a keep-alive ends no
+    wait on what it holds."""
+    log = tmp_path / "job.log"
+    job = subprocess.Popen(["bash", "-c", f"exec >>{log} 2>&1; echo start; x=$(sleep infinity & echo hi); echo $x"],
+                           start_new_session=True)  # fmt: skip
+    reap.append(job)
+    wait_for(lambda: proc_wchan(job.pid).endswith("pipe_read") and log.stat().st_size > 0, what="bash reading the pipe")
+    quiet(log)
+    rc, host = vastprobe_json("--pid", str(job.pid), "--log", str(log), "--sample", "0.5")
+    said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+    assert not [f for f in said if "keep-alive" in f[2]], said
+    assert host["verdict"] == "stalled" and rc == 1, said

@@ -295,11 +295,14 @@ class SnapshotView:
         outside the job, or a cycle among the job's waiters, gives (). Each process's waits are firm or
         inferred edges; any holder that ends its wait ends it."""
         job = set(pids)
-        sleepers = [pid for pid in pids if self.on_timer(pid) or self.flow_on_deadline(pid) or self.keeps_alive(pid)]
+        # a keep-alive idles by design, and so does a parent that waits for it; it never ends a wait on
+        # what it holds, though (a pipe the orphan `sleep infinity` keeps open: `$(sleep infinity & echo)`)
+        kept = {pid for pid in pids if self.keeps_alive(pid)}
+        sleepers = [pid for pid in pids if pid in kept or self.on_timer(pid) or self.flow_on_deadline(pid)]
         # an exited child (killed, not reaped yet: its parent waits on another first) ends nothing it held
         exited = {pid for pid in pids if (p := self.tree.by_pid.get(pid)) is not None and p.state == "Z"}
-        good = set(sleepers) | exited
-        rest = [pid for pid in pids if pid not in good]
+        good = (set(sleepers) - kept) | exited
+        rest = [pid for pid in pids if pid not in good and pid not in kept]
         changed = True
         while rest and changed:
             changed = False
@@ -307,15 +310,17 @@ class SnapshotView:
                 p = self.tree.by_pid.get(pid)
                 if p is None or p.state != "S":
                     return ()
+                ending = good
                 if self.graph.waits_for_children(p):
                     ends = [{k.pid for k in self.tree.kids(pid)} & job]
+                    ending = good | kept
                 elif (family := self._shares_a_futex_with(p)) and not self.graph.edges(pid):
                     ends = [family & job]
                 else:
                     ends = [set(e.holders) for e in self.graph.edges(pid)]
                 if not ends or any(not e or not e <= job for e in ends):
                     return ()  # it waits on nothing followed, or on what is not the job's
-                if all(e & good for e in ends):
+                if all(e & ending for e in ends):
                     good.add(pid)
                     rest.remove(pid)
                     changed = True
