@@ -6,6 +6,8 @@ the feeder, so only the thread's own wait shows the cycle. Found from /proc alon
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import children_of, compiled_c, vastprobe_json, wait_for
+from tests.helpers import children_of, compiled_c, proc_state, proc_wchan, vastprobe_json, wait_for
 
 PUT_BEFORE_JOIN = textwrap.dedent("""
     import multiprocessing as mp
@@ -196,3 +198,52 @@ def test_a_download_thread_reading_a_stopped_server_holds_the_trainer(reap, tmp_
         assert host["verdict"] == "stalled" and rc == 1
     finally:
         server.send_signal(signal.SIGCONT)
+
+
+#: a consumer reading its stdin in a thread, handing lines to a worker thread, the main thread joining both
+THREADED_CONSUMER = """
+import queue, sys, threading
+q = queue.Queue()
+def reader():
+    for line in sys.stdin:
+        q.put(line)
+    q.put(None)
+def worker():
+    while q.get() is not None:
+        pass
+threads = [threading.Thread(target=reader), threading.Thread(target=worker)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+"""
+
+
+@pytest.mark.parametrize("producer", ["stopped", "alive"])
+def test_a_reader_thread_behind_a_stopped_producer_is_stalled(reap, producer: str) -> None:
+    """The consumer's stdin is read by a thread of its own, and its only writer is stopped: every thread
+    waits with no timeout on what cannot come. It read HEALTHY, no finding, where the same consumer
+    reading in its main thread read STALLED (found by a helper). An idle producer: no finding."""
+    prod = subprocess.Popen([sys.executable, "-c", "import time\nprint('one', flush=True)\ntime.sleep(3600)"],
+                            stdout=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    reap.append(prod)
+    cons = subprocess.Popen([sys.executable, "-c", THREADED_CONSUMER], stdin=prod.stdout, start_new_session=True)
+    reap.append(cons)
+    assert prod.stdout is not None
+    prod.stdout.close()
+    wait_for(lambda: len(os.listdir(f"/proc/{cons.pid}/task")) == 3
+             and any(Path(f"/proc/{cons.pid}/task/{t}/wchan").read_text().endswith("pipe_read")
+                     for t in os.listdir(f"/proc/{cons.pid}/task"))
+             and proc_wchan(prod.pid).endswith("nanosleep"), what="the reader thread waiting")  # fmt: skip
+    if producer == "stopped":
+        os.kill(prod.pid, signal.SIGSTOP)
+        wait_for(lambda: proc_state(prod.pid) == "T", what="the producer stopped")
+    rc, host = vastprobe_json("--pid", str(cons.pid), "--sample", "0.5")
+    said = [(f["rule"], f["severity"], f["summary"], f["pids"]) for f in host["findings"]]
+    if producer == "alive":
+        assert not [f for f in said if f[1] in ("error", "critical")], said
+        assert rc == 0 and host["verdict"] != "stalled", said
+        return
+    assert any(f[1] == "error" and prod.pid in f[3] for f in said), said
+    assert host["verdict"] == "stalled" and rc == 1, said
+    os.kill(prod.pid, signal.SIGCONT)

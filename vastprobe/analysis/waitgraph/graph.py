@@ -157,6 +157,11 @@ class WaitGraph(PipeEdges, PollEdges, LockEdges, PyLockEdges, FuseEdges):
                     any(self._frozen(h) for h in edge.holders) or (self.relayed(p) and self._relay_keeps(p, edge))
                 ):
                     yield edge
+            elif tk == "pipe-read":
+                # a reader thread of a pipe whose every writer cannot move (stdin read in a thread, behind a
+                # stopped producer: HEALTHY, no finding; found by a helper); a pool's result handler reading
+                # live workers is how it idles, and is left out
+                yield from (e for e in self._task_edges(p, t, tk) if e.holders and all(map(self._frozen, e.holders)))
             elif tk == "event-loop" and not sealed:
                 # a transport thread's event loop (gRPC's, an HTTP client's I/O thread) whose every end cannot
                 # move, the main thread waiting on its result: a grpcio stream from a stopped server read
