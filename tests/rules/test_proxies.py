@@ -187,7 +187,15 @@ def test_a_client_of_a_proxy_whose_other_upstream_is_an_idle_pooled_connection_i
     reap.append(idle)
     assert idle.stdout is not None and idle.stdout.readline() == "\n"
     stuck = curl(reap, f"http://127.0.0.1:{port}/stopped/")
-    wait_for(lambda: proc_wchan(stuck.pid).startswith("poll"), what="the client waiting")
+    [worker] = children_of(nginx.pid)
+
+    def forwarded() -> bool:
+        out = subprocess.run(["ss", "-Htnp", "state", "established"], capture_output=True, text=True).stdout
+        return any(f"pid={worker}," in line and f":{stopped_port} " in line for line in out.splitlines())
+
+    # the request passed on to the stopped upstream (a clean clone's CI probed before nginx had: no finding)
+    wait_for(lambda: forwarded() and proc_wchan(stuck.pid).startswith("poll"), timeout=20,
+             what="the client waiting, its request passed on")  # fmt: skip
     rc, host = vastprobe_json("--pid", str(stuck.pid), "--sample", "1")
     said = [(f["rule"], f["severity"], f["summary"], f["pids"]) for f in host["findings"]]
     assert any(f[1] == "error" and stopped.pid in f[3] for f in said), said
