@@ -96,6 +96,27 @@ def cpu_throttled_cgroup(name: str) -> tuple[Path, Path]:
     pytest.skip("no cgroup CPU controller to throttle a process with here")
 
 
+def nginx_conf(d: Path, http: str, access_log: str = "off") -> str:
+    """A one-worker nginx in the foreground whose files all lie in `d`; `http`: its servers and upstreams."""
+    return f"""
+daemon off;
+master_process on;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/error.log;
+events {{ worker_connections 64; }}
+http {{
+    access_log {access_log};
+    client_body_temp_path {d}/body;
+    proxy_temp_path {d}/proxy;
+    fastcgi_temp_path {d}/fastcgi;
+    uwsgi_temp_path {d}/uwsgi;
+    scgi_temp_path {d}/scgi;
+    {http}
+}}
+"""
+
+
 def wait_for(cond: Callable[[], bool], timeout: float = 10.0, what: str | Callable[[], str] = "condition") -> None:
     """Polls `cond`; `what` may be a callable, called at the timeout, that says what was seen instead."""
     deadline = time.monotonic() + timeout

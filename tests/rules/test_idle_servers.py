@@ -18,25 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import children_of, compiled_c, proc_state, proc_wchan, stat_fields, vastprobe_json, wait_for
-
-NGINX_CONF = """
-daemon off;
-master_process on;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log;
-events {{ worker_connections 64; }}
-http {{
-    access_log {d}/access.log;
-    client_body_temp_path {d}/body;
-    proxy_temp_path {d}/proxy;
-    fastcgi_temp_path {d}/fastcgi;
-    uwsgi_temp_path {d}/uwsgi;
-    scgi_temp_path {d}/scgi;
-    server {{ listen 127.0.0.1:{port}; location / {{ return 200 "ok\\n"; }} }}
-}}
-"""
+from tests.helpers import (
+    children_of,
+    compiled_c,
+    nginx_conf,
+    proc_state,
+    proc_wchan,
+    stat_fields,
+    vastprobe_json,
+    wait_for,
+)
 
 #: A master that forks one worker and waits for it; the worker serves from an epoll loop with no
 #: timeout (nginx's shape); both hold the log open
@@ -84,7 +75,8 @@ def start_nginx(reap, d: Path, launcher: str = "none") -> tuple[int, list[Path]]
     if shutil.which("nginx") is None:
         pytest.skip("nginx is not installed here (CI installs it)")
     port = free_port()
-    (d / "nginx.conf").write_text(NGINX_CONF.format(d=d, port=port))
+    server = f'server {{ listen 127.0.0.1:{port}; location / {{ return 200 "ok\\n"; }} }}'
+    (d / "nginx.conf").write_text(nginx_conf(d, server, access_log=f"{d}/access.log"))
     argv = [*LAUNCHERS[launcher], "nginx", "-p", str(d), "-e", str(d / "error.log"), "-c", str(d / "nginx.conf")]
     master = _master(reap, subprocess.Popen(argv, start_new_session=True, stderr=subprocess.DEVNULL), launcher)
     wait_for(lambda: any(proc_wchan(k) in ("do_epoll_wait", "ep_poll") for k in children_of(master)),

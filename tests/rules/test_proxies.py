@@ -14,32 +14,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import children_of, proc_state, proc_wchan, vastprobe_json, wait_for
+from tests.helpers import children_of, nginx_conf, proc_state, proc_wchan, vastprobe_json, wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("nginx") is None or shutil.which("curl") is None,
                                 reason="needs nginx and curl (CI installs them)")  # fmt: skip
 
-PROXY_CONF = """
-daemon off;
-master_process on;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log;
-events {{ worker_connections 64; }}
-http {{
-    access_log off;
-    client_body_temp_path {d}/body;
-    proxy_temp_path {d}/proxy;
-    fastcgi_temp_path {d}/fastcgi;
-    uwsgi_temp_path {d}/uwsgi;
-    scgi_temp_path {d}/scgi;
-    server {{
-        listen 127.0.0.1:{port};
-        location /stopped/ {{ proxy_pass http://127.0.0.1:{stopped}/; proxy_read_timeout 3600s; }}
-        location /slow/ {{ proxy_pass http://127.0.0.1:{slow}/; proxy_read_timeout 3600s; proxy_buffering off; }}
-    }}
-}}
-"""
+
+def start_nginx(reap: list, d: Path, http: str) -> subprocess.Popen:
+    """nginx (nginx_conf's) serving `http`, its worker waiting."""
+    (d / "nginx.conf").write_text(nginx_conf(d, http))
+    nginx = subprocess.Popen(["nginx", "-p", str(d), "-e", str(d / "error.log"), "-c", str(d / "nginx.conf")],
+                             start_new_session=True, stderr=subprocess.DEVNULL)  # fmt: skip
+    reap.append(nginx)
+    wait_for(lambda: any(proc_wchan(k) in ("do_epoll_wait", "ep_poll") for k in children_of(nginx.pid)),
+             what="nginx's worker waiting")  # fmt: skip
+    return nginx
+
 
 #: argv: port 0; prints its port; answers each GET with a line a second, for an hour
 SLOW_SERVER = """
@@ -82,12 +72,15 @@ def test_a_client_of_a_multiplexing_proxy_is_not_tied_to_another_clients_stopped
     stopped, stopped_port = server(reap, SLOW_SERVER.replace("for _ in range(3600)", "for _ in range(1)"))
     _slow, slow_port = server(reap, SLOW_SERVER)
     port = free_port()
-    (tmp_path / "nginx.conf").write_text(PROXY_CONF.format(d=tmp_path, port=port, stopped=stopped_port, slow=slow_port))
-    nginx = subprocess.Popen(["nginx", "-p", str(tmp_path), "-e", str(tmp_path / "error.log"), "-c",
-                              str(tmp_path / "nginx.conf")], start_new_session=True, stderr=subprocess.DEVNULL)  # fmt: skip
-    reap.append(nginx)
-    wait_for(lambda: any(proc_wchan(k) in ("do_epoll_wait", "ep_poll") for k in children_of(nginx.pid)),
-             what="nginx's worker waiting")  # fmt: skip
+    nginx = start_nginx(
+        reap,
+        tmp_path,
+        f"""server {{
+        listen 127.0.0.1:{port};
+        location /stopped/ {{ proxy_pass http://127.0.0.1:{stopped_port}/; proxy_read_timeout 3600s; }}
+        location /slow/ {{ proxy_pass http://127.0.0.1:{slow_port}/; proxy_read_timeout 3600s; proxy_buffering off; }}
+    }}""",
+    )
     stopped.send_signal(signal.SIGSTOP)
     wait_for(lambda: proc_state(stopped.pid) == "T", what="the first upstream stopped")
     stuck = curl(reap, f"http://127.0.0.1:{port}/stopped/")
@@ -117,30 +110,6 @@ def test_a_client_of_a_multiplexing_proxy_is_not_tied_to_another_clients_stopped
     assert host["verdict"] == "stalled" and rc == 1, said
     stopped.send_signal(signal.SIGCONT)
 
-
-KEEPALIVE_CONF = """
-daemon off;
-master_process on;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log;
-events {{ worker_connections 64; }}
-http {{
-    access_log off;
-    client_body_temp_path {d}/body;
-    proxy_temp_path {d}/proxy;
-    fastcgi_temp_path {d}/fastcgi;
-    uwsgi_temp_path {d}/uwsgi;
-    scgi_temp_path {d}/scgi;
-    upstream live {{ server 127.0.0.1:{live}; keepalive 8; }}
-    server {{
-        listen 127.0.0.1:{port};
-        keepalive_timeout 3600s;
-        location /stopped/ {{ proxy_pass http://127.0.0.1:{stopped}/; proxy_read_timeout 3600s; }}
-        location /live/ {{ proxy_pass http://live/; proxy_http_version 1.1; proxy_set_header Connection ""; }}
-    }}
-}}
-"""
 
 #: an HTTP/1.1 server, threaded, that keeps connections open; prints its port
 KEEPING_SERVER = """
@@ -172,14 +141,17 @@ def test_a_client_of_a_proxy_whose_other_upstream_is_an_idle_pooled_connection_i
     stopped, stopped_port = server(reap, SLOW_SERVER)
     _live, live_port = server(reap, KEEPING_SERVER)
     port = free_port()
-    (tmp_path / "nginx.conf").write_text(
-        KEEPALIVE_CONF.format(d=tmp_path, port=port, stopped=stopped_port, live=live_port)
+    nginx = start_nginx(
+        reap,
+        tmp_path,
+        f"""upstream live {{ server 127.0.0.1:{live_port}; keepalive 8; }}
+    server {{
+        listen 127.0.0.1:{port};
+        keepalive_timeout 3600s;
+        location /stopped/ {{ proxy_pass http://127.0.0.1:{stopped_port}/; proxy_read_timeout 3600s; }}
+        location /live/ {{ proxy_pass http://live/; proxy_http_version 1.1; proxy_set_header Connection ""; }}
+    }}""",
     )
-    nginx = subprocess.Popen(["nginx", "-p", str(tmp_path), "-e", str(tmp_path / "error.log"), "-c",
-                              str(tmp_path / "nginx.conf")], start_new_session=True, stderr=subprocess.DEVNULL)  # fmt: skip
-    reap.append(nginx)
-    wait_for(lambda: any(proc_wchan(k) in ("do_epoll_wait", "ep_poll") for k in children_of(nginx.pid)),
-             what="nginx's worker waiting")  # fmt: skip
     stopped.send_signal(signal.SIGSTOP)
     wait_for(lambda: proc_state(stopped.pid) == "T", what="the upstream stopped")
     idle = subprocess.Popen([sys.executable, "-c", KEEPING_CLIENT, str(port)], stdout=subprocess.PIPE, text=True,

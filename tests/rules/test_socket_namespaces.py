@@ -59,6 +59,21 @@ wait
 """
 
 
+def namespaced_pair(reap: list, tmp_path: Path, port: str, cport: str) -> tuple[int, int]:
+    """NAMESPACED_PAIR in a network namespace of its own: (the stopped server, its client), the client
+    waiting."""
+    env = {**os.environ, "PY": sys.executable, "SERVER": SERVER, "CLIENT": CLIENT, "PORT": port, "CPORT": cport,
+           "D": str(tmp_path)}  # fmt: skip
+    job = subprocess.Popen(["unshare", "-n", "bash", "-c", NAMESPACED_PAIR], env=env, start_new_session=True)
+    reap.append(job)
+    who = tmp_path / "who"
+    wait_for(lambda: who.exists() and len(who.read_text().split()) == 2, timeout=30, what="the namespaced pair")
+    server, client = (int(x) for x in who.read_text().split())
+    wait_for(lambda: proc_state(server) == "T" and proc_wchan(client) not in ("", "0"), timeout=30,
+             what=lambda: f"the client waiting on the stopped server: {proc_state(server)} {proc_wchan(client)!r}")  # fmt: skip
+    return server, client
+
+
 def test_a_namespaced_client_of_a_stopped_server_is_not_paired_with_a_host_connection(reap, tmp_path: Path) -> None:
     """A healthy pair in the host's namespace holds the very four addresses and ports of a client in a
     namespace whose server is stopped (replicas of one container do, by chance). The host's server was
@@ -74,15 +89,7 @@ def test_a_namespaced_client_of_a_stopped_server_is_not_paired_with_a_host_conne
     reap.append(host_cli)
     assert host_cli.stdout is not None
     cport = host_cli.stdout.readline().strip()
-    env = {**os.environ, "PY": sys.executable, "SERVER": SERVER, "CLIENT": CLIENT, "PORT": port, "CPORT": cport,
-           "D": str(tmp_path)}  # fmt: skip
-    job = subprocess.Popen(["unshare", "-n", "bash", "-c", NAMESPACED_PAIR], env=env, start_new_session=True)
-    reap.append(job)
-    who = tmp_path / "who"
-    wait_for(lambda: who.exists() and len(who.read_text().split()) == 2, timeout=30, what="the namespaced pair")
-    server, client = (int(x) for x in who.read_text().split())
-    wait_for(lambda: proc_state(server) == "T" and proc_wchan(client) not in ("", "0"), timeout=30,
-             what=lambda: f"the client waiting on the stopped server: {proc_state(server)} {proc_wchan(client)!r}")  # fmt: skip
+    server, client = namespaced_pair(reap, tmp_path, port, cport)
     rc, host = vastprobe_json("--pid", str(client), "--sample", "1")
     said = [(f["rule"], f["severity"], f["summary"], f["pids"]) for f in host["findings"]]
     assert not [f for f in said if {host_srv.pid, host_cli.pid} & set(f[3])], said
@@ -103,15 +110,7 @@ def test_a_namespaced_client_is_read_beside_many_other_namespaces(reap, tmp_path
                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                  start_new_session=True)  # fmt: skip
         reap.append(other)
-    env = {**os.environ, "PY": sys.executable, "SERVER": SERVER, "CLIENT": CLIENT, "PORT": "47111", "CPORT": "0",
-           "D": str(tmp_path)}  # fmt: skip
-    job = subprocess.Popen(["unshare", "-n", "bash", "-c", NAMESPACED_PAIR], env=env, start_new_session=True)
-    reap.append(job)
-    who = tmp_path / "who"
-    wait_for(lambda: who.exists() and len(who.read_text().split()) == 2, timeout=30, what="the namespaced pair")
-    server, client = (int(x) for x in who.read_text().split())
-    wait_for(lambda: proc_state(server) == "T" and proc_wchan(client) not in ("", "0"), timeout=30,
-             what="the client waiting on the stopped server")  # fmt: skip
+    server, client = namespaced_pair(reap, tmp_path, "47111", "0")
     rc, host = vastprobe_json("--pid", str(client), "--sample", "1")
     said = [(f["rule"], f["severity"], f["summary"], f["pids"]) for f in host["findings"]]
     waits = [f for f in said if f[0] == "socket-peer-wait" and f[3][:1] == [client]]
