@@ -278,6 +278,41 @@ def test_a_frozen_process_is_said_to_be_frozen_not_a_storage_hang(reap, sample: 
         cg.rmdir()
 
 
+@pytest.mark.parametrize("sample", ["0.3", "0"])
+def test_a_process_frozen_by_cgroup_v2_is_stalled(reap, sample: str) -> None:
+    """cgroup v2's freezer (`docker pause` on a v2 host) holds a task asleep (S) in its signal trap
+    (do_freezer_trap, get_signal once inlined), not in D: it read HEALTHY, no finding, at one sample
+    and at two (found by a helper)."""
+    root = next((r for r in (FREEZER_V2, Path("/sys/fs/cgroup")) if (r / "cgroup.subtree_control").exists()), None)
+    if root is None or os.geteuid() != 0:
+        pytest.skip("needs root and a cgroup v2 hierarchy")
+    cg = root / f"vastprobe-test-{os.getpid()}-v2-{sample}"
+    try:
+        cg.mkdir()
+    except OSError as exc:
+        pytest.skip(f"cannot make a cgroup v2 group here: {exc}")
+    p = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"], start_new_session=True)
+    reap.append(p)
+    try:
+        if not (cg / "cgroup.freeze").exists():
+            pytest.skip("this cgroup v2 has no freezer (cgroup.freeze)")
+        (cg / "cgroup.procs").write_text(str(p.pid))
+        (cg / "cgroup.freeze").write_text("1")
+        wait_for(lambda: "frozen 1" in (cg / "cgroup.events").read_text() and proc_state(p.pid) == "S",
+                 what="the process frozen")  # fmt: skip
+        rc, host = vastprobe_json("--pid", str(p.pid), "--sample", sample)
+        said = [(f["rule"], f["severity"], f["summary"]) for f in host["findings"]]
+        assert any(r == "d-state" and sev == "error" and "(its cgroup's freezer)" in s for r, sev, s in said), said
+        assert host["verdict"] == "stalled" and rc == 1, said
+    finally:
+        if (cg / "cgroup.freeze").exists():
+            (cg / "cgroup.freeze").write_text("0")
+        p.kill()
+        p.wait()
+        wait_for(lambda: not (cg / "cgroup.procs").read_text().strip(), what="the cgroup empty")
+        cg.rmdir()
+
+
 @pytest.mark.skipif(shutil.which("cpulimit") is None, reason="needs cpulimit (CI installs it)")
 @pytest.mark.parametrize("how", ["launched-f", "launched", "by-pid", "by-pid-glued"])
 def test_a_job_throttled_by_cpulimit_is_not_stopped_at_one_read(reap, tmp_path: Path, how: str) -> None:

@@ -30,8 +30,29 @@ VFORK_WAITS = frozenset({"kernel_clone", "wait_for_vfork_done", "do_fork", "copy
 META = RuleMeta("d-state", "VP109", "error", "a watched process is stuck in uninterruptible sleep (D)")
 
 
+#: Where cgroup v2's freezer holds a task: asleep (S) in its signal-delivery trap, which nothing but
+#: a thaw ends (do_freezer_trap, inlined into get_signal on some kernels; a stop reads T there)
+V2_FROZEN_WAITS = frozenset({"do_freezer_trap", "get_signal"})
+
+
 def check(ctx: Context) -> Iterator[Finding]:
     for p in ctx.in_scope():
+        if _frozen_by_v2(p):
+            w = family(p.wchan) if isinstance(p.wchan, str) else ""
+            yield META.finding(
+                f"{p.comm} ({p.pid}) is frozen in {w} (its cgroup's freezer)",
+                [p.pid],
+                [
+                    Evidence("/proc/stat", f"state S in {len(p.samples)} sample(s), in the freezer's trap"),
+                    Evidence(
+                        "proof", f"asleep in {w}, where only cgroup v2's freezer holds a task: only a thaw moves it"
+                    ),
+                ],
+                f"its cgroup is frozen (`docker pause`, `podman pause`, `systemctl freeze`): see `cat /proc/{p.pid}/cgroup` "
+                "and that cgroup's cgroup.events (frozen 1), and thaw it (`docker unpause`, `echo 0 > …/cgroup.freeze`)",
+                "error",
+            )
+            continue
         if not ctx.in_d_throughout(p):
             continue  # not D at every read, or moving (heavy I/O): slow rather than stuck
         if ctx.gone_by_second_sample(p):
@@ -104,6 +125,18 @@ def check(ctx: Context) -> Iterator[Finding]:
             continue
         hint = "seen in one sample: a process doing I/O passes through D all the time; a second sample (--sample 1, the default) tells"
         yield META.finding(summary + ONE_SAMPLE, [p.pid], ev, hint, "info")
+
+
+def _frozen_by_v2(p: Process) -> bool:
+    """Asleep in cgroup v2's freezer trap at every read. A paused container on a cgroup v2 host read
+    HEALTHY, no finding, with one sample or two (found by a helper)."""
+    return (
+        isinstance(p.wchan, str)
+        and family(p.wchan) in V2_FROZEN_WAITS
+        and p.state == "S"
+        and bool(p.samples)
+        and all(s.state == "S" for s in p.samples)
+    )
 
 
 def _under_oom(ctx: Context, p: Process) -> CgroupMemory | None:
