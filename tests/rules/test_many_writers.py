@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import proc_state, proc_wchan, vastprobe_json, wait_for
+from tests.helpers import children_of, proc_state, proc_wchan, vastprobe_json, wait_for
 
 #: argv: the FIFO, seconds between lines
 FIFO_WRITER = """
@@ -43,11 +43,13 @@ if __name__ == "__main__":
 """
 
 
-def fifo_pair(reap: list, tmp_path: Path) -> tuple[int, int, int]:
-    """A reader of a FIFO and two writers of it (an hourly one, one every 2 s): their PIDs."""
+def fifo_pair(reap: list, tmp_path: Path, wrapped: bool = False) -> tuple[int, int, int]:
+    """A reader of a FIFO and two writers of it (an hourly one, one every 2 s): their PIDs. `wrapped`:
+    the reader under `timeout` (the PID given is the wrapper's: its wait for its child comes first)."""
     fifo = tmp_path / "f.fifo"
     os.mkfifo(fifo, 0o600)
-    reader = subprocess.Popen([sys.executable, "-c", "import sys\nfor _ in open(sys.argv[1]): pass", str(fifo)],
+    wrapper = ["timeout", "600"] if wrapped else []
+    reader = subprocess.Popen([*wrapper, sys.executable, "-c", "import sys\nfor _ in open(sys.argv[1]): pass", str(fifo)],
                               start_new_session=True)  # fmt: skip
     writers = [subprocess.Popen([sys.executable, "-c", FIFO_WRITER, str(fifo), every], start_new_session=True)
                for every in ("3600", "2")]  # fmt: skip
@@ -67,12 +69,17 @@ def queue_pair(reap: list, tmp_path: Path) -> tuple[int, int, int]:
 
 
 @pytest.mark.parametrize("sample", ["1", "0"])
-@pytest.mark.parametrize("shape", ["fifo", "queue"])
+@pytest.mark.parametrize("shape", ["fifo", "queue", "wrapped"])
 def test_a_reader_of_several_writers_one_stopped_is_not_stalled(reap, tmp_path: Path, shape: str, sample: str) -> None:
     """It read STALLED, exit 1, "waits on python3, which is stopped (T)", while the other writer kept it
     fed (found by a helper)."""
-    reader, hourly, busy = (fifo_pair if shape == "fifo" else queue_pair)(reap, tmp_path)
-    wait_for(lambda: proc_wchan(reader).endswith("pipe_read") and proc_wchan(hourly).endswith("nanosleep"),
+    reader, hourly, busy = (
+        queue_pair(reap, tmp_path) if shape == "queue" else fifo_pair(reap, tmp_path, shape == "wrapped")
+    )
+    # (timeout's child reads; timeout itself waits for it: `timeout 60 cat < fifo`, found by a helper)
+    reads = (lambda: any(proc_wchan(k).endswith("pipe_read") for k in children_of(reader))) if shape == "wrapped" else (
+        lambda: proc_wchan(reader).endswith("pipe_read"))  # fmt: skip
+    wait_for(lambda: reads() and proc_wchan(hourly).endswith("nanosleep"),
              what="the reader waiting, the hourly writer asleep")  # fmt: skip
     os.kill(hourly, signal.SIGSTOP)
     wait_for(lambda: proc_state(hourly) == "T", what="the hourly writer stopped")

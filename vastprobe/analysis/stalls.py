@@ -532,11 +532,15 @@ def _another_end_goes_on(ctx: SnapshotView, best: StalledChain, chains: list[Sta
     another end, found on a chain of its own, moved over the window or sleeps on a timer, the one that
     cannot move proves nothing. A queue's consumer fed by two producers, one stopped and the other
     putting an item every 2 s, read STALLED, exit 1, while it consumed (found by a helper)."""
-    first = best.chain.edges[0] if best.chain.edges else None
-    if best.dead_end is None or first is None or first.kind not in ("pipe", "fifo") or len(first.holders) < 2:
+    if best.dead_end is None:
         return False
+    edges = best.chain.edges
+    at = next((i for i, e in enumerate(edges) if e.kind in ("pipe", "fifo") and len(e.holders) >= 2), None)
+    if at is None:
+        return False
+    # the same way to that pipe (a wrapper's wait for its child first: `timeout 60 cat fifo`), on to another end
     return any(
-        s.chain.edges[:1] == (first,)
+        s.chain.edges[: at + 1] == edges[: at + 1]
         and s.dead_end is None
         and (s.idle is False or ctx.wakes_by_itself(s.chain.end) or ctx.flow_on_deadline(s.chain.end))
         for s in chains
