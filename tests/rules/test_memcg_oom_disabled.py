@@ -42,3 +42,28 @@ def test_a_job_parked_at_its_cgroups_limit_with_the_oom_killer_off_is_stalled(
     )
     assert "memory.oom_control" in f["hint"] and "storage" not in f["hint"], f["hint"]
     assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["headline"]
+
+
+def test_a_job_in_a_child_of_the_limited_cgroup_is_told_where_the_limit_is(reap, memcg: MemoryCgroup) -> None:
+    """The limit and the disabled OOM killer are the parent's; the job's own cgroup, below it, has
+    neither, and reads under_oom 1 too (the kernel marks the subtree). The finding named the child's
+    files to raise and re-enable, which fixed nothing (the attack on the first version found it)."""
+    if memcg.version != "v1":
+        pytest.skip("memory.oom_control is cgroup v1's")
+    (memcg.path / "memory.oom_control").write_text("1")
+    sub = memcg.child(1 << 30)
+    (sub.path / "memory.limit_in_bytes").write_text("-1")  # none of its own
+    job = subprocess.Popen([sys.executable, "-c", GROWS, str(sub.procs_file)], start_new_session=True)
+    reap.append(job)
+    try:
+        wait_for(lambda: proc_wchan(job.pid).startswith("mem_cgroup_oom"), timeout=30, what="the job parked")
+        rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0")
+        f = next(f for f in host["findings"] if f["rule"] == "d-state")
+        assert f"in its cgroup {sub.name}, at the limit of a cgroup above it" in f["summary"], f["summary"]
+        assert f"{sub.path}/memory" not in f["hint"], f["hint"]
+        assert f["severity"] == "error" and host["verdict"] == "stalled" and rc == 1, host["headline"]
+    finally:
+        job.kill()
+        job.wait()
+        wait_for(lambda: not sub.procs_file.read_text().strip(), what="the child cgroup empty")
+        sub.path.rmdir()

@@ -66,18 +66,26 @@ def check(ctx: Context) -> Iterator[Finding]:
         if memcg is not None:
             # the cgroup's OOM killer is off and it is at its limit: nothing moves until memory is freed in
             # it or its limit raised. It read as storage, and HEALTHY at one sample (found by a helper)
-            ev.append(
-                Evidence(f"{memcg.directory}/memory.oom_control", "under_oom 1: at its limit, the OOM killer off")
-            )
-            limit = f" of {memcg.limit_bytes // 2**20} MiB" if memcg.limit_bytes else ""
+            ev.append(Evidence(f"{memcg.directory}/memory.oom_control", "under_oom 1: at a limit, the OOM killer off"))
+            if memcg.limit_bytes:
+                # its own limit; with none of its own, the limit and the disabled OOM killer are an ancestor's
+                # (the kernel marks the whole subtree under_oom): a hint naming its own files fixed nothing
+                where = f"at its limit of {memcg.limit_bytes // 2**20} MiB"
+                fix = (
+                    f"raise its limit (`echo NEW > {memcg.directory}/memory.limit_in_bytes`), kill a process in it, "
+                    f"or turn its OOM killer back on (`echo 0 > {memcg.directory}/memory.oom_control`)"
+                )
+            else:
+                where = "at the limit of a cgroup above it"
+                fix = (
+                    f"find the cgroup above {memcg.path} whose memory.oom_control reads oom_kill_disable 1 and raise "
+                    "its memory.limit_in_bytes, kill a process under it, or write 0 to its memory.oom_control"
+                )
             yield META.finding(
-                f"{p.comm} ({p.pid}) waits for memory in its cgroup {memcg.path}, at its limit{limit} with the OOM "
-                "killer disabled",
+                f"{p.comm} ({p.pid}) waits for memory in its cgroup {memcg.path}, {where} with the OOM killer disabled",
                 [p.pid],
                 ev,
-                f"nothing in the cgroup runs until memory is freed in it: raise its limit "
-                f"(`echo NEW > {memcg.directory}/memory.limit_in_bytes`), kill a process in it, or turn its OOM "
-                f"killer back on (`echo 0 > {memcg.directory}/memory.oom_control`; docker's --oom-kill-disable)",
+                f"nothing there runs until memory is freed: {fix} (docker's --oom-kill-disable sets it)",
                 "error",
             )
             continue
