@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import proc_state, proc_wchan, vastprobe_json, wait_for
+from tests.helpers import children_of, proc_state, proc_wchan, vastprobe_json, wait_for
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None,
@@ -116,3 +117,43 @@ def test_a_namespaced_client_is_read_beside_many_other_namespaces(reap, tmp_path
     waits = [f for f in said if f[0] == "socket-peer-wait" and f[3][:1] == [client]]
     assert waits and waits[0][1] == "error" and server in waits[0][3], said
     assert host["verdict"] == "stalled" and rc == 1, said
+
+
+#: argv: a file to write its PID to. In its own namespace, a server that takes one request and sleeps
+ONE_REQUEST_SERVER = """
+import os, socket, subprocess, sys, time
+subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", 9000)); s.listen()
+open(sys.argv[1], "w").write(str(os.getpid()))
+c, _ = s.accept(); c.recv(100); time.sleep(1000)
+"""
+
+
+def test_a_job_in_more_namespaces_than_the_bound_is_read_where_it_waits(reap, tmp_path: Path) -> None:
+    """A job of 40 clients, each in another server's namespace (`nsenter --net`), one server stopped
+    before answering: the job's own namespaces were 40, past the 16 the probe read, and in hash order
+    the stopped one's was left: HEALTHY, exit 0 (found by a helper). The job's namespaces are read up
+    to 64."""
+    if shutil.which("nsenter") is None:
+        pytest.skip("needs nsenter (util-linux)")
+    n, k = 40, 23
+    for i in range(n):
+        srv = subprocess.Popen(["unshare", "-n", sys.executable, "-c", ONE_REQUEST_SERVER, str(tmp_path / f"srv.{i}")],
+                               start_new_session=True)  # fmt: skip
+        reap.append(srv)
+    wait_for(lambda: all((tmp_path / f"srv.{i}").exists() and (tmp_path / f"srv.{i}").read_text() for i in range(n)),
+             timeout=60, what="the servers listening")  # fmt: skip
+    servers = [int((tmp_path / f"srv.{i}").read_text()) for i in range(n)]
+    ask = 'import socket\nc = socket.create_connection(("127.0.0.1", 9000)); c.sendall(b"q"); c.recv(100)'
+    os.kill(servers[k], signal.SIGSTOP)
+    wait_for(lambda: proc_state(servers[k]) == "T", what="one server stopped")
+    script = " ".join(f"nsenter --net=/proc/{pid}/ns/net {sys.executable} -c '{ask}' &" for pid in servers) + " wait"
+    job = subprocess.Popen(["bash", "-c", script], start_new_session=True)
+    reap.append(job)
+    wait_for(lambda: len(children_of(job.pid)) == n and all(proc_wchan(c) not in ("", "0") for c in children_of(job.pid)),
+             timeout=60, what="every client waiting")  # fmt: skip
+    rc, host = vastprobe_json("--pid", str(job.pid), "--sample", "0")
+    said = [(f["rule"], f["severity"], f["summary"], f["pids"]) for f in host["findings"]]
+    assert any(f[0] == "socket-peer-wait" and f[1] == "error" and servers[k] in f[3] for f in said), said
+    assert host["verdict"] == "stalled" and rc == 1, said
+    os.kill(servers[k], signal.SIGCONT)

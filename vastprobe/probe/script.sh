@@ -1001,12 +1001,14 @@ vp_fd() {
 				split("tcp tcp6 udp udp6 unix", tabs, " ")
 				split("netlink packet raw raw6 icmp icmp6 udplite udplite6", xtabs, " ")
 				readns("/proc/self", "self")
-				# those of the job first, then of waiters (a client waiting on its server), then any: the
-				# listeners of 40 containers took the 16 in hash order and left the namespace of a client
-				# unread (HEALTHY; found by a helper)
-				for (r = 0; r < 16; r++) {
+				# those of the job first, then of waiters (a client waiting on its server), then any, 16 in
+				# all: the listeners of 40 containers took the 16 in hash order and left the namespace of a
+				# client unread (HEALTHY; found by a helper)
+				# (up to 64 for the job: a job of 40 clients each in a namespace of its own left the one of a
+				# stopped server unread; found by a helper)
+				for (r = 0; r < 64; r++) {
 					p = ""
-					for (rank = 1; rank <= 3 && p == ""; rank++)
+					for (rank = 1; rank <= (r < 16 ? 3 : 1) && p == ""; rank++)
 						for (ino in held)
 							if (!(ino in found) && !(holder[ino] in tried) && (rank == 3 || first[holder[ino]] == rank)) {
 								p = holder[ino]
