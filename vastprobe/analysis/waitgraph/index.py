@@ -21,6 +21,7 @@ from vastprobe.model import (
     SocketTable,
     Syscall,
     Unavailable,
+    is_loopback,
     split_endpoint,
 )
 
@@ -49,6 +50,7 @@ class WaitIndex:
         self.snapshot = snapshot
         self.tree = tree
         self._relays: dict[int, frozenset[int]] = {}
+        self._ambiguous: dict[int, bool] = {}  # PollEdges._ambiguous_relay's, by the relay's PID
         self._closed: dict[int, tuple[str, ...]] = {}  # sockets.closed_by_peer, once a process
 
     # ------------------------------------------------------------------ indexes, built once
@@ -86,6 +88,17 @@ class WaitIndex:
             if s.proto.startswith("tcp") and s.remote:
                 out.setdefault((s.local, s.remote), []).append(s)
         return out
+
+    def _tcp_mirrors(self, sock: Socket) -> list[Socket]:
+        """The other end of TCP socket `sock` (its mirror-image row): in its own network namespace, else in
+        another where its addresses can cross one (a container's bridge to the host). A loopback connection
+        never does: a host pair that happened to use a namespaced client's 4-tuple was taken for its peer,
+        and the client of a stopped server in its namespace read HEALTHY (found by a helper)."""
+        peers = [s for s in self._tcp_peers.get((sock.remote, sock.local), []) if s.inode != sock.inode]
+        same_ns = [s for s in peers if s.netns == sock.netns]
+        if not same_ns and sock.netns is not None and is_loopback(split_endpoint(sock.local)[0]):
+            return []
+        return same_ns or peers
 
     @cached_property
     def _locks(self) -> tuple[dict[int, list[FileLock]], dict[int, FileLock]]:
@@ -182,19 +195,22 @@ class WaitIndex:
         """The processes here holding the far ends of what relay `pid` opened (socat's redis, an ssh
         -L tunnel's server): where its clients' requests go on to, so what they wait on moves there."""
         p = self.tree.by_pid.get(pid)
-        opened = self.relayed(p) if p is not None else frozenset()
         out: dict[int, None] = {}
-        for ino in opened:
+        for peer_inode in self.far_ends(p) if p is not None else []:
+            out.update((h, None) for h in self._fds.sockets.get(peer_inode, []) if h != pid)
+        return tuple(out)
+
+    def far_ends(self, p: Process) -> list[int]:
+        """The socket inodes at the other end of what relay `p` opened: a Unix socket's peer, a TCP
+        connection's mirror row (in its own network namespace: _tcp_mirrors)."""
+        out: list[int] = []
+        for ino in self.relayed(p):
             sock = self._sockets.get(ino)
             if sock is not None and sock.proto == "unix":
-                peers = [sock.peer_inode] if sock.peer_inode is not None else []
-            else:
-                peers = (
-                    [q.inode for q in self._tcp_peers.get((sock.remote, sock.local), [])] if sock is not None else []
-                )
-            for peer_inode in peers:
-                out.update((h, None) for h in self._fds.sockets.get(peer_inode, []) if h != pid)
-        return tuple(out)
+                out += [sock.peer_inode] if sock.peer_inode is not None else []
+            elif sock is not None:
+                out += [q.inode for q in self._tcp_mirrors(sock)]
+        return out
 
     def accepted_unix(self, p: Process, end: Socket | None) -> bool:
         """Whether `end`, a Unix socket `p` holds, is one it accepted: named with the path of a listening
@@ -208,7 +224,7 @@ class WaitIndex:
         for s in tcp:
             if s.state != "ESTABLISHED" or s.local_address[1] not in ports:
                 continue
-            for peer in self._tcp_peers.get((s.remote, s.local), []):
+            for peer in self._tcp_mirrors(s):
                 for pid in self._fds.sockets.get(peer.inode, []):
                     q = self.tree.by_pid.get(pid)
                     if q is not None and pid != p.pid and self.kind(q) in ("socket-read", "event-loop"):

@@ -153,29 +153,29 @@ class PollEdges(SocketEdges):
         (an nginx worker, HAProxy, an asyncio proxy): which client's bytes go on which connection is in
         its memory alone. A client streaming through nginx from a live server read STALLED, exit 1,
         naming another client's stopped upstream (found by a helper). One client, or every far end
-        unable to move, names it."""
+        unable to move, names it. Once a relay: asked for each connection it polls."""
+        found = self._ambiguous.get(p.pid)
+        if found is None:
+            found = self._ambiguous[p.pid] = self._any_far_end_moves(p)
+        return found
+
+    def _any_far_end_moves(self, p: Process) -> bool:
         tcp, ports = self._tcp_held(p)
         clients = sum(1 for s in tcp if s.state == "ESTABLISHED" and s.local_address[1] in ports)
         if clients < 2:
             return False
-        for ino in self.relayed(p):
-            sock = self._sockets.get(ino)
-            if sock is None:
+        for ino in self.far_ends(p):
+            peer = self._sockets.get(ino)
+            if peer is None:
                 continue
-            peers = [self._sockets.get(sock.peer_inode)] if sock.proto == "unix" and sock.peer_inode else []
-            if sock.proto.startswith("tcp"):
-                peers = list(self._tcp_mirrors(sock))
-            for peer in peers:
-                if peer is None:
-                    continue
-                for h in self._fds.sockets.get(peer.inode, []):
-                    # a far end idle on this very connection (an upstream's pooled keep-alive) serves no
-                    # client now, and one stuck on a stopped process of its own moves for none (the
-                    # attack on this rule found both hid a stall it had named)
-                    if h != p.pid and not (
-                        self._cannot_move(h) or self._waits_back_socket(h, peer) or self._stuck_on_frozen(h)
-                    ):
-                        return True
+            for h in self._fds.sockets.get(ino, []):
+                # a far end idle on this very connection (an upstream's pooled keep-alive) serves no
+                # client now, and one stuck on a stopped process of its own moves for none (the
+                # attack on this rule found both hid a stall it had named)
+                if h != p.pid and not (
+                    self._cannot_move(h) or self._waits_back_socket(h, peer) or self._stuck_on_frozen(h)
+                ):
+                    return True
         return False
 
     def _stuck_on_frozen(self, pid: int) -> bool:

@@ -224,17 +224,6 @@ class SocketEdges(WaitIndex):
                 out.update(self._fds.sockets.get(sock.peer_inode, []))
         return out - {pid}, unseen
 
-    def _tcp_mirrors(self, sock: Socket) -> list[Socket]:
-        """The other end of TCP socket `sock` (its mirror-image row): in its own network namespace, else in
-        another where its addresses can cross one (a container's bridge to the host). A loopback connection
-        never does: a host pair that happened to use a namespaced client's 4-tuple was taken for its peer,
-        and the client of a stopped server in its namespace read HEALTHY (found by a helper)."""
-        peers = [s for s in self._tcp_peers.get((sock.remote, sock.local), []) if s.inode != sock.inode]
-        same_ns = [s for s in peers if s.netns == sock.netns]
-        if not same_ns and sock.netns is not None and is_loopback(split_endpoint(sock.local)[0]):
-            return []
-        return same_ns or peers
-
     def _mirror_holders(self, sock: Socket) -> set[int]:
         """The processes here holding the other end of TCP socket `sock`."""
         holders: set[int] = set()
