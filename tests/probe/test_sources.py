@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from tests.helpers import run_probe_raw
-from vastprobe.analysis.waitgraph.edges import timed_wait
+from vastprobe.analysis.wchan_families import timed_wait
 from vastprobe.model import Syscall
 from vastprobe.parsers.fd import parse_fd_section, unescape_ls
 from vastprobe.parsers.locks import parse_locks

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from vastprobe.analysis.waitgraph.edges import timed_wait, untimed_futex
+from vastprobe.analysis.waitgraph.edges import untimed_futex
+from vastprobe.analysis.wchan_families import timed_wait
 from vastprobe.model import JobRank, Process, Syscall
 
 if TYPE_CHECKING:

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 from vastprobe.analysis.gpu import gpu_computing, gpu_users
 from vastprobe.analysis.rank_waits import in_gloo_collective, job_still
-from vastprobe.analysis.waitgraph.edges import timed_wait, untimed_futex
-from vastprobe.analysis.wchan_families import BLOCK_IO_WAITS, family
+from vastprobe.analysis.waitgraph.edges import untimed_futex
+from vastprobe.analysis.wchan_families import BLOCK_IO_WAITS, family, timed_wait
 from vastprobe.clock import utc_text
 from vastprobe.model import HOLDING, NO_PROCESS, DistributedJob, JobRank, Process, ProcIO, RankState, Syscall
 from vastprobe.units import byte_size

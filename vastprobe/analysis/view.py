@@ -21,10 +21,10 @@ from vastprobe.analysis.waitgraph.edges import (
     joined_tid,
     mutex_wait,
     opens_for_reading,
-    timed_wait,
     untimed_futex,
 )
 from vastprobe.analysis.waitgraph.graph import WaitGraph
+from vastprobe.analysis.wchan_families import timed_wait
 from vastprobe.model import HostSnapshot, KernelEvent, LogFile, Process, Syscall, Unavailable, available
 from vastprobe.probe.sources import PROC
 from vastprobe.rule_options import RuleOptions

@@ -157,6 +157,34 @@ def wait_kind(wchan: str | Unavailable | None, syscall: Syscall | Unavailable | 
     return "other" if w else None
 
 
+#: Where a blocking call takes its deadline: (argument index, given by address). By address, NULL
+#: waits for ever; in milliseconds, a negative one does
+_TIMEOUT_ARG = {
+    "futex": (3, True),
+    "epoll_wait": (3, False),
+    "epoll_pwait": (3, False),
+    "epoll_pwait2": (3, True),
+    "poll": (2, False),
+    "ppoll": (2, True),
+    "select": (4, True),
+    "pselect6": (4, True),
+    "rt_sigtimedwait": (2, True),
+}
+
+
+def timed_wait(sc: Syscall | Unavailable) -> bool:
+    """A blocking call with a deadline, which returns by itself when its time is up: a futex wait with
+    a timeout (`Event.wait(30)`, Java's `Thread.sleep`, a scheduler's next run), an event loop's wait
+    for its next timer (`asyncio.sleep`, libuv's `setInterval`), `select`/`poll` with a timeout. Only
+    nanosleep was read as a timer, and a scheduler between hourly runs read STALLED (found by a helper)."""
+    if not isinstance(sc, Syscall) or sc.name not in _TIMEOUT_ARG:
+        return False
+    i, by_address = _TIMEOUT_ARG[sc.name]
+    if len(sc.args) <= i:
+        return False
+    return sc.args[i] != 0 if by_address else (sc.args[i] & 0xFFFFFFFF) < 0x80000000
+
+
 def waited_fd(syscall: Syscall | Unavailable | None) -> int | None:
     """The fd a blocked read/write/recv/send/flock/fcntl/accept/connect is on (its first argument), or
     0 for a select() of fd 0 alone."""
@@ -167,7 +195,7 @@ def waited_fd(syscall: Syscall | Unavailable | None) -> int | None:
         isinstance(syscall, Syscall)
         and syscall.name in ("select", "pselect6")
         and syscall.args[:1] == (1,)
-        and (len(syscall.args) < 5 or syscall.args[4] == 0)
+        and not timed_wait(syscall)
     ):
         # select's first argument is the highest fd watched plus one: fd 0 alone (a REPL's prompt), with
         # no timeout; with one, a pause (`pv -L` between its writes read as a cycle with its reader, a

@@ -100,34 +100,6 @@ def untimed_futex(sc: Syscall | Unavailable) -> bool:
     return isinstance(sc, Syscall) and sc.name == "futex" and len(sc.args) > 3 and sc.args[3] == 0
 
 
-#: Where a blocking call takes its deadline: (argument index, given by address). By address, NULL
-#: waits for ever; in milliseconds, a negative one does
-_TIMEOUT_ARG = {
-    "futex": (3, True),
-    "epoll_wait": (3, False),
-    "epoll_pwait": (3, False),
-    "epoll_pwait2": (3, True),
-    "poll": (2, False),
-    "ppoll": (2, True),
-    "select": (4, True),
-    "pselect6": (4, True),
-    "rt_sigtimedwait": (2, True),
-}
-
-
-def timed_wait(sc: Syscall | Unavailable) -> bool:
-    """A blocking call with a deadline, which returns by itself when its time is up: a futex wait with
-    a timeout (`Event.wait(30)`, Java's `Thread.sleep`, a scheduler's next run), an event loop's wait
-    for its next timer (`asyncio.sleep`, libuv's `setInterval`), `select`/`poll` with a timeout. Only
-    nanosleep was read as a timer, and a scheduler between hourly runs read STALLED (found by a helper)."""
-    if not isinstance(sc, Syscall) or sc.name not in _TIMEOUT_ARG:
-        return False
-    i, by_address = _TIMEOUT_ARG[sc.name]
-    if len(sc.args) <= i:
-        return False
-    return sc.args[i] != 0 if by_address else (sc.args[i] & 0xFFFFFFFF) < 0x80000000
-
-
 def joined_tid(sc: Syscall | Unavailable) -> int | None:
     """The thread a futex wait joins: pthread_join waits on the thread's tid word for it to clear, so
     the value it expects there is that tid (shared, no timeout); None for any other wait."""

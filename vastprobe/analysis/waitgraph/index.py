@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from vastprobe.analysis.tree import ProcessTree
-from vastprobe.analysis.waitgraph.edges import Task, main_task, private_untimed_wait, timed_wait, untimed_futex
-from vastprobe.analysis.wchan_families import WaitKind, wait_kind, waited_fd
+from vastprobe.analysis.waitgraph.edges import Task, main_task, private_untimed_wait, untimed_futex
+from vastprobe.analysis.wchan_families import WaitKind, timed_wait, wait_kind, waited_fd
 from vastprobe.model import (
     FdEntry,
     FileLock,
