@@ -13,6 +13,10 @@ from vastprobe.analysis.stalls import stall_evidence
 from vastprobe.analysis.wchan_families import BLOCK_IO_WAITS, NVIDIA_PREFIXES, family, wait_kind
 from vastprobe.model import CgroupMemory, Evidence, Finding, Process, Unavailable
 from vastprobe.rules.base import ONE_SAMPLE, Context, Rule, RuleMeta
+from vastprobe.rules.chains import asleep_throughout
+
+#: The freezer's own waits (v1's refrigerator, v2's trap): a task there is frozen
+FREEZER_WAITS = frozenset({"refrigerator", "do_freezer_trap"})
 
 #: Waits that sleep interruptibly (S): seen in D, the task was frozen there (a frozen task keeps its
 #: wait channel and reads D). A paused container read as a storage hang (found by a helper)
@@ -37,7 +41,7 @@ V2_FROZEN_WAITS = frozenset({"do_freezer_trap", "get_signal"})
 
 def check(ctx: Context) -> Iterator[Finding]:
     for p in ctx.in_scope():
-        if _frozen_by_v2(p):
+        if _frozen_by_v2(ctx, p):
             w = family(p.wchan) if isinstance(p.wchan, str) else ""
             yield META.finding(
                 f"{p.comm} ({p.pid}) is frozen in {w} (its cgroup's freezer)",
@@ -59,7 +63,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             continue  # seen once, gone by the second sample: it was not stuck
         w = "" if isinstance(p.wchan, Unavailable) else family(p.wchan)
         nvidia = w.startswith(NVIDIA_PREFIXES)
-        frozen = w in ("refrigerator", "do_freezer_trap") or wait_kind(w, None) in FROZEN_WAITS
+        frozen = w in FREEZER_WAITS or wait_kind(w, None) in FROZEN_WAITS
         ev = [Evidence("/proc/stat", f"state D in {len(p.samples)} sample(s) over {ctx.snapshot.sample_window:.1f}s")]
         ev.append(Evidence("/proc/wchan", w or "unknown"))
         memcg = _under_oom(ctx, p) if w.startswith("mem_cgroup_oom") else None
@@ -124,7 +128,7 @@ def check(ctx: Context) -> Iterator[Finding]:
             ev.append(Evidence("kernel log", hung[-1].line))
             yield META.finding(summary, [p.pid], ev, hint, "warning")
             continue
-        if w in ("refrigerator", "do_freezer_trap") or (frozen and wait_kind(w, None) in FROZEN_FOR_SURE):
+        if w in FREEZER_WAITS or wait_kind(w, None) in FROZEN_FOR_SURE:
             # D in a wait the kernel sleeps in interruptibly, and only there: nothing but a freezer puts it
             # in D, and only a thaw moves it, as only SIGCONT moves a stopped one. A paused container read
             # HEALTHY at --sample 0 (found by a helper)
@@ -135,16 +139,10 @@ def check(ctx: Context) -> Iterator[Finding]:
         yield META.finding(summary + ONE_SAMPLE, [p.pid], ev, hint, "info")
 
 
-def _frozen_by_v2(p: Process) -> bool:
-    """Asleep in cgroup v2's freezer trap at every read. A paused container on a cgroup v2 host read
-    HEALTHY, no finding, with one sample or two (found by a helper)."""
-    return (
-        isinstance(p.wchan, str)
-        and family(p.wchan) in V2_FROZEN_WAITS
-        and p.state == "S"
-        and bool(p.samples)
-        and all(s.state == "S" for s in p.samples)
-    )
+def _frozen_by_v2(ctx: Context, p: Process) -> bool:
+    """Asleep in cgroup v2's freezer trap at every read (and still over the window). A paused container
+    on a cgroup v2 host read HEALTHY, no finding, with one sample or two (found by a helper)."""
+    return isinstance(p.wchan, str) and family(p.wchan) in V2_FROZEN_WAITS and asleep_throughout(ctx, p)
 
 
 def _under_oom(ctx: Context, p: Process) -> CgroupMemory | None:
