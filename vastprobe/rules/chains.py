@@ -152,6 +152,19 @@ def locked_handlers(ctx: Context, edge: WaitEdge | None) -> bool:
     return edge is not None and bool(edge.holders) and all(ctx.graph.handlers_locked(h) for h in edge.holders)
 
 
+#: The two readings of a server whose handlers all wait on locks, which /proc cannot tell apart
+LOCKED_HANDLERS_READINGS = "a deadlocked handler, or long polls waiting for an event a new request would set"
+
+
+def locked_handlers_hint(restart: str) -> str:
+    """How to tell the two readings apart (a stack), and what each asks; `restart`: what to do of the
+    deadlocked one."""
+    return (
+        f"a lock taken twice or two locks in opposite orders is a deadlocked handler ({restart}); an Event, "
+        "Condition or queue wait is a long poll"
+    )
+
+
 def _blockers_woke(ctx: Context, s: StalledChain) -> bool:
     """A blocker of the chain that was scheduled between the samples at work (view.woke_at_work)."""
     return any(ctx.woke_at_work(b) for b in s.blockers)

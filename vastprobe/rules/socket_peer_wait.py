@@ -19,7 +19,16 @@ from vastprobe.analysis.stalls import StalledChain, StallEvidence
 from vastprobe.analysis.waitgraph.edges import WaitEdge
 from vastprobe.model import Evidence, Finding, Process, Severity, is_loopback, split_endpoint
 from vastprobe.rules.base import Context, Rule, RuleMeta
-from vastprobe.rules.chains import chain_evidence, locked_handlers, marked, names, stack_command, stalled
+from vastprobe.rules.chains import (
+    LOCKED_HANDLERS_READINGS,
+    chain_evidence,
+    locked_handlers,
+    locked_handlers_hint,
+    marked,
+    names,
+    stack_command,
+    stalled,
+)
 from vastprobe.units import byte_size
 from vastprobe.untrusted.numbers import read_int
 
@@ -110,13 +119,11 @@ def _quiet_words(ctx: Context, w: _Wait) -> tuple[str, str, Severity]:
         # read STALLED, its long-poll clients with it, and answered at the next publish; found by a helper)
         summary = (
             f"{waiter.comm} ({waiter.pid}){via} waits on {edge.what}: its peer {peer} answers no one, every thread "
-            "of it but its accepting loop waiting on a lock with no timeout (a deadlocked handler, or long polls "
-            "waiting for an event a new request would set)"
+            f"of it but its accepting loop waiting on a lock with no timeout ({LOCKED_HANDLERS_READINGS})"
         )
         hint = (
-            f"see where {peer}'s threads wait ({stack_command(ctx, edge.holders[0])}): a lock taken twice or two "
-            "locks in opposite orders is a deadlocked handler (restart it); an Event, Condition or queue wait is "
-            "a long poll; give clients a timeout"
+            f"see where {peer}'s threads wait ({stack_command(ctx, edge.holders[0])}): "
+            f"{locked_handlers_hint('restart it')}; give clients a timeout"
         )
         return summary, hint, "warning"
     summary = (

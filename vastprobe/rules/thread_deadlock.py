@@ -21,7 +21,14 @@ from vastprobe.analysis.waitgraph.edges import main_task, private_untimed_wait
 from vastprobe.analysis.waitgraph.graph import CAUGHT_AWAKE_CPU_SHARE
 from vastprobe.model import Evidence, Finding, Process, Syscall
 from vastprobe.rules.base import Context, Rule, RuleMeta
-from vastprobe.rules.chains import asleep_throughout, names, stack_command, still_evidence
+from vastprobe.rules.chains import (
+    LOCKED_HANDLERS_READINGS,
+    asleep_throughout,
+    locked_handlers_hint,
+    names,
+    stack_command,
+    still_evidence,
+)
 
 META = RuleMeta(
     "thread-deadlock", "VP129", "error", "every thread of a process waits on a lock no other thread is awake to release"
@@ -183,13 +190,11 @@ def _locked_server(ctx: Context, p: Process) -> Finding | None:
     ev += window
     summary = (
         f"{who} answers none of {waiting}: every thread of it but its accepting loop waits on a lock with no "
-        "timeout, and the loop only accepts new connections (a deadlocked handler, or long polls waiting for "
-        "an event a new request would set)"
+        f"timeout, and the loop only accepts new connections ({LOCKED_HANDLERS_READINGS})"
     )
     hint = (
-        f"see where each thread waits ({stack_command(ctx, p.pid)}): a lock taken twice or two locks in opposite "
-        f"orders is a deadlocked handler (restart {p.pid}; give clients a timeout); an Event, Condition or queue "
-        "wait is a long poll"
+        f"see where each thread waits ({stack_command(ctx, p.pid)}): "
+        f"{locked_handlers_hint(f'restart {p.pid}; give clients a timeout')}"
     )
     return META.finding(summary, (p.pid, *clients), ev, hint, "warning")
 
