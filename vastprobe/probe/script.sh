@@ -955,8 +955,8 @@ vp_fd() {
 			}
 			BEGIN {
 				n = split(ep, e, " "); for (i = 1; i <= n; i++) epw[e[i]] = 1
-				# the processes whose system call was read (they wait on an fd or poll) and the --pid ones:
-				# the namespaces of their sockets are read first
+				# the ranks of holders whose namespaces are read first: 1 the processes of the job, 2 those whose
+				# system call was read (they wait on an fd or poll)
 				n = split(wt, e, " ")
 				for (i = 1; i <= n; i++) first["/proc/" e[i]] = 2
 				n = split(jb, e, " ")
@@ -1003,9 +1003,8 @@ vp_fd() {
 				readns("/proc/self", "self")
 				# those of the job first, then of waiters (a client waiting on its server), then any, 16 in
 				# all: the listeners of 40 containers took the 16 in hash order and left the namespace of a
-				# client unread (HEALTHY; found by a helper)
-				# (up to 64 for the job: a job of 40 clients each in a namespace of its own left the one of a
-				# stopped server unread; found by a helper)
+				# client unread (HEALTHY; found by a helper); those of the job up to 64: a job of 40 clients, each
+				# in a namespace of its own, left the one of a stopped server unread (found by a helper)
 				for (r = 0; r < 64; r++) {
 					p = ""
 					for (rank = 1; rank <= (r < 16 ? 3 : 1) && p == ""; rank++)
